@@ -1,0 +1,166 @@
+# Provider staging (DESIGN §5): the directory tree is the registry. The relative path of a provider
+# file under ops/common/ or ops/target_providers/<Target>/ is the key of the stable contract it
+# implements (include/genbridge/ops/<key>.h). This file knows targets, never operator names.
+#
+# genbridge_stage_providers(
+#   OPS_DIR <dir>            holds common/ and target_providers/<Target>/
+#   HEADER_DIR <dir>         holds the stable headers <module>/<op>.h
+#   TARGET <target>          the selected provider target
+#   SOC <soc>                the concrete SoC (recorded in the manifest)
+#   KNOWN_TARGETS <t>...     every target; all trees are checked on every configure
+#   OUT_SOURCES <var>        receives the implementation files for the selected target
+#   MANIFEST <file>          JSON listing every stable module and where its implementation came from
+#   OUT_MANIFEST_JSON <var>  (optional) receives the manifest text)
+# Every broken rule is reported with the path and the rule; any error fails the configure.
+
+function(_gb_stage_error msg)
+  message(SEND_ERROR "genbridge provider staging: ${msg}")
+  set_property(GLOBAL APPEND PROPERTY _GB_STAGE_ERRORS "${msg}")
+endfunction()
+
+# Lists module keys ("<module>/<op>") of the *.cpp files under `dir`.
+function(_gb_module_keys dir out)
+  file(GLOB_RECURSE files LIST_DIRECTORIES false RELATIVE "${dir}" CONFIGURE_DEPENDS "${dir}/*.cpp")
+  set(keys "")
+  foreach(f IN LISTS files)
+    string(REGEX REPLACE "\\.cpp$" "" k "${f}")
+    list(APPEND keys "${k}")
+  endforeach()
+  list(SORT keys)
+  set(${out} "${keys}" PARENT_SCOPE)
+endfunction()
+
+function(genbridge_stage_providers)
+  cmake_parse_arguments(PARSE_ARGV 0 S "" "OPS_DIR;HEADER_DIR;TARGET;SOC;OUT_SOURCES;MANIFEST;OUT_MANIFEST_JSON"
+                        "KNOWN_TARGETS")
+  set_property(GLOBAL PROPERTY _GB_STAGE_ERRORS "")
+  set(common_dir "${S_OPS_DIR}/common")
+  set(providers_dir "${S_OPS_DIR}/target_providers")
+
+  # Rule: the selected target must be known.
+  list(JOIN S_KNOWN_TARGETS ", " known_text)
+  if(NOT S_TARGET IN_LIST S_KNOWN_TARGETS)
+    message(FATAL_ERROR "genbridge provider staging: ${providers_dir}/${S_TARGET}: target '${S_TARGET}' is unknown; "
+                        "rule: the provider target must be one of ${known_text}")
+  endif()
+
+  # Rule: every directory under target_providers/ names a known target.
+  file(GLOB tree_dirs LIST_DIRECTORIES true RELATIVE "${providers_dir}" "${providers_dir}/*")
+  foreach(d IN LISTS tree_dirs)
+    if(IS_DIRECTORY "${providers_dir}/${d}" AND NOT d IN_LIST S_KNOWN_TARGETS)
+      _gb_stage_error("${providers_dir}/${d}: directory names no known target; rule: every provider tree is named after one of ${known_text}")
+    endif()
+  endforeach()
+
+  # Rules checked for every known target, not only the selected one: the tree exists and is non-empty.
+  set(reference_target "")
+  foreach(t IN LISTS S_KNOWN_TARGETS)
+    set(tdir "${providers_dir}/${t}")
+    if(NOT IS_DIRECTORY "${tdir}")
+      _gb_stage_error("${tdir}: directory does not exist; rule: every known target has a provider tree")
+      continue()
+    endif()
+    _gb_module_keys("${tdir}" keys)
+    if(NOT keys)
+      _gb_stage_error("${tdir}: tree contains no provider files (*.cpp); rule: a provider tree must not be empty")
+      continue()
+    endif()
+    set(keys_${t} "${keys}")
+    if(NOT reference_target)
+      set(reference_target ${t})
+    endif()
+  endforeach()
+
+  # Rule: all target trees expose the same module set.
+  foreach(t IN LISTS S_KNOWN_TARGETS)
+    if(NOT DEFINED keys_${t} OR t STREQUAL reference_target)
+      continue()
+    endif()
+    foreach(k IN LISTS keys_${t})
+      if(NOT k IN_LIST keys_${reference_target})
+        _gb_stage_error("${providers_dir}/${t}/${k}.cpp: no counterpart ${providers_dir}/${reference_target}/${k}.cpp; rule: all target trees expose the same module set")
+      endif()
+    endforeach()
+    foreach(k IN LISTS keys_${reference_target})
+      if(NOT k IN_LIST keys_${t})
+        _gb_stage_error("${providers_dir}/${reference_target}/${k}.cpp: no counterpart ${providers_dir}/${t}/${k}.cpp; rule: all target trees expose the same module set")
+      endif()
+    endforeach()
+  endforeach()
+
+  # Rule: a module lives in common or in the target trees, never both.
+  _gb_module_keys("${common_dir}" common_keys)
+  foreach(t IN LISTS S_KNOWN_TARGETS)
+    foreach(k IN LISTS keys_${t})
+      if(k IN_LIST common_keys)
+        _gb_stage_error("${providers_dir}/${t}/${k}.cpp: collides with ${common_dir}/${k}.cpp; rule: a module is implemented either in common/ or in every target tree, never both")
+      endif()
+    endforeach()
+  endforeach()
+
+  # Rules: every stable header has exactly one implementation; every implementation has a header.
+  file(GLOB_RECURSE headers LIST_DIRECTORIES false RELATIVE "${S_HEADER_DIR}" CONFIGURE_DEPENDS "${S_HEADER_DIR}/*.h")
+  set(header_keys "")
+  foreach(h IN LISTS headers)
+    string(REGEX REPLACE "\\.h$" "" k "${h}")
+    list(APPEND header_keys "${k}")
+  endforeach()
+  list(SORT header_keys)
+  if(NOT header_keys)
+    _gb_stage_error("${S_HEADER_DIR}: no stable operator headers; rule: the library exposes at least one stable contract")
+  endif()
+  foreach(k IN LISTS common_keys)
+    if(NOT k IN_LIST header_keys)
+      _gb_stage_error("${common_dir}/${k}.cpp: no stable header ${S_HEADER_DIR}/${k}.h; rule: every implementation implements a stable header")
+    endif()
+  endforeach()
+  foreach(t IN LISTS S_KNOWN_TARGETS)
+    foreach(k IN LISTS keys_${t})
+      if(NOT k IN_LIST header_keys)
+        _gb_stage_error("${providers_dir}/${t}/${k}.cpp: no stable header ${S_HEADER_DIR}/${k}.h; rule: every implementation implements a stable header")
+      endif()
+    endforeach()
+  endforeach()
+
+  set(sources "")
+  set(entries "")
+  foreach(k IN LISTS header_keys)
+    set(in_common FALSE)
+    set(in_target FALSE)
+    if(k IN_LIST common_keys)
+      set(in_common TRUE)
+    endif()
+    if(DEFINED keys_${S_TARGET} AND k IN_LIST keys_${S_TARGET})
+      set(in_target TRUE)
+    endif()
+    if(NOT in_common AND NOT in_target)
+      _gb_stage_error("${S_HEADER_DIR}/${k}.h: no implementation (expected ${common_dir}/${k}.cpp or ${providers_dir}/${S_TARGET}/${k}.cpp); rule: every stable header has exactly one implementation")
+    elseif(in_common AND in_target)
+      # Already reported as a collision; recorded here for the manifest rule's sake.
+    elseif(in_common)
+      list(APPEND sources "${common_dir}/${k}.cpp")
+      list(APPEND entries "    {\"module\": \"${k}\", \"origin\": \"common\", \"implementation\": \"ops/common/${k}.cpp\"}")
+    else()
+      list(APPEND sources "${providers_dir}/${S_TARGET}/${k}.cpp")
+      list(APPEND entries "    {\"module\": \"${k}\", \"origin\": \"target\", \"implementation\": \"ops/target_providers/${S_TARGET}/${k}.cpp\"}")
+    endif()
+  endforeach()
+
+  get_property(errors GLOBAL PROPERTY _GB_STAGE_ERRORS)
+  list(LENGTH errors num_errors)
+  if(num_errors GREATER 0)
+    message(FATAL_ERROR "genbridge provider staging failed with ${num_errors} error(s); see the messages above.")
+  endif()
+
+  list(JOIN entries ",\n" entries_text)
+  set(json "{\n  \"target\": \"${S_TARGET}\",\n  \"soc\": \"${S_SOC}\",\n  \"modules\": [\n${entries_text}\n  ]\n}\n")
+  if(S_MANIFEST)
+    file(WRITE "${S_MANIFEST}" "${json}")
+  endif()
+  if(S_OUT_MANIFEST_JSON)
+    set(${S_OUT_MANIFEST_JSON} "${json}" PARENT_SCOPE)
+  endif()
+  list(LENGTH sources num_sources)
+  message(STATUS "genbridge: staged ${num_sources} stable modules for ${S_TARGET}")
+  set(${S_OUT_SOURCES} "${sources}" PARENT_SCOPE)
+endfunction()
