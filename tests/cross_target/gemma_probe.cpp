@@ -1,6 +1,7 @@
 // Cross-target probe: runs gemma_rms_norm on fixed bf16 inputs, checks the contract tolerance against
 // the fp64 oracle, and writes the output bits to a file so two target builds can be compared.
-// Usage: gemma_probe OUT_FILE. Exit 0 only when every element is within tolerance.
+// Usage: gemma_probe OUT_FILE [PEER_FILE]. Exit 0 only when every element is within tolerance and,
+// given PEER_FILE (another build's OUT_FILE), when at least one output bit differs from it.
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -12,8 +13,8 @@
 
 int main(int argc, char** argv) {
   using namespace genbridge;
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: gemma_probe OUT_FILE\n");
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: gemma_probe OUT_FILE [PEER_FILE]\n");
     return 2;
   }
   const int64_t rows = 64, cols = 4096;
@@ -36,11 +37,31 @@ int main(int argc, char** argv) {
   }
   std::printf("target %.*s: %zu outputs, worst error / tolerance = %.4f\n", static_cast<int>(ops::build_target().size()),
               ops::build_target().data(), got.size(), worst);
+  const size_t nbytes = static_cast<size_t>(rows * cols) * sizeof(bf16_t);
   FILE* f = std::fopen(argv[1], "wb");
-  if (!f || std::fwrite(y.bytes().data(), 1, y.bytes().size(), f) != y.bytes().size()) {
+  if (!f || std::fwrite(y.bytes().data(), 1, nbytes, f) != nbytes) {
     std::fprintf(stderr, "cannot write %s\n", argv[1]);
     return 1;
   }
   std::fclose(f);
-  return worst <= 1.0 ? 0 : 1;
+  if (worst > 1.0) return 1;
+  if (argc == 3) {
+    std::vector<uint16_t> peer(static_cast<size_t>(rows * cols));
+    FILE* p = std::fopen(argv[2], "rb");
+    if (!p || std::fread(peer.data(), 1, nbytes, p) != nbytes) {
+      std::fprintf(stderr, "cannot read %s\n", argv[2]);
+      return 1;
+    }
+    std::fclose(p);
+    const bf16_t* mine = y.view().data_as<const bf16_t>();
+    int64_t differ = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) differ += mine[i].bits != peer[i];
+    std::printf("%lld of %lld bf16 outputs differ from %s\n", static_cast<long long>(differ),
+                static_cast<long long>(rows * cols), argv[2]);
+    if (differ == 0) {
+      std::fprintf(stderr, "the two builds' outputs are bit-identical; the providers must differ for bf16\n");
+      return 1;
+    }
+  }
+  return 0;
 }

@@ -1,0 +1,17 @@
+# Sourced by the README's commands: installs the Debian packages genbridge needs when they are missing.
+GB_DEBIAN_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+                    nlohmann-json3-dev libfmt-dev libcli11-dev)
+
+gb_install_deps() {
+  local missing=()
+  for p in "${GB_DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing Debian packages: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
