@@ -58,6 +58,105 @@ inline fp16_t float_to_fp16(float f) {
   return fp16_t{static_cast<uint16_t>(sign | q)};
 }
 
+// ---- 8-bit and 4-bit formats (DESIGN §7) ----
+// fp8 e4m3fn: 1-4-3, bias 7, max 448, no infinities, NaN = S.1111.111.
+// fp8 e5m2:   1-5-2, bias 15, max 57344, IEEE-style infinities and NaNs.
+// e8m0:       8-bit biased exponent, value 2^(e-127), 0xFF = NaN (scales only).
+// fp4 e2m1:   1-2-1, bias 1, values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; packed two per byte, low nibble first.
+
+struct fp8_e4m3fn_t {
+  uint8_t bits;
+};
+struct fp8_e5m2_t {
+  uint8_t bits;
+};
+struct e8m0_t {
+  uint8_t bits;
+};
+
+// What an encoder does with a finite value beyond the format's largest finite value (after rounding).
+enum class Overflow {
+  kSaturate,  // clamp to +-max (our quantizers; infinities also saturate)
+  kNonFinite  // e4m3fn: NaN; e5m2: infinity (IEEE-style conversion)
+};
+
+namespace detail {
+// Decode tables, indexed by code; built once from the format definitions.
+const float* fp8_e4m3fn_decode_table();
+const float* fp8_e5m2_decode_table();
+const float* e8m0_decode_table();
+extern const float kFp4E2M1Values[16];
+
+// Round-to-nearest-even encode of |f| (finite, not NaN) into a minifloat grid with M mantissa bits and
+// minimum normal exponent emin; returns the unsigned code, which may exceed the format's max code.
+template <int M, int Emin>
+inline uint32_t minifloat_magnitude_code(uint32_t abs_bits) {
+  if (abs_bits == 0) return 0;
+  int e = static_cast<int>(abs_bits >> 23) - 127;
+  if (e < -126) return 0;  // fp32 subnormals are far below every minifloat's range
+  if (e > 64) return 0xffffu;  // certainly overflows
+  const uint32_t man = (abs_bits & 0x7fffffu) | 0x800000u;
+  const int qe = (e < Emin ? Emin : e) - M;  // exponent of the target quantum
+  const int shift = 23 - (e - qe);
+  uint32_t q;
+  if (shift >= 25) {
+    q = 0;
+  } else {
+    q = man >> shift;
+    const uint32_t rem = man & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+  }
+  if (e < Emin) return q;  // subnormal (q == 2^M is the smallest normal, which the code layout gives for free)
+  return (static_cast<uint32_t>(e - Emin) << M) + q;  // == ((e + bias - 1) << M) + q
+}
+}  // namespace detail
+
+inline float fp8_e4m3fn_to_float(fp8_e4m3fn_t v) { return detail::fp8_e4m3fn_decode_table()[v.bits]; }
+inline float fp8_e5m2_to_float(fp8_e5m2_t v) { return detail::fp8_e5m2_decode_table()[v.bits]; }
+inline float e8m0_to_float(e8m0_t v) { return detail::e8m0_decode_table()[v.bits]; }
+// Decodes one fp4 e2m1 nibble (the low 4 bits of `nibble`).
+inline float fp4_e2m1_to_float(uint8_t nibble) { return detail::kFp4E2M1Values[nibble & 0xf]; }
+
+inline fp8_e4m3fn_t float_to_fp8_e4m3fn(float f, Overflow overflow = Overflow::kSaturate) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return fp8_e4m3fn_t{static_cast<uint8_t>(sign | 0x7f)};  // NaN
+  const uint32_t code = a == 0x7f800000u ? 0xffffu : detail::minifloat_magnitude_code<3, -6>(a);
+  if (code > 0x7e) return fp8_e4m3fn_t{static_cast<uint8_t>(sign | (overflow == Overflow::kSaturate ? 0x7e : 0x7f))};
+  return fp8_e4m3fn_t{static_cast<uint8_t>(sign | code)};
+}
+
+inline fp8_e5m2_t float_to_fp8_e5m2(float f, Overflow overflow = Overflow::kSaturate) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return fp8_e5m2_t{static_cast<uint8_t>(sign | 0x7e)};  // quiet NaN
+  const uint32_t code = a == 0x7f800000u ? 0xffffu : detail::minifloat_magnitude_code<2, -14>(a);
+  if (code > 0x7b) return fp8_e5m2_t{static_cast<uint8_t>(sign | (overflow == Overflow::kSaturate ? 0x7b : 0x7c))};
+  return fp8_e5m2_t{static_cast<uint8_t>(sign | code)};
+}
+
+// Encodes to an fp4 e2m1 nibble (RNE, saturating to +-6; NaN encodes as +0 since the format has none).
+inline uint8_t float_to_fp4_e2m1(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 28) & 0x8u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0;
+  const uint32_t code = a == 0x7f800000u ? 0xffffu : detail::minifloat_magnitude_code<1, 0>(a);
+  return static_cast<uint8_t>(sign | (code > 0x7 ? 0x7 : code));
+}
+
+// Symmetric int8: round to nearest even, clamp to [-127, 127]; NaN encodes as 0.
+inline int8_t float_to_int8(float f) {
+  if (!(f == f)) return 0;
+  const float c = f > 127.f ? 127.f : (f < -127.f ? -127.f : f);
+  // Adding and subtracting 1.5 * 2^23 rounds |c| < 2^22 to an integer, ties to even (default FP mode).
+  const float r = (c + 12582912.f) - 12582912.f;
+  return static_cast<int8_t>(r);
+}
+
 // Bulk conversions (vectorized where the CPU allows; identical results to the scalar codecs).
 void bf16_to_float_n(const bf16_t* src, float* dst, size_t n);
 void float_to_bf16_n(const float* src, bf16_t* dst, size_t n);
