@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
@@ -151,6 +152,38 @@ inline uint32_t abs_max_bits(const fp16_t* x, int64_t n) {
   return std::bit_cast<uint32_t>(fp16_to_float(fp16_t{static_cast<uint16_t>(h)}));
 }
 
+// As abs_max_bits, for n a positive multiple of 32 (whole MX blocks): no tail handling.
+inline uint32_t abs_max_bits_32n(const float* x, int64_t n) {
+  vec::u32x16 m{};
+  for (int64_t i = 0; i < n; i += 32) {
+    vec::u32x16 a, b;
+    std::memcpy(&a, x + i, sizeof a);
+    std::memcpy(&b, x + i + 16, sizeof b);
+    m = vmax(m, vmax(a & 0x7fffffffu, b & 0x7fffffffu));
+  }
+  return hmax(m);
+}
+
+inline uint32_t abs_max_u16_32n(const uint16_t* x, int64_t n) {
+  u16x32 m{};
+  for (int64_t i = 0; i < n; i += 32) {
+    u16x32 a;
+    std::memcpy(&a, x + i, sizeof a);
+    m = vmax(m, a & 0x7fff);
+  }
+  return hmax(m);
+}
+
+inline uint32_t abs_max_bits_32n(const bf16_t* x, int64_t n) {
+  return abs_max_u16_32n(reinterpret_cast<const uint16_t*>(x), n) << 16;
+}
+
+inline uint32_t abs_max_bits_32n(const fp16_t* x, int64_t n) {
+  const uint32_t h = abs_max_u16_32n(reinterpret_cast<const uint16_t*>(x), n);
+  if (h > 0x7c00u) return 0x7fc00000u;
+  return std::bit_cast<uint32_t>(fp16_to_float(fp16_t{static_cast<uint16_t>(h)}));
+}
+
 // 2^(127 - code) for an e8m0 code in [0, 254]: the multiplier that divides by the block scale.
 inline float inverse_scale(uint8_t code) {
   if (code == 254) return std::bit_cast<float>(0x00400000u);  // 2^-127, an fp32 subnormal
@@ -175,16 +208,33 @@ void int8_quant_row(const T* x, int64_t k, float eps, int8_t* q, float* scale) {
 // ---------------------------------------------------------------------------------------------------
 // dynamic_mx_quant
 
+template <DType D>
+inline vec::u32x16 mx_encode_finite(vec::f32x16 v) {
+  if constexpr (D == DType::kFp8E4M3FN) return vec::encode_fp8_e4m3fn_finite(v);
+  if constexpr (D == DType::kFp8E5M2) return vec::encode_fp8_e5m2_finite(v);
+  if constexpr (D == DType::kFp4E2M1x2) return vec::encode_fp4_e2m1_finite(v);
+}
+
+// Encodes 32 finite values (x * mul) into q (fp4: 16 bytes).
+template <typename T, DType D>
+[[gnu::always_inline]] inline void mx_encode_32(const T* x, vec::f32x16 m, uint8_t* q) {
+  vec::f32x16 lo, hi;
+  vec::load32(x, lo, hi);
+  const vec::u32x16 a = mx_encode_finite<D>(lo * m), b = mx_encode_finite<D>(hi * m);
+  if constexpr (D == DType::kFp4E2M1x2) {
+    vec::store_nibble_pairs32(q, a, b);
+  } else {
+    vec::store_bytes32(q, a, b);
+  }
+}
+
+// Encodes n finite values of one block (x / 2^s = x * mul) into q: 32 at a time, then scalar.
 template <typename T, DType D>
 void mx_encode_block(const T* x, int64_t n, float mul, uint8_t* q) {
+  constexpr int64_t kQ = D == DType::kFp4E2M1x2 ? 2 : 1;  // values per byte
   const vec::f32x16 m = vec::splat(mul);
   int64_t i = 0;
-  for (; i + vec::kLanes <= n; i += vec::kLanes) {
-    const vec::f32x16 v = vec::load(x + i) * m;
-    if constexpr (D == DType::kFp8E4M3FN) vec::store_bytes(q + i, vec::encode_fp8_e4m3fn(v));
-    if constexpr (D == DType::kFp8E5M2) vec::store_bytes(q + i, vec::encode_fp8_e5m2(v));
-    if constexpr (D == DType::kFp4E2M1x2) vec::store_nibble_pairs(q + i / 2, vec::encode_fp4_e2m1(v));
-  }
+  for (; i + 32 <= n; i += 32) mx_encode_32<T, D>(x + i, m, q + i / kQ);
   if constexpr (D == DType::kFp4E2M1x2) {
     for (; i + 1 < n; i += 2) {
       q[i / 2] = pack_fp4_e2m1x2(float_to_fp4_e2m1(to_f32(x[i]) * mul), float_to_fp4_e2m1(to_f32(x[i + 1]) * mul));
@@ -197,24 +247,56 @@ void mx_encode_block(const T* x, int64_t n, float mul, uint8_t* q) {
   }
 }
 
-// One row: q receives K codes (fp4: K / 2 bytes), s receives 2 * pairs scale bytes.
-template <typename T, DType D>
-void mx_quant_row(const T* x, int64_t k, const MxQuantConfig& c, uint8_t* q, uint8_t* s) {
-  const int64_t nb = mx_num_blocks(k, c.block_size);
+// One row: q receives K codes (fp4: K / 2 bytes), s receives 2 * pairs scale bytes. Two passes: every
+// block's scale first, then every block's codes, so that no block's encode waits on its own reduction
+// (the passes are independent streams the core can overlap). Whole blocks take the tail-free amax; only
+// a short last block takes the general one.
+template <typename T, DType D, MxScaleAlg A>
+void mx_quant_row(const T* x, int64_t k, int64_t block, bool round_scale, uint8_t* q, uint8_t* s) {
   constexpr bool kFp4 = D == DType::kFp4E2M1x2;
   constexpr uint8_t kNaN = D == DType::kFp8E4M3FN ? 0x7f : (D == DType::kFp8E5M2 ? 0x7e : 0x00);
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t lo = b * c.block_size, n = std::min(c.block_size, k - lo);
-    const uint8_t code = mx_scale_code(abs_max_bits(x + lo, n), D, c.scale_alg, c.round_scale);
-    s[b] = code;
-    uint8_t* qb = q + (kFp4 ? lo / 2 : lo);
-    if (code == 0xff) {
-      std::memset(qb, kNaN, static_cast<size_t>(kFp4 ? n / 2 : n));
-      continue;
-    }
-    mx_encode_block<T, D>(x + lo, n, inverse_scale(code), qb);
-  }
+  const int64_t nb = mx_num_blocks(k, block), full = k / block;
+  for (int64_t b = 0; b < full; ++b) s[b] = mx_scale_code<D, A>(abs_max_bits_32n(x + b * block, block), round_scale);
+  if (full < nb) s[full] = mx_scale_code<D, A>(abs_max_bits(x + full * block, k - full * block), round_scale);
   if (nb % 2) s[nb] = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t lo = b * block, n = std::min(block, k - lo);
+    uint8_t* qb = q + (kFp4 ? lo / 2 : lo);
+    if (s[b] == 0xff) {
+      std::memset(qb, kNaN, static_cast<size_t>(kFp4 ? n / 2 : n));
+    } else if (b < full) {  // whole block: n is a multiple of 32, inlined so constants stay in registers
+      if constexpr (std::is_same_v<T, bf16_t> && vec::kNativeFp16 &&
+                    (D == DType::kFp8E4M3FN || D == DType::kFp4E2M1x2)) {
+        if (s[b] >= 127 - 112) {  // see vec::bf16_scaled_minifloat for the preconditions
+          const int16_t s_shift = static_cast<int16_t>((s[b] - 127) * 128);
+          for (int64_t i = 0; i < n; i += 32) {
+            vec::u16x32 u;
+            std::memcpy(&u, x + lo + i, sizeof u);
+            if constexpr (D == DType::kFp8E4M3FN) {
+              vec::store_bytes32(qb + i, vec::encode_bf16_scaled_fp8_e4m3fn(u, s_shift));
+            } else {
+              vec::store_nibble_pairs32(qb + i / 2, vec::encode_bf16_scaled_fp4_e2m1(u, s_shift));
+            }
+          }
+          continue;
+        }
+      }
+      const vec::f32x16 m = vec::splat(inverse_scale(s[b]));
+      for (int64_t i = 0; i < n; i += 32) mx_encode_32<T, D>(x + lo + i, m, qb + (kFp4 ? i / 2 : i));
+    } else {
+      mx_encode_block<T, D>(x + lo, n, inverse_scale(s[b]), qb);
+    }
+  }
+}
+
+template <typename Fn>
+void with_mx_alg(MxScaleAlg a, Fn&& fn) {
+  switch (a) {
+    case MxScaleAlg::kOcpFloor: fn(std::integral_constant<MxScaleAlg, MxScaleAlg::kOcpFloor>{}); return;
+    case MxScaleAlg::kCeil: fn(std::integral_constant<MxScaleAlg, MxScaleAlg::kCeil>{}); return;
+    case MxScaleAlg::kBiasedExponent: fn(std::integral_constant<MxScaleAlg, MxScaleAlg::kBiasedExponent>{}); return;
+  }
+  GB_CHECK(false, "with_mx_alg: unknown scale_alg (validate before dispatching)");
 }
 
 // Calls fn(T{}, std::integral_constant<DType, D>{}) for the input float type and MX dtype.
@@ -320,31 +402,6 @@ Status validate_normalize(const TensorView& scale, const TensorView& out) {
 
 }  // namespace
 
-uint8_t mx_scale_code(uint32_t ab, DType dst, MxScaleAlg alg, bool round_scale) {
-  if (ab >= 0x7f800000u) return 0xff;
-  const int emax = dst == DType::kFp8E4M3FN ? 8 : (dst == DType::kFp8E5M2 ? 15 : 2);
-  // floor(log2(amax)) for a normal amax. Zero and fp32 subnormals give -127, and every convention
-  // below then lands under -127 and clamps there, as the exact floor(log2) would.
-  const int e = static_cast<int>(ab >> 23) - 127;
-  int s = 0;
-  switch (alg) {
-    case MxScaleAlg::kOcpFloor: s = e - emax; break;
-    case MxScaleAlg::kCeil:
-      // amax / 2^(e - emax) = 1.m_amax * 2^emax, which fits under max = 1.75 * 2^emax (both FP8
-      // formats) exactly when the mantissa bits do not exceed those of 1.75.
-      s = e - emax + ((ab & 0x7fffffu) > 0x600000u ? 1 : 0);
-      break;
-    case MxScaleAlg::kBiasedExponent: {
-      constexpr float kInv[3] = {1.0f / 448.0f, 1.0f / 57344.0f, 1.0f / 6.0f};
-      const float inv = kInv[dst == DType::kFp8E4M3FN ? 0 : (dst == DType::kFp8E5M2 ? 1 : 2)];
-      const float p = std::max(std::bit_cast<float>(ab), kMxBiasedExponentAmaxFloor) * inv;
-      s = static_cast<int>(std::bit_cast<uint32_t>(p) >> 23) - 127 + (round_scale ? 1 : 0);
-      break;
-    }
-  }
-  return static_cast<uint8_t>(std::clamp(s, -127, 127) + 127);
-}
-
 Status run_dynamic_quant_per_token(const TensorView& x, float eps, const TensorView& q, const TensorView& scale) {
   const char* op = "dynamic_quant_per_token";
   GB_RETURN_IF_ERROR(check_float_input(op, "x", x));
@@ -407,17 +464,20 @@ Status run_dynamic_mx_quant(const TensorView& x, const MxQuantConfig& c, const T
     std::vector<uint8_t> qbuf(q_fast ? 0 : static_cast<size_t>(q_bytes));
     std::vector<uint8_t> sbuf(s_fast ? 0 : static_cast<size_t>(2 * pairs));
     with_mx_dtype(c.dst, [&](auto dst) {
+     with_mx_alg(c.scale_alg, [&](auto alg) {
       constexpr DType D = decltype(dst)::value;
+      constexpr MxScaleAlg A = decltype(alg)::value;
       for (int64_t r = r0; r < r1; ++r) {
         uint8_t* qr = q_fast ? q.data_as<uint8_t>() + row_offset(q, 1, r) : qbuf.data();
         uint8_t* sr = s_fast ? scale.data_as<uint8_t>() + row_offset(scale, 2, r) : sbuf.data();
         if (x_fast) {
           with_float_dtype(x.dtype(), [&](auto tag) {
-            mx_quant_row<decltype(tag), D>(x.data_as<const decltype(tag)>() + row_offset(x, 1, r), k, c, qr, sr);
+            mx_quant_row<decltype(tag), D, A>(x.data_as<const decltype(tag)>() + row_offset(x, 1, r), k, c.block_size,
+                                              c.round_scale, qr, sr);
           });
         } else {
           load_row_f32(x, 1, r, k, xbuf.data());
-          mx_quant_row<float, D>(xbuf.data(), k, c, qr, sr);
+          mx_quant_row<float, D, A>(xbuf.data(), k, c.block_size, c.round_scale, qr, sr);
         }
         if (!q_fast) {
           uint8_t* base = q.data_as<uint8_t>() + row_offset(q, 1, r);
@@ -425,6 +485,7 @@ Status run_dynamic_mx_quant(const TensorView& x, const MxQuantConfig& c, const T
         }
         if (!s_fast) scatter_pairs(scale, r, sbuf.data(), pairs);
       }
+     });
     });
   });
   return ok_status();

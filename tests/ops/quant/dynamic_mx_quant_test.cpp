@@ -355,6 +355,34 @@ TEST(DynamicMxQuant, scale_exponent_clamps_to_e8m0_range) {
   }
 }
 
+// bf16 blocks whose scale exponent s runs from -124 to -109, across -112 where the kernels may switch
+// encode strategy, each with bf16 subnormal elements (up to ~2^-126) that must encode exactly as their
+// scaled values: zero for s >= -116, non-zero codes below.
+TEST(DynamicMxQuant, tiny_bf16_blocks_around_scale_exponent_minus_112) {
+  GB_REQUIRE_MX();
+  for (const Variant& v : kVariants) {
+    SCOPED_TRACE(v.name);
+    const MxQuantConfig c = config_of(v, 32);
+    MxCase t(DType::kBF16, {1, 512}, c);
+    std::vector<float> x(512);
+    for (int b = 0; b < 16; ++b) {
+      const int s_target = -124 + b;
+      const int e = s_target + ref::mx_emax(v.dst);  // block max exponent giving about s_target
+      for (int i = 0; i < 32; ++i) {
+        float val = std::ldexp(1.0f + static_cast<float>(i % 8) / 8.f, e - (i % 11));
+        if (i % 3 == 1) val = std::ldexp(static_cast<float>(64 + 2 * i), -133);  // bf16 subnormals
+        x[b * 32 + i] = bf16_to_float(float_to_bf16((i % 2 ? -1.f : 1.f) * val));
+      }
+    }
+    set_values(t.x.view(), x);
+    const MxRun run = t.run(c);
+    if (v.alg != MxScaleAlg::kBiasedExponent) {  // that rule floors amax at 1e-4: its scales are never tiny
+      EXPECT_LE(run.scale[0], 127 - 118);
+      EXPECT_GE(run.scale[15], 127 - 112);
+    }
+  }
+}
+
 TEST(DynamicMxQuant, strided_input_and_outputs) {
   GB_REQUIRE_MX();
   for (const Variant& v : {kVariants[0], kVariants[5], kVariants[8]}) {

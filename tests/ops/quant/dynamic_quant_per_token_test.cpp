@@ -125,6 +125,8 @@ TEST(DynamicQuantPerToken, quotient_is_the_fp32_division_not_a_reciprocal_produc
     }
   }
   ASSERT_GE(row.size(), 2u) << "no input separates division from the reciprocal product";
+  // 200 elements: whole 64-element groups (the kernel's vector path) and a tail.
+  for (size_t i = 1; row.size() < 200; ++i) row.push_back(row[i]);
   const int64_t k = static_cast<int64_t>(row.size());
   OwnedTensor x(DType::kF32, {1, k}), q(DType::kI8, {1, k}), sc(DType::kF32, {1});
   set_values(x.view(), row);

@@ -48,7 +48,7 @@ inline int64_t mx_scale_pairs(int64_t k, int64_t block_size) { return (mx_num_bl
 // K / 2, K even, value 2i in the low nibble of byte i), any strides. scale: e8m0 with shape
 // x.shape[:-1] + [mx_scale_pairs(K, block_size), 2], any strides. Writes q and scale only (nothing on
 // error); does not retain views; results do not depend on the thread count.
-// Ascend950 only: other generations return Unimplemented.
+// Needs an MX (FP8/FP4 + E8M0) data path: a build for a generation without one returns Unimplemented.
 Status dynamic_mx_quant(const TensorView& x, const MxQuantConfig& config, const TensorView& q, const TensorView& scale);
 
 }  // namespace genbridge::ops
