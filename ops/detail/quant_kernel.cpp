@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/parallel.h"
@@ -184,6 +185,80 @@ inline uint32_t abs_max_bits_32n(const fp16_t* x, int64_t n) {
   return std::bit_cast<uint32_t>(fp16_to_float(fp16_t{static_cast<uint16_t>(h)}));
 }
 
+// ---- 16 blocks at once (16-bit inputs): a transposed max-reduction, then the scale rule on 16 lanes ----
+// combine<G>(a, b): a and b hold 32/G blocks each with G partial maxima per block; the result holds
+// the blocks of a then those of b with G/2 partial maxima each (pairwise maxima of their halves).
+template <int G, bool kSecondHalf>
+struct CombineIndex {
+  static constexpr int at(int lane) {
+    const int half = G / 2, per = 32 / G;
+    const int block = lane / half, offset = lane % half;
+    return (block < per ? 0 : 32) + (block % per) * G + (kSecondHalf ? half : 0) + offset;
+  }
+};
+template <int G, bool S, size_t... I>
+inline u16x32 pick(u16x32 a, u16x32 b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, CombineIndex<G, S>::at(static_cast<int>(I))...);
+}
+template <int G>
+inline u16x32 combine(u16x32 a, u16x32 b) {
+  constexpr auto kLanes = std::make_index_sequence<32>{};
+  return vmax(pick<G, false>(a, b, kLanes), pick<G, true>(a, b, kLanes));
+}
+
+// |x| bit-pattern maxima of 16 consecutive whole blocks of 16-bit values, block i in lane i.
+inline vec::u16x16 abs_max_u16_16_blocks(const uint16_t* x, int64_t block) {
+  u16x32 v[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) {
+    const uint16_t* p = x + j * block;
+    u16x32 m;  // a register, not v[j]: a memcpy into the array would be split and stall the reload
+    std::memcpy(&m, p, sizeof m);
+    for (int64_t i = 32; i < block; i += 32) {
+      u16x32 a;
+      std::memcpy(&a, p + i, sizeof a);
+      m = vmax(m, a);
+    }
+    v[j] = m & 0x7fff;
+  }
+  u16x32 w[8], y[4], z[2];
+  for (int j = 0; j < 8; ++j) w[j] = combine<32>(v[2 * j], v[2 * j + 1]);
+  for (int j = 0; j < 4; ++j) y[j] = combine<16>(w[2 * j], w[2 * j + 1]);
+  for (int j = 0; j < 2; ++j) z[j] = combine<8>(y[2 * j], y[2 * j + 1]);
+  const u16x32 q = combine<4>(z[0], z[1]);
+  const u16x32 m = combine<2>(q, q);
+  return __builtin_shufflevector(m, m, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+// fp32 bit patterns of 16 bf16 / fp16 magnitude patterns (NaN stays NaN, inf stays inf).
+inline vec::u32x16 widen_abs_bits(vec::u16x16 h, const bf16_t*) { return __builtin_convertvector(h, vec::u32x16) << 16; }
+inline vec::u32x16 widen_abs_bits(vec::u16x16 h, const fp16_t*) {
+  vec::h16x16 f;
+  std::memcpy(&f, &h, sizeof f);
+  return vec::as_u32(__builtin_convertvector(f, vec::f32x16));
+}
+
+// mx_scale_code on 16 lanes (same rules; see the scalar version in quant_kernel.h).
+template <DType D, MxScaleAlg A>
+inline vec::u32x16 mx_scale_codes16(vec::u32x16 ab, bool round_scale) {
+  constexpr int kEmax = D == DType::kFp8E4M3FN ? 8 : (D == DType::kFp8E5M2 ? 15 : 2);
+  vec::i32x16 code;  // s + 127 before clamping
+  if constexpr (A == MxScaleAlg::kOcpFloor) {
+    code = std::bit_cast<vec::i32x16>(ab >> 23) - kEmax;
+  } else if constexpr (A == MxScaleAlg::kCeil) {
+    code = std::bit_cast<vec::i32x16>(ab >> 23) - kEmax - std::bit_cast<vec::i32x16>((ab & 0x7fffffu) > 0x600000u);
+  } else {
+    constexpr float kInv = D == DType::kFp8E4M3FN ? 1.0f / 448.0f : (D == DType::kFp8E5M2 ? 1.0f / 57344.0f : 1.0f / 6.0f);
+    const vec::f32x16 a = vec::as_f32(ab), lo = vec::splat(kMxBiasedExponentAmaxFloor);
+    const vec::f32x16 p = (a > lo ? a : lo) * kInv;
+    code = std::bit_cast<vec::i32x16>(vec::as_u32(p) >> 23) + (round_scale ? 1 : 0);
+  }
+  code = code < 0 ? 0 : code;
+  code = code > 254 ? 254 : code;
+  const vec::u32x16 c = std::bit_cast<vec::u32x16>(code);
+  return ab >= 0x7f800000u ? vec::u32x16{} + 0xffu : c;
+}
+
 // 2^(127 - code) for an e8m0 code in [0, 254]: the multiplier that divides by the block scale.
 inline float inverse_scale(uint8_t code) {
   if (code == 254) return std::bit_cast<float>(0x00400000u);  // 2^-127, an fp32 subnormal
@@ -256,7 +331,14 @@ void mx_quant_row(const T* x, int64_t k, int64_t block, bool round_scale, uint8_
   constexpr bool kFp4 = D == DType::kFp4E2M1x2;
   constexpr uint8_t kNaN = D == DType::kFp8E4M3FN ? 0x7f : (D == DType::kFp8E5M2 ? 0x7e : 0x00);
   const int64_t nb = mx_num_blocks(k, block), full = k / block;
-  for (int64_t b = 0; b < full; ++b) s[b] = mx_scale_code<D, A>(abs_max_bits_32n(x + b * block, block), round_scale);
+  int64_t b0 = 0;
+  if constexpr (!std::is_same_v<T, float>) {
+    for (; b0 + 16 <= full; b0 += 16) {
+      const vec::u16x16 h = abs_max_u16_16_blocks(reinterpret_cast<const uint16_t*>(x + b0 * block), block);
+      vec::store_bytes(s + b0, mx_scale_codes16<D, A>(widen_abs_bits(h, x), round_scale));
+    }
+  }
+  for (int64_t b = b0; b < full; ++b) s[b] = mx_scale_code<D, A>(abs_max_bits_32n(x + b * block, block), round_scale);
   if (full < nb) s[full] = mx_scale_code<D, A>(abs_max_bits(x + full * block, k - full * block), round_scale);
   if (nb % 2) s[nb] = 0;
   for (int64_t b = 0; b < nb; ++b) {

@@ -383,6 +383,44 @@ TEST(DynamicMxQuant, tiny_bf16_blocks_around_scale_exponent_minus_112) {
   }
 }
 
+// 64 blocks per row (so the kernels' 16-blocks-at-a-time scale path runs) with designed maxima: zero,
+// subnormal, exact powers of two, max(dst) * 2^k and its neighbours, values around the 1e-4 floor of
+// the biased-exponent rule, huge values, NaN and infinity; every convention and input dtype.
+TEST(DynamicMxQuant, block_maxima_sweep) {
+  GB_REQUIRE_MX();
+  std::vector<float> maxima{0.f, std::ldexp(1.f, -130), std::ldexp(1.f, -20), 6e-5f, 1e-4f, 1.5e-4f, 1.f, 2.f,
+                            3.f, 6.f, 7.f, 448.f, 464.f, 480.f, 500.f, 57344.f, 61440.f, 1e30f, -3.5f, 0.75f};
+  for (int k = -12; k <= 12; k += 3) {
+    for (float base : {448.f, 57344.f, 6.f}) {
+      maxima.push_back(std::ldexp(base, k));
+      maxima.push_back(std::nextafter(std::ldexp(base, k), 1e38f));
+    }
+  }
+  maxima.push_back(std::numeric_limits<float>::quiet_NaN());
+  maxima.push_back(-INFINITY);
+  while (maxima.size() < 64) maxima.push_back(std::ldexp(1.3f, static_cast<int>(maxima.size()) - 40));
+  maxima.resize(64);
+  for (DType d : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (const Variant& v : kVariants) {
+      SCOPED_TRACE(std::string(v.name) + " " + std::string(dtype_name(d)));
+      const MxQuantConfig c = config_of(v, 32);
+      MxCase t(d, {2, 64 * 32}, c);
+      std::vector<float> x(2 * 64 * 32);
+      for (int r = 0; r < 2; ++r) {
+        for (int b = 0; b < 64; ++b) {
+          const float m = maxima[(b + 17 * r) % 64];  // row 1 rotates the maxima across the 16-block groups
+          for (int i = 0; i < 32; ++i) {
+            const float f = i == (b % 32) ? 1.f : static_cast<float>((i * 7) % 16) / 16.f;
+            x[(r * 64 + b) * 32 + i] = round_like((i % 2 ? -1.f : 1.f) * m * f, d);
+          }
+        }
+      }
+      set_values(t.x.view(), x);
+      t.run(c);
+    }
+  }
+}
+
 TEST(DynamicMxQuant, strided_input_and_outputs) {
   GB_REQUIRE_MX();
   for (const Variant& v : {kVariants[0], kVariants[5], kVariants[8]}) {
