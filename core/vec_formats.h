@@ -194,7 +194,9 @@ template <int M, int B, int16_t kMax16, uint16_t kMagic16, int kSignShift, uint1
 inline u16x32 bf16_scaled_minifloat(u16x32 u, int16_t s_shift /* s << 7 */) {
   constexpr int kShift = 7 - M;
   const u16x32 sign = (u >> kSignShift) & kSignMask;
-  i16x32 t = std::bit_cast<i16x32>(u & 0x7fff) - s_shift;  // |x| * 2^-s as bf16 bits (normal when >= 0x80)
+  // |x| * 2^-s as bf16 bits (normal when >= 0x80). Subtracted in wrapping unsigned arithmetic: only
+  // inputs outside the preconditions could wrap, and signed vector overflow would be undefined.
+  i16x32 t = std::bit_cast<i16x32>(static_cast<u16x32>(u & 0x7fff) - static_cast<uint16_t>(s_shift));
   t = t < 0 ? 0 : t;
   t = t > kMax16 ? kMax16 : t;  // saturate: rounding max stays max
   const u16x32 tu = std::bit_cast<u16x32>(t);
