@@ -233,9 +233,9 @@ inline vec::u16x16 abs_max_u16_16_blocks(const uint16_t* x, int64_t block) {
 // fp32 bit patterns of 16 bf16 / fp16 magnitude patterns (NaN stays NaN, inf stays inf).
 inline vec::u32x16 widen_abs_bits(vec::u16x16 h, const bf16_t*) { return __builtin_convertvector(h, vec::u32x16) << 16; }
 inline vec::u32x16 widen_abs_bits(vec::u16x16 h, const fp16_t*) {
-  vec::h16x16 f;
-  std::memcpy(&f, &h, sizeof f);
-  return vec::as_u32(__builtin_convertvector(f, vec::f32x16));
+  fp16_t tmp[16];  // through memory: vec::load is the fast widening (vcvtph2ps where available)
+  std::memcpy(tmp, &h, sizeof tmp);
+  return vec::as_u32(vec::load(tmp));
 }
 
 // mx_scale_code on 16 lanes (same rules; see the scalar version in quant_kernel.h).
