@@ -341,32 +341,41 @@ void mx_quant_row(const T* x, int64_t k, int64_t block, bool round_scale, uint8_
   for (int64_t b = b0; b < full; ++b) s[b] = mx_scale_code<D, A>(abs_max_bits_32n(x + b * block, block), round_scale);
   if (full < nb) s[full] = mx_scale_code<D, A>(abs_max_bits(x + full * block, k - full * block), round_scale);
   if (nb % 2) s[nb] = 0;
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t lo = b * block, n = std::min(block, k - lo);
+  // Pass 2a: ordinary whole blocks, in a loop without calls so the encoder's constants stay in registers
+  // (every vector register is caller-saved). Pass 2b: NaN blocks, blocks the bf16 path cannot take, and
+  // the short tail.
+  constexpr bool kBf16Path = std::is_same_v<T, bf16_t> && vec::kNativeFp16 && (D == DType::kFp8E4M3FN || D == DType::kFp4E2M1x2);
+  constexpr int kMinCode = kBf16Path ? 127 - 112 : 0;  // see vec::bf16_scaled_minifloat for the preconditions
+  for (int64_t b = 0; b < full; ++b) {
+    const uint8_t code = s[b];
+    if (code == 0xff || code < kMinCode) continue;
+    const int64_t lo = b * block;
     uint8_t* qb = q + (kFp4 ? lo / 2 : lo);
-    if (s[b] == 0xff) {
-      std::memset(qb, kNaN, static_cast<size_t>(kFp4 ? n / 2 : n));
-    } else if (b < full) {  // whole block: n is a multiple of 32, inlined so constants stay in registers
-      if constexpr (std::is_same_v<T, bf16_t> && vec::kNativeFp16 &&
-                    (D == DType::kFp8E4M3FN || D == DType::kFp4E2M1x2)) {
-        if (s[b] >= 127 - 112) {  // see vec::bf16_scaled_minifloat for the preconditions
-          const int16_t s_shift = static_cast<int16_t>((s[b] - 127) * 128);
-          for (int64_t i = 0; i < n; i += 32) {
-            vec::u16x32 u;
-            std::memcpy(&u, x + lo + i, sizeof u);
-            if constexpr (D == DType::kFp8E4M3FN) {
-              vec::store_bytes32(qb + i, vec::encode_bf16_scaled_fp8_e4m3fn(u, s_shift));
-            } else {
-              vec::store_nibble_pairs32(qb + i / 2, vec::encode_bf16_scaled_fp4_e2m1(u, s_shift));
-            }
-          }
-          continue;
+    if constexpr (kBf16Path) {
+      const int16_t s_shift = static_cast<int16_t>((code - 127) * 128);
+      for (int64_t i = 0; i < block; i += 32) {
+        vec::u16x32 u;
+        std::memcpy(&u, x + lo + i, sizeof u);
+        if constexpr (D == DType::kFp8E4M3FN) {
+          vec::store_bytes32(qb + i, vec::encode_bf16_scaled_fp8_e4m3fn(u, s_shift));
+        } else {
+          vec::store_nibble_pairs32(qb + i / 2, vec::encode_bf16_scaled_fp4_e2m1(u, s_shift));
         }
       }
-      const vec::f32x16 m = vec::splat(inverse_scale(s[b]));
-      for (int64_t i = 0; i < n; i += 32) mx_encode_32<T, D>(x + lo + i, m, qb + (kFp4 ? i / 2 : i));
     } else {
-      mx_encode_block<T, D>(x + lo, n, inverse_scale(s[b]), qb);
+      const vec::f32x16 m = vec::splat(inverse_scale(code));
+      for (int64_t i = 0; i < block; i += 32) mx_encode_32<T, D>(x + lo + i, m, qb + (kFp4 ? i / 2 : i));
+    }
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t code = s[b];
+    if (b < full && code != 0xff && code >= kMinCode) continue;  // done in pass 2a
+    const int64_t lo = b * block, n = std::min(block, k - lo);
+    uint8_t* qb = q + (kFp4 ? lo / 2 : lo);
+    if (code == 0xff) {
+      std::memset(qb, kNaN, static_cast<size_t>(kFp4 ? n / 2 : n));
+    } else {
+      mx_encode_block<T, D>(x + lo, n, inverse_scale(code), qb);
     }
   }
 }
