@@ -289,7 +289,7 @@ Result<TensorView> SafetensorsFile::view(const SafetensorsTensor& t) const {
     return invalid_argument(fmt::format("{}: tensor '{}' has dtype {}; genbridge reads BF16, F16 and F32 tensors",
                                         path_, t.name, t.dtype));
   }
-  if (t.offset % info->size != 0) {
+  if (t.offset % info->size != 0 && t.nbytes != 0) {
     return invalid_argument(fmt::format("{}: tensor '{}' starts at file offset {}, not aligned to its {}-byte elements",
                                         path_, t.name, t.offset, info->size));
   }
@@ -328,6 +328,12 @@ Result<SafetensorsWriter> SafetensorsWriter::create(const std::filesystem::path&
     for (int64_t d : s.shape) {
       if (d < 0) return invalid_argument(fmt::format("{}: tensor '{}' has a negative dimension", p, s.name));
       n *= static_cast<uint64_t>(d);
+    }
+    if (offset % safetensors_dtype_size(dt) != 0 && n != 0) {
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' would start at data offset {}, not a multiple of its {}-byte elements (write tensors "
+          "with larger elements first)",
+          p, s.name, offset, safetensors_dtype_size(dt)));
     }
     header[s.name] = {{"dtype", std::string(dt)}, {"shape", s.shape}, {"data_offsets", {offset, offset + n}}};
     offset += n;
@@ -404,10 +410,18 @@ Status SafetensorsWriter::finish() {
 
 Status write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorData>& tensors,
                          const std::map<std::string, std::string>& metadata) {
+  // Larger elements first (stable) keeps every tensor aligned to its element size, as the reference
+  // implementation does.
+  std::vector<const SafetensorsTensorData*> order;
+  for (const SafetensorsTensorData& t : tensors) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(), [](const SafetensorsTensorData* a, const SafetensorsTensorData* b) {
+    return dtype_size(a->spec.dtype) > dtype_size(b->spec.dtype);
+  });
   std::vector<SafetensorsTensorSpec> specs;
-  for (const SafetensorsTensorData& t : tensors) specs.push_back(t.spec);
+  for (const SafetensorsTensorData* t : order) specs.push_back(t->spec);
   GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(path, std::move(specs), metadata));
-  for (const SafetensorsTensorData& t : tensors) {
+  for (const SafetensorsTensorData* tp : order) {
+    const SafetensorsTensorData& t = *tp;
     uint64_t n = safetensors_dtype_size(safetensors_dtype_name(t.spec.dtype));
     for (int64_t d : t.spec.shape) n *= static_cast<uint64_t>(d);
     GB_RETURN_IF_ERROR(w.write_next(t.data, n));

@@ -79,6 +79,8 @@ class SafetensorsFile {
   // The "__metadata__" object (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t file_size() const { return map_->size(); }
+  // The whole mapped file (views point into it).
+  const MappedFile& mapping() const { return *map_; }
 
  private:
   SafetensorsFile() = default;
@@ -102,7 +104,8 @@ struct SafetensorsTensorSpec {
 
 // Streams a safetensors file: the header is written from the specs at create(), then each tensor's bytes
 // in spec order. The header is space-padded so the data section starts at a 64-byte boundary; tensors are
-// laid out back to back in spec order. Writes to "<path>.tmp" and renames on finish(). Blocking file I/O.
+// laid out back to back in spec order, and create() refuses an order that would leave a tensor misaligned
+// for its element size. Writes to "<path>.tmp" and renames on finish(). Blocking file I/O.
 class SafetensorsWriter {
  public:
   static Result<SafetensorsWriter> create(const std::filesystem::path& path,
@@ -131,7 +134,8 @@ struct SafetensorsTensorData {
   SafetensorsTensorSpec spec;
   const void* data = nullptr;  // numel * element size bytes; not retained
 };
-// Writes a whole file in one call (SafetensorsWriter underneath).
+// Writes a whole file in one call (SafetensorsWriter underneath), tensors ordered by element size (largest
+// first, otherwise as given) so that each is aligned.
 Status write_safetensors(const std::filesystem::path& path, const std::vector<SafetensorsTensorData>& tensors,
                          const std::map<std::string, std::string>& metadata = {});
 
