@@ -1,6 +1,9 @@
 #include "runtime/model/checkpoint.h"
 
+#include <algorithm>
 #include <set>
+
+#include "core/parallel.h"
 
 #include <fmt/format.h>
 
@@ -42,22 +45,27 @@ class WeightBinder {
       ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;
       return v;
     }
-    // Convert F16 / F32 to bf16 into an owned buffer (one rounding, to nearest even).
-    const size_t n = static_cast<size_t>(v.numel());
-    std::vector<bf16_t> out(n);
-    if (v.dtype() == DType::kF32) {
-      float_to_bf16_n(v.data_as<const float>(), out.data(), n);
-    } else {
-      std::vector<float> tmp(std::min<size_t>(n, 1 << 16));
-      for (size_t i = 0; i < n; i += tmp.size()) {
-        const size_t m = std::min(tmp.size(), n - i);
-        fp16_to_float_n(v.data_as<const fp16_t>() + i, tmp.data(), m);
-        float_to_bf16_n(tmp.data(), out.data() + i, m);
+    // Convert F16 / F32 to bf16 into an owned buffer (one rounding, to nearest even), in parallel chunks
+    // (element-wise: the result does not depend on the thread count).
+    const int64_t n = v.numel();
+    std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(n)]);  // uninitialised: written once below
+    constexpr int64_t kChunk = 1 << 14;
+    const bool f32 = v.dtype() == DType::kF32;
+    detail::parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
+      float tmp[kChunk];
+      for (int64_t c = b; c < e; ++c) {
+        const int64_t i = c * kChunk, m = std::min(kChunk, n - i);
+        if (f32) {
+          float_to_bf16_n(v.data_as<const float>() + i, out.get() + i, static_cast<size_t>(m));
+        } else {
+          fp16_to_float_n(v.data_as<const fp16_t>() + i, tmp, static_cast<size_t>(m));
+          float_to_bf16_n(tmp, out.get() + i, static_cast<size_t>(m));
+        }
       }
-    }
-    ckpt_.converted_weight_bytes_ += n * sizeof(bf16_t);
-    TensorView bv(out.data(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
-    ckpt_.converted_.push_back(std::move(out));  // the heap buffer does not move
+    });
+    ckpt_.converted_weight_bytes_ += static_cast<uint64_t>(n) * sizeof(bf16_t);
+    TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
+    ckpt_.converted_.push_back(std::move(out));
     return bv;
   }
 

@@ -104,7 +104,7 @@ class Checkpoint {
   std::filesystem::path dir_;
   ModelConfig config_;
   std::unique_ptr<TensorStore> store_;
-  std::vector<std::vector<bf16_t>> converted_;  // owned bf16 copies; heap buffers never move
+  std::vector<std::unique_ptr<bf16_t[]>> converted_;  // owned bf16 copies; heap buffers never move
   ModelWeights weights_;
   WeightPrecision precision_ = WeightPrecision::kBF16;
   uint64_t mapped_weight_bytes_ = 0;
