@@ -348,6 +348,7 @@ Status run_paged_decode(const PagedDecodeCall& c) {
       p.value_scales = c.cache.value_scale_cache.data_as<const fp16_t>();
     }
     // Work items, heaviest first so that dynamic scheduling ends evenly (order never affects results).
+    // The list is reused across calls (grows once).
     thread_local std::vector<Item> items;
     items.clear();
     const int64_t num_seqs = c.block_tables.dim(0);
@@ -372,17 +373,23 @@ Status run_paged_decode(const PagedDecodeCall& c) {
 
     auto run_items = [&]<KvCacheFormat F>() {
       const int threads = static_cast<int>(std::min<int64_t>(num_threads(), num_items));
+      // Per-thread scratch grows once and is reused: steady-state calls do not allocate.
+      auto scratch = [&]() -> std::vector<float>& {
+        thread_local std::vector<float> buf;
+        if (buf.size() < scratch_floats) buf.resize(scratch_floats);
+        return buf;
+      };
       if (threads <= 1 || total_work * D < (int64_t{1} << 18)) {
-        std::vector<float> scratch(scratch_floats);
-        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, items[i], scratch);
+        std::vector<float>& buf = scratch();
+        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, items[i], buf);
         return;
       }
-      const std::vector<Item>& work = items;
+      const std::vector<Item>& work = items;  // the caller's thread_local list, shared with the team
 #pragma omp parallel num_threads(threads)
       {
-        std::vector<float> scratch(scratch_floats);
+        std::vector<float>& buf = scratch();
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, work[i], scratch);
+        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, work[i], buf);
       }
     };
     switch (c.cache.format) {
