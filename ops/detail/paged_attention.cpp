@@ -113,6 +113,7 @@ template <int D, KvCacheFormat F>
 void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
   using Rows = KvRows<D, F>;
   constexpr int C = D / 16;
+  static_assert(C % 2 == 0, "the V loop takes column chunks in pairs");
   const PagedDecodeCall& c = *p.call;
   const KvGeometry& g = p.g;
   const int nr = it.row_count;
@@ -232,16 +233,27 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
       }
     }
 
-    // acc[r] += sum_k w[r][k] * v_k, keys in order, 16 columns at a time with the rows in registers.
+    // acc[r] += sum_k w[r][k] * v_k, keys in order, 32 columns at a time (one 64-byte bf16 line) with the
+    // rows in registers: 2 * NR independent accumulation chains.
     for_row_blocks(nr, [&]<int NR>(int r0) {
-      for (int ci = 0; ci < C; ++ci) {
-        vec::f32x16 a[NR];
-        for (int i = 0; i < NR; ++i) a[i] = vec::load(acc + (r0 + i) * D + 16 * ci);
-        for (int k = 0; k < cn; ++k) {
-          const vec::f32x16 v = Rows::load(vrow[k], ci);
-          for (int i = 0; i < NR; ++i) a[i] += w[(r0 + i) * kChunk + k] * v;
+      for (int ci = 0; ci < C; ci += 2) {
+        vec::f32x16 a0[NR], a1[NR];
+        for (int i = 0; i < NR; ++i) {
+          a0[i] = vec::load(acc + (r0 + i) * D + 16 * ci);
+          a1[i] = vec::load(acc + (r0 + i) * D + 16 * ci + 16);
         }
-        for (int i = 0; i < NR; ++i) vec::store(acc + (r0 + i) * D + 16 * ci, a[i]);
+        for (int k = 0; k < cn; ++k) {
+          const vec::f32x16 v0 = Rows::load(vrow[k], ci), v1 = Rows::load(vrow[k], ci + 1);
+          for (int i = 0; i < NR; ++i) {
+            const float wk = w[(r0 + i) * kChunk + k];
+            a0[i] += wk * v0;
+            a1[i] += wk * v1;
+          }
+        }
+        for (int i = 0; i < NR; ++i) {
+          vec::store(acc + (r0 + i) * D + 16 * ci, a0[i]);
+          vec::store(acc + (r0 + i) * D + 16 * ci + 16, a1[i]);
+        }
       }
     });
   }

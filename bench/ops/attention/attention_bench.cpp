@@ -1,10 +1,14 @@
 // attention/paged_decode decode bandwidth against the same-binary copy kernel: 8 KV heads, head_dim
 // 128, 32 query heads (GQA 4), one query token per sequence, every KV representation the build runs.
 // Bytes per call = the KV cache bytes read: batch * context * 8 heads * (K + V) * bytes per (token, kv head)
-// (bf16 256, int8 128 + 2, fp8 132). The default run is short; GENBRIDGE_BENCH_SWEEP=1 registers the
-// full batch x context grid.
+// (bf16 256, int8 128 + 2, fp8 132). Counters: GB/s and ratio against the copy kernel (wall clock), and
+// GB/s_per_cpu_s (KV bytes per CPU-second of all threads). The default run is short;
+// GENBRIDGE_BENCH_SWEEP=1 registers the full batch x context grid.
 #include <benchmark/benchmark.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -28,6 +32,12 @@ int64_t row_bytes(KvCacheFormat f) {
   return f == KvCacheFormat::kBf16 ? 2 * kHeadDim : (f == KvCacheFormat::kInt8Fp16Scale ? kHeadDim : kHeadDim + 4);
 }
 int64_t side_bytes(KvCacheFormat f) { return f == KvCacheFormat::kInt8Fp16Scale ? 2 : 0; }
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 // Random but valid cache contents for the format (values about N(0,1)-sized), filled directly: going
 // through the writers would dominate set-up time at large sizes.
@@ -94,10 +104,18 @@ void BM_paged_decode(benchmark::State& state) {
   const TensorView bt(tables.data(), DType::kI32, {batch, pages_per_seq}), cl(lens.data(), DType::kI32, {batch}),
       ql(loc.data(), DType::kI32, {batch + 1});
   const size_t kv_bytes = static_cast<size_t>(batch * ctx * kKvHeads * 2 * (rb + sb));
+  // CPU seconds of all threads per call as well: on a shared machine the wall-clock ratio moves with the
+  // neighbours' load, bytes per CPU-second much less.
+  double cpu_total = 0;
+  int64_t calls = 0;
   run_memory_bound(state, kv_bytes, [&] {
+    const double c0 = process_cpu_seconds();
     const Status st = ops::paged_decode(q.view(), cache, bt, cl, ql, 0.088f, out.view());
+    cpu_total += process_cpu_seconds() - c0;
+    ++calls;
     if (!st.ok()) state.SkipWithError(st.to_string().c_str());
   });
+  state.counters["GB/s_per_cpu_s"] = static_cast<double>(kv_bytes) * static_cast<double>(calls) / cpu_total / 1e9;
   state.SetLabel(std::string(ops::kv_cache_format_name(f)));
 }
 
