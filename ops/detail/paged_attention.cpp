@@ -62,14 +62,43 @@ struct Plan {
 template <int D, KvCacheFormat F>
 struct KvRows {
   static constexpr bool kScaled = F != KvCacheFormat::kBf16;
-  // Elements [16c, 16c + 16) of a row as fp32 (fp8: times 2^-8, compensated in scale()).
-  static vec::f32x16 load(const uint8_t* row, int c) {
+  // Columns are processed 32 at a time as two 16-lane vectors. bf16 rows are split into their even and
+  // odd elements (one shift and one mask of the 64-byte line, instead of widening each half), so q and
+  // the output accumulators use the same "pair-interleaved" column order; the other formats keep the
+  // natural order. Either way the order is fixed, so results stay the same on every ISA.
+  static constexpr bool kPairInterleaved = F == KvCacheFormat::kBf16;
+  // Columns [32p, 32p + 32) of a row as fp32 (fp8: times 2^-8, compensated in scale()).
+  static void load_pair(const uint8_t* row, int p, vec::f32x16& lo, vec::f32x16& hi) {
     if constexpr (F == KvCacheFormat::kBf16) {
-      return vec::load(reinterpret_cast<const bf16_t*>(row) + 16 * c);
+      u32x16 u;
+      std::memcpy(&u, row + 64 * p, sizeof u);
+      lo = bits_to_f32(u << 16);                    // elements 32p + 0, 2, 4, ...
+      hi = bits_to_f32(u & 0xffff0000u);            // elements 32p + 1, 3, 5, ...
     } else if constexpr (F == KvCacheFormat::kInt8Fp16Scale) {
-      return load_i8(row + 16 * c);
+      lo = load_i8(row + 32 * p);
+      hi = load_i8(row + 32 * p + 16);
     } else {
-      return load_fp8_e4m3fn_scaled(row + 16 * c);
+      lo = load_fp8_e4m3fn_scaled(row + 32 * p);
+      hi = load_fp8_e4m3fn_scaled(row + 32 * p + 16);
+    }
+  }
+  // Reorders a row of D natural-order columns into the kernel's column order (and back).
+  static void to_kernel_order(float* x) {
+    if constexpr (kPairInterleaved) {
+      float t[32];
+      for (int p = 0; p < D / 32; ++p) {
+        for (int i = 0; i < 16; ++i) t[i] = x[32 * p + 2 * i], t[16 + i] = x[32 * p + 2 * i + 1];
+        std::memcpy(x + 32 * p, t, sizeof t);
+      }
+    }
+  }
+  static void to_natural_order(float* x) {
+    if constexpr (kPairInterleaved) {
+      float t[32];
+      for (int p = 0; p < D / 32; ++p) {
+        for (int i = 0; i < 16; ++i) t[2 * i] = x[32 * p + i], t[2 * i + 1] = x[32 * p + 16 + i];
+        std::memcpy(x + 32 * p, t, sizeof t);
+      }
     }
   }
   static float scale(const uint8_t* row, const fp16_t* scales, int64_t r) {
@@ -143,6 +172,7 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
     float* qr = q + r * D;
     load_row_f32(c.query, 1, token[r] * num_q_heads + head[r], D, qr);
     for (int i = 0; i < D; ++i) qr[i] *= c.softmax_scale;
+    Rows::to_kernel_order(qr);
     m[r] = kNegInf;
     l[r] = 0.f;
     std::fill(acc + r * D, acc + (r + 1) * D, 0.f);
@@ -175,8 +205,8 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
         vec::f32x16 ka[C], kb[C];
         const uint8_t* ra = krow[k0 + kk];
         const uint8_t* rb = pair ? krow[k0 + kk + 1] : ra;
-        for (int ci = 0; ci < C; ++ci) ka[ci] = Rows::load(ra, ci);
-        for (int ci = 0; ci < C; ++ci) kb[ci] = Rows::load(rb, ci);
+        for (int ci = 0; ci < C; ci += 2) Rows::load_pair(ra, ci / 2, ka[ci], ka[ci + 1]);
+        for (int ci = 0; ci < C; ci += 2) Rows::load_pair(rb, ci / 2, kb[ci], kb[ci + 1]);
         for (int64_t b = 0; b < g.row_bytes; b += 64) {
           __builtin_prefetch(vrow[k0 + kk] + b);
           if (pair) __builtin_prefetch(vrow[k0 + kk + 1] + b);
@@ -243,7 +273,8 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
           a1[i] = vec::load(acc + (r0 + i) * D + 16 * ci + 16);
         }
         for (int k = 0; k < cn; ++k) {
-          const vec::f32x16 v0 = Rows::load(vrow[k], ci), v1 = Rows::load(vrow[k], ci + 1);
+          vec::f32x16 v0, v1;
+          Rows::load_pair(vrow[k], ci / 2, v0, v1);
           for (int i = 0; i < NR; ++i) {
             const float wk = w[(r0 + i) * kChunk + k];
             a0[i] += wk * v0;
@@ -261,6 +292,7 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
   for (int r = 0; r < nr; ++r) {
     float* ar = acc + r * D;
     for (int i = 0; i < D; ++i) ar[i] = ar[i] / l[r];
+    Rows::to_natural_order(ar);
     store_row_f32(c.out, 1, token[r] * num_q_heads + head[r], D, ar);
   }
 }
