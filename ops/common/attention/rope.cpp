@@ -77,16 +77,20 @@ Status rope(const TensorView& positions, const TensorView& query, const TensorVi
   }
   if (num_tokens == 0 || d == 0) return ok_status();
 
-  std::vector<float> inv_freq;
+  thread_local std::vector<float> inv_freq;  // buffers grow once per thread: steady-state calls do not allocate
   inverse_frequencies(rope_theta, d, inv_freq);
+  const float* freq = inv_freq.data();  // the caller's buffer; worker threads must not name the thread_local
   const int64_t half = d / 2;
   const int64_t heads = query.dim(1) + key.dim(1);
   ::genbridge::detail::parallel_for(num_tokens, heads * d * 4 + half * 40, [&](int64_t t0, int64_t t1) {
-    std::vector<float> cos_a(half), sin_a(half), x(d);
+    thread_local std::vector<float> cos_a, sin_a, x;
+    cos_a.resize(static_cast<size_t>(half));
+    sin_a.resize(static_cast<size_t>(half));
+    x.resize(static_cast<size_t>(d));
     for (int64_t t = t0; t < t1; ++t) {
       const float p = static_cast<float>(position_at(positions, t));
       for (int64_t i = 0; i < half; ++i) {
-        const float a = p * inv_freq[i];
+        const float a = p * freq[i];
         cos_a[i] = std::cos(a);
         sin_a[i] = std::sin(a);
       }
