@@ -211,8 +211,8 @@ class MpiTransport final : public Transport {
   }
 
   void abort_job(const Status& why) override {
-    std::fprintf(stderr, "genbridge afd: %s ends the job: %s\n", initialized_ ? names_[rank_].c_str() : "this rank",
-                 why.to_string().c_str());
+    if (!initialized_) return;  // MPI never started: nothing to abort, the caller returns the error
+    std::fprintf(stderr, "genbridge afd: %s ends the job: %s\n", names_[rank_].c_str(), why.to_string().c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);
