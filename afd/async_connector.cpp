@@ -140,7 +140,7 @@ class AsyncConnector final : public ConnectorBase {
 
   Status close_hook(Deadline deadline) override {
     if (role_ != Role::kAttention) return ok_status();
-    return wait_all(done_ids_, deadline, "the done message to be taken", topo_.ffn_world, -1, 0, 0);
+    return wait_all(done_ids_, deadline, "send:the done message", topo_.ffn_world, -1, 0, 0);
   }
 
  private:

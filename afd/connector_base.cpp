@@ -112,16 +112,19 @@ Status ConnectorBase::wait_error(const Status& s, std::string_view what, int pee
                                  int64_t step, int64_t timeout_ms) const {
   const std::string me = topo_.rank_name(world_rank_);
   const std::string peer = peer_world >= 0 ? topo_.rank_name(peer_world) : std::string("any attention rank");
-  const std::string where = layer >= 0 ? fmt::format("layer {}, stage {}, step {}", layer, stage, step)
-                                       : fmt::format("step {}", step);
+  const std::string where = layer >= 0 ? fmt::format(" of layer {}, stage {}, step {}", layer, stage, step)
+                                       : fmt::format(" (step {})", step);
+  // A `what` starting with "send:" is something this rank sent and the peer has not taken yet.
+  const bool outgoing = what.starts_with("send:");
+  const std::string waited = outgoing ? fmt::format("{} to take {}{}", peer, what.substr(5), where)
+                                      : fmt::format("{}{} from {}", what, where, peer);
   if (s.code() == StatusCode::kDeadlineExceeded) {
-    return deadline_exceeded(fmt::format("afd: {} timed out after {} ms waiting for {} from {} ({})", me, timeout_ms,
-                                         what, peer, where));
+    return deadline_exceeded(fmt::format("afd: {} timed out after {} ms waiting for {}", me, timeout_ms, waited));
   }
   if (s.code() == StatusCode::kUnavailable) {
-    return unavailable(fmt::format("afd: {} stopped waiting for {} from {} ({}): {}", me, what, peer, where, s.message()));
+    return unavailable(fmt::format("afd: {} stopped waiting for {}: {}", me, waited, s.message()));
   }
-  return Status(s.code(), fmt::format("afd: {} waiting for {} from {} ({}): {}", me, what, peer, where, s.message()));
+  return Status(s.code(), fmt::format("afd: {} waiting for {}: {}", me, waited, s.message()));
 }
 
 Status ConnectorBase::wait_all(std::span<RequestId> ids, Deadline deadline, std::string_view what,
@@ -456,7 +459,7 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
     return failure;
   }
   // The hidden rows were read in place: their sends must be done before the caller may reuse them.
-  GB_RETURN_IF_ERROR(wait_all(d.send_ids, deadline, "the hidden-state sends to be taken", topo_.ffn_world,
+  GB_RETURN_IF_ERROR(wait_all(d.send_ids, deadline, "send:the hidden states", topo_.ffn_world,
                               d.meta.layer, stage, d.meta.step));
   const TransferMeta meta = d.meta;
   fifo.head = (fifo.head + 1) % kFifoDepth;
@@ -499,7 +502,7 @@ Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int6
 Status ConnectorBase::wait_group_sends(Group& g, int layer, int stage, int64_t step) {
   wait_peers_.clear();
   for (int s : g.slots) wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
-  return wait_all(g.send_ids, deadline_after_ms(cfg_.timeout_ms), "the previous expert outputs to be taken",
+  return wait_all(g.send_ids, deadline_after_ms(cfg_.timeout_ms), "send:the previous expert outputs",
                   wait_peers_, layer, stage, step);
 }
 
@@ -720,7 +723,7 @@ Status ConnectorBase::close() {
   if (role_ == Role::kAttention) {
     for (StageFifo& fifo : fifos_) {
       for (Dispatch& d : fifo.entries) {
-        Status s = wait_all(d.send_ids, deadline, "the hidden-state sends to be taken", topo_.ffn_world, d.meta.layer,
+        Status s = wait_all(d.send_ids, deadline, "send:the hidden states", topo_.ffn_world, d.meta.layer,
                             d.meta.stage, d.meta.step);
         if (first.ok()) first = s;
         for (RequestId& id : d.recv_ids) {

@@ -251,7 +251,7 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
   Status close_hook(Deadline deadline) override {
     Status s;
     if (role_ == Role::kAttention) {
-      s = wait_all(ctrl_send_ids_, deadline, "the control message to be taken", topo_.ffn_world, -1, 0, step_);
+      s = wait_all(ctrl_send_ids_, deadline, "send:the control message", topo_.ffn_world, -1, 0, step_);
     }
     for (RequestId& id : ctrl_recv_ids_) {
       if (id != kNoRequest) transport_->cancel(id).ignore();
@@ -285,8 +285,7 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
   }
 
   Status send_control(wire::Kind kind, int64_t step, std::span<const int> counts, bool warmup) {
-    GB_RETURN_IF_ERROR(wait_all(ctrl_send_ids_, deadline_after_ms(cfg_.timeout_ms), "the previous control message to "
-                                "be taken", topo_.ffn_world, -1, 0, step));
+    GB_RETURN_IF_ERROR(wait_all(ctrl_send_ids_, deadline_after_ms(cfg_.timeout_ms), "send:the previous control message", topo_.ffn_world, -1, 0, step));
     for (int f = 0; f < cfg_.num_ffn; ++f) {
       std::byte* b = ctrl_send_buf_[f].data();
       wire::Header h{};
