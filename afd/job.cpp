@@ -46,26 +46,40 @@ Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions
   const int n = cfg.num_attention + cfg.num_ffn;
   std::shared_ptr<InprocWorld> world = make_inproc_world(n, cfg.timeout_ms);
   std::vector<Status> results(n);
+  std::mutex mu;
+  Status root;  // the first failure, in the failed rank's own words
   std::vector<std::thread> threads;
   threads.reserve(n);
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
+      std::unique_ptr<Connector> c;
       Status s = [&]() -> Status {
-        GB_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, make_connector(cfg, make_inproc_transport(world, r)));
-        Status st = c->init();
-        if (st.ok()) st = run_rank(*c, cfg, fns, options);
-        if (!st.ok()) {
-          c->abort_job(st);  // wakes every other rank's waits with an error naming this rank
-          return st;
-        }
+        GB_ASSIGN_OR_RETURN(c, make_connector(cfg, make_inproc_transport(world, r)));
+        GB_RETURN_IF_ERROR(c->init());
+        GB_RETURN_IF_ERROR(run_rank(*c, cfg, fns, options));
         return c->close();
       }();
-      if (!s.ok()) fail_rank(*world, r, s);
+      if (!s.ok()) {
+        {
+          std::lock_guard lock(mu);
+          if (root.ok()) {
+            const std::string who = c && c->world_rank() == r && !c->topology().roles.empty()
+                                        ? c->topology().rank_name(r)
+                                        : fmt::format("world rank {}", r);
+            root = Status(s.code(), fmt::format("{} failed: {}", who, s.message()));
+          }
+        }
+        // Wakes every other rank's waits with an error naming this rank.
+        if (c) {
+          c->abort_job(s);
+        } else {
+          fail_rank(*world, r, s);
+        }
+      }
       results[r] = std::move(s);
     });
   }
   for (std::thread& t : threads) t.join();
-  const Status root = world_failure(*world);
   if (!root.ok()) {
     int failed = 0;
     for (const Status& s : results) failed += !s.ok();

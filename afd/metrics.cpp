@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -53,6 +54,8 @@ void LatencyHistogram::merge(const LatencyHistogram& o) {
 
 double LatencyHistogram::percentile_ns(double p) const {
   if (count_ == 0) return 0.0;
+  if (p <= 0) return static_cast<double>(min_ns_);
+  if (p >= 100) return static_cast<double>(max_ns_);
   // Smallest bucket whose cumulative count reaches ceil(p% of count), at least the first sample.
   const double want = std::max(1.0, std::ceil(p / 100.0 * static_cast<double>(count_)));
   int64_t seen = 0;
