@@ -57,19 +57,12 @@ class AsyncConnector final : public ConnectorBase {
 
   Result<std::optional<FfnWorkItem>> recv_work_item() override {
     GB_RETURN_IF_ERROR(require_role(Role::kFfn, "recv_work_item"));
-    const int A = cfg_.num_attention, S = cfg_.num_stages;
+    const int A = cfg_.num_attention;
     const int num_moe = static_cast<int>(moe_layers_.size());
+    std::vector<int>& all = all_slots_;
     for (;;) {
       if (peers_done_ == A) return std::optional<FfnWorkItem>();
-      // A slot is due when its attention rank is in the middle of a step on that stage.
-      wait_ids_.assign(slots_.size(), kNoRequest);
-      int due = -1;
-      for (size_t i = 0; i < slots_.size(); ++i) {
-        const RecvSlot& slot = slots_[i];
-        if (slot.closed || groups_[i].held) continue;
-        wait_ids_[i] = slot.recv_id;
-        if (due < 0 && last_index_[i] >= 0 && last_index_[i] < num_moe - 1) due = static_cast<int>(i);
-      }
+      collect_slot_ids(all);
       bool any = false;
       for (RequestId id : wait_ids_) any |= id != kNoRequest;
       if (!any) {
@@ -77,44 +70,51 @@ class AsyncConnector final : public ConnectorBase {
             "afd recv_work_item: every receive slot is held by a work item that was not handed back with "
             "send_ffn_output()");
       }
+      // A slot is due when its attention rank is in the middle of a step on that stage.
+      int due = -1;
+      for (size_t i = 0; i < slots_.size() && due < 0; ++i) {
+        if (!slots_[i].closed && last_index_[i] >= 0 && last_index_[i] < num_moe - 1) due = static_cast<int>(i);
+      }
       const int64_t timeout = due >= 0 ? cfg_.timeout_ms : cfg_.idle_timeout_ms;
-      Completion c;
-      Result<int> r = transport_->wait_any(wait_ids_, deadline_after_ms(timeout), &c);
-      if (!r.ok()) {
-        if (due >= 0) {
-          const RecvSlot& slot = slots_[due];
-          return wait_error(r.status(), "the hidden states", topo_.attention_world[slot.peer],
-                            moe_layers_[last_index_[due] + 1], slot.stage, last_step_[due], timeout);
+      const Deadline deadline = deadline_after_ms(timeout);
+      for (;;) {
+        Completion c;
+        Result<int> r = transport_->wait_any(wait_ids_, deadline, &c);
+        if (!r.ok()) {
+          if (due >= 0) {
+            const RecvSlot& slot = slots_[due];
+            return wait_error(r.status(), "the hidden states", topo_.attention_world[slot.peer],
+                              moe_layers_[last_index_[due] + 1], slot.stage, last_step_[due], timeout);
+          }
+          return wait_error(r.status(), "the next transfer", -1, -1, 0, 0, timeout);
         }
-        return wait_error(r.status(), "the next transfer", -1, -1, 0, 0, timeout);
+        complete_slot_request(*r, c);
+        const int i = wait_slots_[*r / 2];
+        RecvSlot& slot = slots_[i];
+        const wire::Header* h = slot.header();
+        if (*r % 2 == 0 && c.bytes == wire::kHeaderBytes && h->magic == wire::kMagic && h->kind == wire::Kind::kDone) {
+          GB_RETURN_IF_ERROR(peer_done(slot.peer));
+          break;  // re-collect: the peer's slots are closed
+        }
+        if (slot.pending > 0) continue;
+        GB_ASSIGN_OR_RETURN(h, check_work(slot, -1));
+        // Layers of a stage come in MoE order within a step; a new step starts at the first MoE layer.
+        const int idx = moe_index_of_layer_[h->layer];
+        const bool mid_step = last_index_[i] >= 0 && last_index_[i] < num_moe - 1;
+        const int want = mid_step ? last_index_[i] + 1 : 0;
+        if (idx != want || (mid_step ? h->step != last_step_[i] : (last_index_[i] >= 0 && h->step <= last_step_[i]))) {
+          return internal_error(fmt::format(
+              "afd: {} expected {} of stage {} from {} but got layer {} of step {}", topo_.rank_name(world_rank_),
+              mid_step ? fmt::format("layer {} of step {}", moe_layers_[want], last_step_[i])
+                       : fmt::format("layer {} of a step after {}", moe_layers_[0], last_step_[i]),
+              slot.stage, topo_.rank_name(topo_.attention_world[slot.peer]), h->layer, h->step));
+        }
+        last_index_[i] = idx;
+        last_step_[i] = h->step;
+        GB_RETURN_IF_ERROR(wait_group_sends(groups_[i], h->layer, h->stage, h->step));
+        GB_ASSIGN_OR_RETURN(FfnWorkItem item, make_item(i));
+        return std::optional<FfnWorkItem>(std::move(item));
       }
-      const int i = *r;
-      RecvSlot& slot = slots_[i];
-      slot.recv_id = kNoRequest;
-      slot.completion = c;
-      const wire::Header* h = reinterpret_cast<const wire::Header*>(slot.buf.data());
-      if (c.bytes == wire::kHeaderBytes && h->magic == wire::kMagic && h->kind == wire::Kind::kDone) {
-        GB_RETURN_IF_ERROR(peer_done(slot.peer));
-        continue;
-      }
-      GB_ASSIGN_OR_RETURN(h, check_work(slot, -1));
-      // Layers of a stage come in MoE order within a step; a new step starts at the first MoE layer.
-      const int idx = moe_index_of_layer_[h->layer];
-      const bool mid_step = last_index_[i] >= 0 && last_index_[i] < num_moe - 1;
-      const int want = mid_step ? last_index_[i] + 1 : 0;
-      if (idx != want || (mid_step ? h->step != last_step_[i] : (last_index_[i] >= 0 && h->step <= last_step_[i]))) {
-        return internal_error(fmt::format(
-            "afd: {} expected {} of stage {} from {} but got layer {} of step {}", topo_.rank_name(world_rank_),
-            mid_step ? fmt::format("layer {} of step {}", moe_layers_[want], last_step_[i])
-                     : fmt::format("layer {} of a step after {}", moe_layers_[0], last_step_[i]),
-            slot.stage, topo_.rank_name(topo_.attention_world[slot.peer]), h->layer, h->step));
-      }
-      last_index_[i] = idx;
-      last_step_[i] = h->step;
-      GB_RETURN_IF_ERROR(wait_group_sends(groups_[i], h->layer, h->stage, h->step));
-      GB_ASSIGN_OR_RETURN(FfnWorkItem item, make_item(i));
-      (void)S;
-      return std::optional<FfnWorkItem>(std::move(item));
     }
   }
 
@@ -134,6 +134,7 @@ class AsyncConnector final : public ConnectorBase {
     // One group per (attention rank, stage): items are computed as they come.
     for (size_t i = 0; i < slots_.size(); ++i) GB_RETURN_IF_ERROR(add_group({static_cast<int>(i)}));
     last_index_.assign(slots_.size(), -1);
+    for (size_t i = 0; i < slots_.size(); ++i) all_slots_.push_back(static_cast<int>(i));
     last_step_.assign(slots_.size(), -1);
     return ok_status();
   }
@@ -154,8 +155,11 @@ class AsyncConnector final : public ConnectorBase {
                                           last_step_[i]));
       }
       RecvSlot& slot = slots_[i];
-      if (slot.recv_id != kNoRequest) GB_RETURN_IF_ERROR(transport_->cancel(slot.recv_id));
-      slot.recv_id = kNoRequest;
+      for (RequestId* id : {&slot.meta_id, &slot.rows_id}) {
+        if (*id != kNoRequest) GB_RETURN_IF_ERROR(transport_->cancel(*id));
+        *id = kNoRequest;
+      }
+      slot.pending = 0;
       slot.closed = true;
     }
     ++peers_done_;
@@ -167,6 +171,7 @@ class AsyncConnector final : public ConnectorBase {
   std::vector<int> last_index_;    // per slot: index in moe_layers_ of the last received layer, -1 before any
   std::vector<int64_t> last_step_; // per slot
   int peers_done_ = 0;
+  std::vector<int> all_slots_;
 };
 
 }  // namespace

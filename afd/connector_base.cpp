@@ -234,16 +234,22 @@ Status ConnectorBase::init() {
       for (Dispatch& d : fifo.entries) {
         d.meta_buf.resize(F);
         d.hdr_buf.resize(F);
-        d.send_ids.assign(F, kNoRequest);
-        d.recv_ids.assign(F, kNoRequest);
+        d.send_ids.assign(2 * F, kNoRequest);
+        d.recv_ids.assign(2 * F, kNoRequest);
         for (int f = 0; f < F; ++f) {
           GB_ASSIGN_OR_RETURN(d.meta_buf[f], transport_->alloc_buffer(wire::work_meta_bytes(max_tokens, k_)));
           GB_ASSIGN_OR_RETURN(d.hdr_buf[f], transport_->alloc_buffer(wire::kHeaderBytes));
         }
+        d.result_send_ns.assign(F, 0);
+        d.result_done_ns.assign(F, 0);
         d.layout.tokens.reserve(max_tokens * F);
         d.layout.rows_token.reserve(max_tokens * k_);
         d.layout.rows_slot.reserve(max_tokens * k_);
       }
+    }
+    for (int f = 0; f < F; ++f) {
+      ffn_world_pairs_.push_back(topo_.ffn_world[f]);
+      ffn_world_pairs_.push_back(topo_.ffn_world[f]);
     }
     send_segs_.reserve(1 + max_tokens);
     recv_segs_.reserve(1 + max_tokens * k_);
@@ -255,14 +261,16 @@ Status ConnectorBase::init() {
         RecvSlot& slot = slots_[slot_index(a, s)];
         slot.peer = a;
         slot.stage = s;
-        GB_ASSIGN_OR_RETURN(slot.buf, transport_->alloc_buffer(wire::work_bytes(max_tokens, k_, hidden_)));
+        GB_ASSIGN_OR_RETURN(slot.meta, transport_->alloc_buffer(wire::work_meta_bytes(max_tokens, k_)));
+        GB_ASSIGN_OR_RETURN(slot.rows, transport_->alloc_buffer(wire::rows_bytes(max_tokens, hidden_)));
       }
     }
     GB_RETURN_IF_ERROR(init_ffn());
     for (size_t i = 0; i < slots_.size(); ++i) GB_RETURN_IF_ERROR(post_slot(static_cast<int>(i)));
   }
-  wait_ids_.reserve(static_cast<size_t>(A) * S + F);
-  wait_peers_.reserve(static_cast<size_t>(A) * S + F);
+  wait_ids_.reserve(2 * (static_cast<size_t>(A) * S + F));
+  wait_slots_.reserve(static_cast<size_t>(A) * S);
+  wait_peers_.reserve(2 * (static_cast<size_t>(A) * S + F));
   initialized_ = true;
   return ok_status();
 }
@@ -270,10 +278,37 @@ Status ConnectorBase::init() {
 Status ConnectorBase::post_slot(int i) {
   RecvSlot& slot = slots_[i];
   if (slot.closed) return ok_status();
-  const MutSegment seg{slot.buf.data(), slot.buf.size()};
-  GB_ASSIGN_OR_RETURN(slot.recv_id, transport_->irecv(topo_.attention_world[slot.peer], Channel::kDispatch,
-                                                      slot.stage, std::span<const MutSegment>(&seg, 1)));
+  const int src = topo_.attention_world[slot.peer];
+  // Posted in this order, the two receives match the transfer's two messages in order.
+  const MutSegment meta{slot.meta.data(), slot.meta.size()};
+  GB_ASSIGN_OR_RETURN(slot.meta_id, transport_->irecv(src, Channel::kDispatch, slot.stage, {&meta, 1}));
+  const MutSegment rows{slot.rows.data(), slot.rows.size()};
+  GB_ASSIGN_OR_RETURN(slot.rows_id, transport_->irecv(src, Channel::kDispatch, slot.stage, {&rows, 1}));
+  slot.pending = 2;
   return ok_status();
+}
+
+void ConnectorBase::collect_slot_ids(std::span<const int> slot_indices) {
+  wait_ids_.clear();
+  wait_slots_.clear();
+  for (int i : slot_indices) {
+    wait_ids_.push_back(slots_[i].meta_id);
+    wait_ids_.push_back(slots_[i].rows_id);
+    wait_slots_.push_back(i);
+  }
+}
+
+void ConnectorBase::complete_slot_request(int index, const Completion& c) {
+  RecvSlot& slot = slots_[wait_slots_[index / 2]];
+  if (index % 2 == 0) {
+    slot.meta_id = kNoRequest;
+    slot.meta_done = c;
+  } else {
+    slot.rows_id = kNoRequest;
+    slot.rows_done = c;
+  }
+  --slot.pending;
+  wait_ids_[index] = kNoRequest;
 }
 
 // ---- attention side ----
@@ -359,21 +394,22 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
         out_w[i * k_ + j] = wb[t * w.stride(0) + j * w.stride(1)];
       }
     }
-    const size_t meta_bytes = wire::work_meta_bytes(m, k_);
-    const size_t used = wire::kHeaderBytes + static_cast<size_t>(m) * k_ * 8;
-    std::memset(mb + used, 0, meta_bytes - used);
+    const ConstSegment meta_seg{mb, wire::work_meta_bytes(m, k_)};
+    GB_ASSIGN_OR_RETURN(d.send_ids[2 * f],
+                        transport_->isend(topo_.ffn_world[f], Channel::kDispatch, stage, {&meta_seg, 1}));
+    // The rows, read in place: one segment per run of consecutive rows (one for the whole stage when
+    // every token goes to this FFN rank and the rows are contiguous).
     send_segs_.clear();
-    send_segs_.push_back({mb, meta_bytes});
     for (int i = 0; i < m; ++i) {
       const std::byte* row = hbase + static_cast<size_t>(toks[i]) * hs0 * 2;
-      ConstSegment& last = send_segs_.back();
-      if (send_segs_.size() > 1 && static_cast<const std::byte*>(last.data) + last.bytes == row) {
-        last.bytes += row_bytes;
+      if (!send_segs_.empty() && static_cast<const std::byte*>(send_segs_.back().data) + send_segs_.back().bytes == row) {
+        send_segs_.back().bytes += row_bytes;
       } else {
         send_segs_.push_back({row, row_bytes});
       }
     }
-    GB_ASSIGN_OR_RETURN(d.send_ids[f], transport_->isend(topo_.ffn_world[f], Channel::kDispatch, stage, send_segs_));
+    GB_ASSIGN_OR_RETURN(d.send_ids[2 * f + 1],
+                        transport_->isend(topo_.ffn_world[f], Channel::kDispatch, stage, send_segs_));
   }
   ++fifo.count;
   fifo.next_layer_index = (fifo.next_layer_index + 1) % static_cast<int>(moe_layers_.size());
@@ -403,51 +439,59 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
   const int64_t os0 = out.stride(0), os1 = out.stride(1);
   const int F = cfg_.num_ffn;
   for (int f = 0; f < F; ++f) {
+    const MutSegment hdr{d.hdr_buf[f].data(), wire::kHeaderBytes};
+    GB_ASSIGN_OR_RETURN(d.recv_ids[2 * f], transport_->irecv(topo_.ffn_world[f], Channel::kCombine, stage, {&hdr, 1}));
+    // Rows land straight in out[t, j]; runs of adjacent rows form one segment.
     recv_segs_.clear();
-    recv_segs_.push_back({d.hdr_buf[f].data(), wire::kHeaderBytes});
     for (int r = d.layout.row_offsets[f]; r < d.layout.row_offsets[f + 1]; ++r) {
       std::byte* row = obase + (static_cast<size_t>(d.layout.rows_token[r]) * os0 +
                                 static_cast<size_t>(d.layout.rows_slot[r]) * os1) * 2;
-      MutSegment& last = recv_segs_.back();
-      if (recv_segs_.size() > 1 && static_cast<std::byte*>(last.data) + last.bytes == row) {
-        last.bytes += row_bytes;
+      if (!recv_segs_.empty() && static_cast<std::byte*>(recv_segs_.back().data) + recv_segs_.back().bytes == row) {
+        recv_segs_.back().bytes += row_bytes;
       } else {
         recv_segs_.push_back({row, row_bytes});
       }
     }
-    GB_ASSIGN_OR_RETURN(d.recv_ids[f], transport_->irecv(topo_.ffn_world[f], Channel::kCombine, stage, recv_segs_));
+    GB_ASSIGN_OR_RETURN(d.recv_ids[2 * f + 1],
+                        transport_->irecv(topo_.ffn_world[f], Channel::kCombine, stage, recv_segs_));
   }
   const Deadline deadline = deadline_after_ms(cfg_.timeout_ms);
   Status failure;
-  for (int remaining = F; remaining > 0 && failure.ok(); --remaining) {
+  for (int remaining = 2 * F; remaining > 0 && failure.ok(); --remaining) {
     Completion c;
     Result<int> r = transport_->wait_any(d.recv_ids, deadline, &c);
     if (!r.ok()) {
       int peer = 0;
-      while (peer < F && d.recv_ids[peer] == kNoRequest) ++peer;
-      failure = wait_error(r.status(), "the expert outputs", topo_.ffn_world[std::min(peer, F - 1)], d.meta.layer,
+      while (peer < 2 * F && d.recv_ids[peer] == kNoRequest) ++peer;
+      failure = wait_error(r.status(), "the expert outputs", topo_.ffn_world[std::min(peer / 2, F - 1)], d.meta.layer,
                            stage, d.meta.step, cfg_.timeout_ms);
       break;
     }
-    const int f = *r;
-    d.recv_ids[f] = kNoRequest;
-    wire::Header h;
-    std::memcpy(&h, d.hdr_buf[f].data(), sizeof(h));
+    d.recv_ids[*r] = kNoRequest;
+    const int f = *r / 2;
     const int rows = d.layout.num_rows_from(f);
-    if (h.magic != wire::kMagic || h.kind != wire::Kind::kResult || h.layer != d.meta.layer || h.stage != stage ||
-        h.step != d.meta.step || h.source != f || h.num_rows != rows || c.bytes != wire::result_bytes(rows, hidden_)) {
-      failure = internal_error(fmt::format(
-          "afd: {} expected the expert outputs of layer {}, stage {}, step {} ({} rows, {} bytes) from {} but got a {} "
-          "message of {} bytes for layer {}, stage {}, step {} with {} rows from ffn rank {}",
-          topo_.rank_name(world_rank_), d.meta.layer, stage, d.meta.step, rows, wire::result_bytes(rows, hidden_),
-          topo_.rank_name(topo_.ffn_world[f]), wire::kind_name(h.kind), c.bytes, h.layer, h.stage, h.step, h.num_rows,
-          h.source));
-      break;
-    }
-    if (metrics_) {
-      metrics_->record_transfer(Direction::kFfnToAttn, d.meta.layer, stage, c.done_ns - h.send_ns,
-                                static_cast<int64_t>(c.bytes));
-      metrics_->span(SpanKind::kTransfer, h.send_ns, c.done_ns, d.meta.layer, stage, d.meta.step, topo_.ffn_world[f]);
+    if (*r % 2 == 0) {
+      wire::Header h;
+      std::memcpy(&h, d.hdr_buf[f].data(), sizeof(h));
+      if (c.bytes != wire::kHeaderBytes || h.magic != wire::kMagic || h.kind != wire::Kind::kResult ||
+          h.layer != d.meta.layer || h.stage != stage || h.step != d.meta.step || h.source != f || h.num_rows != rows) {
+        failure = internal_error(fmt::format(
+            "afd: {} expected the expert outputs of layer {}, stage {}, step {} ({} rows) from {} but got a {} "
+            "message of {} bytes for layer {}, stage {}, step {} with {} rows from ffn rank {}",
+            topo_.rank_name(world_rank_), d.meta.layer, stage, d.meta.step, rows, topo_.rank_name(topo_.ffn_world[f]),
+            wire::kind_name(h.kind), c.bytes, h.layer, h.stage, h.step, h.num_rows, h.source));
+        break;
+      }
+      d.result_send_ns[f] = h.send_ns;
+    } else {
+      if (c.bytes != wire::rows_bytes(rows, hidden_)) {
+        failure = internal_error(fmt::format("afd: {} expected {} bytes of expert outputs of layer {}, stage {}, step "
+                                             "{} from {} but got {}",
+                                             topo_.rank_name(world_rank_), wire::rows_bytes(rows, hidden_), d.meta.layer,
+                                             stage, d.meta.step, topo_.rank_name(topo_.ffn_world[f]), c.bytes));
+        break;
+      }
+      d.result_done_ns[f] = c.done_ns;
     }
   }
   if (!failure.ok()) {
@@ -458,9 +502,18 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
     }
     return failure;
   }
+  if (metrics_) {
+    for (int f = 0; f < F; ++f) {
+      const int64_t bytes = static_cast<int64_t>(wire::kHeaderBytes + wire::rows_bytes(d.layout.num_rows_from(f), hidden_));
+      metrics_->record_transfer(Direction::kFfnToAttn, d.meta.layer, stage, d.result_done_ns[f] - d.result_send_ns[f],
+                                bytes);
+      metrics_->span(SpanKind::kTransfer, d.result_send_ns[f], d.result_done_ns[f], d.meta.layer, stage, d.meta.step,
+                     topo_.ffn_world[f]);
+    }
+  }
   // The hidden rows were read in place: their sends must be done before the caller may reuse them.
-  GB_RETURN_IF_ERROR(wait_all(d.send_ids, deadline, "send:the hidden states", topo_.ffn_world,
-                              d.meta.layer, stage, d.meta.step));
+  GB_RETURN_IF_ERROR(wait_all(d.send_ids, deadline, "send:the hidden states", ffn_world_pairs_, d.meta.layer, stage,
+                              d.meta.step));
   const TransferMeta meta = d.meta;
   fifo.head = (fifo.head + 1) % kFifoDepth;
   --fifo.count;
@@ -470,8 +523,8 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
 // ---- FFN side ----
 
 Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int64_t expect_step) {
-  const wire::Header* h = reinterpret_cast<const wire::Header*>(slot.buf.data());
-  const size_t got = slot.completion.bytes;
+  const wire::Header* h = slot.header();
+  const size_t got = slot.meta_done.bytes;
   const std::string from = topo_.rank_name(topo_.attention_world[slot.peer]);
   if (got < wire::kHeaderBytes || h->magic != wire::kMagic || h->version != wire::kVersion) {
     return internal_error(fmt::format("afd: {} received a malformed message of {} bytes from {} on stage {}",
@@ -479,29 +532,33 @@ Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int6
   }
   if (h->kind != wire::Kind::kWork || h->stage != slot.stage || h->source != slot.peer || h->top_k != k_ ||
       h->hidden != hidden_ || h->num_tokens < 0 || h->num_tokens > cfg_.max_tokens_per_stage ||
-      got != wire::work_bytes(h->num_tokens, k_, hidden_) || (expect_step >= 0 && h->step != expect_step)) {
+      got != wire::work_meta_bytes(h->num_tokens, k_) || slot.rows_done.bytes != wire::rows_bytes(h->num_tokens, hidden_) ||
+      (expect_step >= 0 && h->step != expect_step)) {
     return internal_error(fmt::format(
-        "afd: {} expected a work message for stage {}{} from {} but got a {} message of {} bytes (layer {}, stage {}, "
-        "step {}, {} tokens, source {})",
+        "afd: {} expected a work transfer for stage {}{} from {} but got a {} message of {} + {} bytes (layer {}, stage "
+        "{}, step {}, {} tokens, source {})",
         topo_.rank_name(world_rank_), slot.stage, expect_step >= 0 ? fmt::format(", step {}", expect_step) : "", from,
-        wire::kind_name(h->kind), got, h->layer, h->stage, h->step, h->num_tokens, h->source));
+        wire::kind_name(h->kind), got, slot.rows_done.bytes, h->layer, h->stage, h->step, h->num_tokens, h->source));
   }
   if (h->layer < 0 || h->layer >= cfg_.num_layers || moe_index_of_layer_[h->layer] < 0) {
     return internal_error(fmt::format("afd: {} received work for layer {} from {}, which is not a MoE layer",
                                       topo_.rank_name(world_rank_), h->layer, from));
   }
   if (metrics_) {
-    metrics_->record_transfer(Direction::kAttnToFfn, h->layer, h->stage, slot.completion.done_ns - h->send_ns,
-                              static_cast<int64_t>(got));
-    metrics_->span(SpanKind::kTransfer, h->send_ns, slot.completion.done_ns, h->layer, h->stage, h->step,
-                   topo_.attention_world[slot.peer]);
+    const int64_t done = std::max(slot.meta_done.done_ns, slot.rows_done.done_ns);
+    metrics_->record_transfer(Direction::kAttnToFfn, h->layer, h->stage, done - h->send_ns,
+                              static_cast<int64_t>(got + slot.rows_done.bytes));
+    metrics_->span(SpanKind::kTransfer, h->send_ns, done, h->layer, h->stage, h->step, topo_.attention_world[slot.peer]);
   }
   return h;
 }
 
 Status ConnectorBase::wait_group_sends(Group& g, int layer, int stage, int64_t step) {
   wait_peers_.clear();
-  for (int s : g.slots) wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
+  for (int s : g.slots) {
+    wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
+    wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
+  }
   return wait_all(g.send_ids, deadline_after_ms(cfg_.timeout_ms), "send:the previous expert outputs",
                   wait_peers_, layer, stage, step);
 }
@@ -510,7 +567,7 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
   Group& g = groups_[gi];
   const int nslots = static_cast<int>(g.slots.size());
   FfnWorkItem item;
-  const wire::Header* first = reinterpret_cast<const wire::Header*>(slots_[g.slots[0]].buf.data());
+  const wire::Header* first = slots_[g.slots[0]].header();
   item.meta.layer = first->layer;
   item.meta.stage = first->stage;
   item.meta.step = first->step;
@@ -518,7 +575,7 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
   int64_t total = 0;
   int nonempty = 0, last_nonempty = 0;
   for (int i = 0; i < nslots; ++i) {
-    const wire::Header* h = reinterpret_cast<const wire::Header*>(slots_[g.slots[i]].buf.data());
+    const wire::Header* h = slots_[g.slots[i]].header();
     if (h->layer != first->layer) {
       return internal_error(fmt::format(
           "afd: {} received layer {} from {} but layer {} from {} for the same stage {} of step {}",
@@ -537,7 +594,7 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
   g.row_slot.clear();
   g.seg_rows.assign(nslots, 0);
   auto slot_ids = [&](int i) {
-    return reinterpret_cast<const int32_t*>(slots_[g.slots[i]].buf.data() + wire::kHeaderBytes);
+    return reinterpret_cast<const int32_t*>(slots_[g.slots[i]].meta.data() + wire::kHeaderBytes);
   };
   int64_t base = 0;
   for (int i = 0; i < nslots; ++i) {
@@ -550,12 +607,12 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
   if (nonempty <= 1) {
     // One segment holds every token: compute straight from the receive buffer.
     const int i = nonempty == 1 ? last_nonempty : 0;
-    std::byte* buf = slots_[g.slots[i]].buf.data();
+    const RecvSlot& slot = slots_[g.slots[i]];
     const int m = item.meta.seq_lens[i];
-    int32_t* ids = reinterpret_cast<int32_t*>(buf + wire::kHeaderBytes);
+    int32_t* ids = reinterpret_cast<int32_t*>(slot.meta.data() + wire::kHeaderBytes);
     item.topk_ids = TensorView(ids, DType::kI32, {total, k_});
     item.topk_weights = TensorView(ids + static_cast<size_t>(m) * k_, DType::kF32, {total, k_});
-    item.hidden = TensorView(buf + wire::work_meta_bytes(m, k_), DType::kBF16, {total, H});
+    item.hidden = TensorView(slot.rows.data(), DType::kBF16, {total, H});
     // Every other segment is empty, so this segment's tokens (and the rows' token indices) start at 0.
   } else {
     g.pack_hidden.resize(static_cast<size_t>(total * H * 2));
@@ -565,11 +622,11 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
     for (int i = 0; i < nslots; ++i) {
       const int m = item.meta.seq_lens[i];
       if (m == 0) continue;
-      const std::byte* buf = slots_[g.slots[i]].buf.data();
-      std::memcpy(g.pack_ids.data() + off * k_, buf + wire::kHeaderBytes, static_cast<size_t>(m) * k_ * 4);
-      std::memcpy(g.pack_weights.data() + off * k_, buf + wire::kHeaderBytes + static_cast<size_t>(m) * k_ * 4,
+      const std::byte* meta = slots_[g.slots[i]].meta.data();
+      std::memcpy(g.pack_ids.data() + off * k_, meta + wire::kHeaderBytes, static_cast<size_t>(m) * k_ * 4);
+      std::memcpy(g.pack_weights.data() + off * k_, meta + wire::kHeaderBytes + static_cast<size_t>(m) * k_ * 4,
                   static_cast<size_t>(m) * k_ * 4);
-      std::memcpy(g.pack_hidden.data() + off * H * 2, buf + wire::work_meta_bytes(m, k_), static_cast<size_t>(m * H * 2));
+      std::memcpy(g.pack_hidden.data() + off * H * 2, slots_[g.slots[i]].rows.data(), static_cast<size_t>(m * H * 2));
       off += m;
     }
     item.topk_ids = TensorView(g.pack_ids.data(), DType::kI32, {total, k_});
@@ -647,11 +704,12 @@ Status ConnectorBase::send_ffn_output(TensorView out, BackendState&& state) {
     h.hidden = hidden_;
     h.send_ns = send_ns;
     std::memcpy(g.hdr_buf[i].data(), &h, sizeof(h));
-    ConstSegment segs[2] = {{g.hdr_buf[i].data(), wire::kHeaderBytes},
-                            {ob + r0 * H * 2, static_cast<size_t>(nrows * H * 2)}};
-    GB_ASSIGN_OR_RETURN(g.send_ids[i],
-                        transport_->isend(topo_.attention_world[slot.peer], Channel::kCombine, g.meta.stage,
-                                          std::span<const ConstSegment>(segs, nrows > 0 ? 2 : 1)));
+    const int dst = topo_.attention_world[slot.peer];
+    const ConstSegment hdr{g.hdr_buf[i].data(), wire::kHeaderBytes};
+    GB_ASSIGN_OR_RETURN(g.send_ids[2 * i], transport_->isend(dst, Channel::kCombine, g.meta.stage, {&hdr, 1}));
+    const ConstSegment rows{ob + r0 * H * 2, static_cast<size_t>(nrows * H * 2)};
+    GB_ASSIGN_OR_RETURN(g.send_ids[2 * i + 1], transport_->isend(dst, Channel::kCombine, g.meta.stage,
+                                                                 std::span<const ConstSegment>(&rows, nrows > 0 ? 1 : 0)));
     r0 += nrows;
   }
   g.held = false;
@@ -723,7 +781,7 @@ Status ConnectorBase::close() {
   if (role_ == Role::kAttention) {
     for (StageFifo& fifo : fifos_) {
       for (Dispatch& d : fifo.entries) {
-        Status s = wait_all(d.send_ids, deadline, "send:the hidden states", topo_.ffn_world, d.meta.layer,
+        Status s = wait_all(d.send_ids, deadline, "send:the hidden states", ffn_world_pairs_, d.meta.layer,
                             d.meta.stage, d.meta.step);
         if (first.ok()) first = s;
         for (RequestId& id : d.recv_ids) {
@@ -738,8 +796,10 @@ Status ConnectorBase::close() {
       if (first.ok()) first = s;
     }
     for (RecvSlot& slot : slots_) {
-      if (slot.recv_id != kNoRequest) transport_->cancel(slot.recv_id).ignore();
-      slot.recv_id = kNoRequest;
+      for (RequestId* id : {&slot.meta_id, &slot.rows_id}) {
+        if (*id != kNoRequest) transport_->cancel(*id).ignore();
+        *id = kNoRequest;
+      }
     }
   }
   Status hook = close_hook(deadline);
@@ -764,7 +824,7 @@ Status ConnectorBase::add_group(std::vector<int> slots) {
     GB_ASSIGN_OR_RETURN(std::span<std::byte> h, transport_->alloc_buffer(wire::kHeaderBytes));
     g.hdr_buf.push_back(h);
   }
-  g.send_ids.assign(g.slots.size(), kNoRequest);
+  g.send_ids.assign(2 * g.slots.size(), kNoRequest);
   g.row_token.reserve(static_cast<size_t>(g.rows_capacity));
   g.row_slot.reserve(static_cast<size_t>(g.rows_capacity));
   g.seg_rows.reserve(g.slots.size());

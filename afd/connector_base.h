@@ -58,10 +58,12 @@ class ConnectorBase : public Connector {
     TransferMeta meta;
     int num_tokens = 0;
     DispatchLayout layout;
-    std::vector<std::span<std::byte>> meta_buf;  // [F] header + routing block (registered)
+    std::vector<std::span<std::byte>> meta_buf;  // [F] header + routing (registered)
     std::vector<std::span<std::byte>> hdr_buf;   // [F] result headers (registered)
-    std::vector<RequestId> send_ids;             // [F]
-    std::vector<RequestId> recv_ids;             // [F]
+    std::vector<RequestId> send_ids;             // [2F]: header message, rows message per FFN rank
+    std::vector<RequestId> recv_ids;             // [2F]: likewise for the results
+    std::vector<int64_t> result_send_ns;         // [F]
+    std::vector<int64_t> result_done_ns;         // [F]
     int64_t send_ns = 0;
   };
   struct StageFifo {
@@ -73,15 +75,20 @@ class ConnectorBase : public Connector {
   };
 
   // ---- FFN side ----
-  // One receive slot per (attention rank, stage): a registered buffer with a receive always posted
-  // except while its item is held.
+  // One receive slot per (attention rank, stage): registered buffers for a work transfer's two
+  // messages, with both receives posted except while its item is held.
   struct RecvSlot {
     int peer = 0;   // attention rank
     int stage = 0;
-    std::span<std::byte> buf;
-    RequestId recv_id = kNoRequest;
-    bool closed = false;  // the peer finished; nothing is posted
-    Completion completion;
+    std::span<std::byte> meta;  // header + routing, capacity max_tokens
+    std::span<std::byte> rows;  // hidden rows, capacity max_tokens
+    RequestId meta_id = kNoRequest;
+    RequestId rows_id = kNoRequest;
+    int pending = 0;        // receives posted and not yet complete
+    bool closed = false;    // the peer finished; nothing is posted
+    Completion meta_done;
+    Completion rows_done;
+    const wire::Header* header() const { return reinterpret_cast<const wire::Header*>(meta.data()); }
   };
   // A group of slots computed together (sync: all attention ranks of one stage; async: one slot), with
   // its output buffer and the result sends still in flight from it.
@@ -90,7 +97,7 @@ class ConnectorBase : public Connector {
     std::span<std::byte> out_buf;               // bf16 [rows_capacity, H] (registered)
     int64_t rows_capacity = 0;
     std::vector<std::span<std::byte>> hdr_buf;  // per slot: result header (registered)
-    std::vector<RequestId> send_ids;            // per slot
+    std::vector<RequestId> send_ids;            // per slot: header message, rows message
     std::vector<int32_t> row_token, row_slot;
     std::vector<int32_t> seg_rows;              // per slot: rows of that segment
     // Packed inputs when the group has several non-empty segments (sync, A > 1).
@@ -105,6 +112,10 @@ class ConnectorBase : public Connector {
 
   int slot_index(int peer, int stage) const { return peer * cfg_.num_stages + stage; }
   Status post_slot(int slot);
+  // Records the completion of wait_ids_[index] (two ids per slot, in slot order: meta, rows).
+  void complete_slot_request(int index, const Completion& c);
+  // Fills wait_ids_ with the slots' posted receives (two per slot, kNoRequest elsewhere).
+  void collect_slot_ids(std::span<const int> slot_indices);
   // Waits (bounded) until the group's previous result sends completed.
   Status wait_group_sends(Group& g, int layer, int stage, int64_t step);
   // Parses and checks a received work message in `slot`.
@@ -132,6 +143,7 @@ class ConnectorBase : public Connector {
   bool initialized_ = false;
   bool closed_ = false;
   bool finished_ = false;
+  std::vector<int> ffn_world_pairs_;  // world rank of FFN rank i / 2 (matches Dispatch's id pairs)
   std::vector<int> moe_layers_;
   std::vector<int> moe_index_of_layer_;  // layer -> index in moe_layers_, or -1
   Metrics* metrics_ = nullptr;
@@ -142,6 +154,7 @@ class ConnectorBase : public Connector {
   std::vector<ConstSegment> send_segs_;
   std::vector<MutSegment> recv_segs_;
   std::vector<RequestId> wait_ids_;
+  std::vector<int> wait_slots_;  // slot of each pair of wait_ids_
   std::vector<int> wait_peers_;
 
   std::vector<RecvSlot> slots_;  // FFN

@@ -164,23 +164,21 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
           "afd recv_attn_output: the previous work item of stage {} was not handed back with send_ffn_output()", stage));
     }
     GB_RETURN_IF_ERROR(wait_group_sends(g, layer, stage, control_.step));
-    wait_ids_.assign(A, kNoRequest);
-    for (int a = 0; a < A; ++a) wait_ids_[a] = slots_[slot_index(a, stage)].recv_id;
+    collect_slot_ids(g.slots);
     const Deadline deadline = deadline_after_ms(cfg_.timeout_ms);
-    for (int got = 0; got < A; ++got) {
+    for (int pending = 2 * A; pending > 0; --pending) {
       Completion c;
       Result<int> r = transport_->wait_any(wait_ids_, deadline, &c);
       if (!r.ok()) {
         int peer = 0;
-        while (peer < A && wait_ids_[peer] == kNoRequest) ++peer;
+        while (peer < A && slots_[slot_index(peer, stage)].pending == 0) ++peer;
         return wait_error(r.status(), "the hidden states", topo_.attention_world[std::min(peer, A - 1)], layer, stage,
                           control_.step, cfg_.timeout_ms);
       }
-      const int a = *r;
-      wait_ids_[a] = kNoRequest;
+      complete_slot_request(*r, c);
+      const int a = *r / 2;
       RecvSlot& slot = slots_[slot_index(a, stage)];
-      slot.recv_id = kNoRequest;
-      slot.completion = c;
+      if (slot.pending > 0) continue;
       GB_ASSIGN_OR_RETURN(const wire::Header* h, check_work(slot, control_.step));
       if (h->layer != layer) {
         return internal_error(fmt::format("afd: {} expected layer {} of stage {}, step {} from {} but got layer {}",
@@ -189,8 +187,9 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
       }
       if (h->num_tokens > control_.stage_tokens(a, stage)) {
         return internal_error(fmt::format(
-            "afd: {} got {} tokens for stage {} of layer {} from {}, which announced {} for that stage", topo_.rank_name(world_rank_),
-            h->num_tokens, stage, layer, topo_.rank_name(topo_.attention_world[a]), control_.stage_tokens(a, stage)));
+            "afd: {} got {} tokens for stage {} of layer {} from {}, which announced {} for that stage",
+            topo_.rank_name(world_rank_), h->num_tokens, stage, layer, topo_.rank_name(topo_.attention_world[a]),
+            control_.stage_tokens(a, stage)));
       }
     }
     GB_ASSIGN_OR_RETURN(FfnWorkItem item, make_item(stage));

@@ -1,14 +1,18 @@
 #pragma once
-// Internal: the bytes on the wire. Every message starts with one 64-byte header; the header carries
+// Internal: the bytes on the wire. Every transfer starts with one 64-byte header; the header carries
 // enough to check the message against what the receiver expects (kind, layer, stage, step, sender)
 // and the sender's clock for latency accounting (steady clock; comparable across the ranks of one host).
+// A transfer's rows travel as a second message right behind its header message (same channel and tag,
+// so MPI's non-overtaking order pairs them): that keeps the rows one contiguous message whenever the
+// rows themselves are contiguous, which MPI moves with a single copy (a multi-segment datatype would
+// disable that and cost 2-3x at 64 KiB..1 MiB on shared memory).
 //
-//   work    (attention -> FFN, kDispatch, tag = stage): header | topk_ids i32 [m, k] | topk_weights f32 [m, k]
-//           | zero padding to 64 bytes | hidden bf16 [m, H]
-//   result  (FFN -> attention, kCombine, tag = stage):  header | expert outputs bf16 [rows, H]
-//   done    (attention -> FFN, kDispatch, tag 0; async): header
-//   step    (attention -> FFN, kControl, kTagStep; sync): header | stage token counts i32 [S]
-//   stop    (attention -> FFN, kControl, kTagStep; sync): header
+//   work    (attention -> FFN, kDispatch, tag = stage): [header | topk_ids i32 [m, k] | topk_weights f32 [m, k]]
+//           then [hidden bf16 [m, H]] (possibly empty)
+//   result  (FFN -> attention, kCombine, tag = stage):  [header] then [expert outputs bf16 [rows, H]]
+//   done    (attention -> FFN, kDispatch, tag 0; async): [header] (no rows message)
+//   step    (attention -> FFN, kControl, kTagStep; sync): [header | stage token counts i32 [S]]
+//   stop    (attention -> FFN, kControl, kTagStep; sync): [header]
 
 #include <chrono>
 #include <cstddef>
@@ -61,17 +65,12 @@ static_assert(sizeof(Header) == 64, "the wire header is 64 bytes");
 
 inline constexpr size_t kHeaderBytes = sizeof(Header);
 
-inline size_t round_up64(size_t n) { return (n + 63) & ~size_t{63}; }
-// Bytes of a work message's header + routing block (the hidden rows start here).
+// Bytes of a work transfer's first message (header and routing).
 inline size_t work_meta_bytes(int64_t tokens, int top_k) {
-  return round_up64(kHeaderBytes + static_cast<size_t>(tokens) * static_cast<size_t>(top_k) * 8);
+  return kHeaderBytes + static_cast<size_t>(tokens) * static_cast<size_t>(top_k) * 8;
 }
-inline size_t work_bytes(int64_t tokens, int top_k, int hidden) {
-  return work_meta_bytes(tokens, top_k) + static_cast<size_t>(tokens) * static_cast<size_t>(hidden) * 2;
-}
-inline size_t result_bytes(int64_t rows, int hidden) {
-  return kHeaderBytes + static_cast<size_t>(rows) * static_cast<size_t>(hidden) * 2;
-}
+// Bytes of the rows message of `rows` rows of `hidden` bf16 elements.
+inline size_t rows_bytes(int64_t rows, int hidden) { return static_cast<size_t>(rows) * static_cast<size_t>(hidden) * 2; }
 
 inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())

@@ -127,8 +127,9 @@ class MpiTransport final : public Transport {
     GB_RETURN_IF_ERROR(check_usable("send"));
     const RequestId id = new_request(false);
     int rc;
-    if (segments.size() == 1) {
-      rc = MPI_Isend(segments[0].data, static_cast<int>(segments[0].bytes), MPI_BYTE, peer, tag, comm(ch),
+    if (segments.size() <= 1) {
+      rc = MPI_Isend(segments.empty() ? nullptr : segments[0].data,
+                     segments.empty() ? 0 : static_cast<int>(segments[0].bytes), MPI_BYTE, peer, tag, comm(ch),
                      &requests_[id]);
     } else {
       MPI_Datatype t;
@@ -149,8 +150,9 @@ class MpiTransport final : public Transport {
     const int src = peer == kAnySource ? MPI_ANY_SOURCE : peer;
     const int mtag = tag == kAnyTag ? MPI_ANY_TAG : tag;
     int rc;
-    if (segments.size() == 1) {
-      rc = MPI_Irecv(segments[0].data, static_cast<int>(segments[0].bytes), MPI_BYTE, src, mtag, comm(ch),
+    if (segments.size() <= 1) {
+      rc = MPI_Irecv(segments.empty() ? nullptr : segments[0].data,
+                     segments.empty() ? 0 : static_cast<int>(segments[0].bytes), MPI_BYTE, src, mtag, comm(ch),
                      &requests_[id]);
     } else {
       MPI_Datatype t;
