@@ -192,14 +192,38 @@ class MpiTransport final : public Transport {
       any = true;
     }
     if (!any) return invalid_argument("mpi transport: wait_any on no request");
-    // Spin briefly for latency, then yield the core on every poll (ranks may share cores).
+    // One MPI_Testany per poll (one progress call for all of them). Spin briefly for latency, then yield
+    // the core on every poll (ranks may share cores).
+    poll_.clear();
+    poll_index_.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] == kNoRequest) continue;
+      poll_.push_back(requests_[ids[i]]);
+      poll_index_.push_back(static_cast<int>(i));
+    }
     for (int64_t polls = 0;; ++polls) {
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] == kNoRequest) continue;
-        GB_ASSIGN_OR_RETURN(const bool done, test(ids[i], c));
-        if (done) return static_cast<int>(i);
+      int index = MPI_UNDEFINED, flag = 0;
+      MPI_Status st;
+      const int rc = MPI_Testany(static_cast<int>(poll_.size()), poll_.data(), &index, &flag, &st);
+      if (rc != MPI_SUCCESS) {
+        // Find which one failed by testing them one at a time (rare path).
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i] != kNoRequest) GB_RETURN_IF_ERROR(test(ids[i], c).status());
+        }
+        return internal_error("mpi transport: MPI_Testany failed: " + mpi_error_string(rc));
       }
-      if ((polls & 63) == 63 && Clock::now() >= deadline) return deadline_exceeded("deadline passed");
+      if (flag && index != MPI_UNDEFINED) {
+        const int i = poll_index_[index];
+        requests_[ids[i]] = MPI_REQUEST_NULL;
+        fill(ids[i], st, c);
+        release(ids[i]);
+        return i;
+      }
+      if ((polls & 63) == 63 && Clock::now() >= deadline) {
+        // Keep MPI's view of the requests (Testany may have completed none, but stays consistent).
+        for (size_t k = 0; k < poll_.size(); ++k) requests_[ids[poll_index_[k]]] = poll_[k];
+        return deadline_exceeded("deadline passed");
+      }
       if (polls > 2000) sched_yield();
     }
   }
@@ -302,6 +326,8 @@ class MpiTransport final : public Transport {
   std::vector<bool> is_recv_;
   std::vector<bool> in_use_;
   std::vector<RequestId> free_ids_;
+  std::vector<MPI_Request> poll_;
+  std::vector<int> poll_index_;
   std::vector<int> lens_;
   std::vector<MPI_Aint> disps_;
 };
