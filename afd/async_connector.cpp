@@ -168,8 +168,8 @@ class AsyncConnector final : public ConnectorBase {
 
   std::vector<std::span<std::byte>> done_buf_;
   std::vector<RequestId> done_ids_;
-  std::vector<int> last_index_;    // per slot: index in moe_layers_ of the last received layer, -1 before any
-  std::vector<int64_t> last_step_; // per slot
+  std::vector<int> last_index_;     // per slot: index in moe_layers_ of the last received layer, -1 before any
+  std::vector<int64_t> last_step_;  // per slot
   int peers_done_ = 0;
   std::vector<int> all_slots_;
 };

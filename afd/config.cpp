@@ -71,12 +71,12 @@ Status validate(const AfdConfig& c) {
   for (size_t i = 0; i < c.dense_layers.size(); ++i) {
     const int l = c.dense_layers[i];
     if (l < 0 || l >= c.num_layers) {
-      return invalid_argument(fmt::format("afd config: 'dense_layers' contains {} but layers are 0..{}", l,
-                                          c.num_layers - 1));
+      return invalid_argument(
+          fmt::format("afd config: 'dense_layers' contains {} but layers are 0..{}", l, c.num_layers - 1));
     }
     if (i > 0 && l <= c.dense_layers[i - 1]) {
-      return invalid_argument(fmt::format(
-          "afd config: 'dense_layers' must be strictly ascending, but {} follows {}", l, c.dense_layers[i - 1]));
+      return invalid_argument(fmt::format("afd config: 'dense_layers' must be strictly ascending, but {} follows {}", l,
+                                          c.dense_layers[i - 1]));
     }
   }
   if (static_cast<int>(c.dense_layers.size()) == c.num_layers) {
@@ -89,10 +89,10 @@ Status validate(const AfdConfig& c) {
   const int64_t result_bytes = int64_t{c.max_tokens_per_stage} * max_slots * c.hidden_size * 2;
   const int64_t work_bytes = int64_t{c.max_tokens_per_stage} * (int64_t{c.hidden_size} * 2 + 8 * c.top_k);
   if (std::max(result_bytes, work_bytes) > (int64_t{1} << 30)) {
-    return invalid_argument(fmt::format(
-        "afd config: 'max_tokens_per_stage' is {} but one stage's transfer would need {} bytes "
-        "(tokens x min(top_k, experts per FFN rank) x hidden_size x 2); the limit is 1 GiB per message",
-        c.max_tokens_per_stage, std::max(result_bytes, work_bytes)));
+    return invalid_argument(
+        fmt::format("afd config: 'max_tokens_per_stage' is {} but one stage's transfer would need {} bytes "
+                    "(tokens x min(top_k, experts per FFN rank) x hidden_size x 2); the limit is 1 GiB per message",
+                    c.max_tokens_per_stage, std::max(result_bytes, work_bytes)));
   }
   return ok_status();
 }
@@ -140,7 +140,8 @@ Result<AfdConfig> parse_afd_config(std::string_view json_text) {
       } else if (v == "async") {
         c.connector = ConnectorKind::kAsync;
       } else {
-        return invalid_argument(fmt::format("afd config: 'connector' is {} but must be \"sync\" or \"async\"", v.dump()));
+        return invalid_argument(
+            fmt::format("afd config: 'connector' is {} but must be \"sync\" or \"async\"", v.dump()));
       }
     } else if (key == "transport") {
       if (v == "inproc") {
@@ -148,19 +149,23 @@ Result<AfdConfig> parse_afd_config(std::string_view json_text) {
       } else if (v == "mpi") {
         c.transport = TransportKind::kMpi;
       } else {
-        return invalid_argument(fmt::format("afd config: 'transport' is {} but must be \"inproc\" or \"mpi\"", v.dump()));
+        return invalid_argument(
+            fmt::format("afd config: 'transport' is {} but must be \"inproc\" or \"mpi\"", v.dump()));
       }
     } else if (key == "async_dp") {
-      if (!v.is_boolean()) return invalid_argument(fmt::format("afd config: 'async_dp' must be true or false, got {}", v.dump()));
+      if (!v.is_boolean())
+        return invalid_argument(fmt::format("afd config: 'async_dp' must be true or false, got {}", v.dump()));
       c.async_dp = v.get<bool>();
     } else if (key == "max_tokens_per_stage") {
       GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
       c.max_tokens_per_stage = static_cast<int>(n);
     } else if (key == "timeout_ms") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
+      GB_RETURN_IF_ERROR(
+          read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
       c.timeout_ms = n;
     } else if (key == "idle_timeout_ms") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
+      GB_RETURN_IF_ERROR(
+          read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
       c.idle_timeout_ms = n;
     } else if (key == "num_experts") {
       GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
@@ -175,7 +180,9 @@ Result<AfdConfig> parse_afd_config(std::string_view json_text) {
       GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
       c.num_layers = static_cast<int>(n);
     } else if (key == "dense_layers") {
-      if (!v.is_array()) return invalid_argument(fmt::format("afd config: 'dense_layers' must be an array of layer indices, got {}", v.dump()));
+      if (!v.is_array())
+        return invalid_argument(
+            fmt::format("afd config: 'dense_layers' must be an array of layer indices, got {}", v.dump()));
       c.dense_layers.clear();
       for (const json& e : v) {
         GB_RETURN_IF_ERROR(read_int(e, "dense_layers[]", std::numeric_limits<int>::min(), kIntMax, &n));
@@ -238,8 +245,10 @@ std::string first_differing_key(std::string_view a, std::string_view b, std::str
     if (la == lb) continue;
     const std::string_view ka = la.substr(0, la.find('='));
     const std::string_view kb = lb.substr(0, lb.find('='));
-    if (value_a) *value_a = la.find('=') == std::string_view::npos ? std::string() : std::string(la.substr(la.find('=') + 1));
-    if (value_b) *value_b = lb.find('=') == std::string_view::npos ? std::string() : std::string(lb.substr(lb.find('=') + 1));
+    if (value_a)
+      *value_a = la.find('=') == std::string_view::npos ? std::string() : std::string(la.substr(la.find('=') + 1));
+    if (value_b)
+      *value_b = lb.find('=') == std::string_view::npos ? std::string() : std::string(lb.substr(lb.find('=') + 1));
     return std::string(ka.empty() ? kb : ka);
   }
   return std::string();

@@ -26,24 +26,24 @@ std::string_view transport_kind_name(TransportKind k);
 
 struct AfdConfig {
   // Topology (JSON keys in quotes).
-  int num_attention = 1;           // "attention_ranks": A >= 1
-  int num_ffn = 1;                 // "ffn_ranks": F >= 1
-  int num_stages = 1;              // "stages": micro-batches per step, 1..3
+  int num_attention = 1;                             // "attention_ranks": A >= 1
+  int num_ffn = 1;                                   // "ffn_ranks": F >= 1
+  int num_stages = 1;                                // "stages": micro-batches per step, 1..3
   ConnectorKind connector = ConnectorKind::kSync;    // "connector"
   TransportKind transport = TransportKind::kInproc;  // "transport"
-  bool async_dp = false;           // "async_dp": attention ranks step independently (async connector only)
+  bool async_dp = false;  // "async_dp": attention ranks step independently (async connector only)
   // Buffers are registered once for this many tokens per attention rank per stage.
   int max_tokens_per_stage = 256;  // "max_tokens_per_stage" >= 1
   // Deadline of every wait inside a step (a transfer, a control message, init, close).
-  int64_t timeout_ms = 30000;      // "timeout_ms" >= 1
+  int64_t timeout_ms = 30000;  // "timeout_ms" >= 1
   // Deadline of an FFN rank waiting for the next step to begin; 0 waits until close() or a peer fails.
-  int64_t idle_timeout_ms = 0;     // "idle_timeout_ms" >= 0
+  int64_t idle_timeout_ms = 0;  // "idle_timeout_ms" >= 0
   // Model shape the transfers are sized from (the engine fills these from the model config).
-  int num_experts = 0;             // "num_experts": E >= 1, divisible by F
-  int top_k = 0;                   // "top_k": 1..min(E, 16)
-  int hidden_size = 0;             // "hidden_size" >= 1 (bf16 elements per token)
-  int num_layers = 0;              // "num_layers" >= 1
-  std::vector<int> dense_layers;   // "dense_layers": layers that stay on the attention side, ascending
+  int num_experts = 0;            // "num_experts": E >= 1, divisible by F
+  int top_k = 0;                  // "top_k": 1..min(E, 16)
+  int hidden_size = 0;            // "hidden_size" >= 1 (bf16 elements per token)
+  int num_layers = 0;             // "num_layers" >= 1
+  std::vector<int> dense_layers;  // "dense_layers": layers that stay on the attention side, ascending
 
   // Layers whose FFN runs on the FFN ranks (every layer not listed as dense), ascending.
   std::vector<int> moe_layers() const;
@@ -66,7 +66,6 @@ Status apply_topology_string(std::string_view text, AfdConfig* cfg);
 std::string canonical_settings(const AfdConfig& cfg);
 
 // Compares two canonical_settings() strings; returns the first differing key, or "" when equal.
-std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a,
-                                std::string* value_b);
+std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a, std::string* value_b);
 
 }  // namespace genbridge::afd

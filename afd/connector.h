@@ -101,17 +101,17 @@ class BackendState {
 // One unit of FFN work: the tokens one stage of one MoE layer sent to this FFN rank. All views point into
 // connector-owned buffers and stay valid until `state` is handed back.
 struct FfnWorkItem {
-  TransferMeta meta;          // layer, stage, step, tokens per segment
-  bool warmup = false;        // sync: the step was announced as warm-up
-  int source = -1;            // async: attention rank that sent the item; sync: -1 (segments = ranks 0..A-1)
-  TensorView hidden;          // bf16 [M, H], M = meta.total_tokens(); segments in meta.seq_lens order
-  TensorView topk_ids;        // i32 [M, k]
-  TensorView topk_weights;    // f32 [M, k]
-  int expert_begin = 0;       // experts this FFN rank owns: [expert_begin, expert_end)
+  TransferMeta meta;        // layer, stage, step, tokens per segment
+  bool warmup = false;      // sync: the step was announced as warm-up
+  int source = -1;          // async: attention rank that sent the item; sync: -1 (segments = ranks 0..A-1)
+  TensorView hidden;        // bf16 [M, H], M = meta.total_tokens(); segments in meta.seq_lens order
+  TensorView topk_ids;      // i32 [M, k]
+  TensorView topk_weights;  // f32 [M, k]
+  int expert_begin = 0;     // experts this FFN rank owns: [expert_begin, expert_end)
   int expert_end = 0;
   std::span<const int32_t> row_token;  // [R]: token (row of hidden) of each output row
   std::span<const int32_t> row_slot;   // [R]: top-k slot of each output row (its expert is topk_ids[token, slot])
-  TensorView out;             // bf16 [R, H]: write expert outputs here (row r = row_token[r], row_slot[r])
+  TensorView out;                      // bf16 [R, H]: write expert outputs here (row r = row_token[r], row_slot[r])
   BackendState state;
 };
 
@@ -154,7 +154,7 @@ class Connector {
   // Valid after init().
   virtual const Topology& topology() const = 0;
   virtual Role role() const = 0;
-  virtual int rank() const = 0;        // index within the role
+  virtual int rank() const = 0;  // index within the role
   virtual int world_rank() const = 0;
   // The control plane, or nullptr when the connector has none (async). Owned by the connector.
   virtual ControlPlane* control_plane() = 0;

@@ -51,9 +51,10 @@ Status validate_meta(const TransferMeta& m, Role side, const AfdConfig& cfg) {
   }
   for (int i = 0; i < m.num_seq_lens; ++i) {
     if (m.seq_lens[i] < 0 || m.seq_lens[i] > cfg.max_tokens_per_stage) {
-      return invalid_argument(fmt::format("afd transfer: seq_lens[{}] is {} but must be in 0..{} "
-                                          "('max_tokens_per_stage')",
-                                          i, m.seq_lens[i], cfg.max_tokens_per_stage));
+      return invalid_argument(
+          fmt::format("afd transfer: seq_lens[{}] is {} but must be in 0..{} "
+                      "('max_tokens_per_stage')",
+                      i, m.seq_lens[i], cfg.max_tokens_per_stage));
     }
   }
   if (m.step < 0) return invalid_argument(fmt::format("afd transfer: step {} is negative", m.step));
@@ -112,8 +113,8 @@ Status ConnectorBase::wait_error(const Status& s, std::string_view what, int pee
                                  int64_t step, int64_t timeout_ms) const {
   const std::string me = topo_.rank_name(world_rank_);
   const std::string peer = peer_world >= 0 ? topo_.rank_name(peer_world) : std::string("any attention rank");
-  const std::string where = layer >= 0 ? fmt::format(" of layer {}, stage {}, step {}", layer, stage, step)
-                                       : fmt::format(" (step {})", step);
+  const std::string where =
+      layer >= 0 ? fmt::format(" of layer {}, stage {}, step {}", layer, stage, step) : fmt::format(" (step {})", step);
   // A `what` starting with "send:" is something this rank sent and the peer has not taken yet.
   const bool outgoing = what.starts_with("send:");
   const std::string waited = outgoing ? fmt::format("{} to take {}{}", peer, what.substr(5), where)
@@ -207,9 +208,10 @@ Status ConnectorBase::init() {
       Completion c;
       Result<int> r = transport_->wait_any({&id, 1}, deadline, &c);
       if (!r.ok()) {
-        return Status(r.status().code(), fmt::format("afd: world rank {} waiting for the settings check of world rank 0 "
-                                                     "during init: {}",
-                                                     world_rank_, r.status().message()));
+        return Status(r.status().code(),
+                      fmt::format("afd: world rank {} waiting for the settings check of world rank 0 "
+                                  "during init: {}",
+                                  world_rank_, r.status().message()));
       }
       if (size > 0) {
         verdict.resize(static_cast<size_t>(size));
@@ -321,9 +323,10 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
   const int stage = meta.stage;
   if (hidden.dtype() != DType::kBF16 || hidden.rank() != 2 || hidden.dim(0) != n || hidden.dim(1) != hidden_ ||
       (n > 0 && hidden_ > 1 && hidden.stride(1) != 1)) {
-    return invalid_argument(fmt::format(
-        "afd send_attn_output: hidden must be bf16 [{}, {}] with unit stride along hidden, got {} {} (layer {}, stage {})",
-        n, hidden_, dtype_name(hidden.dtype()), hidden.shape_string(), meta.layer, stage));
+    return invalid_argument(
+        fmt::format("afd send_attn_output: hidden must be bf16 [{}, {}] with unit stride along hidden, got {} {} "
+                    "(layer {}, stage {})",
+                    n, hidden_, dtype_name(hidden.dtype()), hidden.shape_string(), meta.layer, stage));
   }
   const TensorView& ids = routing.topk_ids;
   const TensorView& w = routing.topk_weights;
@@ -337,11 +340,11 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
   }
   StageFifo& fifo = fifos_[stage];
   if (fifo.count == kFifoDepth) {
-    return invalid_argument(fmt::format(
-        "afd send_attn_output: stage {} already has {} outstanding transfers (layers {} and {}); call "
-        "recv_ffn_output({}) first",
-        stage, kFifoDepth, fifo.entries[fifo.head].meta.layer, fifo.entries[(fifo.head + 1) % kFifoDepth].meta.layer,
-        stage));
+    return invalid_argument(
+        fmt::format("afd send_attn_output: stage {} already has {} outstanding transfers (layers {} and {}); call "
+                    "recv_ffn_output({}) first",
+                    stage, kFifoDepth, fifo.entries[fifo.head].meta.layer,
+                    fifo.entries[(fifo.head + 1) % kFifoDepth].meta.layer, stage));
   }
   const int expect_layer = moe_layers_[fifo.next_layer_index];
   if (meta.layer != expect_layer) {
@@ -402,7 +405,8 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
     send_segs_.clear();
     for (int i = 0; i < m; ++i) {
       const std::byte* row = hbase + static_cast<size_t>(toks[i]) * hs0 * 2;
-      if (!send_segs_.empty() && static_cast<const std::byte*>(send_segs_.back().data) + send_segs_.back().bytes == row) {
+      if (!send_segs_.empty() &&
+          static_cast<const std::byte*>(send_segs_.back().data) + send_segs_.back().bytes == row) {
         send_segs_.back().bytes += row_bytes;
       } else {
         send_segs_.push_back({row, row_bytes});
@@ -428,11 +432,12 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
   }
   Dispatch& d = fifo.entries[fifo.head];
   const int n = d.num_tokens;
-  if (out.dtype() != DType::kBF16 || out.rank() != 3 || out.dim(0) != n || out.dim(1) != k_ ||
-      out.dim(2) != hidden_ || (n > 0 && hidden_ > 1 && out.stride(2) != 1)) {
-    return invalid_argument(fmt::format(
-        "afd recv_ffn_output: out must be bf16 [{}, {}, {}] with unit stride along hidden, got {} {} (layer {}, stage {})",
-        n, k_, hidden_, dtype_name(out.dtype()), out.shape_string(), d.meta.layer, stage));
+  if (out.dtype() != DType::kBF16 || out.rank() != 3 || out.dim(0) != n || out.dim(1) != k_ || out.dim(2) != hidden_ ||
+      (n > 0 && hidden_ > 1 && out.stride(2) != 1)) {
+    return invalid_argument(
+        fmt::format("afd recv_ffn_output: out must be bf16 [{}, {}, {}] with unit stride along hidden, got {} {} "
+                    "(layer {}, stage {})",
+                    n, k_, hidden_, dtype_name(out.dtype()), out.shape_string(), d.meta.layer, stage));
   }
   const size_t row_bytes = static_cast<size_t>(hidden_) * 2;
   std::byte* obase = static_cast<std::byte*>(out.data());
@@ -444,8 +449,9 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
     // Rows land straight in out[t, j]; runs of adjacent rows form one segment.
     recv_segs_.clear();
     for (int r = d.layout.row_offsets[f]; r < d.layout.row_offsets[f + 1]; ++r) {
-      std::byte* row = obase + (static_cast<size_t>(d.layout.rows_token[r]) * os0 +
-                                static_cast<size_t>(d.layout.rows_slot[r]) * os1) * 2;
+      std::byte* row =
+          obase +
+          (static_cast<size_t>(d.layout.rows_token[r]) * os0 + static_cast<size_t>(d.layout.rows_slot[r]) * os1) * 2;
       if (!recv_segs_.empty() && static_cast<std::byte*>(recv_segs_.back().data) + recv_segs_.back().bytes == row) {
         recv_segs_.back().bytes += row_bytes;
       } else {
@@ -485,10 +491,11 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
       d.result_send_ns[f] = h.send_ns;
     } else {
       if (c.bytes != wire::rows_bytes(rows, hidden_)) {
-        failure = internal_error(fmt::format("afd: {} expected {} bytes of expert outputs of layer {}, stage {}, step "
-                                             "{} from {} but got {}",
-                                             topo_.rank_name(world_rank_), wire::rows_bytes(rows, hidden_), d.meta.layer,
-                                             stage, d.meta.step, topo_.rank_name(topo_.ffn_world[f]), c.bytes));
+        failure =
+            internal_error(fmt::format("afd: {} expected {} bytes of expert outputs of layer {}, stage {}, step "
+                                       "{} from {} but got {}",
+                                       topo_.rank_name(world_rank_), wire::rows_bytes(rows, hidden_), d.meta.layer,
+                                       stage, d.meta.step, topo_.rank_name(topo_.ffn_world[f]), c.bytes));
         break;
       }
       d.result_done_ns[f] = c.done_ns;
@@ -504,7 +511,8 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
   }
   if (metrics_) {
     for (int f = 0; f < F; ++f) {
-      const int64_t bytes = static_cast<int64_t>(wire::kHeaderBytes + wire::rows_bytes(d.layout.num_rows_from(f), hidden_));
+      const int64_t bytes =
+          static_cast<int64_t>(wire::kHeaderBytes + wire::rows_bytes(d.layout.num_rows_from(f), hidden_));
       metrics_->record_transfer(Direction::kFfnToAttn, d.meta.layer, stage, d.result_done_ns[f] - d.result_send_ns[f],
                                 bytes);
       metrics_->span(SpanKind::kTransfer, d.result_send_ns[f], d.result_done_ns[f], d.meta.layer, stage, d.meta.step,
@@ -512,8 +520,8 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
     }
   }
   // The hidden rows were read in place: their sends must be done before the caller may reuse them.
-  GB_RETURN_IF_ERROR(wait_all(d.send_ids, deadline, "send:the hidden states", ffn_world_pairs_, d.meta.layer, stage,
-                              d.meta.step));
+  GB_RETURN_IF_ERROR(
+      wait_all(d.send_ids, deadline, "send:the hidden states", ffn_world_pairs_, d.meta.layer, stage, d.meta.step));
   const TransferMeta meta = d.meta;
   fifo.head = (fifo.head + 1) % kFifoDepth;
   --fifo.count;
@@ -532,10 +540,12 @@ Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int6
   }
   if (h->kind != wire::Kind::kWork || h->stage != slot.stage || h->source != slot.peer || h->top_k != k_ ||
       h->hidden != hidden_ || h->num_tokens < 0 || h->num_tokens > cfg_.max_tokens_per_stage ||
-      got != wire::work_meta_bytes(h->num_tokens, k_) || slot.rows_done.bytes != wire::rows_bytes(h->num_tokens, hidden_) ||
+      got != wire::work_meta_bytes(h->num_tokens, k_) ||
+      slot.rows_done.bytes != wire::rows_bytes(h->num_tokens, hidden_) ||
       (expect_step >= 0 && h->step != expect_step)) {
     return internal_error(fmt::format(
-        "afd: {} expected a work transfer for stage {}{} from {} but got a {} message of {} + {} bytes (layer {}, stage "
+        "afd: {} expected a work transfer for stage {}{} from {} but got a {} message of {} + {} bytes (layer {}, "
+        "stage "
         "{}, step {}, {} tokens, source {})",
         topo_.rank_name(world_rank_), slot.stage, expect_step >= 0 ? fmt::format(", step {}", expect_step) : "", from,
         wire::kind_name(h->kind), got, slot.rows_done.bytes, h->layer, h->stage, h->step, h->num_tokens, h->source));
@@ -548,7 +558,8 @@ Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int6
     const int64_t done = std::max(slot.meta_done.done_ns, slot.rows_done.done_ns);
     metrics_->record_transfer(Direction::kAttnToFfn, h->layer, h->stage, done - h->send_ns,
                               static_cast<int64_t>(got + slot.rows_done.bytes));
-    metrics_->span(SpanKind::kTransfer, h->send_ns, done, h->layer, h->stage, h->step, topo_.attention_world[slot.peer]);
+    metrics_->span(SpanKind::kTransfer, h->send_ns, done, h->layer, h->stage, h->step,
+                   topo_.attention_world[slot.peer]);
   }
   return h;
 }
@@ -559,8 +570,8 @@ Status ConnectorBase::wait_group_sends(Group& g, int layer, int stage, int64_t s
     wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
     wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
   }
-  return wait_all(g.send_ids, deadline_after_ms(cfg_.timeout_ms), "send:the previous expert outputs",
-                  wait_peers_, layer, stage, step);
+  return wait_all(g.send_ids, deadline_after_ms(cfg_.timeout_ms), "send:the previous expert outputs", wait_peers_,
+                  layer, stage, step);
 }
 
 Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
@@ -635,8 +646,8 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
   }
   const int64_t rows = static_cast<int64_t>(g.row_token.size());
   if (rows > g.rows_capacity) {
-    return internal_error(fmt::format("afd: {} got {} expert-output rows but registered {}", topo_.rank_name(world_rank_),
-                                      rows, g.rows_capacity));
+    return internal_error(fmt::format("afd: {} got {} expert-output rows but registered {}",
+                                      topo_.rank_name(world_rank_), rows, g.rows_capacity));
   }
   item.expert_begin = topo_.expert_begin(rank_);
   item.expert_end = topo_.expert_end(rank_);
@@ -675,9 +686,10 @@ Status ConnectorBase::send_ffn_output(TensorView out, BackendState&& state) {
   const int64_t H = hidden_;
   if (out.dtype() != DType::kBF16 || out.rank() != 2 || out.dim(0) != rows || out.dim(1) != H ||
       (rows > 0 && H > 1 && out.stride(1) != 1)) {
-    return invalid_argument(fmt::format(
-        "afd send_ffn_output: out must be bf16 [{}, {}] (one row per owned (token, slot)), got {} {} (layer {}, stage {})",
-        rows, H, dtype_name(out.dtype()), out.shape_string(), g.meta.layer, g.meta.stage));
+    return invalid_argument(
+        fmt::format("afd send_ffn_output: out must be bf16 [{}, {}] (one row per owned (token, slot)), got {} {} "
+                    "(layer {}, stage {})",
+                    rows, H, dtype_name(out.dtype()), out.shape_string(), g.meta.layer, g.meta.stage));
   }
   std::byte* ob = g.out_buf.data();
   if (rows > 0 && out.data() != ob) {
@@ -708,8 +720,9 @@ Status ConnectorBase::send_ffn_output(TensorView out, BackendState&& state) {
     const ConstSegment hdr{g.hdr_buf[i].data(), wire::kHeaderBytes};
     GB_ASSIGN_OR_RETURN(g.send_ids[2 * i], transport_->isend(dst, Channel::kCombine, g.meta.stage, {&hdr, 1}));
     const ConstSegment rows{ob + r0 * H * 2, static_cast<size_t>(nrows * H * 2)};
-    GB_ASSIGN_OR_RETURN(g.send_ids[2 * i + 1], transport_->isend(dst, Channel::kCombine, g.meta.stage,
-                                                                 std::span<const ConstSegment>(&rows, nrows > 0 ? 1 : 0)));
+    GB_ASSIGN_OR_RETURN(g.send_ids[2 * i + 1],
+                        transport_->isend(dst, Channel::kCombine, g.meta.stage,
+                                          std::span<const ConstSegment>(&rows, nrows > 0 ? 1 : 0)));
     r0 += nrows;
   }
   g.held = false;

@@ -78,14 +78,14 @@ class ConnectorBase : public Connector {
   // One receive slot per (attention rank, stage): registered buffers for a work transfer's two
   // messages, with both receives posted except while its item is held.
   struct RecvSlot {
-    int peer = 0;   // attention rank
+    int peer = 0;  // attention rank
     int stage = 0;
     std::span<std::byte> meta;  // header + routing, capacity max_tokens
     std::span<std::byte> rows;  // hidden rows, capacity max_tokens
     RequestId meta_id = kNoRequest;
     RequestId rows_id = kNoRequest;
-    int pending = 0;        // receives posted and not yet complete
-    bool closed = false;    // the peer finished; nothing is posted
+    int pending = 0;      // receives posted and not yet complete
+    bool closed = false;  // the peer finished; nothing is posted
     Completion meta_done;
     Completion rows_done;
     const wire::Header* header() const { return reinterpret_cast<const wire::Header*>(meta.data()); }
@@ -93,13 +93,13 @@ class ConnectorBase : public Connector {
   // A group of slots computed together (sync: all attention ranks of one stage; async: one slot), with
   // its output buffer and the result sends still in flight from it.
   struct Group {
-    std::vector<int> slots;                     // slot indices, in attention-rank order
-    std::span<std::byte> out_buf;               // bf16 [rows_capacity, H] (registered)
+    std::vector<int> slots;        // slot indices, in attention-rank order
+    std::span<std::byte> out_buf;  // bf16 [rows_capacity, H] (registered)
     int64_t rows_capacity = 0;
     std::vector<std::span<std::byte>> hdr_buf;  // per slot: result header (registered)
     std::vector<RequestId> send_ids;            // per slot: header message, rows message
     std::vector<int32_t> row_token, row_slot;
-    std::vector<int32_t> seg_rows;              // per slot: rows of that segment
+    std::vector<int32_t> seg_rows;  // per slot: rows of that segment
     // Packed inputs when the group has several non-empty segments (sync, A > 1).
     std::vector<std::byte> pack_hidden;
     std::vector<int32_t> pack_ids;

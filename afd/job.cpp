@@ -83,8 +83,8 @@ Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions
   if (!root.ok()) {
     int failed = 0;
     for (const Status& s : results) failed += !s.ok();
-    return Status(root.code(), fmt::format("afd job failed ({} of {} ranks ended with an error): {}", failed, n,
-                                           root.message()));
+    return Status(root.code(),
+                  fmt::format("afd job failed ({} of {} ranks ended with an error): {}", failed, n, root.message()));
   }
   return ok_status();
 }

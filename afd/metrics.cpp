@@ -103,7 +103,8 @@ void Metrics::span(SpanKind kind, int64_t begin_ns, int64_t end_ns, int layer, i
     ++dropped_events_;
     return;
   }
-  events_.push_back(TraceEvent{begin_ns, end_ns, step, peer, static_cast<int16_t>(layer), static_cast<int8_t>(stage), kind});
+  events_.push_back(
+      TraceEvent{begin_ns, end_ns, step, peer, static_cast<int16_t>(layer), static_cast<int8_t>(stage), kind});
 }
 
 // ---- serialization ----
@@ -174,7 +175,8 @@ std::string Metrics::serialize() const {
   }
   w.put(static_cast<int64_t>(events_.size()));
   w.put(dropped_events_);
-  if (!events_.empty()) w.out.append(reinterpret_cast<const char*>(events_.data()), events_.size() * sizeof(TraceEvent));
+  if (!events_.empty())
+    w.out.append(reinterpret_cast<const char*>(events_.data()), events_.size() * sizeof(TraceEvent));
   return std::move(w.out);
 }
 
@@ -344,9 +346,10 @@ std::string chrome_trace_json(std::span<const Metrics> ranks) {
   };
   for (const Metrics& m : ranks) {
     sep();
-    out += fmt::format("{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"{} rank {} (world "
-                       "rank {})\"}}}}",
-                       m.world_rank(), role_name(m.role()), m.role_rank(), m.world_rank());
+    out += fmt::format(
+        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"{} rank {} (world "
+        "rank {})\"}}}}",
+        m.world_rank(), role_name(m.role()), m.role_rank(), m.world_rank());
     for (int k = 0; k < 4; ++k) {
       sep();
       out += fmt::format("{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
@@ -359,8 +362,8 @@ std::string chrome_trace_json(std::span<const Metrics> ranks) {
           "{{\"name\":\"{} L{} S{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
           "\"args\":{{\"layer\":{},\"stage\":{},\"step\":{},\"peer\":{}}}}}",
           kind, e.layer, e.stage, kind, m.world_rank(), static_cast<int>(e.kind),
-          static_cast<double>(e.begin_ns - t0) * 1e-3, static_cast<double>(std::max<int64_t>(0, e.end_ns - e.begin_ns)) * 1e-3,
-          e.layer, e.stage, e.step, e.peer);
+          static_cast<double>(e.begin_ns - t0) * 1e-3,
+          static_cast<double>(std::max<int64_t>(0, e.end_ns - e.begin_ns)) * 1e-3, e.layer, e.stage, e.step, e.peer);
     }
   }
   out += "]}\n";

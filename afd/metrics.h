@@ -85,10 +85,18 @@ class Metrics {
   bool tracing() const { return recording_ && trace_capacity_ > 0; }
 
   void record_transfer(Direction d, int layer, int stage, int64_t latency_ns, int64_t bytes);
-  void add_busy_ns(int64_t ns) { if (recording_) busy_ns_ += ns; }
-  void add_idle_ns(int64_t ns) { if (recording_) idle_ns_ += ns; }
-  void add_tokens(int64_t n) { if (recording_) tokens_ += n; }
-  void record_step_ns(int64_t ns) { if (recording_) step_.record(ns); }
+  void add_busy_ns(int64_t ns) {
+    if (recording_) busy_ns_ += ns;
+  }
+  void add_idle_ns(int64_t ns) {
+    if (recording_) idle_ns_ += ns;
+  }
+  void add_tokens(int64_t n) {
+    if (recording_) tokens_ += n;
+  }
+  void record_step_ns(int64_t ns) {
+    if (recording_) step_.record(ns);
+  }
   // Extends the measured wall-time window [begin, end] of this rank.
   void mark_window(int64_t begin_ns, int64_t end_ns);
   void span(SpanKind kind, int64_t begin_ns, int64_t end_ns, int layer, int stage, int64_t step, int peer);
@@ -143,14 +151,14 @@ struct AfdReport {
     double p50_us, p99_us;
     int64_t bytes, messages;
   };
-  std::vector<Link> links;            // per (direction, layer, stage) with at least one message
-  std::vector<double> ffn_busy;       // per FFN rank
-  std::vector<double> attention_idle; // per attention rank
-  double ffn_busy_fraction = 0;       // over all FFN ranks: sum busy / sum wall
-  double attention_idle_fraction = 0; // over all attention ranks: sum idle / sum wall
+  std::vector<Link> links;             // per (direction, layer, stage) with at least one message
+  std::vector<double> ffn_busy;        // per FFN rank
+  std::vector<double> attention_idle;  // per attention rank
+  double ffn_busy_fraction = 0;        // over all FFN ranks: sum busy / sum wall
+  double attention_idle_fraction = 0;  // over all attention ranks: sum idle / sum wall
   int64_t decode_tokens = 0;
-  double wall_s = 0;                  // job window: earliest begin to latest end
-  double tokens_per_s_per_rank = 0;   // decode_tokens / wall_s / (A + F)
+  double wall_s = 0;                 // job window: earliest begin to latest end
+  double tokens_per_s_per_rank = 0;  // decode_tokens / wall_s / (A + F)
   double tpot_mean_ms = 0, tpot_p99_ms = 0;
   int num_ranks = 0;
 };

@@ -103,8 +103,8 @@ Status AttentionRunner::collect(int layer, int stage, int n, const AttentionLaye
   GB_ASSIGN_OR_RETURN(TransferMeta meta, connector_.recv_ffn_output(out, stage));
   const int64_t t1 = now_ns();
   if (meta.layer != layer) {
-    return internal_error(
-        fmt::format("afd: attention runner expected layer {} of stage {} but received layer {}", layer, stage, meta.layer));
+    return internal_error(fmt::format("afd: attention runner expected layer {} of stage {} but received layer {}",
+                                      layer, stage, meta.layer));
   }
   if (metrics_) {
     metrics_->add_idle_ns(t1 - t0);
@@ -120,7 +120,8 @@ Status AttentionRunner::collect(int layer, int stage, int n, const AttentionLaye
   return ok_status();
 }
 
-Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bool warmup, const AttentionLayerFns& fns) {
+Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bool warmup,
+                             const AttentionLayerFns& fns) {
   const AfdConfig& cfg = connector_.config();
   const int S = cfg.num_stages;
   if (static_cast<int>(stage_tokens.size()) != S) {
@@ -129,9 +130,10 @@ Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bo
   }
   for (int s = 0; s < S; ++s) {
     if (stage_tokens[s] < 0 || stage_tokens[s] > cfg.max_tokens_per_stage) {
-      return invalid_argument(fmt::format("afd attention runner: stage {} has {} tokens but must have 0..{} "
-                                          "('max_tokens_per_stage')",
-                                          s, stage_tokens[s], cfg.max_tokens_per_stage));
+      return invalid_argument(
+          fmt::format("afd attention runner: stage {} has {} tokens but must have 0..{} "
+                      "('max_tokens_per_stage')",
+                      s, stage_tokens[s], cfg.max_tokens_per_stage));
     }
   }
   step_ = step;

@@ -81,7 +81,7 @@ class AttentionRunner {
   Status collect(int layer, int stage, int n, const AttentionLayerFns& fns);
   Connector& connector_;
   Metrics* metrics_;
-  std::vector<int> moe_index_;  // layer -> index among MoE layers, or -1
+  std::vector<int> moe_index_;                   // layer -> index among MoE layers, or -1
   std::vector<std::vector<bf16_t>> expert_out_;  // per stage
   std::vector<MoeInput> moe_;                    // per stage
   int64_t step_ = 0;

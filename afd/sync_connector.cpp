@@ -27,18 +27,20 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
     if (finished_) return invalid_argument("afd sync connector: send_step() after finish()");
     const int S = cfg_.num_stages;
     if (static_cast<int>(stage_tokens.size()) != S) {
-      return invalid_argument(fmt::format("afd send_step: {} stage token counts given but 'stages' is {}",
-                                          stage_tokens.size(), S));
+      return invalid_argument(
+          fmt::format("afd send_step: {} stage token counts given but 'stages' is {}", stage_tokens.size(), S));
     }
     for (int s = 0; s < S; ++s) {
       if (stage_tokens[s] < 0 || stage_tokens[s] > cfg_.max_tokens_per_stage) {
-        return invalid_argument(fmt::format("afd send_step: stage {} has {} tokens but must have 0..{} "
-                                            "('max_tokens_per_stage')",
-                                            s, stage_tokens[s], cfg_.max_tokens_per_stage));
+        return invalid_argument(
+            fmt::format("afd send_step: stage {} has {} tokens but must have 0..{} "
+                        "('max_tokens_per_stage')",
+                        s, stage_tokens[s], cfg_.max_tokens_per_stage));
       }
     }
     if (announced_ && step <= step_) {
-      return invalid_argument(fmt::format("afd send_step: step {} must be numbered above the previous step {}", step, step_));
+      return invalid_argument(
+          fmt::format("afd send_step: step {} must be numbered above the previous step {}", step, step_));
     }
     GB_RETURN_IF_ERROR(require_step_complete("send_step"));
     GB_RETURN_IF_ERROR(send_control(wire::Kind::kStep, step, stage_tokens, warmup));
@@ -56,9 +58,9 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
     if (step_active_) {
       for (int s = 0; s < S; ++s) {
         if (next_layer_[s] != static_cast<int>(moe_layers_.size())) {
-          return invalid_argument(fmt::format(
-              "afd recv_step: step {} is not finished: stage {} has received {} of {} MoE layers", control_.step, s,
-              next_layer_[s], moe_layers_.size()));
+          return invalid_argument(
+              fmt::format("afd recv_step: step {} is not finished: stage {} has received {} of {} MoE layers",
+                          control_.step, s, next_layer_[s], moe_layers_.size()));
         }
       }
     }
@@ -87,7 +89,8 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
     for (int a = 0; a < A; ++a) {
       wire::Header h;
       std::memcpy(&h, ctrl_recv_buf_[a].data(), sizeof(h));
-      const size_t want = h.kind == wire::Kind::kStep ? wire::kHeaderBytes + 4 * static_cast<size_t>(S) : wire::kHeaderBytes;
+      const size_t want =
+          h.kind == wire::Kind::kStep ? wire::kHeaderBytes + 4 * static_cast<size_t>(S) : wire::kHeaderBytes;
       if (h.magic != wire::kMagic || (h.kind != wire::Kind::kStep && h.kind != wire::Kind::kStop) || h.source != a ||
           ctrl_bytes_[a] != want || (h.kind == wire::Kind::kStep && h.num_tokens != S)) {
         return internal_error(fmt::format("afd: {} received a malformed control message ({} bytes, kind {}) from {}",
@@ -121,8 +124,8 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
       return ctl;
     }
     if (step_active_ && ctl.step <= control_.step) {
-      return internal_error(fmt::format("afd: {} received step {} after step {}", topo_.rank_name(world_rank_), ctl.step,
-                                        control_.step));
+      return internal_error(
+          fmt::format("afd: {} received step {} after step {}", topo_.rank_name(world_rank_), ctl.step, control_.step));
     }
     control_ = ctl;
     step_active_ = true;
@@ -148,20 +151,23 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
     GB_RETURN_IF_ERROR(require_role(Role::kFfn, "recv_attn_output"));
     const int A = cfg_.num_attention;
     if (stage < 0 || stage >= cfg_.num_stages) {
-      return invalid_argument(fmt::format("afd recv_attn_output: stage {} is outside 0..{}", stage, cfg_.num_stages - 1));
+      return invalid_argument(
+          fmt::format("afd recv_attn_output: stage {} is outside 0..{}", stage, cfg_.num_stages - 1));
     }
     if (!step_active_) {
       return invalid_argument("afd recv_attn_output: no step is active; call control_plane()->recv_step() first");
     }
     if (next_layer_[stage] >= static_cast<int>(moe_layers_.size())) {
-      return invalid_argument(fmt::format("afd recv_attn_output: stage {} already received all {} MoE layers of step {}",
-                                          stage, moe_layers_.size(), control_.step));
+      return invalid_argument(
+          fmt::format("afd recv_attn_output: stage {} already received all {} MoE layers of step {}", stage,
+                      moe_layers_.size(), control_.step));
     }
     const int layer = moe_layers_[next_layer_[stage]];
     Group& g = groups_[stage];
     if (g.held) {
       return invalid_argument(fmt::format(
-          "afd recv_attn_output: the previous work item of stage {} was not handed back with send_ffn_output()", stage));
+          "afd recv_attn_output: the previous work item of stage {} was not handed back with send_ffn_output()",
+          stage));
     }
     GB_RETURN_IF_ERROR(wait_group_sends(g, layer, stage, control_.step));
     collect_slot_ids(g.slots);
@@ -186,10 +192,10 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
                                           topo_.rank_name(topo_.attention_world[a]), h->layer));
       }
       if (h->num_tokens > control_.stage_tokens(a, stage)) {
-        return internal_error(fmt::format(
-            "afd: {} got {} tokens for stage {} of layer {} from {}, which announced {} for that stage",
-            topo_.rank_name(world_rank_), h->num_tokens, stage, layer, topo_.rank_name(topo_.attention_world[a]),
-            control_.stage_tokens(a, stage)));
+        return internal_error(
+            fmt::format("afd: {} got {} tokens for stage {} of layer {} from {}, which announced {} for that stage",
+                        topo_.rank_name(world_rank_), h->num_tokens, stage, layer,
+                        topo_.rank_name(topo_.attention_world[a]), control_.stage_tokens(a, stage)));
       }
     }
     GB_ASSIGN_OR_RETURN(FfnWorkItem item, make_item(stage));
@@ -213,9 +219,9 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
           meta.step, meta.step, announced_ ? fmt::format(" (the last announced step is {})", step_) : ""));
     }
     if (meta.seq_lens[0] != counts_[meta.stage]) {
-      return invalid_argument(fmt::format(
-          "afd send_attn_output: stage {} of step {} has {} tokens but send_step announced {}", meta.stage, meta.step,
-          meta.seq_lens[0], counts_[meta.stage]));
+      return invalid_argument(
+          fmt::format("afd send_attn_output: stage {} of step {} has {} tokens but send_step announced {}", meta.stage,
+                      meta.step, meta.seq_lens[0], counts_[meta.stage]));
     }
     return ok_status();
   }
@@ -274,17 +280,19 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
       const StageFifo& fifo = fifos_[s];
       if (fifo.count != 0 || fifo.next_layer_index != 0 || fifo.step != step_) {
         return invalid_argument(fmt::format(
-            "afd {}: step {} is not finished: stage {} has {} outstanding transfers and {} MoE layers sent", call, step_,
-            s, fifo.count, fifo.step == step_ ? (fifo.next_layer_index == 0 ? static_cast<int>(moe_layers_.size())
-                                                                             : fifo.next_layer_index)
-                                              : 0));
+            "afd {}: step {} is not finished: stage {} has {} outstanding transfers and {} MoE layers sent", call,
+            step_, s, fifo.count,
+            fifo.step == step_
+                ? (fifo.next_layer_index == 0 ? static_cast<int>(moe_layers_.size()) : fifo.next_layer_index)
+                : 0));
       }
     }
     return ok_status();
   }
 
   Status send_control(wire::Kind kind, int64_t step, std::span<const int> counts, bool warmup) {
-    GB_RETURN_IF_ERROR(wait_all(ctrl_send_ids_, deadline_after_ms(cfg_.timeout_ms), "send:the previous control message", topo_.ffn_world, -1, 0, step));
+    GB_RETURN_IF_ERROR(wait_all(ctrl_send_ids_, deadline_after_ms(cfg_.timeout_ms), "send:the previous control message",
+                                topo_.ffn_world, -1, 0, step));
     for (int f = 0; f < cfg_.num_ffn; ++f) {
       std::byte* b = ctrl_send_buf_[f].data();
       wire::Header h{};
@@ -302,7 +310,8 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
         std::memcpy(b + wire::kHeaderBytes + 4 * s, &v, 4);
       }
       GB_RETURN_IF_ERROR(send_small(topo_.ffn_world[f], Channel::kControl, wire::kTagStep,
-                                    ctrl_send_buf_[f].first(wire::kHeaderBytes + 4 * counts.size()), &ctrl_send_ids_[f]));
+                                    ctrl_send_buf_[f].first(wire::kHeaderBytes + 4 * counts.size()),
+                                    &ctrl_send_ids_[f]));
     }
     return ok_status();
   }

@@ -36,10 +36,10 @@ Result<Topology> make_topology(const AfdConfig& cfg, std::span<const int> declar
         declared, n, n - declared));
   }
   if (declared == n && attention != cfg.num_attention) {
-    return invalid_argument(fmt::format(
-        "afd: {} ranks were started with --role attention and {} with --role ffn, but the config has "
-        "'attention_ranks' = {} and 'ffn_ranks' = {}",
-        attention, n - attention, cfg.num_attention, cfg.num_ffn));
+    return invalid_argument(
+        fmt::format("afd: {} ranks were started with --role attention and {} with --role ffn, but the config has "
+                    "'attention_ranks' = {} and 'ffn_ranks' = {}",
+                    attention, n - attention, cfg.num_attention, cfg.num_ffn));
   }
   Topology t;
   t.num_attention = cfg.num_attention;
@@ -84,8 +84,8 @@ Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, Disp
     for (int j = 0; j < k; ++j) {
       const int32_t e = base[t * s0 + j * s1];
       if (e < 0 || e >= topo.num_experts) {
-        return invalid_argument(fmt::format(
-            "afd dispatch: topk_ids[{}, {}] is {} but expert ids must be in 0..{}", t, j, e, topo.num_experts - 1));
+        return invalid_argument(fmt::format("afd dispatch: topk_ids[{}, {}] is {} but expert ids must be in 0..{}", t,
+                                            j, e, topo.num_experts - 1));
       }
       for (int i = 0; i < j; ++i) {
         if (base[t * s0 + i * s1] == e) {

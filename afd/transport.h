@@ -64,9 +64,9 @@ inline constexpr RequestId kNoRequest = -1;
 
 struct Completion {
   int64_t done_ns = 0;  // steady clock when the transport saw the operation complete
-  int source = -1;   // world rank of the sender (receives)
-  int tag = -1;      // tag of the message (receives)
-  size_t bytes = 0;  // bytes received (receives) or sent (sends)
+  int source = -1;      // world rank of the sender (receives)
+  int tag = -1;         // tag of the message (receives)
+  size_t bytes = 0;     // bytes received (receives) or sent (sends)
 };
 
 class Transport {

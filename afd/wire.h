@@ -26,11 +26,16 @@ inline constexpr uint16_t kVersion = 1;
 enum class Kind : uint8_t { kWork = 1, kResult = 2, kDone = 3, kStep = 4, kStop = 5 };
 inline const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::kWork: return "work";
-    case Kind::kResult: return "result";
-    case Kind::kDone: return "done";
-    case Kind::kStep: return "step";
-    case Kind::kStop: return "stop";
+    case Kind::kWork:
+      return "work";
+    case Kind::kResult:
+      return "result";
+    case Kind::kDone:
+      return "done";
+    case Kind::kStep:
+      return "step";
+    case Kind::kStop:
+      return "stop";
   }
   return "unknown";
 }
@@ -54,12 +59,12 @@ struct Header {
   int32_t source;      // sender's index within its role
   int32_t num_tokens;  // work: tokens; step: number of stages
   int64_t step;
-  int32_t num_rows;    // result: expert-output rows
+  int32_t num_rows;  // result: expert-output rows
   int32_t top_k;
   int32_t hidden;
   int32_t reserved;
-  int64_t send_ns;     // sender's steady clock when the send was posted
-  int64_t aux_ns;      // unused, zero
+  int64_t send_ns;  // sender's steady clock when the send was posted
+  int64_t aux_ns;   // unused, zero
 };
 static_assert(sizeof(Header) == 64, "the wire header is 64 bytes");
 
@@ -70,7 +75,9 @@ inline size_t work_meta_bytes(int64_t tokens, int top_k) {
   return kHeaderBytes + static_cast<size_t>(tokens) * static_cast<size_t>(top_k) * 8;
 }
 // Bytes of the rows message of `rows` rows of `hidden` bf16 elements.
-inline size_t rows_bytes(int64_t rows, int hidden) { return static_cast<size_t>(rows) * static_cast<size_t>(hidden) * 2; }
+inline size_t rows_bytes(int64_t rows, int hidden) {
+  return static_cast<size_t>(rows) * static_cast<size_t>(hidden) * 2;
+}
 
 inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())

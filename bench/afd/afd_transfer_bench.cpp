@@ -6,8 +6,8 @@
 // One round trip = attention: send_attn_output(hidden bf16 [tokens, H], top-1 routing) -> FFN: receive,
 // no compute, send_ffn_output -> attention: recv_ffn_output(out bf16 [tokens, 1, H]). Raw MPI moves the
 // same bytes (the connector's headers and routing block included), as one blocking MPI_Send/MPI_Recv
-// each way on preallocated contiguous buffers (the connector sends two messages each way: header, rows). Methods are interleaved in rounds; each cell is the median of all
-// its samples. Overhead = connector median / raw median - 1.
+// each way on preallocated contiguous buffers (the connector sends two messages each way: header, rows). Methods are
+// interleaved in rounds; each cell is the median of all its samples. Overhead = connector median / raw median - 1.
 
 #include <mpi.h>
 
@@ -41,7 +41,9 @@ constexpr int kMaxTokens = 512;
 
 // Bytes the connector moves per round trip (header and top-1 routing included); raw MPI moves the same
 // bytes, as one message each way.
-size_t work_bytes(int tokens, int hidden) { return wire::work_meta_bytes(tokens, 1) + wire::rows_bytes(tokens, hidden); }
+size_t work_bytes(int tokens, int hidden) {
+  return wire::work_meta_bytes(tokens, 1) + wire::rows_bytes(tokens, hidden);
+}
 size_t result_bytes(int tokens, int hidden) { return wire::kHeaderBytes + wire::rows_bytes(tokens, hidden); }
 
 double median(std::vector<double> v) {
@@ -187,11 +189,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (rank == 0) {
-    std::printf("round trip of one layer (top-1, 1A1F, S=1), %d samples per cell, microseconds (median); overhead = "
-                "median over iterations of connector/raw of the same iteration, minus 1\n\n",
-                iters);
-    std::printf("| tokens | hidden | bytes A->F | bytes F->A | raw MPI us | sync us | sync overhead | async us | async "
-                "overhead |\n");
+    std::printf(
+        "round trip of one layer (top-1, 1A1F, S=1), %d samples per cell, microseconds (median); overhead = "
+        "median over iterations of connector/raw of the same iteration, minus 1\n\n",
+        iters);
+    std::printf(
+        "| tokens | hidden | bytes A->F | bytes F->A | raw MPI us | sync us | sync overhead | async us | async "
+        "overhead |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   }
   for (int hidden : kHidden) {
@@ -217,9 +221,9 @@ int main(int argc, char** argv) {
           rs.push_back(t[1][i] / t[0][i]);
           ra.push_back(t[2][i] / t[0][i]);
         }
-        std::printf("| %d | %d | %zu | %zu | %.2f | %.2f | %+.1f%% | %.2f | %+.1f%% |\n", n, hidden, work_bytes(n, hidden),
-                    result_bytes(n, hidden), median(t[0]), median(t[1]), (median(rs) - 1) * 100, median(t[2]),
-                    (median(ra) - 1) * 100);
+        std::printf("| %d | %d | %zu | %zu | %.2f | %.2f | %+.1f%% | %.2f | %+.1f%% |\n", n, hidden,
+                    work_bytes(n, hidden), result_bytes(n, hidden), median(t[0]), median(t[1]), (median(rs) - 1) * 100,
+                    median(t[2]), (median(ra) - 1) * 100);
         std::fflush(stdout);
       }
     }

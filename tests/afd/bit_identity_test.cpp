@@ -77,11 +77,11 @@ TEST_P(BitIdentity, matches_monolithic) {
   expect_same(want, got.afd, w.num_requests);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Matrix, BitIdentity,
-    ::testing::Combine(::testing::Values(ConnectorKind::kSync, ConnectorKind::kAsync),
-                       ::testing::Values(std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 2}), ::testing::Values(1, 2)),
-    [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
+INSTANTIATE_TEST_SUITE_P(Matrix, BitIdentity,
+                         ::testing::Combine(::testing::Values(ConnectorKind::kSync, ConnectorKind::kAsync),
+                                            ::testing::Values(std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 2}),
+                                            ::testing::Values(1, 2)),
+                         [](const ::testing::TestParamInfo<Case>& i) { return case_name(i.param); });
 
 TEST(BitIdentityExtra, three_stages_four_ffn_ranks_more_tokens_than_stages) {
   for (ConnectorKind kind : {ConnectorKind::kSync, ConnectorKind::kAsync}) {

@@ -51,7 +51,8 @@ TEST(AfdConfig, unknown_key) {
 TEST(AfdConfig, attention_or_ffn_ranks_not_positive) {
   EXPECT_EQ(error_of(with("attention_ranks", "0")),
             "afd config: 'attention_ranks' is 0 but must be in 1..64 (A, the number of attention ranks)");
-  EXPECT_EQ(error_of(with("ffn_ranks", "-1")), "afd config: 'ffn_ranks' is -1 but must be in 1..64 (F, the number of FFN ranks)");
+  EXPECT_EQ(error_of(with("ffn_ranks", "-1")),
+            "afd config: 'ffn_ranks' is -1 but must be in 1..64 (F, the number of FFN ranks)");
 }
 
 TEST(AfdConfig, experts_not_divisible_by_ffn_ranks) {
@@ -72,24 +73,29 @@ TEST(AfdConfig, async_dp_with_the_sync_connector) {
 
 TEST(AfdConfig, wrong_types_and_values) {
   EXPECT_EQ(error_of(with("stages", "\"2\"")), "afd config: 'stages' must be an integer, got \"2\"");
-  EXPECT_EQ(error_of(with("connector", "\"fast\"")), "afd config: 'connector' is \"fast\" but must be \"sync\" or \"async\"");
-  EXPECT_EQ(error_of(with("transport", "\"nccl\"")), "afd config: 'transport' is \"nccl\" but must be \"inproc\" or \"mpi\"");
+  EXPECT_EQ(error_of(with("connector", "\"fast\"")),
+            "afd config: 'connector' is \"fast\" but must be \"sync\" or \"async\"");
+  EXPECT_EQ(error_of(with("transport", "\"nccl\"")),
+            "afd config: 'transport' is \"nccl\" but must be \"inproc\" or \"mpi\"");
   EXPECT_EQ(error_of(with("async_dp", "1")), "afd config: 'async_dp' must be true or false, got 1");
   EXPECT_EQ(error_of(with("timeout_ms", "0")), "afd config: 'timeout_ms' is 0 but must be >= 1");
-  EXPECT_EQ(error_of(with("top_k", "9")), "afd config: 'top_k' is 9 but must be in 1..8 (at most num_experts and at most 16)");
+  EXPECT_EQ(error_of(with("top_k", "9")),
+            "afd config: 'top_k' is 9 but must be in 1..8 (at most num_experts and at most 16)");
   EXPECT_EQ(error_of("[1, 2]"), "afd config: must be a JSON object, got array");
   EXPECT_EQ(error_of("{"), "afd config: the text is not valid JSON");
 }
 
 TEST(AfdConfig, dense_layers_rules) {
   EXPECT_EQ(error_of(with("dense_layers", "[4]")), "afd config: 'dense_layers' contains 4 but layers are 0..3");
-  EXPECT_EQ(error_of(with("dense_layers", "[2, 1]")), "afd config: 'dense_layers' must be strictly ascending, but 1 follows 2");
+  EXPECT_EQ(error_of(with("dense_layers", "[2, 1]")),
+            "afd config: 'dense_layers' must be strictly ascending, but 1 follows 2");
   EXPECT_EQ(error_of(with("dense_layers", "[0, 1, 2, 3]")),
             "afd config: 'dense_layers' lists all 4 layers; AFD needs at least one MoE layer for the FFN ranks");
 }
 
 TEST(AfdConfig, message_size_limit) {
-  EXPECT_NE(error_of(with("max_tokens_per_stage", "100000000")).find("the limit is 1 GiB per message"), std::string::npos);
+  EXPECT_NE(error_of(with("max_tokens_per_stage", "100000000")).find("the limit is 1 GiB per message"),
+            std::string::npos);
 }
 
 TEST(AfdConfig, topology_string) {

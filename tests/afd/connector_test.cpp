@@ -30,10 +30,16 @@ class CountingTransport final : public Transport {
   std::span<const int> declared_roles() const override { return ++*calls_, std::span<const int>(); }
   void set_rank_names(std::vector<std::string>) override { ++*calls_; }
   Result<std::span<std::byte>> alloc_buffer(size_t) override { return ++*calls_, unavailable("x"); }
-  Result<RequestId> isend(int, Channel, int, std::span<const ConstSegment>) override { return ++*calls_, unavailable("x"); }
-  Result<RequestId> irecv(int, Channel, int, std::span<const MutSegment>) override { return ++*calls_, unavailable("x"); }
+  Result<RequestId> isend(int, Channel, int, std::span<const ConstSegment>) override {
+    return ++*calls_, unavailable("x");
+  }
+  Result<RequestId> irecv(int, Channel, int, std::span<const MutSegment>) override {
+    return ++*calls_, unavailable("x");
+  }
   Result<bool> test(RequestId, Completion*) override { return ++*calls_, unavailable("x"); }
-  Result<int> wait_any(std::span<const RequestId>, Deadline, Completion*) override { return ++*calls_, unavailable("x"); }
+  Result<int> wait_any(std::span<const RequestId>, Deadline, Completion*) override {
+    return ++*calls_, unavailable("x");
+  }
   Status cancel(RequestId) override { return ++*calls_, ok_status(); }
   void abort_job(const Status&) override { ++*calls_; }
 
@@ -180,7 +186,8 @@ TEST(Connector, sync_hand_driven_step) {
                     .message(),
                 "afd send_attn_output: hidden must be bf16 [3, 48] with unit stride along hidden, got fp32 [3, 48] "
                 "(layer 1, stage 0)");
-      EXPECT_EQ(c.recv_ffn_output(ov, 0).status().message(), "afd recv_ffn_output: stage 0 has no outstanding transfer");
+      EXPECT_EQ(c.recv_ffn_output(ov, 0).status().message(),
+                "afd recv_ffn_output: stage 0 has no outstanding transfer");
       EXPECT_EQ(c.recv_work_item().status().code(), StatusCode::kUnimplemented);
       for (int layer = 1; layer <= 3; ++layer) {
         GB_RETURN_IF_ERROR(c.send_attn_output(hv, TransferMeta::attention(layer, 0, 0, 3), routing));

@@ -44,9 +44,7 @@ JobRun run_job(const AfdConfig& cfg, MakeCompute make_compute, std::atomic<bool>
     ++finished;
     return ok_status();
   };
-  fns.ffn = [&](Connector& c, Metrics& m) -> Status {
-    return FfnRunner(c, make_compute(c.rank(), model), &m).run();
-  };
+  fns.ffn = [&](Connector& c, Metrics& m) -> Status { return FfnRunner(c, make_compute(c.rank(), model), &m).run(); };
   const auto t0 = std::chrono::steady_clock::now();
   JobRun r;
   r.status = run_inproc_job(cfg, fns);
@@ -103,11 +101,12 @@ TEST(AfdFailure, hung_ffn_worker_hits_the_deadline_naming_rank_peer_layer_stage_
     EXPECT_EQ(r.status.code(), StatusCode::kDeadlineExceeded) << msg;
     // Sync: the attention ranks are in lockstep and block on layer 1 or 2 of step 2 (the FFN rank stops at
     // layer 2 of step 2). Async: a rank may lag behind and time out on its own earlier layer and step.
-    const std::string where = kind == ConnectorKind::kSync ? "layer [12], stage [01], step 2"
-                                                           : "layer [1-3], stage [01], step [0-2]";
-    EXPECT_THAT(msg, ::testing::ContainsRegex("attention rank [01] \\(world rank [01]\\) timed out after 300 ms waiting "
-                                              "for the expert outputs of " + where +
-                                              " from ffn rank 0 \\(world rank 2\\)$"));
+    const std::string where =
+        kind == ConnectorKind::kSync ? "layer [12], stage [01], step 2" : "layer [1-3], stage [01], step [0-2]";
+    EXPECT_THAT(msg,
+                ::testing::ContainsRegex("attention rank [01] \\(world rank [01]\\) timed out after 300 ms waiting "
+                                         "for the expert outputs of " +
+                                         where + " from ffn rank 0 \\(world rank 2\\)$"));
     EXPECT_EQ(r.attention_finished, 0);
     EXPECT_GE(r.ms, 300);
     EXPECT_LT(r.ms, 3000);
@@ -127,12 +126,11 @@ TEST(AfdFailure, failed_attention_worker_unblocks_the_ffn_ranks) {
       AttentionRunner runner(c);
       return att.run(runner, Workload().steps());
     };
-    fns.ffn = [&](Connector& c, Metrics&) -> Status {
-      return FfnRunner(c, testing::toy_expert_compute(model)).run();
-    };
+    fns.ffn = [&](Connector& c, Metrics&) -> Status { return FfnRunner(c, testing::toy_expert_compute(model)).run(); };
     const auto t0 = std::chrono::steady_clock::now();
     const Status s = run_inproc_job(cfg, fns);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.message().find("attention rank 1 (world rank 1) failed: attention rank 1 lost its KV pool"),
               std::string::npos)

@@ -121,7 +121,8 @@ class InprocTransport final : public Transport {
     closed_ = true;
     // Withdraw everything still queued; wait for copies that read or write our memory.
     for (int ch = 0; ch < kNumChannels; ++ch) {
-      std::erase_if(world_->recvs_[rank_ * kNumChannels + ch], [&](const InprocWorld::Pending& p) { return p.rank == rank_; });
+      std::erase_if(world_->recvs_[rank_ * kNumChannels + ch],
+                    [&](const InprocWorld::Pending& p) { return p.rank == rank_; });
     }
     for (auto& q : world_->sends_) {
       std::erase_if(q, [&](const InprocWorld::Pending& p) { return p.rank == rank_; });
@@ -157,7 +158,8 @@ class InprocTransport final : public Transport {
     std::unique_lock lock(world_->mu);
     GB_RETURN_IF_ERROR(check_usable_locked("send"));
     if (peer < 0 || peer >= world_->size_) {
-      return invalid_argument(fmt::format("inproc transport: send to world rank {} outside 0..{}", peer, world_->size_ - 1));
+      return invalid_argument(
+          fmt::format("inproc transport: send to world rank {} outside 0..{}", peer, world_->size_ - 1));
     }
     const RequestId id = new_request_locked();
     Request& r = requests_[id];
@@ -188,7 +190,8 @@ class InprocTransport final : public Transport {
     std::unique_lock lock(world_->mu);
     GB_RETURN_IF_ERROR(check_usable_locked("receive"));
     if (peer != kAnySource && (peer < 0 || peer >= world_->size_)) {
-      return invalid_argument(fmt::format("inproc transport: receive from world rank {} outside 0..{}", peer, world_->size_ - 1));
+      return invalid_argument(
+          fmt::format("inproc transport: receive from world rank {} outside 0..{}", peer, world_->size_ - 1));
     }
     const RequestId id = new_request_locked();
     Request& r = requests_[id];
@@ -252,7 +255,8 @@ class InprocTransport final : public Transport {
         // Re-check once: a completion may have raced the timeout.
         bool done = false;
         for (RequestId id : ids) {
-          if (id != kNoRequest && (requests_[id].state == ReqState::kDone || requests_[id].state == ReqState::kError)) done = true;
+          if (id != kNoRequest && (requests_[id].state == ReqState::kDone || requests_[id].state == ReqState::kError))
+            done = true;
         }
         if (!done) return deadline_exceeded("deadline passed");
       }
@@ -363,9 +367,10 @@ class InprocTransport final : public Transport {
       r.state = ReqState::kDone;
     } else {
       r.state = ReqState::kError;
-      r.error = internal_error(fmt::format("inproc transport: a message of {} bytes from {} does not fit the {}-byte "
-                                           "receive of {}",
-                                           s.bytes, w.names_[src->rank_], r.bytes, w.names_[dst->rank_]));
+      r.error =
+          internal_error(fmt::format("inproc transport: a message of {} bytes from {} does not fit the {}-byte "
+                                     "receive of {}",
+                                     s.bytes, w.names_[src->rank_], r.bytes, w.names_[dst->rank_]));
     }
     src->cv_.notify_all();
     if (dst != src) dst->cv_.notify_all();
@@ -386,8 +391,8 @@ class InprocTransport final : public Transport {
 
 void InprocWorld::fail_locked(int rank, const Status& why) {
   if (failure_.ok()) {
-    failure_ = unavailable(fmt::format("{} failed: {}", rank >= 0 && rank < size_ ? names_[rank] : std::string("a rank"),
-                                       why.to_string()));
+    failure_ = unavailable(fmt::format(
+        "{} failed: {}", rank >= 0 && rank < size_ ? names_[rank] : std::string("a rank"), why.to_string()));
   }
   for (InprocTransport* e : endpoints_) {
     if (e) e->cv_.notify_all();
@@ -399,7 +404,8 @@ std::shared_ptr<InprocWorld> make_inproc_world(int size, int64_t join_timeout_ms
   return std::make_shared<InprocWorld>(size, join_timeout_ms);
 }
 
-std::unique_ptr<Transport> make_inproc_transport(std::shared_ptr<InprocWorld> world, int world_rank, int declared_role) {
+std::unique_ptr<Transport> make_inproc_transport(std::shared_ptr<InprocWorld> world, int world_rank,
+                                                 int declared_role) {
   return std::make_unique<InprocTransport>(std::move(world), world_rank, declared_role);
 }
 

@@ -133,13 +133,15 @@ class MpiTransport final : public Transport {
                      &requests_[id]);
     } else {
       MPI_Datatype t;
-      GB_RETURN_IF_ERROR(make_type(segments.size(), [&](size_t i) { return std::pair(segments[i].data, segments[i].bytes); }, &t));
+      GB_RETURN_IF_ERROR(make_type(
+          segments.size(), [&](size_t i) { return std::pair(segments[i].data, segments[i].bytes); }, &t));
       rc = MPI_Isend(MPI_BOTTOM, 1, t, peer, tag, comm(ch), &requests_[id]);
       MPI_Type_free(&t);
     }
     if (rc != MPI_SUCCESS) {
       release(id);
-      return internal_error(fmt::format("mpi transport: MPI_Isend to {} failed: {}", names_[peer], mpi_error_string(rc)));
+      return internal_error(
+          fmt::format("mpi transport: MPI_Isend to {} failed: {}", names_[peer], mpi_error_string(rc)));
     }
     return id;
   }
@@ -156,7 +158,9 @@ class MpiTransport final : public Transport {
                      &requests_[id]);
     } else {
       MPI_Datatype t;
-      GB_RETURN_IF_ERROR(make_type(segments.size(), [&](size_t i) { return std::pair<const void*, size_t>(segments[i].data, segments[i].bytes); }, &t));
+      GB_RETURN_IF_ERROR(make_type(
+          segments.size(),
+          [&](size_t i) { return std::pair<const void*, size_t>(segments[i].data, segments[i].bytes); }, &t));
       rc = MPI_Irecv(MPI_BOTTOM, 1, t, src, mtag, comm(ch), &requests_[id]);
       MPI_Type_free(&t);
     }

@@ -4,6 +4,7 @@
 // for bit. Fault injection: an FFN rank can be killed (SIGKILL), hang, or fail its expert compute at a
 // given step. Exit status 0 only when every rank verified its results.
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,8 +14,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "afd/job.h"
 #include "afd/runner.h"
@@ -115,15 +114,16 @@ int main(int argc, char** argv) {
     int64_t tokens = 0;
     for (int r : att.requests()) {
       if (want.tokens[r] != att.trace().tokens[r] || want.logit_bits[r] != att.trace().logit_bits[r]) {
-        return internal_error(fmt::format("MISMATCH: request {} on attention rank {} differs from the monolithic run",
-                                          r, c.rank()));
+        return internal_error(
+            fmt::format("MISMATCH: request {} on attention rank {} differs from the monolithic run", r, c.rank()));
       }
       tokens += static_cast<int64_t>(want.tokens[r].size());
     }
-    std::printf("attention rank %d: %zu requests, %lld tokens and their logits bit-identical to monolithic (%s, %s, "
-                "S=%d)\n",
-                c.rank(), att.requests().size(), static_cast<long long>(tokens), std::string(c.name()).c_str(),
-                o.topology.c_str(), cfg.num_stages);
+    std::printf(
+        "attention rank %d: %zu requests, %lld tokens and their logits bit-identical to monolithic (%s, %s, "
+        "S=%d)\n",
+        c.rank(), att.requests().size(), static_cast<long long>(tokens), std::string(c.name()).c_str(),
+        o.topology.c_str(), cfg.num_stages);
     std::fflush(stdout);
     return ok_status();
   };
