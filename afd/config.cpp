@@ -51,6 +51,7 @@ Status validate(const AfdConfig& c) {
     return rule("max_tokens_per_stage", std::to_string(c.max_tokens_per_stage), "must be >= 1");
   }
   if (c.timeout_ms < 1) return rule("timeout_ms", std::to_string(c.timeout_ms), "must be >= 1");
+  if (c.init_timeout_ms < 1) return rule("init_timeout_ms", std::to_string(c.init_timeout_ms), "must be >= 1");
   if (c.idle_timeout_ms < 0) {
     return rule("idle_timeout_ms", std::to_string(c.idle_timeout_ms), "must be >= 0 (0 waits without a deadline)");
   }
@@ -167,6 +168,10 @@ Result<AfdConfig> parse_afd_config(std::string_view json_text) {
       GB_RETURN_IF_ERROR(
           read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
       c.idle_timeout_ms = n;
+    } else if (key == "init_timeout_ms") {
+      GB_RETURN_IF_ERROR(
+          read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
+      c.init_timeout_ms = n;
     } else if (key == "num_experts") {
       GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
       c.num_experts = static_cast<int>(n);
@@ -191,7 +196,8 @@ Result<AfdConfig> parse_afd_config(std::string_view json_text) {
     } else {
       return invalid_argument(fmt::format(
           "afd config: unknown key '{}' (known keys: attention_ranks, ffn_ranks, stages, connector, transport, "
-          "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, num_experts, top_k, hidden_size, "
+          "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, init_timeout_ms, num_experts, top_k, "
+          "hidden_size, "
           "num_layers, dense_layers)",
           key));
     }
@@ -226,10 +232,11 @@ std::string canonical_settings(const AfdConfig& c) {
   for (size_t i = 0; i < c.dense_layers.size(); ++i) dense += (i ? "," : "") + std::to_string(c.dense_layers[i]);
   return fmt::format(
       "attention_ranks={}\nffn_ranks={}\nstages={}\nconnector={}\ntransport={}\nasync_dp={}\nmax_tokens_per_stage={}\n"
-      "timeout_ms={}\nidle_timeout_ms={}\nnum_experts={}\ntop_k={}\nhidden_size={}\nnum_layers={}\ndense_layers=[{}]\n",
+      "timeout_ms={}\nidle_timeout_ms={}\ninit_timeout_ms={}\nnum_experts={}\ntop_k={}\nhidden_size={}\nnum_layers={}"
+      "\ndense_layers=[{}]\n",
       c.num_attention, c.num_ffn, c.num_stages, connector_kind_name(c.connector), transport_kind_name(c.transport),
-      c.async_dp ? "true" : "false", c.max_tokens_per_stage, c.timeout_ms, c.idle_timeout_ms, c.num_experts, c.top_k,
-      c.hidden_size, c.num_layers, dense);
+      c.async_dp ? "true" : "false", c.max_tokens_per_stage, c.timeout_ms, c.idle_timeout_ms, c.init_timeout_ms,
+      c.num_experts, c.top_k, c.hidden_size, c.num_layers, dense);
 }
 
 std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a, std::string* value_b) {

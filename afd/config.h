@@ -38,6 +38,9 @@ struct AfdConfig {
   int64_t timeout_ms = 30000;  // "timeout_ms" >= 1
   // Deadline of an FFN rank waiting for the next step to begin; 0 waits until close() or a peer fails.
   int64_t idle_timeout_ms = 0;  // "idle_timeout_ms" >= 0
+  // Deadline of the collective phases outside steps: init() (ranks may finish loading their weights at
+  // different times before calling it) and gather().
+  int64_t init_timeout_ms = 300000;  // "init_timeout_ms" >= 1
   // Model shape the transfers are sized from (the engine fills these from the model config).
   int num_experts = 0;            // "num_experts": E >= 1, divisible by F
   int top_k = 0;                  // "top_k": 1..min(E, 16)

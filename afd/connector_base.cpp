@@ -181,7 +181,7 @@ Status ConnectorBase::init() {
       }
     }
     // Scatter the verdict from rank 0 (size, then text).
-    const Deadline deadline = deadline_after_ms(cfg_.timeout_ms);
+    const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
     if (world_rank_ == 0) {
       const int n = transport_->world_size();
       std::vector<RequestId> ids;
@@ -736,7 +736,7 @@ Status ConnectorBase::send_ffn_output(TensorView out, BackendState&& state) {
 
 Result<std::vector<std::string>> ConnectorBase::gather(std::string_view blob) {
   if (closed_) return unavailable(fmt::format("afd {} connector: gather() after close()", name()));
-  const Deadline deadline = deadline_after_ms(cfg_.timeout_ms);
+  const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
   const int n = transport_->world_size();
   const int me = transport_->world_rank();
   std::vector<std::string> all;

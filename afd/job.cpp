@@ -44,7 +44,7 @@ Status run_rank(Connector& c, const AfdConfig& cfg, const RankFns& fns, const Jo
 Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions& options) {
   GB_RETURN_IF_ERROR(validate(cfg));
   const int n = cfg.num_attention + cfg.num_ffn;
-  std::shared_ptr<InprocWorld> world = make_inproc_world(n, cfg.timeout_ms);
+  std::shared_ptr<InprocWorld> world = make_inproc_world(n, cfg.init_timeout_ms);
   std::vector<Status> results(n);
   std::mutex mu;
   Status root;  // the first failure, in the failed rank's own words

@@ -11,7 +11,7 @@ namespace {
 
 constexpr const char* kValid =
     R"({"attention_ranks": 2, "ffn_ranks": 2, "stages": 2, "connector": "async", "transport": "mpi",
-        "async_dp": true, "max_tokens_per_stage": 64, "timeout_ms": 5000, "idle_timeout_ms": 0,
+        "async_dp": true, "max_tokens_per_stage": 64, "timeout_ms": 5000, "idle_timeout_ms": 0, "init_timeout_ms": 9000,
         "num_experts": 8, "top_k": 2, "hidden_size": 128, "num_layers": 4, "dense_layers": [0, 2]})";
 
 std::string error_of(std::string_view json) {
@@ -40,6 +40,7 @@ TEST(AfdConfig, parses_every_key) {
   EXPECT_TRUE(c.async_dp);
   EXPECT_EQ(c.max_tokens_per_stage, 64);
   EXPECT_EQ(c.timeout_ms, 5000);
+  EXPECT_EQ(c.init_timeout_ms, 9000);
   EXPECT_EQ(c.experts_per_ffn(), 4);
   EXPECT_EQ(c.moe_layers(), (std::vector<int>{1, 3}));
 }
@@ -79,6 +80,9 @@ TEST(AfdConfig, wrong_types_and_values) {
             "afd config: 'transport' is \"nccl\" but must be \"inproc\" or \"mpi\"");
   EXPECT_EQ(error_of(with("async_dp", "1")), "afd config: 'async_dp' must be true or false, got 1");
   EXPECT_EQ(error_of(with("timeout_ms", "0")), "afd config: 'timeout_ms' is 0 but must be >= 1");
+  EXPECT_EQ(error_of(with("init_timeout_ms", "0")), "afd config: 'init_timeout_ms' is 0 but must be >= 1");
+  EXPECT_EQ(error_of(with("idle_timeout_ms", "-1")),
+            "afd config: 'idle_timeout_ms' is -1 but must be >= 0 (0 waits without a deadline)");
   EXPECT_EQ(error_of(with("top_k", "9")),
             "afd config: 'top_k' is 9 but must be in 1..8 (at most num_experts and at most 16)");
   EXPECT_EQ(error_of("[1, 2]"), "afd config: must be a JSON object, got array");
