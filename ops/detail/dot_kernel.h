@@ -176,49 +176,62 @@ inline void* thread_scratch(size_t bytes) {
   return buf.data();
 }
 
+// Weight rows per panel with several row tiles: the panel's K block stays in L2 while every row tile
+// passes, and the accumulator buffer is bounded to m x kPanelCols vectors.
+inline constexpr int64_t kPanelCols = 21 * kTileCols;
+
 // Computes dot(a[r * lda + 0:K], b[c * ldb + 0:K]) for r < m, c < n and hands every finished tile to
 // sink(r0, c0, mr, nc, vals) with vals[i * nc + j] the result for row r0 + i and column c0 + j.
-// Loop order per K block: row tiles outer (their input rows stay in L1), weight tiles inner (the
-// block's weight panel stays in L2); accumulators live in a per-thread m x n buffer between blocks.
-// With at most one row tile (decode) K is not blocked.
+// With more than one row tile, per panel of weight rows and per K block, row tiles are the outer loop
+// (their input rows stay in L1) and weight tiles the inner one (the panel's block stays in L2);
+// accumulators live in a per-thread m x kPanelCols buffer between K blocks. With at most one row tile
+// (decode) each weight row is streamed once, whole.
 template <typename BT, typename Sink>
 void dot_block(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, Sink&& sink) {
-  // A single row tile streams each weight row once: blocking K would only cut those streams short.
-  const int64_t k_blocks = m > kTileRows ? std::max<int64_t>(1, (K + kKBlock - 1) / kKBlock) : 1;
-  f32x16* acc = k_blocks > 1 ? static_cast<f32x16*>(thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(f32x16)))
-                             : nullptr;
+  const bool blocked = m > kTileRows;
+  const int64_t k_blocks = blocked ? std::max<int64_t>(1, (K + kKBlock - 1) / kKBlock) : 1;
+  const int64_t panel = blocked ? kPanelCols : std::max<int64_t>(n, 1);
+  f32x16* acc =
+      k_blocks > 1 ? static_cast<f32x16*>(thread_scratch<1>(static_cast<size_t>(m * kPanelCols) * sizeof(f32x16)))
+                   : nullptr;
   float vals[kTileRows * kTileCols];
-  for (int64_t kb = 0; kb < k_blocks; ++kb) {
-    const int64_t k0 = kb * kKBlock, kn = kb == k_blocks - 1 ? K - k0 : kKBlock;
-    const bool first = kb == 0, last = kb == k_blocks - 1;
-    for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
-      const int mr = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
-      const float* ap = a + r0 * lda + k0;
-      int64_t c0 = 0;
-      for (; c0 + kTileCols <= n; c0 += kTileCols) {
-        dot_tile_rows<BT, kTileCols>(mr, ap, lda, b + c0 * ldb + k0, ldb, kn, acc ? acc + r0 * n + c0 : nullptr, n,
-                                     first, last, vals);
-        if (last) sink(r0, c0, mr, kTileCols, vals);
-      }
-      for (; c0 < n; ++c0) {
-        dot_tile_rows<BT, 1>(mr, ap, lda, b + c0 * ldb + k0, ldb, kn, acc ? acc + r0 * n + c0 : nullptr, n, first,
-                             last, vals);
-        if (last) sink(r0, c0, mr, 1, vals);
+  for (int64_t p0 = 0; p0 < n; p0 += panel) {
+    const int64_t pn = std::min(panel, n - p0);
+    const BT* bp = b + p0 * ldb;
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const int64_t k0 = kb * kKBlock, kn = kb == k_blocks - 1 ? K - k0 : kKBlock;
+      const bool first = kb == 0, last = kb == k_blocks - 1;
+      for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
+        const int mr = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
+        const float* ap = a + r0 * lda + k0;
+        f32x16* acc_rows = acc ? acc + r0 * pn : nullptr;
+        int64_t c0 = 0;
+        for (; c0 + kTileCols <= pn; c0 += kTileCols) {
+          dot_tile_rows<BT, kTileCols>(mr, ap, lda, bp + c0 * ldb + k0, ldb, kn, acc ? acc_rows + c0 : nullptr, pn,
+                                       first, last, vals);
+          if (last) sink(r0, p0 + c0, mr, kTileCols, vals);
+        }
+        for (; c0 < pn; ++c0) {
+          dot_tile_rows<BT, 1>(mr, ap, lda, bp + c0 * ldb + k0, ldb, kn, acc ? acc_rows + c0 : nullptr, pn, first,
+                               last, vals);
+          if (last) sink(r0, p0 + c0, mr, 1, vals);
+        }
       }
     }
   }
 }
 
-// Rows per work item (a multiple of the tile height): bounds the accumulator buffer and the fp32
-// copy of the rows.
+// Rows per work item (a multiple of the tile height): bounds the fp32 copy of an item's input rows.
 inline constexpr int64_t kRowsPerItem = 64;
 
-// Columns per work item: 64 by default (a multiple of the tile width), fewer when that leaves
-// too few items to keep every thread busy.
+// Columns per work item: all n when there are enough row blocks to keep every thread busy (an item's
+// input rows are then widened once), otherwise about 4 items per thread, in whole panels.
 inline int64_t cols_per_item(int64_t n, int64_t row_blocks, int threads) {
-  int64_t c = 64;
-  while (c > kTileCols && row_blocks * ((n + c - 1) / c) < 4 * threads) c /= 2;
-  return c;
+  const int64_t want = 4 * static_cast<int64_t>(threads);
+  if (row_blocks >= want || n <= kPanelCols) return std::max<int64_t>(n, 1);
+  const int64_t groups = std::min((want + row_blocks - 1) / row_blocks, (n + kPanelCols - 1) / kPanelCols);
+  const int64_t c = (n + groups - 1) / groups;
+  return (c + kPanelCols - 1) / kPanelCols * kPanelCols;
 }
 
 // Calls fn(i) for every item in [0, n_items), each on exactly one thread, handed out dynamically

@@ -235,12 +235,14 @@ TEST(Linear, batch_invariant_row_alone_vs_inside_batch) {
 
 // Every decode batch size 1..8 and prefill sizes spanning several row blocks give each row the same bits.
 TEST(Linear, batch_invariant_across_batch_sizes) {
-  const int64_t N = 70, K = 2048, Mmax = 300;  // bf16 x at K = 2048 spans several row blocks at M = 300
+  // 600 rows: enough row blocks for whole-width work items (several weight panels each); K = 1100: two
+  // K blocks, the second with a 16-lane tail.
+  const int64_t N = 200, K = 1100, Mmax = 600;
   OwnedTensor w(DType::kBF16, {N, K}), x(DType::kBF16, {Mmax, K});
   fill_uniform(w.view(), 31, -0.5f, 0.5f);
   fill_uniform(x.view(), 32);
   const std::vector<float> full = run_f32(x.view(), w.view(), Mmax, N);
-  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 33, 97, 255}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 33, 97, 255, 599}) {
     const std::vector<float> part = run_f32(x.view().slice0(Mmax - m, Mmax), w.view(), m, N);
     ASSERT_EQ(0, std::memcmp(part.data(), full.data() + (Mmax - m) * N, part.size() * sizeof(float))) << "M=" << m;
   }
