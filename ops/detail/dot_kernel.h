@@ -22,10 +22,6 @@
 #include "core/vec.h"
 #include "genbridge/core/threading.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 namespace genbridge::ops::detail {
 
 using vec::f32x16;
@@ -86,21 +82,12 @@ inline f32x16 load_tail(const T* p, int64_t n) {
 
 // Tile shape: up to kTileRows input rows against kTileCols weight rows at once (kTileRows * kTileCols
 // accumulators plus kTileCols weight vectors must fit the 32 vector registers).
-#ifndef GB_DOT_TILE_ROWS
-#define GB_DOT_TILE_ROWS 8
-#endif
-#ifndef GB_DOT_TILE_COLS
-#define GB_DOT_TILE_COLS 3
-#endif
-#ifndef GB_DOT_K_BLOCK
-#define GB_DOT_K_BLOCK 1024
-#endif
-inline constexpr int kTileRows = GB_DOT_TILE_ROWS;
-inline constexpr int kTileCols = GB_DOT_TILE_COLS;
+inline constexpr int kTileRows = 8;
+inline constexpr int kTileCols = 3;
 // K is walked in blocks of kKBlock (a multiple of 16) so that a tile's input rows stay in L1 while
 // every weight tile of a block passes by; the 16-lane accumulators are saved between blocks, exactly,
 // so blocking changes nothing in the arithmetic.
-inline constexpr int64_t kKBlock = GB_DOT_K_BLOCK;
+inline constexpr int64_t kKBlock = 1024;
 static_assert(kKBlock % vec::kLanes == 0, "K blocks must hold whole 16-lane steps");
 
 // One tile over one K block: acc[r * acc_ld + c] (r < MR, c < NR) continue the accumulation of
