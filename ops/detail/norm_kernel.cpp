@@ -88,39 +88,51 @@ inline float rstd_of(float sumsq, int64_t cols, float eps) {
   return 1.0f / std::sqrt(sumsq / static_cast<float>(cols) + eps);
 }
 
-// Contiguous fast path for one element type.
+// Sum of squares of a contiguous row of T, widened in registers (no staging buffer).
 template <typename T>
-void norm_rows_contiguous(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1,
-                          float* buf) {
+inline float sum_squares_row(const T* v, int64_t n) {
+  vec::f32x16 a0{}, a1{}, a2{}, a3{};  // four chains hide the add latency; combined in a fixed order
+  int64_t i = 0;
+  for (; i + 4 * vec::kLanes <= n; i += 4 * vec::kLanes) {
+    const vec::f32x16 p0 = vec::load(v + i), p1 = vec::load(v + i + vec::kLanes);
+    const vec::f32x16 p2 = vec::load(v + i + 2 * vec::kLanes), p3 = vec::load(v + i + 3 * vec::kLanes);
+    a0 += p0 * p0;
+    a1 += p1 * p1;
+    a2 += p2 * p2;
+    a3 += p3 * p3;
+  }
+  for (; i + vec::kLanes <= n; i += vec::kLanes) {
+    const vec::f32x16 p = vec::load(v + i);
+    a0 += p * p;
+  }
+  float s = vec::reduce_add((a0 + a1) + (a2 + a3));
+  for (; i < n; ++i) s += to_f32(v[i]) * to_f32(v[i]);
+  return s;
+}
+
+// Contiguous fast path for one element type: two passes over the (cache-resident) row.
+template <typename T>
+void norm_rows_contiguous(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
-    const T* xr = c.x.data_as<const T>() + row_offset(c.x, k, r);
+    const T* src = c.x.data_as<const T>() + row_offset(c.x, k, r);
     if (c.residual) {
+      // residual_sum = round(x + residual); the rounded sum is what gets normalised.
       const T* rr = c.residual->data_as<const T>() + row_offset(*c.residual, k, r);
       T* sr = c.residual_sum->data_as<T>() + row_offset(*c.residual_sum, k, r);
       int64_t i = 0;
-      for (; i + vec::kLanes <= cols; i += vec::kLanes) {
-        const vec::f32x16 s = vec::load(xr + i) + vec::load(rr + i);
-        vec::store(sr + i, s);
-        vec::store(buf + i, vec::load(sr + i));  // the rounded sum is what gets normalised
-      }
-      for (; i < cols; ++i) {
-        sr[i] = from_f32<T>(to_f32(xr[i]) + to_f32(rr[i]));
-        buf[i] = to_f32(sr[i]);
-      }
-    } else {
-      int64_t i = 0;
-      for (; i + vec::kLanes <= cols; i += vec::kLanes) vec::store(buf + i, vec::load(xr + i));
-      for (; i < cols; ++i) buf[i] = to_f32(xr[i]);
+      for (; i + vec::kLanes <= cols; i += vec::kLanes) vec::store(sr + i, vec::load(src + i) + vec::load(rr + i));
+      for (; i < cols; ++i) sr[i] = from_f32<T>(to_f32(src[i]) + to_f32(rr[i]));
+      src = sr;
     }
-    const float rs = rstd_of(sum_squares(buf, cols), cols, c.eps);
+    const float rs = rstd_of(sum_squares_row(src, cols), cols, c.eps);
     if (c.rstd) c.rstd->data_as<float>()[row_offset(*c.rstd, k, r)] = rs;
     T* yr = c.y.data_as<T>() + row_offset(c.y, k, r);
     const vec::f32x16 vrs = vec::splat(rs);
     int64_t i = 0;
     for (; i + vec::kLanes <= cols; i += vec::kLanes) {
-      vec::store(yr + i, (vec::load(buf + i) * vrs) * vec::load(w + i));
+      vec::store(yr + i, (vec::load(src + i) * vrs) * vec::load(w + i));
     }
-    for (; i < cols; ++i) yr[i] = from_f32<T>((buf[i] * rs) * w[i]);
+    for (; i < cols; ++i) yr[i] = from_f32<T>((to_f32(src[i]) * rs) * w[i]);
   }
 }
 
@@ -162,13 +174,12 @@ Status run_norm(const NormCall& c) {
   if (c.residual) contiguous = contiguous && trailing_contiguous(*c.residual, k) && trailing_contiguous(*c.residual_sum, k);
 
   genbridge::detail::parallel_for(rows, cols, [&](int64_t r0, int64_t r1) {
-    std::vector<float> buf(static_cast<size_t>(cols));
     if (contiguous) {
       with_float_dtype(c.x.dtype(), [&](auto tag) {
-        norm_rows_contiguous<decltype(tag)>(c, k, cols, w.data(), r0, r1, buf.data());
+        norm_rows_contiguous<decltype(tag)>(c, k, cols, w.data(), r0, r1);
       });
     } else {
-      std::vector<float> tmp(static_cast<size_t>(cols));
+      std::vector<float> buf(static_cast<size_t>(cols)), tmp(static_cast<size_t>(cols));
       norm_rows_strided(c, k, cols, w.data(), r0, r1, buf.data(), tmp.data());
     }
   });

@@ -73,6 +73,8 @@ class [[nodiscard]] Result {
   T* operator->() { return &checked(); }
   const T* operator->() const { return &const_cast<Result*>(this)->checked(); }
   T& operator*() & { return checked(); }
+  const T& operator*() const& { return const_cast<Result*>(this)->checked(); }
+  T&& operator*() && { return std::move(checked()); }
 
  private:
   T& checked() {

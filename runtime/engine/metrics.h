@@ -1,0 +1,25 @@
+#pragma once
+// Latency samples and summary statistics for the engine's metrics table (and AFD's per-rank report).
+
+#include <cstdint>
+#include <vector>
+
+namespace genbridge::engine {
+
+// Nearest-rank percentile (p in [0, 100]) of `samples`; 0 for an empty set. Does not modify `samples`.
+double percentile(const std::vector<double>& samples, double p);
+double mean(const std::vector<double>& samples);
+
+struct EngineMetrics {
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;   // tokens produced by decode steps (not the first token of each request)
+  double prefill_seconds = 0;  // wall time inside prefill forwards
+  double decode_seconds = 0;   // wall time inside decode forwards
+  std::vector<double> ttft_seconds;  // per request: submission -> first token
+  std::vector<double> tpot_seconds;  // per generated token after the first: time since the previous token
+  int64_t kv_bytes_per_token = 0;    // all layers, K and V, as the DeviceOperator's contract sizes them
+  int64_t requests_finished = 0;
+  int64_t requests_refused = 0;
+};
+
+}  // namespace genbridge::engine

@@ -1,0 +1,92 @@
+#include "runtime/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace genbridge::engine {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+}  // namespace
+
+double uniform_from(uint64_t seed, uint64_t step) {
+  const uint64_t r = splitmix64(splitmix64(seed) ^ (step * 0xd1b54a32d192ed03ull));
+  return static_cast<double>(r >> 11) * 0x1.0p-53;
+}
+
+Status validate(const SamplingParams& p) {
+  if (!(p.temperature >= 0.f) || !std::isfinite(p.temperature)) {
+    return invalid_argument(fmt::format("sampling: temperature is {} but must be finite and >= 0", p.temperature));
+  }
+  if (p.top_k < 0) return invalid_argument(fmt::format("sampling: top_k is {} but must be >= 0", p.top_k));
+  if (!(p.top_p > 0.f && p.top_p <= 1.f)) {
+    return invalid_argument(fmt::format("sampling: top_p is {} but must be in (0, 1]", p.top_p));
+  }
+  return ok_status();
+}
+
+Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams& p, uint64_t step,
+                             std::span<int32_t> scratch) {
+  if (logits.empty()) return invalid_argument("sampling: logits are empty; the vocabulary must be non-empty");
+  if (scratch.size() < logits.size()) {
+    return invalid_argument(fmt::format("sampling: scratch has {} entries but the vocabulary has {}", scratch.size(),
+                                        logits.size()));
+  }
+  for (float v : logits) {
+    if (std::isnan(v)) return internal_error("sampling: logits contain NaN; the forward pass produced a non-number");
+  }
+  if (p.temperature == 0.f) return argmax(logits);
+
+  // Candidates sorted by logit (descending, ties to the lower id), cut to top-k.
+  const size_t vocab = logits.size();
+  std::span<int32_t> ids = scratch.first(vocab);
+  for (size_t i = 0; i < vocab; ++i) ids[i] = static_cast<int32_t>(i);
+  const size_t k = p.top_k > 0 ? std::min<size_t>(static_cast<size_t>(p.top_k), vocab) : vocab;
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), by_logit);
+
+  // Softmax over the k candidates in fp64, then the nucleus.
+  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  const double top = static_cast<double>(logits[ids[0]]) * inv_t;
+  double total = 0;
+  for (size_t i = 0; i < k; ++i) total += std::exp(static_cast<double>(logits[ids[i]]) * inv_t - top);
+  size_t keep = k;
+  double kept_mass = total;
+  if (p.top_p < 1.f) {
+    double cum = 0;
+    for (size_t i = 0; i < k; ++i) {
+      cum += std::exp(static_cast<double>(logits[ids[i]]) * inv_t - top);
+      if (cum / total >= static_cast<double>(p.top_p)) {
+        keep = i + 1;
+        kept_mass = cum;
+        break;
+      }
+    }
+  }
+  const double u = uniform_from(p.seed, step) * kept_mass;
+  double cum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += std::exp(static_cast<double>(logits[ids[i]]) * inv_t - top);
+    if (u < cum) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+}  // namespace genbridge::engine

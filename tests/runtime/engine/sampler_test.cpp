@@ -1,0 +1,76 @@
+#include "runtime/engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace genbridge::engine {
+namespace {
+
+std::vector<int32_t> scratch(size_t n) { return std::vector<int32_t>(n); }
+
+TEST(Sampler, greedy_is_argmax_with_ties_to_lowest_id) {
+  std::vector<float> l{0.1f, 3.f, -1.f, 3.f};
+  auto s = scratch(4);
+  EXPECT_EQ(*sample_token(l, {}, 0, s), 1);
+}
+
+TEST(Sampler, top_k_one_equals_greedy_at_any_temperature) {
+  std::vector<float> l{0.5f, 0.2f, 2.5f, 2.4f, -3.f};
+  auto s = scratch(5);
+  for (uint64_t step = 0; step < 50; ++step) {
+    EXPECT_EQ(*sample_token(l, {.temperature = 5.f, .top_k = 1, .seed = 9}, step, s), 2);
+  }
+}
+
+TEST(Sampler, same_seed_and_step_same_token_and_seeds_differ) {
+  std::vector<float> l(64);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = std::sin(static_cast<float>(i));
+  auto s = scratch(64);
+  const SamplingParams p{.temperature = 1.f, .seed = 1234};
+  int differ = 0;
+  for (uint64_t step = 0; step < 100; ++step) {
+    EXPECT_EQ(*sample_token(l, p, step, s), *sample_token(l, p, step, s));
+    SamplingParams q = p;
+    q.seed = 99;
+    differ += *sample_token(l, p, step, s) != *sample_token(l, q, step, s);
+  }
+  EXPECT_GT(differ, 10);
+}
+
+TEST(Sampler, frequencies_follow_the_softmax) {
+  std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  auto s = scratch(3);
+  std::vector<int> count(3);
+  const int n = 20000;
+  for (int step = 0; step < n; ++step) ++count[*sample_token(l, {.temperature = 1.f, .seed = 5}, step, s)];
+  EXPECT_NEAR(count[0] / double(n), 0.5, 0.02);
+  EXPECT_NEAR(count[1] / double(n), 0.3, 0.02);
+  EXPECT_NEAR(count[2] / double(n), 0.2, 0.02);
+}
+
+TEST(Sampler, top_p_drops_the_tail) {
+  std::vector<float> l{std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  auto s = scratch(3);
+  for (int step = 0; step < 2000; ++step) {
+    EXPECT_NE(*sample_token(l, {.temperature = 1.f, .top_p = 0.85f, .seed = 3}, step, s), 2);
+  }
+}
+
+TEST(Sampler, invalid_parameters) {
+  EXPECT_EQ(validate({.temperature = -1.f}).message(), "sampling: temperature is -1 but must be finite and >= 0");
+  EXPECT_EQ(validate({.top_k = -2}).message(), "sampling: top_k is -2 but must be >= 0");
+  EXPECT_EQ(validate({.top_p = 0.f}).message(), "sampling: top_p is 0 but must be in (0, 1]");
+  EXPECT_EQ(validate({.top_p = 1.5f}).message(), "sampling: top_p is 1.5 but must be in (0, 1]");
+  EXPECT_TRUE(validate({.temperature = 0.7f, .top_k = 40, .top_p = 0.9f}).ok());
+}
+
+TEST(Sampler, nan_logits_are_an_error_not_a_token) {
+  std::vector<float> l{1.f, NAN};
+  auto s = scratch(2);
+  EXPECT_EQ(sample_token(l, {}, 0, s).status().code(), StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace genbridge::engine
