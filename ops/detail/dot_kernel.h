@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/parallel.h"
 #include "core/vec.h"
 #include "genbridge/core/threading.h"
 
@@ -221,19 +222,17 @@ inline int64_t cols_per_item(int64_t n, int64_t row_blocks, int threads) {
   return (c + kPanelCols - 1) / kPanelCols * kPanelCols;
 }
 
-// Calls fn(i) for every item in [0, n_items), each on exactly one thread, handed out dynamically
+// Calls fn(i) for every item in [0, n_items), each on exactly one thread, handed out one at a time
 // (items may differ in cost). Results cannot depend on the thread count as long as every item writes
 // its own outputs. Runs on the caller's thread when `work` (a rough multiply-add count) is small.
 template <typename Fn>
 void parallel_items(int64_t n_items, int64_t work, Fn&& fn) {
   if (n_items <= 0) return;
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n_items));
-  if (threads <= 1 || work < (int64_t{1} << 17)) {
+  if (num_threads() <= 1 || n_items == 1 || work < (int64_t{1} << 17)) {
     for (int64_t i = 0; i < n_items; ++i) fn(i);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t i = 0; i < n_items; ++i) fn(i);
+  genbridge::detail::parallel_for_dynamic(n_items, fn);
 }
 
 }  // namespace genbridge::ops::detail
