@@ -72,6 +72,13 @@ inline float reduce16(f32x16 v) {
   return s2[0] + s2[1];
 }
 
+// Prefetches base[i] towards L2. Integer arithmetic: the address may lie past the end of the array
+// (prefetches never fault).
+template <typename T>
+inline void prefetch_l2(const T* base, int64_t i) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + i * sizeof(T)), 0, 1);
+}
+
 // The first n (< 16) elements of p, zero-padded to 16 lanes.
 template <typename T>
 inline f32x16 load_tail(const T* p, int64_t n) {
@@ -94,7 +101,9 @@ static_assert(kKBlock % vec::kLanes == 0, "K blocks must hold whole 16-lane step
 // One tile over one K block: acc[r * acc_ld + c] (r < MR, c < NR) continue the accumulation of
 // dot(a[r * lda + 0:K], b[c * ldb + 0:K]) (first: start from +0 instead of loading acc). When `last`,
 // the lanes are reduced into out[r * NR + c] instead of being saved. K need not be a multiple of 16
-// only in the last block (the tail is zero-padded).
+// only in the last block (the tail is zero-padded). While it runs, the next NR weight rows (the next
+// tile's, rows being adjacent) are prefetched at the same K offsets: a weight row is often exactly one
+// 4 KiB page, and the hardware prefetchers do not cross pages, so without this every new row starts cold.
 template <typename BT, int MR, int NR>
 void dot_tile(const float* a, int64_t lda, const BT* b, int64_t ldb, int64_t K, f32x16* acc_mem, int64_t acc_ld,
               bool first, bool last, float* out) {
@@ -107,6 +116,8 @@ void dot_tile(const float* a, int64_t lda, const BT* b, int64_t ldb, int64_t K, 
   int64_t k = 0;
   for (; k + vec::kLanes <= K; k += vec::kLanes) {
     f32x16 bv[NR];
+#pragma GCC unroll 8
+    for (int c = 0; c < NR; ++c) prefetch_l2(b, (c + NR) * ldb + k);
 #pragma GCC unroll 8
     for (int c = 0; c < NR; ++c) bv[c] = load16(b + c * ldb + k);
 #pragma GCC unroll 8

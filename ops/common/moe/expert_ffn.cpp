@@ -2,6 +2,7 @@
 // two passes of the shared tile kernel (gate/up with the activation fused, then down).
 #include "genbridge/ops/moe/expert_ffn.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,38 +135,31 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     return;
   }
 
-  // Pass 1: act[row, i] = silu(x . w_gate[i]) * (x . w_up[i]) in fp32.
   std::unique_ptr<float[]> act(new float[static_cast<size_t>(rows * I)]);
-  {
-    const std::vector<Item> items = make_items(count, I);
-    detail::parallel_items(static_cast<int64_t>(items.size()), rows * I * H * 2, [&](int64_t n) {
-      const Item& it = items[n];
-      const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0;
-      float* a = static_cast<float*>(detail::thread_scratch<0>(static_cast<size_t>(m * H) * sizeof(float)));
-      for (int64_t r = 0; r < m; ++r) detail::load_row_f32(x, 1, slot[g0 + r] / k, H, a + r * H);
-      const TensorView& wg = experts[it.expert].w_gate;
-      const TensorView& wu = experts[it.expert].w_up;
-      float* act_rows = act.get() + g0 * I;
-      detail::dot_block(a, H, m, wg.data_as<const WT>() + it.c0 * wg.stride(0), wg.stride(0), it.c1 - it.c0, H,
-                        [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
-                          for (int i = 0; i < mr; ++i)
-                            for (int j = 0; j < nc; ++j) act_rows[(tr + i) * I + it.c0 + tc + j] = v[i * nc + j];
-                        });
-      detail::dot_block(a, H, m, wu.data_as<const WT>() + it.c0 * wu.stride(0), wu.stride(0), it.c1 - it.c0, H,
-                        [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
-                          for (int i = 0; i < mr; ++i)
-                            for (int j = 0; j < nc; ++j) {
-                              float& g = act_rows[(tr + i) * I + it.c0 + tc + j];
-                              g = detail::silu_mul(g, v[i * nc + j]);
-                            }
-                        });
-    });
-  }
-
-  // Pass 2: out[t, j, :] = act[row] . w_down^T.
-  const std::vector<Item> items = make_items(count, H);
-  detail::parallel_items(static_cast<int64_t>(items.size()), rows * I * H, [&](int64_t n) {
-    const Item& it = items[n];
+  // act[row, c0:c1] = silu(x . w_gate[i]) * (x . w_up[i]) in fp32 for the item's rows.
+  auto gate_up = [&](const Item& it) {
+    const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0;
+    float* a = static_cast<float*>(detail::thread_scratch<0>(static_cast<size_t>(m * H) * sizeof(float)));
+    for (int64_t r = 0; r < m; ++r) detail::load_row_f32(x, 1, slot[g0 + r] / k, H, a + r * H);
+    const TensorView& wg = experts[it.expert].w_gate;
+    const TensorView& wu = experts[it.expert].w_up;
+    float* act_rows = act.get() + g0 * I;
+    detail::dot_block(a, H, m, wg.data_as<const WT>() + it.c0 * wg.stride(0), wg.stride(0), it.c1 - it.c0, H,
+                      [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
+                        for (int i = 0; i < mr; ++i)
+                          for (int j = 0; j < nc; ++j) act_rows[(tr + i) * I + it.c0 + tc + j] = v[i * nc + j];
+                      });
+    detail::dot_block(a, H, m, wu.data_as<const WT>() + it.c0 * wu.stride(0), wu.stride(0), it.c1 - it.c0, H,
+                      [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
+                        for (int i = 0; i < mr; ++i)
+                          for (int j = 0; j < nc; ++j) {
+                            float& g = act_rows[(tr + i) * I + it.c0 + tc + j];
+                            g = detail::silu_mul(g, v[i * nc + j]);
+                          }
+                      });
+  };
+  // out[t, j, c0:c1] = act[row] . w_down[c0:c1]^T for the item's rows.
+  auto down = [&](const Item& it) {
     const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0;
     const TensorView& wd = experts[it.expert].w_down;
     detail::dot_block(act.get() + g0 * I, I, m, wd.data_as<const WT>() + it.c0 * wd.stride(0), wd.stride(0),
@@ -176,7 +170,24 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
                           for (int j = 0; j < nc; ++j) row[(it.c0 + tc + j) * os2] = detail::from_f32<OT>(v[i * nc + j]);
                         }
                       });
-  });
+  };
+
+  const std::vector<Item> items = make_items(count, I);
+  const bool whole_rows = std::all_of(items.begin(), items.end(), [&](const Item& it) { return it.c1 - it.c0 == I; });
+  if (whole_rows) {
+    // Enough (expert, row block) items to keep every thread busy (e.g. decode): each item runs its rows
+    // through gate/up and then down, with one hand-out loop and the intermediate still in cache.
+    detail::parallel_items(static_cast<int64_t>(items.size()), rows * I * H * 3, [&](int64_t n) {
+      gate_up(items[n]);
+      down(Item{items[n].expert, items[n].r0, items[n].r1, 0, H});
+    });
+    return;
+  }
+  // Otherwise two passes, each split over output columns too.
+  detail::parallel_items(static_cast<int64_t>(items.size()), rows * I * H * 2, [&](int64_t n) { gate_up(items[n]); });
+  const std::vector<Item> down_items = make_items(count, H);
+  detail::parallel_items(static_cast<int64_t>(down_items.size()), rows * I * H,
+                         [&](int64_t n) { down(down_items[n]); });
 }
 
 }  // namespace
