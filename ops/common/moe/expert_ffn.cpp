@@ -1,0 +1,231 @@
+// moe/expert_ffn, one implementation for every target: layout first (slots grouped per expert), then
+// two passes of the shared tile kernel (gate/up with the activation fused, then down).
+#include "genbridge/ops/moe/expert_ffn.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/detail/dot_kernel.h"
+#include "ops/detail/rows.h"
+#include "ops/detail/swiglu.h"
+#include "ops/detail/tensor_checks.h"
+
+namespace genbridge::ops {
+namespace {
+
+constexpr const char* kOp = "expert_ffn";
+
+std::string range_text(int64_t b, int64_t e) { return "[" + std::to_string(b) + ", " + std::to_string(e) + ")"; }
+
+// Checks shared by both forms: x, topk_ids, the range and out.
+Status validate_common(const TensorView& x, const TensorView& ids, int64_t begin, int64_t end, const TensorView& out) {
+  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "x", x));
+  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "x", x, 2, "([T, H])"));
+  const int64_t T = x.dim(0), H = x.dim(1);
+  GB_RETURN_IF_ERROR(detail::check_dtype(kOp, "topk_ids", ids, DType::kI32));
+  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "topk_ids", ids, 2, "([T, k])"));
+  const int64_t k = ids.dim(1);
+  GB_RETURN_IF_ERROR(detail::check_shape(kOp, "topk_ids", ids, {T, k}, "([T, k] with T = x's rows)"));
+  if (begin < 0 || end < begin) {
+    return invalid_argument("expert_ffn: expert range " + range_text(begin, end) +
+                            " is invalid; it must satisfy 0 <= expert_begin <= expert_end");
+  }
+  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "out", out));
+  GB_RETURN_IF_ERROR(detail::check_shape(kOp, "out", out, {T, k, H}, "([T, k, H] from x [T, H] and topk_ids [T, k])"));
+  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out, "x", x));
+  return detail::check_no_overlap(kOp, "out", out, "topk_ids", ids);
+}
+
+Status validate_weight(const std::string& name, const TensorView& w, const std::vector<int64_t>& shape,
+                       const std::string& why, const TensorView* dtype_ref, const std::string& ref_name,
+                       const TensorView& out) {
+  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, name.c_str(), w));
+  GB_RETURN_IF_ERROR(detail::check_rank(kOp, name.c_str(), w, static_cast<int>(shape.size()),
+                                        shape.size() == 2 ? "([rows, cols])" : "([E_w, rows, cols])"));
+  GB_RETURN_IF_ERROR(detail::check_shape(kOp, name.c_str(), w, shape, why));
+  if (dtype_ref && w.dtype() != dtype_ref->dtype()) {
+    return invalid_argument("expert_ffn: " + name + " has dtype " + std::string(dtype_name(w.dtype())) +
+                            " but must have " + ref_name + "'s dtype " + std::string(dtype_name(dtype_ref->dtype())));
+  }
+  GB_RETURN_IF_ERROR(detail::check_unit_last_stride(kOp, name.c_str(), w));
+  return detail::check_no_overlap(kOp, "out", out, name.c_str(), w);
+}
+
+Status validate_experts(const TensorView& x, std::span<const ExpertWeights> experts, int64_t begin, int64_t end,
+                        const TensorView& out) {
+  const int64_t H = x.dim(1);
+  if (static_cast<int64_t>(experts.size()) != end - begin) {
+    return invalid_argument("expert_ffn: " + std::to_string(experts.size()) + " expert weight sets given for expert range " +
+                            range_text(begin, end) + "; exactly one per expert in the range is required");
+  }
+  if (experts.empty()) return ok_status();
+  const TensorView& g0 = experts[0].w_gate;
+  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "experts[0].w_gate", g0));
+  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "experts[0].w_gate", g0, 2, "([I, H])"));
+  const int64_t I = g0.dim(0);
+  const std::string gate_why = "([I, H] with H = x's last dimension and I = experts[0].w_gate's rows)";
+  const std::string down_why = "([H, I] with H = x's last dimension and I = experts[0].w_gate's rows)";
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const std::string p = "experts[" + std::to_string(i) + "].";
+    GB_RETURN_IF_ERROR(validate_weight(p + "w_gate", experts[i].w_gate, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
+    GB_RETURN_IF_ERROR(validate_weight(p + "w_up", experts[i].w_up, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
+    GB_RETURN_IF_ERROR(validate_weight(p + "w_down", experts[i].w_down, {H, I}, down_why, &g0, "experts[0].w_gate", out));
+  }
+  return ok_status();
+}
+
+// One unit of work: rows [r0, r1) of an expert's group (group-local) against weight rows [c0, c1).
+struct Item {
+  int64_t expert;  // index into experts
+  int64_t r0, r1, c0, c1;
+};
+
+std::vector<Item> make_items(const std::vector<int64_t>& count, int64_t cols) {
+  int64_t row_blocks = 0;
+  for (int64_t n : count) row_blocks += (n + detail::kRowsPerItem - 1) / detail::kRowsPerItem;
+  const int64_t nc = detail::cols_per_item(cols, row_blocks, num_threads());
+  std::vector<Item> items;
+  for (size_t e = 0; e < count.size(); ++e) {
+    for (int64_t r0 = 0; r0 < count[e]; r0 += detail::kRowsPerItem) {
+      for (int64_t c0 = 0; c0 < cols; c0 += nc) {
+        items.push_back({static_cast<int64_t>(e), r0, std::min(count[e], r0 + detail::kRowsPerItem), c0,
+                         std::min(cols, c0 + nc)});
+      }
+    }
+  }
+  return items;
+}
+
+template <typename WT, typename OT>
+void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeights> experts, int64_t begin,
+         int64_t end, const TensorView& out) {
+  const int64_t T = x.dim(0), H = x.dim(1), k = ids.dim(1), L = end - begin;
+  const int64_t I = experts[0].w_gate.dim(0);
+
+  // Layout: slots grouped per expert, in (t, j) order within a group.
+  const int32_t* idp = ids.data_as<const int32_t>();
+  auto id_at = [&](int64_t t, int64_t j) { return static_cast<int64_t>(idp[t * ids.stride(0) + j * ids.stride(1)]); };
+  std::vector<int64_t> count(static_cast<size_t>(L), 0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = id_at(t, j);
+      if (e >= begin && e < end) ++count[e - begin];
+    }
+  std::vector<int64_t> first(static_cast<size_t>(L) + 1, 0);
+  for (int64_t e = 0; e < L; ++e) first[e + 1] = first[e] + count[e];
+  const int64_t rows = first[L];
+  if (rows == 0 || H == 0) return;
+  std::vector<int64_t> slot(static_cast<size_t>(rows));  // t * k + j of each grouped row
+  {
+    std::vector<int64_t> cursor(first.begin(), first.end() - 1);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = id_at(t, j);
+        if (e >= begin && e < end) slot[cursor[e - begin]++] = t * k + j;
+      }
+  }
+
+  OT* op = out.data_as<OT>();
+  const int64_t os0 = out.stride(0), os1 = out.stride(1), os2 = out.stride(2);
+  if (I == 0) {  // empty intermediate: every routed slot is an empty sum
+    for (int64_t s : slot)
+      for (int64_t h = 0; h < H; ++h) op[(s / k) * os0 + (s % k) * os1 + h * os2] = detail::from_f32<OT>(0.f);
+    return;
+  }
+
+  // Pass 1: act[row, i] = silu(x . w_gate[i]) * (x . w_up[i]) in fp32.
+  std::unique_ptr<float[]> act(new float[static_cast<size_t>(rows * I)]);
+  {
+    const std::vector<Item> items = make_items(count, I);
+    detail::parallel_items(static_cast<int64_t>(items.size()), rows * I * H * 2, [&](int64_t n) {
+      const Item& it = items[n];
+      const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0;
+      float* a = static_cast<float*>(detail::thread_scratch<0>(static_cast<size_t>(m * H) * sizeof(float)));
+      for (int64_t r = 0; r < m; ++r) detail::load_row_f32(x, 1, slot[g0 + r] / k, H, a + r * H);
+      const TensorView& wg = experts[it.expert].w_gate;
+      const TensorView& wu = experts[it.expert].w_up;
+      float* act_rows = act.get() + g0 * I;
+      detail::dot_block(a, H, m, wg.data_as<const WT>() + it.c0 * wg.stride(0), wg.stride(0), it.c1 - it.c0, H,
+                        [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
+                          for (int i = 0; i < mr; ++i)
+                            for (int j = 0; j < nc; ++j) act_rows[(tr + i) * I + it.c0 + tc + j] = v[i * nc + j];
+                        });
+      detail::dot_block(a, H, m, wu.data_as<const WT>() + it.c0 * wu.stride(0), wu.stride(0), it.c1 - it.c0, H,
+                        [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
+                          for (int i = 0; i < mr; ++i)
+                            for (int j = 0; j < nc; ++j) {
+                              float& g = act_rows[(tr + i) * I + it.c0 + tc + j];
+                              g = detail::silu_mul(g, v[i * nc + j]);
+                            }
+                        });
+    });
+  }
+
+  // Pass 2: out[t, j, :] = act[row] . w_down^T.
+  const std::vector<Item> items = make_items(count, H);
+  detail::parallel_items(static_cast<int64_t>(items.size()), rows * I * H, [&](int64_t n) {
+    const Item& it = items[n];
+    const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0;
+    const TensorView& wd = experts[it.expert].w_down;
+    detail::dot_block(act.get() + g0 * I, I, m, wd.data_as<const WT>() + it.c0 * wd.stride(0), wd.stride(0),
+                      it.c1 - it.c0, I, [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
+                        for (int i = 0; i < mr; ++i) {
+                          const int64_t s = slot[g0 + tr + i];
+                          OT* row = op + (s / k) * os0 + (s % k) * os1;
+                          for (int j = 0; j < nc; ++j) row[(it.c0 + tc + j) * os2] = detail::from_f32<OT>(v[i * nc + j]);
+                        }
+                      });
+  });
+}
+
+}  // namespace
+
+Status expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const ExpertWeights> experts,
+                  int64_t expert_begin, int64_t expert_end, const TensorView& out) {
+  GB_RETURN_IF_ERROR(validate_common(x, topk_ids, expert_begin, expert_end, out));
+  GB_RETURN_IF_ERROR(validate_experts(x, experts, expert_begin, expert_end, out));
+  if (experts.empty() || x.dim(0) == 0 || topk_ids.dim(1) == 0) return ok_status();
+  detail::with_float_dtype(experts[0].w_gate.dtype(), [&](auto wt) {
+    detail::with_float_dtype(out.dtype(), [&](auto ot) {
+      run<decltype(wt), decltype(ot)>(x, topk_ids, experts, expert_begin, expert_end, out);
+    });
+  });
+  return ok_status();
+}
+
+Status expert_ffn(const TensorView& x, const TensorView& topk_ids, const TensorView& w_gate, const TensorView& w_up,
+                  const TensorView& w_down, int64_t expert_begin, int64_t expert_end, const TensorView& out) {
+  GB_RETURN_IF_ERROR(validate_common(x, topk_ids, expert_begin, expert_end, out));
+  const int64_t H = x.dim(1);
+  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "w_gate", w_gate));
+  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "w_gate", w_gate, 3, "([E_w, I, H])"));
+  const int64_t Ew = w_gate.dim(0), I = w_gate.dim(1);
+  const std::string why = "([E_w, I, H] with H = x's last dimension and E_w, I from w_gate)";
+  GB_RETURN_IF_ERROR(validate_weight("w_gate", w_gate, {Ew, I, H}, why, nullptr, "", out));
+  GB_RETURN_IF_ERROR(validate_weight("w_up", w_up, {Ew, I, H}, why, &w_gate, "w_gate", out));
+  GB_RETURN_IF_ERROR(validate_weight("w_down", w_down, {Ew, H, I},
+                                     "([E_w, H, I] with H = x's last dimension and E_w, I from w_gate)", &w_gate,
+                                     "w_gate", out));
+  const int64_t local = expert_end - expert_begin;
+  if (Ew != local && Ew < expert_end) {
+    return invalid_argument("expert_ffn: w_gate holds " + std::to_string(Ew) + " experts but the expert range " +
+                            range_text(expert_begin, expert_end) + " needs exactly " + std::to_string(local) +
+                            " (the range's own experts) or at least " + std::to_string(expert_end) +
+                            " (all experts up to the range's end)");
+  }
+  const int64_t shift = Ew == local ? expert_begin : 0;
+  auto slice = [](const TensorView& w, int64_t s) {
+    const int64_t elem = static_cast<int64_t>(dtype_size(w.dtype()));
+    void* p = static_cast<char*>(w.data()) + s * w.stride(0) * elem;
+    return TensorView::strided(p, w.dtype(), {w.dim(1), w.dim(2)}, {w.stride(1), w.stride(2)}, w.device());
+  };
+  std::vector<ExpertWeights> experts;
+  experts.reserve(static_cast<size_t>(local));
+  for (int64_t e = expert_begin; e < expert_end; ++e) {
+    experts.push_back({slice(w_gate, e - shift), slice(w_up, e - shift), slice(w_down, e - shift)});
+  }
+  return expert_ffn(x, topk_ids, experts, expert_begin, expert_end, out);
+}
+
+}  // namespace genbridge::ops

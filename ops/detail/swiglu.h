@@ -1,0 +1,16 @@
+#pragma once
+// Internal: the scalar activation formulas shared by activation/silu_and_mul, moe/expert_ffn and
+// moe/moe_combine. One definition, so the dense composition linear + silu_and_mul + linear and
+// expert_ffn give the same bits.
+
+#include <cmath>
+
+namespace genbridge::ops::detail {
+
+// silu(g) * u in fp32: (g / (1 + exp(-g))) * u, each step rounded once.
+inline float silu_mul(float g, float u) { return (g / (1.0f + std::exp(-g))) * u; }
+
+// 1 / (1 + exp(-v)) in fp32.
+inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+}  // namespace genbridge::ops::detail

@@ -1,0 +1,20 @@
+#pragma once
+// fp64 oracles for the moe/* operators (tests and benchmarks only). Inputs are the exact values of the
+// (already rounded) input elements; outputs are unrounded fp64.
+
+#include <cstdint>
+#include <vector>
+
+namespace genbridge::ref {
+
+// p[t, e] = exp(l[t, e]) / sum_e exp(l[t, e]) for a [T, E] row-major matrix.
+void softmax_rows(const std::vector<double>& logits, int64_t T, int64_t E, std::vector<double>& p);
+
+// One SwiGLU expert on one row x[0:H]: out[h] = sum_i silu(g_i) u_i wd[h, i] with g = wg x, u = wu x
+// (wg, wu: [I, H], wd: [H, I], row-major). sensitivity[h] bounds how far an fp32 evaluation may move
+// out[h] per unit of relative error in its dot products: sum_i |wd[h, i]| (|a_i| + 1.1 G_i |u_i| +
+// |silu(g_i)| U_i) with a_i = silu(g_i) u_i, G_i = sum_k |wg[i, k] x_k| and U_i likewise.
+void swiglu_expert(const double* x, const double* wg, const double* wu, const double* wd, int64_t H, int64_t I,
+                   double* out, double* sensitivity);
+
+}  // namespace genbridge::ref
