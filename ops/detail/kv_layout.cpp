@@ -1,0 +1,88 @@
+#include "ops/detail/kv_layout.h"
+
+#include "ops/detail/rows.h"
+
+namespace genbridge::ops::detail {
+namespace {
+
+std::string s(std::string_view v) { return std::string(v); }
+
+struct FormatInfo {
+  DType dtype;
+  const char* row_layout;  // names the last dimension
+  int64_t extra;           // row elements beyond head_dim
+};
+
+FormatInfo info(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::kBf16: return {DType::kBF16, "head_dim", 0};
+    case KvCacheFormat::kInt8Fp16Scale: return {DType::kI8, "head_dim", 0};
+    case KvCacheFormat::kFp8Fp32PackedScale: return {DType::kU8, "head_dim + 4", 4};
+  }
+  return {DType::kBF16, "head_dim", 0};
+}
+
+Status check_scale_cache(const char* op, const char* name, const TensorView& t, const KvGeometry& g) {
+  if (t.dtype() != DType::kF16) {
+    return invalid_argument(s(op) + ": " + name + " has dtype " + s(dtype_name(t.dtype())) +
+                            " but the int8 KV cache keeps its scales in fp16");
+  }
+  if (t.rank() != 3 || t.dim(0) != g.num_blocks || t.dim(1) != g.num_kv_heads || t.dim(2) != g.block_size) {
+    return invalid_argument(s(op) + ": " + name + " has shape " + t.shape_string() +
+                            " but must be [num_blocks, num_kv_heads, block_size] = [" + std::to_string(g.num_blocks) +
+                            ", " + std::to_string(g.num_kv_heads) + ", " + std::to_string(g.block_size) + "]");
+  }
+  GB_RETURN_IF_ERROR(check_host_data(op, name, t));
+  if (!t.is_contiguous()) return invalid_argument(s(op) + ": " + name + " is not contiguous; KV caches must be contiguous");
+  return ok_status();
+}
+
+}  // namespace
+
+Result<KvGeometry> check_kv_cache(const char* op, const PagedKvCache& cache) {
+  const FormatInfo fi = info(cache.format);
+  const std::string fmt = s(kv_cache_format_name(cache.format));
+  const TensorView& k = cache.key_cache;
+  if (k.dtype() != fi.dtype) {
+    return invalid_argument(s(op) + ": key_cache has dtype " + s(dtype_name(k.dtype())) + " but the " + fmt +
+                            " KV cache stores " + s(dtype_name(fi.dtype)));
+  }
+  if (k.rank() != 4) {
+    return invalid_argument(s(op) + ": key_cache has shape " + k.shape_string() +
+                            " but must have rank 4 [num_blocks, num_kv_heads, block_size, " + fi.row_layout + "]");
+  }
+  if (k.dim(1) < 1 || k.dim(2) < 1 || k.dim(3) < fi.extra + 1) {
+    return invalid_argument(s(op) + ": key_cache has shape " + k.shape_string() + "; num_kv_heads, block_size and " +
+                            "head_dim must be >= 1");
+  }
+  GB_RETURN_IF_ERROR(check_host_data(op, "key_cache", k));
+  if (!k.is_contiguous()) return invalid_argument(s(op) + ": key_cache is not contiguous; KV caches must be contiguous");
+  GB_RETURN_IF_ERROR(check_same_shape_dtype(op, "value_cache", cache.value_cache, "key_cache", k));
+  if (!cache.value_cache.is_contiguous()) {
+    return invalid_argument(s(op) + ": value_cache is not contiguous; KV caches must be contiguous");
+  }
+  KvGeometry g;
+  g.num_blocks = k.dim(0);
+  g.num_kv_heads = k.dim(1);
+  g.block_size = k.dim(2);
+  g.head_dim = k.dim(3) - fi.extra;
+  g.row_bytes = k.dim(3) * static_cast<int64_t>(dtype_size(fi.dtype));
+  if (cache.format == KvCacheFormat::kInt8Fp16Scale) {
+    GB_RETURN_IF_ERROR(check_scale_cache(op, "key_scale_cache", cache.key_scale_cache, g));
+    GB_RETURN_IF_ERROR(check_scale_cache(op, "value_scale_cache", cache.value_scale_cache, g));
+  }
+  return g;
+}
+
+Status check_int32(const char* op, const char* name, const TensorView& t, int rank, const char* layout) {
+  if (t.dtype() != DType::kI32) {
+    return invalid_argument(s(op) + ": " + name + " has dtype " + s(dtype_name(t.dtype())) + " but must be int32");
+  }
+  if (t.rank() != rank) {
+    return invalid_argument(s(op) + ": " + name + " has shape " + t.shape_string() + " but must have rank " +
+                            std::to_string(rank) + " " + layout);
+  }
+  return check_host_data(op, name, t);
+}
+
+}  // namespace genbridge::ops::detail

@@ -1,0 +1,140 @@
+#include "ops/detail/kv_write.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/parallel.h"
+#include "genbridge/core/formats.h"
+#include "genbridge/ops/kv_cache/fp8_kv_write.h"
+#include "genbridge/ops/kv_cache/int8_kv_write.h"
+#include "ops/detail/kv_layout.h"
+#include "ops/detail/rows.h"
+
+namespace genbridge::ops::detail {
+namespace {
+
+std::string s(std::string_view v) { return std::string(v); }
+
+Status check_slots(const KvWriteCall& c, const KvGeometry& g, int64_t num_tokens) {
+  const TensorView& sm = c.slot_mapping;
+  const std::string n = std::to_string(num_tokens);
+  const char* want = c.slots == SlotMapping::kFlat    ? "[num_tokens] (flat slots)"
+                     : c.slots == SlotMapping::kPairs ? "[num_tokens, 2] ([block, offset] pairs)"
+                                                      : "[num_tokens] (flat slots) or [num_tokens, 2] ([block, offset] pairs)";
+  if (sm.dtype() != DType::kI32) {
+    return invalid_argument(s(c.op) + ": slot_mapping has dtype " + s(dtype_name(sm.dtype())) + " but must be int32");
+  }
+  const bool flat_ok = c.slots != SlotMapping::kPairs && sm.rank() == 1 && sm.dim(0) == num_tokens;
+  const bool pairs_ok = c.slots != SlotMapping::kFlat && sm.rank() == 2 && sm.dim(0) == num_tokens && sm.dim(1) == 2;
+  if (!flat_ok && !pairs_ok) {
+    return invalid_argument(s(c.op) + ": slot_mapping has shape " + sm.shape_string() + " but must be " + want +
+                            " with num_tokens = " + n);
+  }
+  GB_RETURN_IF_ERROR(check_host_data(c.op, "slot_mapping", sm));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (flat_ok) {
+      const int64_t slot = at_i32(sm, t);
+      if (slot < 0 || slot >= g.num_slots()) {
+        return invalid_argument(s(c.op) + ": slot_mapping[" + std::to_string(t) + "] = " + std::to_string(slot) +
+                                " is outside the cache's " + std::to_string(g.num_slots()) +
+                                " slots (num_blocks * block_size)");
+      }
+    } else {
+      const int64_t b = at_i32(sm, t, 0), o = at_i32(sm, t, 1);
+      if (b < 0 || b >= g.num_blocks || o < 0 || o >= g.block_size) {
+        return invalid_argument(s(c.op) + ": slot_mapping[" + std::to_string(t) + "] = [" + std::to_string(b) + ", " +
+                                std::to_string(o) + "] is outside the cache: block must be in [0, " +
+                                std::to_string(g.num_blocks) + ") and offset in [0, " + std::to_string(g.block_size) +
+                                ")");
+      }
+    }
+  }
+  return ok_status();
+}
+
+float abs_max(const float* x, int64_t n) {
+  float m = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    m = a > m ? a : m;  // NaN never wins
+  }
+  return m;
+}
+
+// Writes one fp32 row into row `r` of `cache` (and its scale) in the cache's representation.
+void store_row(KvCacheFormat f, const float* x, int64_t d, const TensorView& cache, const TensorView& scales,
+               int64_t r, int64_t row_bytes) {
+  uint8_t* row = static_cast<uint8_t*>(cache.data()) + r * row_bytes;
+  switch (f) {
+    case KvCacheFormat::kBf16: {
+      bf16_t* out = reinterpret_cast<bf16_t*>(row);
+      float_to_bf16_n(x, out, static_cast<size_t>(d));
+      return;
+    }
+    case KvCacheFormat::kInt8Fp16Scale: {
+      const float amax = abs_max(x, d);
+      const fp16_t stored = float_to_fp16((amax > kInt8KvScaleTinyAmax ? amax : kInt8KvScaleTinyAmax) / 127.0f);
+      const float scale = fp16_to_float(stored);
+      int8_t* out = reinterpret_cast<int8_t*>(row);
+      for (int64_t i = 0; i < d; ++i) out[i] = float_to_int8(x[i] / scale);
+      scales.data_as<fp16_t>()[r] = stored;
+      return;
+    }
+    case KvCacheFormat::kFp8Fp32PackedScale: {
+      const float amax = abs_max(x, d);
+      const float scale = (amax > kFp8KvScaleTinyAmax ? amax : kFp8KvScaleTinyAmax) / 448.0f;
+      for (int64_t i = 0; i < d; ++i) row[i] = float_to_fp8_e4m3fn(x[i] / scale).bits;
+      std::memcpy(row + d, &scale, sizeof scale);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+Status run_kv_write(const KvWriteCall& c) {
+  GB_RETURN_IF_ERROR(check_float_input(c.op, "key", c.key));
+  if (c.key.rank() != 3) {
+    return invalid_argument(s(c.op) + ": key has shape " + c.key.shape_string() +
+                            " but must have rank 3 [num_tokens, num_kv_heads, head_dim]");
+  }
+  GB_RETURN_IF_ERROR(check_same_shape_dtype(c.op, "value", c.value, "key", c.key));
+  GB_ASSIGN_OR_RETURN(const KvGeometry g, check_kv_cache(c.op, c.cache));
+  if (c.key.dim(1) != g.num_kv_heads || c.key.dim(2) != g.head_dim) {
+    return invalid_argument(s(c.op) + ": key has shape " + c.key.shape_string() + " but the cache holds " +
+                            std::to_string(g.num_kv_heads) + " kv heads of head_dim " + std::to_string(g.head_dim));
+  }
+  const int64_t num_tokens = c.key.dim(0);
+  GB_RETURN_IF_ERROR(check_slots(c, g, num_tokens));
+  if (num_tokens == 0) return ok_status();
+
+  const bool flat = c.slot_mapping.rank() == 1;
+  const int64_t d = g.head_dim;
+  ::genbridge::detail::parallel_for(g.num_kv_heads, num_tokens * d * 8, [&](int64_t h0, int64_t h1) {
+    std::vector<float> x(static_cast<size_t>(d));
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        int64_t block, offset;
+        if (flat) {
+          const int64_t slot = at_i32(c.slot_mapping, t);
+          block = slot / g.block_size;
+          offset = slot % g.block_size;
+        } else {
+          block = at_i32(c.slot_mapping, t, 0);
+          offset = at_i32(c.slot_mapping, t, 1);
+        }
+        const int64_t r = g.row(block, h, offset);
+        const int64_t src_row = t * g.num_kv_heads + h;
+        load_row_f32(c.key, 1, src_row, d, x.data());
+        store_row(c.cache.format, x.data(), d, c.cache.key_cache, c.cache.key_scale_cache, r, g.row_bytes);
+        load_row_f32(c.value, 1, src_row, d, x.data());
+        store_row(c.cache.format, x.data(), d, c.cache.value_cache, c.cache.value_scale_cache, r, g.row_bytes);
+      }
+    }
+  });
+  return ok_status();
+}
+
+}  // namespace genbridge::ops::detail
