@@ -1,0 +1,118 @@
+#pragma once
+// Checkpoint: a model directory (config.json + safetensors) opened, validated and bound to typed weights.
+// Every view is checked against the config for presence, shape and dtype once, at open; after that no
+// code on the decode path touches files or looks names up.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "genbridge/core/formats.h"
+#include "genbridge/core/status.h"
+#include "genbridge/core/tensor.h"
+#include "runtime/model/config.h"
+#include "runtime/model/tensor_store.h"
+
+namespace genbridge::model {
+
+inline constexpr std::string_view kConfigFileName = "config.json";
+
+// SwiGLU block weights, HF Linear layout [out, in]: y = (silu(x gate^T) * (x up^T)) down^T.
+struct MlpWeights {
+  TensorView gate_proj;  // [intermediate, hidden]
+  TensorView up_proj;    // [intermediate, hidden]
+  TensorView down_proj;  // [hidden, intermediate]
+};
+
+struct AttentionWeights {
+  TensorView q_proj;  // [num_attention_heads * head_dim, hidden]
+  TensorView k_proj;  // [num_key_value_heads * head_dim, hidden]
+  TensorView v_proj;  // [num_key_value_heads * head_dim, hidden]
+  TensorView o_proj;  // [hidden, num_attention_heads * head_dim]
+  TensorView q_norm;  // [head_dim], applied per head before RoPE
+  TensorView k_norm;  // [head_dim]
+};
+
+struct MoeWeights {
+  TensorView router;                // mlp.gate.weight [num_experts, hidden]
+  std::vector<MlpWeights> experts;  // num_experts entries, each [moe_intermediate, hidden] / [hidden, moe_intermediate]
+  // Present iff config.has_shared_expert(): width shared_expert_intermediate_size, gated by
+  // sigmoid(x shared_expert_gate^T) with shared_expert_gate [1, hidden].
+  MlpWeights shared_expert;
+  TensorView shared_expert_gate;
+};
+
+struct LayerWeights {
+  TensorView input_layernorm;           // [hidden]
+  TensorView post_attention_layernorm;  // [hidden]
+  AttentionWeights attn;
+  bool is_moe = false;
+  MoeWeights moe;    // when is_moe
+  MlpWeights dense;  // when !is_moe: [intermediate_size, hidden] / [hidden, intermediate_size]
+};
+
+// Views of every weight, in the layout of the HF tensors. Read-only: views into mapped files must never
+// be written through. Valid while the owning Checkpoint is alive.
+struct ModelWeights {
+  TensorView embed_tokens;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  TensorView final_norm;  // model.norm.weight [hidden]
+  TensorView lm_head;     // [vocab, hidden]; the same view as embed_tokens when tie_word_embeddings
+};
+
+// What dtype the bound views have.
+enum class WeightPrecision : uint8_t {
+  // Every weight in bf16 (what the kernels take): BF16 tensors are zero-copy views into the mapped files;
+  // F16 and F32 tensors are converted at open (round to nearest even) into buffers the Checkpoint owns.
+  kBF16,
+  // Each view keeps its file dtype (BF16, F16 or F32), all zero-copy: for exact-value readers such as
+  // the fp64 reference forward pass.
+  kNative,
+};
+
+struct LoadOptions {
+  WeightPrecision precision = WeightPrecision::kBF16;
+  bool populate = true;  // read every mapped page at open so the decode loop never waits on disk
+};
+
+class Checkpoint {
+ public:
+  // Opens `dir`: parses dir/config.json, maps the safetensors (single or sharded), binds every tensor the
+  // config requires and checks its shape and dtype. Errors (InvalidArgument) name the file, the tensor and
+  // the rule; a tensor the model does not use is also an error (it means config and weights disagree),
+  // except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
+  static Result<Checkpoint> open(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+  Checkpoint(Checkpoint&&) noexcept = default;
+  Checkpoint& operator=(Checkpoint&&) noexcept = default;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const TensorStore& store() const { return *store_; }
+  WeightPrecision precision() const { return precision_; }
+  // Bytes of weights the model uses that live in the mapped files (zero-copy).
+  uint64_t mapped_weight_bytes() const { return mapped_weight_bytes_; }
+  // Bytes of bf16 buffers made at open by converting F16/F32 tensors (kBF16 only; 0 for a bf16 checkpoint).
+  uint64_t converted_weight_bytes() const { return converted_weight_bytes_; }
+
+ private:
+  Checkpoint() = default;
+  friend class WeightBinder;
+  std::filesystem::path dir_;
+  ModelConfig config_;
+  std::unique_ptr<TensorStore> store_;
+  std::vector<std::unique_ptr<bf16_t[]>> converted_;  // owned bf16 copies; heap buffers never move
+  ModelWeights weights_;
+  WeightPrecision precision_ = WeightPrecision::kBF16;
+  uint64_t mapped_weight_bytes_ = 0;
+  uint64_t converted_weight_bytes_ = 0;
+};
+
+// The HF names: "model.layers.3.mlp.experts.7.down_proj.weight" etc.
+std::string layer_tensor_name(int64_t layer, std::string_view suffix);
+std::string expert_tensor_name(int64_t layer, int64_t expert, std::string_view proj);
+
+}  // namespace genbridge::model
