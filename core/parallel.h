@@ -1,41 +1,35 @@
 #pragma once
 // Internal: row-parallel loops for host kernels. Work is split into contiguous chunks of whole items,
 // so per-item results never depend on the thread count.
+//
+// A small persistent pool runs the chunks (workers spin briefly, then sleep on a futex, so idle or
+// oversubscribed processes do not burn cores). One loop runs on the pool at a time; a loop started while
+// the pool is busy (e.g. from another thread of an in-process AFD job) runs on its caller's thread.
 
 #include <algorithm>
 #include <cstdint>
 
 #include "genbridge/core/threading.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 namespace genbridge::detail {
 
+using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
+
+// Runs fn(ctx, b, e) over `parts` contiguous chunks of [0, n) on the pool (the caller runs chunk 0).
+// Returns false, having run nothing, when the pool is busy.
+bool pool_try_run(int parts, int64_t n, ChunkFn fn, void* ctx);
+
 // Calls fn(begin, end) over [0, n) in chunks. Uses at most num_threads() threads, and only when
-// n * cost_per_item exceeds ~min_work so that small calls stay on the caller's thread.
+// n * cost_per_item exceeds min_work so that small calls stay on the caller's thread.
 template <typename Fn>
 void parallel_for(int64_t n, int64_t cost_per_item, Fn&& fn, int64_t min_work = 1 << 16) {
   if (n <= 0) return;
   const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n));
-  if (threads <= 1 || n * cost_per_item < min_work) {
-    fn(int64_t{0}, n);
-    return;
+  if (threads > 1 && n * cost_per_item >= min_work) {
+    auto thunk = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); };
+    if (pool_try_run(threads, n, thunk, &fn)) return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-#ifdef _OPENMP
-    const int t = omp_get_thread_num();
-    const int nt = omp_get_num_threads();
-#else
-    const int t = 0, nt = 1;
-#endif
-    const int64_t chunk = (n + nt - 1) / nt;
-    const int64_t b = std::min<int64_t>(n, t * chunk);
-    const int64_t e = std::min<int64_t>(n, b + chunk);
-    if (b < e) fn(b, e);
-  }
+  fn(int64_t{0}, n);
 }
 
 }  // namespace genbridge::detail
