@@ -1,6 +1,7 @@
 #pragma once
-// Bit-exact scalar codecs for the 16-bit float formats (DESIGN §7), plus bulk conversions.
-// Encoders round to nearest, ties to even; NaN stays NaN (quiet); fp16 overflows to infinity.
+// Bit-exact scalar codecs for the float formats of DESIGN §7 (bf16, fp16, fp8 e4m3fn/e5m2, e8m0,
+// fp4 e2m1, int8), plus vectorized bulk conversions. 16-bit encoders round to nearest, ties to even;
+// NaN stays NaN (quiet); fp16 overflows to infinity. The 8/4-bit rules are stated further down.
 
 #include <bit>
 #include <cstddef>
@@ -63,6 +64,18 @@ inline fp16_t float_to_fp16(float f) {
 // fp8 e5m2:   1-5-2, bias 15, max 57344, IEEE-style infinities and NaNs.
 // e8m0:       8-bit biased exponent, value 2^(e-127), 0xFF = NaN (scales only).
 // fp4 e2m1:   1-2-1, bias 1, values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; packed two per byte, low nibble first.
+//
+// Encoders round to nearest, ties to even, on the format's own grid (subnormals included); decoders are
+// exact. Overflow rule (the rounding boundary is the midpoint between max and the next grid value:
+// 464 for e4m3fn, 61440 for e5m2, 7 for e2m1; the midpoint itself rounds to even, i.e. to max for
+// e4m3fn and away from max for e5m2 and e2m1):
+//   Overflow::kSaturate (the default, and what every quantizer uses): anything that rounds beyond max,
+//     and +-inf, becomes +-max ("satfinite"). e4m3fn then never produces its NaN from a non-NaN input
+//     and e5m2 never produces an infinity. This matches OCP MX element conversion, which clamps to the
+//     largest normal, and the saturating casts of the deployed quant kernels.
+//   Overflow::kNonFinite (plain IEEE-style conversion, offered for tooling): e5m2 rounds to +-inf past
+//     61440 and keeps +-inf; e4m3fn, having no infinity, gives NaN past 464 and for +-inf.
+// NaN input encodes as NaN (e4m3fn S.1111.111, e5m2 S.11111.10); fp4 e2m1 has no NaN and encodes NaN as +0.
 
 struct fp8_e4m3fn_t {
   uint8_t bits;
@@ -74,14 +87,15 @@ struct e8m0_t {
   uint8_t bits;
 };
 
-// What an encoder does with a finite value beyond the format's largest finite value (after rounding).
+// What an encoder does with a value beyond the format's largest finite value (after rounding).
 enum class Overflow {
   kSaturate,  // clamp to +-max (our quantizers; infinities also saturate)
   kNonFinite  // e4m3fn: NaN; e5m2: infinity (IEEE-style conversion)
 };
 
 namespace detail {
-// Decode tables, indexed by code; built once from the format definitions.
+// Decode tables, indexed by code; constant-initialised from the format definitions, so they are valid
+// before any dynamic initialiser runs.
 const float* fp8_e4m3fn_decode_table();
 const float* fp8_e5m2_decode_table();
 const float* e8m0_decode_table();
@@ -100,7 +114,7 @@ inline uint32_t minifloat_magnitude_code(uint32_t abs_bits) {
   const int shift = 23 - (e - qe);
   uint32_t q;
   if (shift >= 25) {
-    q = 0;
+    q = 0;  // below half the smallest subnormal
   } else {
     q = man >> shift;
     const uint32_t rem = man & ((1u << shift) - 1u);
@@ -148,6 +162,9 @@ inline uint8_t float_to_fp4_e2m1(float f) {
   return static_cast<uint8_t>(sign | (code > 0x7 ? 0x7 : code));
 }
 
+// One byte of the fp4_e2m1x2 layout: `lo` (the even-indexed value) in bits 0-3, `hi` in bits 4-7.
+inline uint8_t pack_fp4_e2m1x2(uint8_t lo, uint8_t hi) { return static_cast<uint8_t>((lo & 0xf) | (hi << 4)); }
+
 // Symmetric int8: round to nearest even, clamp to [-127, 127]; NaN encodes as 0.
 inline int8_t float_to_int8(float f) {
   if (!(f == f)) return 0;
@@ -157,10 +174,25 @@ inline int8_t float_to_int8(float f) {
   return static_cast<int8_t>(r);
 }
 
-// Bulk conversions (vectorized where the CPU allows; identical results to the scalar codecs).
+// Bulk conversions (vectorized where the CPU allows; identical results to the scalar codecs). `src`
+// and `dst` must not overlap; n counts values; nothing is retained.
 void bf16_to_float_n(const bf16_t* src, float* dst, size_t n);
 void float_to_bf16_n(const float* src, bf16_t* dst, size_t n);
 void fp16_to_float_n(const fp16_t* src, float* dst, size_t n);
 void float_to_fp16_n(const float* src, fp16_t* dst, size_t n);
+
+// Scaled bulk encoders (the quantizers' hot path): dst[i] = <scalar encoder>(fl32(src[i] * mul)),
+// saturating. With mul a power of two the product is exact wherever the result is not zero.
+void float_to_fp8_e4m3fn_n(const float* src, float mul, fp8_e4m3fn_t* dst, size_t n);
+void float_to_fp8_e5m2_n(const float* src, float mul, fp8_e5m2_t* dst, size_t n);
+// n must be even: value 2i goes to the low nibble of dst[i], value 2i+1 to the high nibble.
+void float_to_fp4_e2m1x2_n(const float* src, float mul, uint8_t* dst, size_t n);
+// dst[i] = float_to_int8(fl32(src[i] / div)): the fp32 quotient, then RNE and clamp to +-127.
+void float_to_int8_n(const float* src, float div, int8_t* dst, size_t n);
+
+// Scaled bulk decoders: dst[i] = fl32(decode(src[i]) * mul). fp4: n values from n/2 bytes (n even).
+void fp8_e4m3fn_to_float_n(const fp8_e4m3fn_t* src, float mul, float* dst, size_t n);
+void fp8_e5m2_to_float_n(const fp8_e5m2_t* src, float mul, float* dst, size_t n);
+void fp4_e2m1x2_to_float_n(const uint8_t* src, float mul, float* dst, size_t n);
 
 }  // namespace genbridge
