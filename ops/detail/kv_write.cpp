@@ -113,7 +113,8 @@ Status run_kv_write(const KvWriteCall& c) {
   const bool flat = c.slot_mapping.rank() == 1;
   const int64_t d = g.head_dim;
   ::genbridge::detail::parallel_for(g.num_kv_heads, num_tokens * d * 8, [&](int64_t h0, int64_t h1) {
-    std::vector<float> x(static_cast<size_t>(d));
+    thread_local std::vector<float> x;  // grows once per thread; steady-state writes do not allocate
+    if (x.size() < static_cast<size_t>(d)) x.resize(static_cast<size_t>(d));
     for (int64_t h = h0; h < h1; ++h) {
       for (int64_t t = 0; t < num_tokens; ++t) {
         int64_t block, offset;

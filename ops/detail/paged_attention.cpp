@@ -14,6 +14,10 @@
 #include "ops/detail/rows.h"
 #include "ops/detail/vec_math.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -70,7 +74,11 @@ struct KvRows {
   }
   static float scale(const uint8_t* row, const fp16_t* scales, int64_t r) {
     if constexpr (F == KvCacheFormat::kInt8Fp16Scale) {
+#if defined(__F16C__)
+      return _cvtsh_ss(scales[r].bits);  // exact, one instruction instead of the portable decoder
+#else
       return fp16_to_float(scales[r]);
+#endif
     } else if constexpr (F == KvCacheFormat::kFp8Fp32PackedScale) {
       float sc;
       std::memcpy(&sc, row + D, sizeof sc);
@@ -81,6 +89,15 @@ struct KvRows {
     }
   }
 };
+
+// Calls fn.template operator()<NR>(r0) over [0, rows) in register blocks of 4, 2 and 1 rows.
+template <typename Fn>
+inline void for_row_blocks4(int rows, Fn&& fn) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) fn.template operator()<4>(r);
+  if (r + 2 <= rows) fn.template operator()<2>(r), r += 2;
+  if (r < rows) fn.template operator()<1>(r);
+}
 
 // Calls fn.template operator()<NR>(r0) over [0, rows) in register blocks of 8, 4, 2 and 1 rows.
 template <typename Fn>
@@ -96,6 +113,7 @@ template <int D, KvCacheFormat F>
 void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
   using Rows = KvRows<D, F>;
   constexpr int C = D / 16;
+  static_assert(C % 2 == 0, "the V loop takes column chunks in pairs");
   const PagedDecodeCall& c = *p.call;
   const KvGeometry& g = p.g;
   const int nr = it.row_count;
@@ -147,21 +165,36 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
     for (int k0 = 0; k0 < cn; k0 += 16) {
       const int kn = std::min(16, cn - k0);
       alignas(64) vec::f32x16 part[kMaxRows][16];
-      for (int kk = 0; kk < 16; ++kk) {
-        if (kk >= kn) {
-          for (int r = 0; r < nr; ++r) part[r][kk] = vec::f32x16{};
-          continue;
+      for (int r = 0; r < nr; ++r) {
+        for (int kk = kn; kk < 16; ++kk) part[r][kk] = vec::f32x16{};
+      }
+      // Two keys per step: each q chunk is loaded once for both, and 2 * NR accumulation chains are in
+      // flight. The V rows of these keys are prefetched for the accumulation below.
+      for (int kk = 0; kk < kn; kk += 2) {
+        const bool pair = kk + 1 < kn;
+        vec::f32x16 ka[C], kb[C];
+        const uint8_t* ra = krow[k0 + kk];
+        const uint8_t* rb = pair ? krow[k0 + kk + 1] : ra;
+        for (int ci = 0; ci < C; ++ci) ka[ci] = Rows::load(ra, ci);
+        for (int ci = 0; ci < C; ++ci) kb[ci] = Rows::load(rb, ci);
+        for (int64_t b = 0; b < g.row_bytes; b += 64) {
+          __builtin_prefetch(vrow[k0 + kk] + b);
+          if (pair) __builtin_prefetch(vrow[k0 + kk + 1] + b);
         }
-        vec::f32x16 kc[C];
-        const uint8_t* kr = krow[k0 + kk];
-        for (int ci = 0; ci < C; ++ci) kc[ci] = Rows::load(kr, ci);
-        for_row_blocks(nr, [&]<int NR>(int r0) {
-          vec::f32x16 a[NR];
-          for (int i = 0; i < NR; ++i) a[i] = vec::f32x16{};
+        for_row_blocks4(nr, [&]<int NR>(int r0) {
+          vec::f32x16 a[NR], bacc[NR];
+          for (int i = 0; i < NR; ++i) a[i] = bacc[i] = vec::f32x16{};
           for (int ci = 0; ci < C; ++ci) {
-            for (int i = 0; i < NR; ++i) a[i] += vec::load(q + (r0 + i) * D + 16 * ci) * kc[ci];
+            for (int i = 0; i < NR; ++i) {
+              const vec::f32x16 qc = vec::load(q + (r0 + i) * D + 16 * ci);
+              a[i] += qc * ka[ci];
+              bacc[i] += qc * kb[ci];
+            }
           }
-          for (int i = 0; i < NR; ++i) part[r0 + i][kk] = a[i];
+          for (int i = 0; i < NR; ++i) {
+            part[r0 + i][kk] = a[i];
+            if (pair) part[r0 + i][kk + 1] = bacc[i];
+          }
         });
       }
       const vec::f32x16 ks = vec::load(kscale + k0);
@@ -200,16 +233,27 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
       }
     }
 
-    // acc[r] += sum_k w[r][k] * v_k, keys in order, 16 columns at a time with the rows in registers.
+    // acc[r] += sum_k w[r][k] * v_k, keys in order, 32 columns at a time (one 64-byte bf16 line) with the
+    // rows in registers: 2 * NR independent accumulation chains.
     for_row_blocks(nr, [&]<int NR>(int r0) {
-      for (int ci = 0; ci < C; ++ci) {
-        vec::f32x16 a[NR];
-        for (int i = 0; i < NR; ++i) a[i] = vec::load(acc + (r0 + i) * D + 16 * ci);
-        for (int k = 0; k < cn; ++k) {
-          const vec::f32x16 v = Rows::load(vrow[k], ci);
-          for (int i = 0; i < NR; ++i) a[i] += w[(r0 + i) * kChunk + k] * v;
+      for (int ci = 0; ci < C; ci += 2) {
+        vec::f32x16 a0[NR], a1[NR];
+        for (int i = 0; i < NR; ++i) {
+          a0[i] = vec::load(acc + (r0 + i) * D + 16 * ci);
+          a1[i] = vec::load(acc + (r0 + i) * D + 16 * ci + 16);
         }
-        for (int i = 0; i < NR; ++i) vec::store(acc + (r0 + i) * D + 16 * ci, a[i]);
+        for (int k = 0; k < cn; ++k) {
+          const vec::f32x16 v0 = Rows::load(vrow[k], ci), v1 = Rows::load(vrow[k], ci + 1);
+          for (int i = 0; i < NR; ++i) {
+            const float wk = w[(r0 + i) * kChunk + k];
+            a0[i] += wk * v0;
+            a1[i] += wk * v1;
+          }
+        }
+        for (int i = 0; i < NR; ++i) {
+          vec::store(acc + (r0 + i) * D + 16 * ci, a0[i]);
+          vec::store(acc + (r0 + i) * D + 16 * ci + 16, a1[i]);
+        }
       }
     });
   }
@@ -316,6 +360,7 @@ Status run_paged_decode(const PagedDecodeCall& c) {
       p.value_scales = c.cache.value_scale_cache.data_as<const fp16_t>();
     }
     // Work items, heaviest first so that dynamic scheduling ends evenly (order never affects results).
+    // The list is reused across calls (grows once).
     thread_local std::vector<Item> items;
     items.clear();
     const int64_t num_seqs = c.block_tables.dim(0);
@@ -340,17 +385,23 @@ Status run_paged_decode(const PagedDecodeCall& c) {
 
     auto run_items = [&]<KvCacheFormat F>() {
       const int threads = static_cast<int>(std::min<int64_t>(num_threads(), num_items));
+      // Per-thread scratch grows once and is reused: steady-state calls do not allocate.
+      auto scratch = [&]() -> std::vector<float>& {
+        thread_local std::vector<float> buf;
+        if (buf.size() < scratch_floats) buf.resize(scratch_floats);
+        return buf;
+      };
       if (threads <= 1 || total_work * D < (int64_t{1} << 18)) {
-        std::vector<float> scratch(scratch_floats);
-        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, items[i], scratch);
+        std::vector<float>& buf = scratch();
+        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, items[i], buf);
         return;
       }
-      const std::vector<Item>& work = items;
+      const std::vector<Item>& work = items;  // the caller's thread_local list, shared with the team
 #pragma omp parallel num_threads(threads)
       {
-        std::vector<float> scratch(scratch_floats);
+        std::vector<float>& buf = scratch();
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, work[i], scratch);
+        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, work[i], buf);
       }
     };
     switch (c.cache.format) {

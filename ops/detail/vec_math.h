@@ -6,7 +6,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "genbridge/core/formats.h"
+
 #include "core/vec.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace genbridge::ops::detail {
 
@@ -85,30 +91,50 @@ inline f32x16 transpose_reduce16(const f32x16* v) {
 }
 
 // ---- KV element decoders: 16 elements to fp32 ----
+// Conversions are exact, so the intrinsic paths (GCC 12 scalarizes __builtin_convertvector from 8- and
+// 16-bit lanes to fp32) give the same values as the portable fallbacks on every ISA.
 
-typedef int8_t i8x16 __attribute__((vector_size(16)));
-typedef uint8_t u8x16 __attribute__((vector_size(16)));
+// GCC 12 warns about the deliberately undefined pass-through operand inside the AVX-512 intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // int8 codes -> fp32 (exact).
 inline f32x16 load_i8(const void* p) {
-  i8x16 b;
-  std::memcpy(&b, p, sizeof b);
-  return __builtin_convertvector(b, f32x16);
+#if defined(__AVX512F__)
+  return (f32x16)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
+#else
+  int8_t b[16];
+  std::memcpy(b, p, sizeof b);
+  f32x16 v;
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<float>(b[i]);
+  return v;
+#endif
 }
 
 // fp8 e4m3fn codes -> fp32 value * 2^-8, exactly: moving sign, exponent and mantissa into an fp16
 // (bias 15 instead of 7) divides by 2^8 and maps subnormals to subnormals. The NaN code S.1111.111
 // becomes an fp16 NaN. Callers fold the 2^8 into the row scale.
 inline f32x16 load_fp8_e4m3fn_scaled(const void* p) {
-  u8x16 b;
-  std::memcpy(&b, p, sizeof b);
-  const vec::u16x16 h = __builtin_convertvector(b, vec::u16x16);
-  const vec::u16x16 mag = h & 0x7f;
-  const vec::u16x16 nan = (vec::u16x16)(mag == 0x7f) & 0x7e00;  // the compare gives 0 / 0xffff lanes
-  const vec::u16x16 bits = ((h & 0x80) << 8) | (mag << 7) | nan;
-  vec::h16x16 f;
-  std::memcpy(&f, &bits, sizeof f);
-  return __builtin_convertvector(f, f32x16);
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+  const __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7f));
+  const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7e00));
+  const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+  const __m256i bits = _mm256_or_si256(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7)), nan);
+  return (f32x16)_mm512_cvtph_ps(bits);
+#else
+  uint8_t b[16];
+  std::memcpy(b, p, sizeof b);
+  f32x16 v;
+  for (int i = 0; i < 16; ++i) {
+    const uint16_t mag = b[i] & 0x7f;
+    const uint16_t bits = static_cast<uint16_t>(((b[i] & 0x80) << 8) | (mag << 7) | (mag == 0x7f ? 0x7e00 : 0));
+    v[i] = fp16_to_float(fp16_t{bits});
+  }
+  return v;
+#endif
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace genbridge::ops::detail

@@ -1,0 +1,256 @@
+#include "runtime/device/device_operator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <limits>
+
+#include "genbridge/build_info.h"
+#include "genbridge/ops/kv_cache/bf16_kv_write.h"
+#include "genbridge/ops/kv_cache/fp8_kv_write.h"
+#include "genbridge/ops/kv_cache/int8_kv_write.h"
+
+namespace genbridge::runtime {
+namespace {
+
+using ops::KvCacheFormat;
+
+// DESIGN §8, one row per generation.
+constexpr GenerationContract kAscend910{Generation::kAscend910, KvCacheFormat::kInt8Fp16Scale, DType::kI8,
+                                        DType::kF16, KvScalePlacement::kSeparateCache,
+                                        SlotMappingFormat::kBlockOffsetPairs, 128, MxScaleLayout::kNone};
+constexpr GenerationContract kAscend950{Generation::kAscend950, KvCacheFormat::kFp8Fp32PackedScale,
+                                        DType::kFp8E4M3FN, DType::kF32, KvScalePlacement::kPackedRowTail,
+                                        SlotMappingFormat::kFlat, 128, MxScaleLayout::kPair};
+
+// The element-name spelling of a quantized representation in kv_cache_dtype.
+std::string_view element_option(const GenerationContract& c) {
+  return c.quantized_kv_element == DType::kI8 ? "int8" : "fp8";
+}
+
+std::string describe_kv(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::kBf16: return "bf16 (head_dim * 2 B per (token, kv head))";
+    case KvCacheFormat::kInt8Fp16Scale:
+      return "int8 + fp16 scale per (token, kv head) in a separate scale cache (head_dim + 2 B per (token, kv head))";
+    case KvCacheFormat::kFp8Fp32PackedScale:
+      return "fp8 e4m3fn + fp32 scale per (token, kv head) packed at the end of the row (head_dim + 4 B per (token, "
+             "kv head))";
+  }
+  return "?";
+}
+
+}  // namespace
+
+const GenerationContract& contract_for(Generation g) {
+  return g == Generation::kAscend910 ? kAscend910 : kAscend950;
+}
+
+int64_t kv_row_bytes(KvCacheFormat f, int64_t d) {
+  switch (f) {
+    case KvCacheFormat::kBf16: return 2 * d;
+    case KvCacheFormat::kInt8Fp16Scale: return d;
+    case KvCacheFormat::kFp8Fp32PackedScale: return d + 4;
+  }
+  return 0;
+}
+
+int64_t kv_side_bytes(KvCacheFormat f) { return f == KvCacheFormat::kInt8Fp16Scale ? 2 : 0; }
+
+Result<KvCacheFormat> resolve_kv_cache_dtype(const GenerationContract& c, std::string_view v) {
+  if (v == "auto" || v == "bf16") return KvCacheFormat::kBf16;
+  if (v == "quantized" || v == element_option(c)) return c.quantized_kv;
+  const bool other_element = v == "int8" || v == "fp8" || v == "fp8_e4m3fn";
+  if (other_element) {
+    return invalid_argument(fmt::format(
+        "kv_cache_dtype={}: {} ({}) has no {} KV representation; its quantized KV cache is {}; use "
+        "kv_cache_dtype=quantized (or {}), bf16 or auto",
+        v, generation_name(c.generation), generation_family(c.generation), v == "int8" ? "int8" : "fp8",
+        ops::kv_cache_format_name(c.quantized_kv), element_option(c)));
+  }
+  return invalid_argument(fmt::format("kv_cache_dtype={} is not one of auto, bf16, quantized ({} also accepts {})", v,
+                                      generation_name(c.generation), element_option(c)));
+}
+
+Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected) {
+  const std::string build_text = fmt::format("this build targets {} ({}; built for {})", generation_name(build.generation),
+                                             generation_family(build.generation), build.soc);
+  if (!selector.empty()) {
+    auto configured = normalize_soc_selector(selector);
+    if (!configured.ok()) {
+      return invalid_argument(fmt::format("DeviceOperator: configured {}", configured.status().message()));
+    }
+    if (configured->generation != build.generation) {
+      return invalid_argument(fmt::format(
+          "DeviceOperator: the configured SoC {} (selector '{}', generation {}, {}) does not match: {}; use a build "
+          "configured with -DGENBRIDGE_SOC={} or configure a {} SoC",
+          configured->soc, selector, generation_name(configured->generation),
+          generation_family(configured->generation), build_text, selector, generation_name(build.generation)));
+    }
+  }
+  if (detected && detected->generation != build.generation) {
+    const std::string code = detected->code ? fmt::format(", SoC code {}", detected->code) : std::string();
+    return invalid_argument(fmt::format(
+        "DeviceOperator: the device's SoC {} (detected by npu-smi{}, generation {}, {}) does not match: {}; run a "
+        "build for {} on this machine",
+        detected->soc, code, generation_name(detected->generation), generation_family(detected->generation),
+        build_text, generation_name(detected->generation)));
+  }
+  return ok_status();
+}
+
+Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
+  GB_ASSIGN_OR_RETURN(const Generation gen, generation_from_target(ops::build_target()));
+  SocInfo build{gen, std::string(ops::build_soc()), 0};
+  if (auto n = normalize_soc_selector(build.soc); n.ok()) build.code = n->code;
+
+  const char* path = std::getenv("PATH");
+  const std::string path_env = config.path_env ? *config.path_env : std::string(path ? path : "");
+  GB_ASSIGN_OR_RETURN(const std::optional<std::string> smi, read_npu_smi(path_env));
+  std::optional<SocInfo> detected;
+  if (smi) {
+    auto parsed = parse_npu_smi(*smi);
+    if (!parsed.ok()) {
+      return unavailable(fmt::format("DeviceOperator: npu-smi is on the path but its output cannot be checked "
+                                     "against this build ({}): {}",
+                                     generation_name(gen), parsed.status().message()));
+    }
+    detected = *parsed;
+  }
+  GB_RETURN_IF_ERROR(check_soc(build, config.soc, detected));
+
+  DeviceOperator d;
+  d.contract_ = &contract_for(gen);
+  GB_ASSIGN_OR_RETURN(d.kv_format_, resolve_kv_cache_dtype(*d.contract_, config.kv_cache_dtype));
+  const GenerationContract& c = *d.contract_;
+  const std::string soc_text = config.soc.empty() ? std::string("no SoC configured")
+                                                  : fmt::format("configured SoC '{}'", config.soc);
+  const std::string device_text = detected ? fmt::format("device {} (npu-smi)", detected->soc)
+                                           : std::string("npu-smi not found, device not checked");
+  d.log_line_ = fmt::format(
+      "genbridge device: {} ({}) build for {}, {}, {} | KV cache (kv_cache_dtype={}): {}, slot mapping {}, page {} "
+      "tokens | MX scale layout: {}",
+      generation_name(gen), generation_family(gen), build.soc, soc_text, device_text, config.kv_cache_dtype,
+      describe_kv(d.kv_format_),
+      c.slot_mapping == SlotMappingFormat::kFlat ? "flat (block * block_size + offset)" : "[block, offset] pairs",
+      c.kv_page_size, c.mx_scale_layout == MxScaleLayout::kPair ? "pair [..., K/64, 2]" : "none (no MX formats)");
+  return d;
+}
+
+KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
+  KvPageGeometry g;
+  g.num_layers = s.num_layers;
+  g.num_kv_heads = s.num_kv_heads;
+  g.page_size = contract_->kv_page_size;
+  g.row_bytes = kv_row_bytes(kv_format_, s.head_dim);
+  g.side_row_bytes = kv_side_bytes(kv_format_);
+  return g;
+}
+
+Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                        int64_t layer) const {
+  const KvPageGeometry& g = pool.geometry();
+  const KvPageGeometry want = kv_page_geometry(shape);
+  if (g.num_layers != want.num_layers || g.num_kv_heads != want.num_kv_heads || g.page_size != want.page_size ||
+      g.row_bytes != want.row_bytes || g.side_row_bytes != want.side_row_bytes) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator: the pool's geometry (layers {}, kv heads {}, page_size {}, row_bytes {}, side_row_bytes {}) "
+        "is not the {} KV cache's for this model (layers {}, kv heads {}, page_size {}, row_bytes {}, side_row_bytes "
+        "{}); size the pool with kv_page_geometry()",
+        g.num_layers, g.num_kv_heads, g.page_size, g.row_bytes, g.side_row_bytes, ops::kv_cache_format_name(kv_format_),
+        want.num_layers, want.num_kv_heads, want.page_size, want.row_bytes, want.side_row_bytes));
+  }
+  if (layer < 0 || layer >= g.num_layers) {
+    return invalid_argument(fmt::format("DeviceOperator: layer {} is not in [0, {})", layer, g.num_layers));
+  }
+  const int64_t d = shape.head_dim;
+  const KvLayerMemory m = pool.layer(layer);
+  const int64_t pages = pool.num_pages(), heads = g.num_kv_heads, ps = g.page_size;
+  ops::PagedKvCache v;
+  v.format = kv_format_;
+  switch (kv_format_) {
+    case KvCacheFormat::kBf16:
+      v.key_cache = TensorView(m.key, DType::kBF16, {pages, heads, ps, d});
+      v.value_cache = TensorView(m.value, DType::kBF16, {pages, heads, ps, d});
+      break;
+    case KvCacheFormat::kInt8Fp16Scale:
+      v.key_cache = TensorView(m.key, DType::kI8, {pages, heads, ps, d});
+      v.value_cache = TensorView(m.value, DType::kI8, {pages, heads, ps, d});
+      v.key_scale_cache = TensorView(m.key_side, DType::kF16, {pages, heads, ps});
+      v.value_scale_cache = TensorView(m.value_side, DType::kF16, {pages, heads, ps});
+      break;
+    case KvCacheFormat::kFp8Fp32PackedScale:
+      v.key_cache = TensorView(m.key, DType::kU8, {pages, heads, ps, d + 4});
+      v.value_cache = TensorView(m.value, DType::kU8, {pages, heads, ps, d + 4});
+      break;
+  }
+  return v;
+}
+
+Status DeviceOperator::write_kv(const ops::PagedKvCache& cache, const TensorView& key, const TensorView& value,
+                                std::span<const int64_t> slots) const {
+  if (cache.format != kv_format_) {
+    return invalid_argument(fmt::format("DeviceOperator::write_kv: the cache is {} but the representation in force is {}",
+                                        ops::kv_cache_format_name(cache.format), ops::kv_cache_format_name(kv_format_)));
+  }
+  const int64_t total = static_cast<int64_t>(slots.size());
+  if (key.rank() < 1 || key.dim(0) != total || value.rank() < 1 || value.dim(0) != total) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::write_kv: {} slots for key of shape {} and value of shape {}; one slot per token", total,
+        key.shape_string(), value.shape_string()));
+  }
+  const int64_t page = cache.key_cache.rank() == 4 ? cache.key_cache.dim(2) : 1;
+  const bool pairs = contract_->slot_mapping == SlotMappingFormat::kBlockOffsetPairs;
+  // The slot mapping in the generation's format, built in chunks on the stack: no allocation. Tokens
+  // stay in order, so chunking changes nothing (a repeated slot still keeps the last token).
+  constexpr int64_t kChunk = 256;
+  std::array<int32_t, 2 * kChunk> mapping;
+  int64_t t0 = 0;
+  do {
+    const int64_t n = std::min<int64_t>(kChunk, total - t0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t s = slots[t0 + i];
+      if (s < 0 || s > std::numeric_limits<int32_t>::max()) {
+        return invalid_argument(
+            fmt::format("DeviceOperator::write_kv: slot {} of token {} is not a valid slot", s, t0 + i));
+      }
+      if (pairs) {
+        mapping[2 * i] = static_cast<int32_t>(s / page);
+        mapping[2 * i + 1] = static_cast<int32_t>(s % page);
+      } else {
+        mapping[i] = static_cast<int32_t>(s);
+      }
+    }
+    const TensorView sm =
+        pairs ? TensorView(mapping.data(), DType::kI32, {n, 2}) : TensorView(mapping.data(), DType::kI32, {n});
+    const TensorView k = key.slice0(t0, t0 + n), v = value.slice0(t0, t0 + n);
+    switch (kv_format_) {
+      case KvCacheFormat::kBf16:
+        GB_RETURN_IF_ERROR(ops::bf16_kv_write(k, v, sm, cache.key_cache, cache.value_cache));
+        break;
+      case KvCacheFormat::kInt8Fp16Scale:
+        GB_RETURN_IF_ERROR(ops::int8_kv_write(k, v, sm, cache.key_cache, cache.value_cache, cache.key_scale_cache,
+                                              cache.value_scale_cache));
+        break;
+      case KvCacheFormat::kFp8Fp32PackedScale:
+        GB_RETURN_IF_ERROR(ops::fp8_kv_write(k, v, sm, cache.key_cache, cache.value_cache));
+        break;
+    }
+    t0 += n;
+  } while (t0 < total);
+  return ok_status();
+}
+
+Status DeviceOperator::attention(const TensorView& query, const ops::PagedKvCache& cache, const AttentionBatch& batch,
+                                 float softmax_scale, const TensorView& out) const {
+  if (cache.format != kv_format_) {
+    return invalid_argument(fmt::format("DeviceOperator::attention: the cache is {} but the representation in force is {}",
+                                        ops::kv_cache_format_name(cache.format), ops::kv_cache_format_name(kv_format_)));
+  }
+  return ops::paged_decode(query, cache, batch.block_tables, batch.context_lens, batch.query_start_loc, softmax_scale,
+                           out);
+}
+
+}  // namespace genbridge::runtime

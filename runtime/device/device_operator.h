@@ -1,0 +1,137 @@
+#pragma once
+// DeviceOperator: the single place that knows the runtime-visible differences of a hardware generation
+// (DESIGN §2, §8). It is a small immutable contract per generation plus thin adapters that turn the
+// engine's semantic requests into calls of the stable operators for the KV representation in force. It
+// does not enable features (whether KV is quantized is configuration), own memory (the KV page pool
+// does) or choose algorithms (the stable operators do).
+//
+// How the engine uses it:
+//   1. Once at start-up:
+//        GB_ASSIGN_OR_RETURN(auto dev, DeviceOperator::create({.soc = flag_or_env, .kv_cache_dtype = "auto"}));
+//        log(dev.log_line());                       // one line: the contract in force
+//        const KvModelShape shape{num_layers, num_kv_heads, head_dim};
+//        auto geometry = dev.kv_page_geometry(shape);
+//        GB_ASSIGN_OR_RETURN(auto pool, KvPagePool::create_for_budget(geometry, kv_bytes));
+//        for each layer l: views[l] = dev.kv_layer_view(pool, shape, l).value();  // stable for the pool's life
+//   2. Per step, with the pool's flat slots and block tables:
+//        ops::rope(positions, q, k, rope_theta);      // stable op, the same on every generation
+//        dev.write_kv(views[l], k, v, slots);         // "write these K/V rows to these slots"
+//        dev.attention(q, views[l], batch, scale, out);  // "attention for these sequences"
+// Only runtime/device/ may name a generation; the engine never branches on one.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "genbridge/core/dtype.h"
+#include "genbridge/core/status.h"
+#include "genbridge/core/tensor.h"
+#include "genbridge/ops/attention/paged_decode.h"
+#include "runtime/device/soc.h"
+#include "runtime/memory/kv_page_pool.h"
+
+namespace genbridge::runtime {
+
+enum class KvScalePlacement {
+  kSeparateCache,  // one scale per (token, kv head) in a cache of its own
+  kPackedRowTail,  // the scale's bytes follow the row's elements
+};
+enum class SlotMappingFormat {
+  kBlockOffsetPairs,  // int32 [num_tokens, 2]: [block, offset]
+  kFlat,              // int32 [num_tokens]: block * block_size + offset
+};
+enum class MxScaleLayout {
+  kNone,  // the generation has no MX formats
+  kPair,  // e8m0 scales as [..., ceil(ceil(K/32)/2), 2]
+};
+
+// The runtime-visible contract of one generation (DESIGN §8). Immutable data; compare two contracts'
+// fields to see every difference the runtime has to know.
+struct GenerationContract {
+  Generation generation;
+  ops::KvCacheFormat quantized_kv;      // the representation kv_cache_dtype=quantized selects
+  DType quantized_kv_element;           // int8 / fp8 e4m3fn
+  DType kv_scale_dtype;                 // fp16 / fp32
+  KvScalePlacement kv_scale_placement;  // separate cache / packed at the end of the row
+  SlotMappingFormat slot_mapping;       // what the generation's KV writers take
+  int64_t kv_page_size;                 // tokens per KV page
+  MxScaleLayout mx_scale_layout;
+};
+
+// The contract of generation `g`.
+const GenerationContract& contract_for(Generation g);
+
+// Bytes of one (token, kv head) row of K (or V) in representation `f` at head_dim `d`, scale packed in
+// the row included: bf16 2d, int8 d, fp8 d + 4.
+int64_t kv_row_bytes(ops::KvCacheFormat f, int64_t head_dim);
+// Bytes of one (token, kv head) entry of each separate scale cache: int8 2 (fp16), otherwise 0.
+int64_t kv_side_bytes(ops::KvCacheFormat f);
+
+// Resolves the configured kv_cache_dtype for a generation: "auto" and "bf16" keep bf16 KV (the model's
+// dtype); "quantized" selects the generation's quantized representation; the explicit element names
+// "int8" and "fp8" are accepted only by the generation whose quantized representation they name.
+// InvalidArgument naming the generation, what it offers and the accepted values otherwise.
+Result<ops::KvCacheFormat> resolve_kv_cache_dtype(const GenerationContract& contract, std::string_view kv_cache_dtype);
+
+// The start-up check (pure): the build's SoC against the configured selector (empty: none) and the
+// SoC detected on the machine (nullopt: no npu-smi). InvalidArgument naming both sides on a mismatch.
+Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected);
+
+struct DeviceConfig {
+  std::string soc;                      // SoC selector from --soc / GENBRIDGE_SOC; empty = not configured
+  std::string kv_cache_dtype = "auto";  // auto | bf16 | quantized (or the generation's own int8 / fp8)
+  std::optional<std::string> path_env;  // where to look for npu-smi; nullopt = $PATH
+};
+
+// Model dimensions the KV cache depends on.
+struct KvModelShape {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Batch description for attention(): int32 views as attention/paged_decode takes them.
+struct AttentionBatch {
+  TensorView block_tables;     // [num_seqs, max_blocks_per_seq], from KvPagePool::fill_block_tables
+  TensorView context_lens;     // [num_seqs], tokens in the cache per sequence, this step's included
+  TensorView query_start_loc;  // [num_seqs + 1], query rows of each sequence
+};
+
+class DeviceOperator {
+ public:
+  // Chooses the contract of this build's target (genbridge::ops::build_target()), validates it against
+  // config.soc and, when npu-smi is on the path, the detected SoC, and resolves kv_cache_dtype. Runs
+  // once at start-up (it may start npu-smi and blocks until it exits); the result is immutable.
+  static Result<DeviceOperator> create(const DeviceConfig& config);
+
+  const GenerationContract& contract() const { return *contract_; }
+  // The KV representation in force.
+  ops::KvCacheFormat kv_format() const { return kv_format_; }
+  // One line stating the contract in force, for the caller to print.
+  const std::string& log_line() const { return log_line_; }
+
+  // Page geometry of the KV cache in the representation in force (the pool sizes itself from it).
+  KvPageGeometry kv_page_geometry(const KvModelShape& shape) const;
+  // Typed views of layer `layer`'s memory in `pool` for a model of `shape`. InvalidArgument when the pool
+  // was not sized by kv_page_geometry(shape) of this representation. Views stay valid for the pool's life.
+  Result<ops::PagedKvCache> kv_layer_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
+
+  // Writes K/V rows of new tokens: key/value [num_tokens, num_kv_heads, head_dim] (fp32/fp16/bf16) into
+  // the flat slots `slots` (KvPagePool::slots), quantizing as the representation says and passing the
+  // slot mapping in the generation's format. Does not allocate; does not retain anything.
+  Status write_kv(const ops::PagedKvCache& cache, const TensorView& key, const TensorView& value,
+                  std::span<const int64_t> slots) const;
+  // Attention for the sequences of `batch` (decode or causal chunked prefill; see attention/paged_decode).
+  Status attention(const TensorView& query, const ops::PagedKvCache& cache, const AttentionBatch& batch,
+                   float softmax_scale, const TensorView& out) const;
+
+ private:
+  DeviceOperator() = default;
+  const GenerationContract* contract_ = nullptr;
+  ops::KvCacheFormat kv_format_ = ops::KvCacheFormat::kBf16;
+  std::string log_line_;
+};
+
+}  // namespace genbridge::runtime

@@ -1,0 +1,198 @@
+#include "runtime/memory/kv_page_pool.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <new>
+
+namespace genbridge::runtime {
+namespace {
+
+constexpr std::align_val_t kAlign{64};
+
+std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+Status check_geometry(const KvPageGeometry& g) {
+  if (g.num_layers < 1 || g.num_kv_heads < 1 || g.page_size < 1 || g.row_bytes < 1 || g.side_row_bytes < 0) {
+    return invalid_argument(fmt::format(
+        "kv page pool: geometry (num_layers {}, num_kv_heads {}, page_size {}, row_bytes {}, side_row_bytes {}) is "
+        "invalid; every field must be >= 1 except side_row_bytes >= 0",
+        g.num_layers, g.num_kv_heads, g.page_size, g.row_bytes, g.side_row_bytes));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void KvPagePool::AlignedDelete::operator()(std::byte* p) const { ::operator delete[](p, kAlign); }
+
+Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages) {
+  GB_RETURN_IF_ERROR(check_geometry(g));
+  if (num_pages < 0 || num_pages > std::numeric_limits<int32_t>::max()) {
+    return invalid_argument(fmt::format("kv page pool: num_pages is {} but must be in [0, 2^31)", num_pages));
+  }
+  // Every buffer size must fit in int64 (and the page count in the slot arithmetic).
+  const int64_t per_page_row = g.num_kv_heads * g.page_size * std::max(g.row_bytes, g.side_row_bytes);
+  if (num_pages > 0 && per_page_row > std::numeric_limits<int64_t>::max() / 4 / num_pages / g.num_layers) {
+    return resource_exhausted(fmt::format("kv page pool: {} pages of {} bytes overflow the address space", num_pages,
+                                          g.bytes_per_page()));
+  }
+  KvPagePool pool;
+  pool.geometry_ = g;
+  pool.num_pages_ = num_pages;
+  pool.free_.resize(static_cast<size_t>(num_pages));
+  for (int64_t i = 0; i < num_pages; ++i) pool.free_[i] = static_cast<int32_t>(num_pages - 1 - i);
+  const int64_t row_buffer = num_pages * g.num_kv_heads * g.page_size * g.row_bytes;
+  const int64_t side_buffer = num_pages * g.num_kv_heads * g.page_size * g.side_row_bytes;
+  for (int64_t l = 0; l < g.num_layers; ++l) {
+    for (int64_t bytes : {row_buffer, row_buffer, side_buffer, side_buffer}) {
+      std::byte* p = nullptr;
+      if (bytes > 0) {
+        p = static_cast<std::byte*>(::operator new[](static_cast<size_t>(bytes), kAlign, std::nothrow));
+        if (p == nullptr) {
+          return resource_exhausted(fmt::format("kv page pool: cannot allocate {} for {} pages ({} in all)",
+                                                mib(bytes), num_pages, mib(pool.total_bytes())));
+        }
+      }
+      pool.buffers_.emplace_back(p);
+    }
+  }
+  return pool;
+}
+
+Result<KvPagePool> KvPagePool::create_for_budget(const KvPageGeometry& g, int64_t max_bytes) {
+  GB_RETURN_IF_ERROR(check_geometry(g));
+  const int64_t pages = std::min<int64_t>(max_bytes / g.bytes_per_page(), std::numeric_limits<int32_t>::max());
+  if (pages < 1) {
+    return resource_exhausted(fmt::format("kv page pool: a budget of {} bytes holds no page of {} bytes ({} tokens x {} "
+                                          "bytes per token)",
+                                          max_bytes, g.bytes_per_page(), g.page_size, g.bytes_per_token()));
+  }
+  return create(g, pages);
+}
+
+KvPagePool::KvPagePool(KvPagePool&&) noexcept = default;
+KvPagePool& KvPagePool::operator=(KvPagePool&&) noexcept = default;
+KvPagePool::~KvPagePool() = default;
+
+bool KvPagePool::can_admit(int64_t num_tokens, int64_t reserve_tokens) const {
+  return num_tokens >= 0 && reserve_tokens >= 0 && pages_for(std::max(num_tokens, reserve_tokens)) <= free_pages();
+}
+
+Status KvPagePool::take_pages(int64_t n, std::vector<int32_t>& into, const std::string& what) {
+  if (n > free_pages()) {
+    return resource_exhausted(fmt::format("kv page pool: {} needs {} more page{} of {} tokens but only {} of {} pages "
+                                          "are free ({} per page)",
+                                          what, n, n == 1 ? "" : "s", geometry_.page_size, free_pages(), num_pages_,
+                                          mib(geometry_.bytes_per_page())));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    into.push_back(free_.back());
+    free_.pop_back();
+  }
+  return ok_status();
+}
+
+Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens) {
+  if (num_tokens < 0 || reserve_tokens < 0) {
+    return invalid_argument(fmt::format("kv page pool: sequence {} asks for {} tokens ({} reserved); counts must be >= 0",
+                                        id, num_tokens, reserve_tokens));
+  }
+  if (contains(id)) return invalid_argument(fmt::format("kv page pool: sequence {} is already admitted", id));
+  Seq seq;
+  seq.length = num_tokens;
+  const int64_t tokens = std::max(num_tokens, reserve_tokens);
+  GB_RETURN_IF_ERROR(take_pages(pages_for(tokens), seq.pages, fmt::format("sequence {} ({} tokens)", id, tokens)));
+  seqs_.emplace(id, std::move(seq));
+  return ok_status();
+}
+
+Status KvPagePool::append(SeqId id, int64_t num_tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return invalid_argument(fmt::format("kv page pool: sequence {} is not admitted", id));
+  if (num_tokens < 0) {
+    return invalid_argument(fmt::format("kv page pool: sequence {} cannot grow by {} tokens; counts must be >= 0", id,
+                                        num_tokens));
+  }
+  Seq& seq = it->second;
+  const int64_t want = seq.length + num_tokens;
+  const int64_t more = pages_for(want) - static_cast<int64_t>(seq.pages.size());
+  if (more > 0) {
+    GB_RETURN_IF_ERROR(take_pages(more, seq.pages,
+                                  fmt::format("sequence {} (growing from {} to {} tokens)", id, seq.length, want)));
+  }
+  seq.length = want;
+  return ok_status();
+}
+
+Status KvPagePool::release(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return invalid_argument(fmt::format("kv page pool: sequence {} is not admitted", id));
+  // Returned in reverse so that a sequence admitted next reuses the same pages in the same order.
+  for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p) free_.push_back(*p);
+  seqs_.erase(it);
+  return ok_status();
+}
+
+int64_t KvPagePool::length(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : it->second.length;
+}
+
+int64_t KvPagePool::capacity(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.pages.size()) * geometry_.page_size;
+}
+
+std::span<const int32_t> KvPagePool::block_table(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return {};
+  return it->second.pages;
+}
+
+Status KvPagePool::slots(SeqId id, int64_t begin, int64_t end, std::span<int64_t> out) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return invalid_argument(fmt::format("kv page pool: sequence {} is not admitted", id));
+  const Seq& seq = it->second;
+  if (begin < 0 || begin > end || end > seq.length) {
+    return invalid_argument(fmt::format("kv page pool: positions [{}, {}) are not within sequence {}'s {} tokens",
+                                        begin, end, id, seq.length));
+  }
+  if (static_cast<int64_t>(out.size()) < end - begin) {
+    return invalid_argument(fmt::format("kv page pool: {} slots do not fit in an output of {}", end - begin, out.size()));
+  }
+  const int64_t ps = geometry_.page_size;
+  for (int64_t p = begin; p < end; ++p) out[p - begin] = seq.pages[p / ps] * ps + p % ps;
+  return ok_status();
+}
+
+Status KvPagePool::fill_block_tables(std::span<const SeqId> ids, int64_t max_blocks, std::span<int32_t> table) const {
+  if (max_blocks < 0 || static_cast<int64_t>(table.size()) < static_cast<int64_t>(ids.size()) * max_blocks) {
+    return invalid_argument(fmt::format("kv page pool: a table of {} entries cannot hold {} rows of {} blocks",
+                                        table.size(), ids.size(), max_blocks));
+  }
+  for (size_t r = 0; r < ids.size(); ++r) {
+    auto it = seqs_.find(ids[r]);
+    if (it == seqs_.end()) return invalid_argument(fmt::format("kv page pool: sequence {} is not admitted", ids[r]));
+    if (static_cast<int64_t>(it->second.pages.size()) > max_blocks) {
+      return invalid_argument(fmt::format("kv page pool: sequence {} holds {} pages but the table rows have {} entries",
+                                          ids[r], it->second.pages.size(), max_blocks));
+    }
+  }
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const std::vector<int32_t>& pages = seqs_.find(ids[r])->second.pages;
+    int32_t* row = table.data() + r * max_blocks;
+    std::copy(pages.begin(), pages.end(), row);
+    std::fill(row + pages.size(), row + max_blocks, -1);
+  }
+  return ok_status();
+}
+
+KvLayerMemory KvPagePool::layer(int64_t l) const {
+  GB_CHECK(l >= 0 && l < geometry_.num_layers, "KvPagePool::layer: layer out of range");
+  const size_t b = static_cast<size_t>(4 * l);
+  return {buffers_[b].get(), buffers_[b + 1].get(), buffers_[b + 2].get(), buffers_[b + 3].get()};
+}
+
+}  // namespace genbridge::runtime

@@ -1,0 +1,116 @@
+#pragma once
+// KV page pool: owns the paged KV-cache memory of every layer and the per-sequence block tables.
+// Generation-agnostic: it knows page geometry in bytes (from the DeviceOperator's contract), never a
+// representation or a generation. The DeviceOperator turns a layer's memory into typed cache views.
+//
+// Layout of one layer (pages are the cache's blocks; a token's slot is page * page_size + offset):
+//   key, value:           [num_pages, num_kv_heads, page_size, row_bytes]       bytes
+//   key_side, value_side: [num_pages, num_kv_heads, page_size, side_row_bytes]  bytes (absent if 0)
+// Not thread-safe: one scheduler thread admits, grows and frees sequences.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "genbridge/core/status.h"
+
+namespace genbridge::runtime {
+
+// Bytes of the paged KV cache per (token, kv head), as the DeviceOperator's contract gives them.
+struct KvPageGeometry {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;
+  int64_t page_size = 0;       // tokens per page
+  int64_t row_bytes = 0;       // one (token, kv head) row of a layer's K cache (V identical), packed metadata included
+  int64_t side_row_bytes = 0;  // one (token, kv head) entry of each separate side (scale) cache; 0 = none
+
+  // Bytes one token occupies over all layers: K and V rows plus their side entries.
+  int64_t bytes_per_token() const { return num_layers * 2 * num_kv_heads * (row_bytes + side_row_bytes); }
+  int64_t bytes_per_page() const { return bytes_per_token() * page_size; }
+};
+
+using SeqId = int64_t;
+
+// Raw memory of one layer (see the layout above). Pointers stay valid for the pool's lifetime.
+struct KvLayerMemory {
+  std::byte* key = nullptr;
+  std::byte* value = nullptr;
+  std::byte* key_side = nullptr;    // null when side_row_bytes == 0
+  std::byte* value_side = nullptr;  // null when side_row_bytes == 0
+};
+
+class KvPagePool {
+ public:
+  // A pool of exactly `num_pages` pages (0 <= num_pages < 2^31). Allocates all memory now; the contents
+  // of slots nobody wrote are unspecified. InvalidArgument for a bad geometry, ResourceExhausted if the
+  // memory cannot be allocated.
+  static Result<KvPagePool> create(const KvPageGeometry& geometry, int64_t num_pages);
+  // As many pages as fit in `max_bytes` (at least one, else ResourceExhausted naming the page size).
+  static Result<KvPagePool> create_for_budget(const KvPageGeometry& geometry, int64_t max_bytes);
+
+  KvPagePool(KvPagePool&&) noexcept;
+  KvPagePool& operator=(KvPagePool&&) noexcept;
+  ~KvPagePool();
+
+  const KvPageGeometry& geometry() const { return geometry_; }
+  int64_t num_pages() const { return num_pages_; }
+  int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
+  int64_t used_pages() const { return num_pages_ - free_pages(); }
+  // Cache bytes owned by the pool: num_pages * page_size * bytes_per_token, exactly.
+  int64_t total_bytes() const { return num_pages_ * geometry_.bytes_per_page(); }
+  // Cache bytes of the pages currently held by sequences.
+  int64_t bytes_in_use() const { return used_pages() * geometry_.bytes_per_page(); }
+  // Pages needed to hold `tokens` tokens.
+  int64_t pages_for(int64_t tokens) const { return (tokens + geometry_.page_size - 1) / geometry_.page_size; }
+
+  // Whether a new sequence of max(num_tokens, reserve_tokens) tokens fits now.
+  bool can_admit(int64_t num_tokens, int64_t reserve_tokens = 0) const;
+  // Starts sequence `id` with `num_tokens` tokens and pages for max(num_tokens, reserve_tokens) (a
+  // reservation lets later appends never fail). All or nothing: ResourceExhausted (free and needed pages
+  // named) leaves the pool unchanged; InvalidArgument if `id` is already admitted or a count is negative.
+  Status admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens = 0);
+  // Grows sequence `id` by `num_tokens`, taking pages beyond its reservation as needed. All or nothing.
+  Status append(SeqId id, int64_t num_tokens);
+  // Returns every page of `id` to the pool. InvalidArgument if `id` is not admitted.
+  Status release(SeqId id);
+
+  bool contains(SeqId id) const { return seqs_.count(id) != 0; }
+  // Tokens in sequence `id` (0 if not admitted).
+  int64_t length(SeqId id) const;
+  // Tokens sequence `id` can hold without taking another page.
+  int64_t capacity(SeqId id) const;
+  // Pages of `id` in token order (empty if not admitted). Valid until the sequence changes.
+  std::span<const int32_t> block_table(SeqId id) const;
+  // Flat slots (page * page_size + offset) of positions [begin, end) of `id` into out[0, end - begin).
+  Status slots(SeqId id, int64_t begin, int64_t end, std::span<int64_t> out) const;
+  // Writes the block tables of `ids` as rows of an int32 [ids.size(), max_blocks] table (row-major, rows
+  // `max_blocks` apart), padding each row with -1. InvalidArgument if a row does not fit or an id is unknown.
+  Status fill_block_tables(std::span<const SeqId> ids, int64_t max_blocks, std::span<int32_t> table) const;
+
+  // Memory of layer `layer` (0 <= layer < num_layers).
+  KvLayerMemory layer(int64_t layer) const;
+
+ private:
+  struct Seq {
+    int64_t length = 0;
+    std::vector<int32_t> pages;
+  };
+  struct AlignedDelete {
+    void operator()(std::byte* p) const;
+  };
+  KvPagePool() = default;
+  Status take_pages(int64_t n, std::vector<int32_t>& into, const std::string& what);
+
+  KvPageGeometry geometry_;
+  int64_t num_pages_ = 0;
+  std::vector<int32_t> free_;  // a stack: pages are handed out lowest index first
+  std::unordered_map<SeqId, Seq> seqs_;
+  // Per layer: key, value, key_side, value_side.
+  std::vector<std::unique_ptr<std::byte, AlignedDelete>> buffers_;
+};
+
+}  // namespace genbridge::runtime

@@ -1,0 +1,192 @@
+// KV page pool: exact byte accounting, all-or-nothing admission and growth, block tables and slots,
+// layer memory. Generation-agnostic: geometries here are plain numbers.
+#include "runtime/memory/kv_page_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <vector>
+
+namespace genbridge::runtime {
+namespace {
+
+// 4 layers, 8 kv heads, pages of 128 tokens, rows of 128 bytes plus a 2-byte side entry (the shape of an
+// int8 + fp16-scale cache at head_dim 128: 130 bytes per (token, kv head)).
+KvPageGeometry geometry() { return {4, 8, 128, 128, 2}; }
+
+TEST(KvPagePool, exact_byte_accounting) {
+  const KvPageGeometry g = geometry();
+  EXPECT_EQ(g.bytes_per_token(), 4 * 2 * 8 * 130);
+  EXPECT_EQ(g.bytes_per_page(), 4 * 2 * 8 * 130 * 128);
+  auto pool = KvPagePool::create(g, 10);
+  ASSERT_TRUE(pool.ok()) << pool.status().to_string();
+  EXPECT_EQ(pool->total_bytes(), 10 * 128 * 4 * 2 * 8 * 130);
+  EXPECT_EQ(pool->bytes_in_use(), 0);
+  ASSERT_TRUE(pool->admit(1, 129).ok());  // 2 pages
+  EXPECT_EQ(pool->used_pages(), 2);
+  EXPECT_EQ(pool->bytes_in_use(), 2 * g.bytes_per_page());
+  EXPECT_EQ(pool->free_pages(), 8);
+  // A packed geometry without side caches (fp8 + fp32 scale in the row: 132 bytes).
+  auto packed = KvPagePool::create({2, 4, 128, 132, 0}, 3);
+  ASSERT_TRUE(packed.ok());
+  EXPECT_EQ(packed->total_bytes(), 3 * 128 * 2 * 2 * 4 * 132);
+  EXPECT_EQ(packed->layer(1).key_side, nullptr);
+}
+
+TEST(KvPagePool, budget_sizes_whole_pages) {
+  const KvPageGeometry g = geometry();
+  auto pool = KvPagePool::create_for_budget(g, 5 * g.bytes_per_page() + g.bytes_per_page() - 1);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_EQ(pool->num_pages(), 5);
+  auto none = KvPagePool::create_for_budget(g, g.bytes_per_page() - 1);
+  EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(none.status().message(),
+            "kv page pool: a budget of 1064959 bytes holds no page of 1064960 bytes (128 tokens x 8320 bytes per token)");
+}
+
+TEST(KvPagePool, admission_refuses_what_it_cannot_hold_and_changes_nothing) {
+  auto pool = KvPagePool::create(geometry(), 4).value();
+  ASSERT_TRUE(pool.admit(1, 300).ok());  // 3 pages
+  EXPECT_FALSE(pool.can_admit(129));
+  const Status st = pool.admit(2, 129);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.message(),
+            "kv page pool: sequence 2 (129 tokens) needs 2 more pages of 128 tokens but only 1 of 4 pages are free "
+            "(1.02 MiB per page)");
+  EXPECT_FALSE(pool.contains(2));
+  EXPECT_EQ(pool.free_pages(), 1);
+  // A reservation counts too.
+  EXPECT_FALSE(pool.can_admit(1, 200));
+  EXPECT_EQ(pool.admit(3, 1, 200).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(pool.contains(3));
+  EXPECT_TRUE(pool.can_admit(128));
+  EXPECT_TRUE(pool.admit(3, 128).ok());
+  EXPECT_EQ(pool.free_pages(), 0);
+}
+
+TEST(KvPagePool, append_is_all_or_nothing) {
+  auto pool = KvPagePool::create(geometry(), 3).value();
+  ASSERT_TRUE(pool.admit(1, 100).ok());
+  ASSERT_TRUE(pool.admit(2, 200).ok());  // all 3 pages used
+  ASSERT_TRUE(pool.append(1, 28).ok());   // fills page 0 exactly
+  EXPECT_EQ(pool.length(1), 128);
+  const std::vector<int32_t> table(pool.block_table(1).begin(), pool.block_table(1).end());
+  const Status st = pool.append(1, 1);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(st.message(),
+            "kv page pool: sequence 1 (growing from 128 to 129 tokens) needs 1 more page of 128 tokens but only 0 of 3 "
+            "pages are free (1.02 MiB per page)");
+  EXPECT_EQ(pool.length(1), 128);
+  EXPECT_EQ(std::vector<int32_t>(pool.block_table(1).begin(), pool.block_table(1).end()), table);
+  ASSERT_TRUE(pool.release(2).ok());
+  EXPECT_TRUE(pool.append(1, 1).ok());
+  EXPECT_EQ(pool.block_table(1).size(), 2u);
+}
+
+TEST(KvPagePool, reservation_makes_appends_free) {
+  auto pool = KvPagePool::create(geometry(), 4).value();
+  ASSERT_TRUE(pool.admit(7, 10, 300).ok());
+  EXPECT_EQ(pool.used_pages(), 3);
+  EXPECT_EQ(pool.capacity(7), 384);
+  for (int i = 0; i < 290; ++i) ASSERT_TRUE(pool.append(7, 1).ok());
+  EXPECT_EQ(pool.used_pages(), 3);
+  EXPECT_EQ(pool.length(7), 300);
+}
+
+TEST(KvPagePool, block_tables_slots_and_page_reuse) {
+  auto pool = KvPagePool::create(geometry(), 6).value();
+  ASSERT_TRUE(pool.admit(1, 130).ok());   // pages 0, 1
+  ASSERT_TRUE(pool.admit(2, 5).ok());     // page 2
+  ASSERT_TRUE(pool.append(1, 200).ok());  // 330 tokens: page 3 added
+  EXPECT_EQ(std::vector<int32_t>(pool.block_table(1).begin(), pool.block_table(1).end()),
+            (std::vector<int32_t>{0, 1, 3}));
+  std::vector<int64_t> slots(4);
+  ASSERT_TRUE(pool.slots(1, 126, 130, slots).ok());
+  EXPECT_EQ(slots, (std::vector<int64_t>{126, 127, 128, 129}));
+  ASSERT_TRUE(pool.slots(1, 256, 258, slots).ok());
+  EXPECT_EQ(slots[0], 3 * 128);
+  EXPECT_EQ(slots[1], 3 * 128 + 1);
+  ASSERT_TRUE(pool.slots(2, 0, 1, slots).ok());
+  EXPECT_EQ(slots[0], 2 * 128);
+
+  std::vector<int32_t> table(2 * 4, 99);
+  const std::vector<SeqId> ids = {2, 1};
+  ASSERT_TRUE(pool.fill_block_tables(ids, 4, table).ok());
+  EXPECT_EQ(table, (std::vector<int32_t>{2, -1, -1, -1, 0, 1, 3, -1}));
+
+  // Freed pages go back and the next sequence reuses them in the same order.
+  ASSERT_TRUE(pool.release(1).ok());
+  EXPECT_FALSE(pool.contains(1));
+  EXPECT_EQ(pool.length(1), 0);
+  EXPECT_TRUE(pool.block_table(1).empty());
+  ASSERT_TRUE(pool.admit(3, 384).ok());
+  EXPECT_EQ(std::vector<int32_t>(pool.block_table(3).begin(), pool.block_table(3).end()),
+            (std::vector<int32_t>{0, 1, 3}));
+}
+
+TEST(KvPagePool, invalid_requests) {
+  auto pool = KvPagePool::create(geometry(), 2).value();
+  ASSERT_TRUE(pool.admit(1, 10).ok());
+  auto expect = [](const Status& st, const std::string& msg) {
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_EQ(st.message(), msg);
+  };
+  expect(pool.admit(1, 5), "kv page pool: sequence 1 is already admitted");
+  expect(pool.admit(2, -1), "kv page pool: sequence 2 asks for -1 tokens (0 reserved); counts must be >= 0");
+  expect(pool.append(9, 1), "kv page pool: sequence 9 is not admitted");
+  expect(pool.append(1, -2), "kv page pool: sequence 1 cannot grow by -2 tokens; counts must be >= 0");
+  expect(pool.release(9), "kv page pool: sequence 9 is not admitted");
+  std::vector<int64_t> slots(20);
+  expect(pool.slots(1, 5, 11, slots), "kv page pool: positions [5, 11) are not within sequence 1's 10 tokens");
+  expect(pool.slots(1, 0, 10, std::span<int64_t>(slots).first(3)),
+         "kv page pool: 10 slots do not fit in an output of 3");
+  std::vector<int32_t> table(4);
+  const std::vector<SeqId> ids = {1, 4};
+  expect(pool.fill_block_tables(ids, 2, table), "kv page pool: sequence 4 is not admitted");
+  expect(pool.fill_block_tables(ids, 3, table), "kv page pool: a table of 4 entries cannot hold 2 rows of 3 blocks");
+  const std::vector<SeqId> one = {1};
+  expect(pool.fill_block_tables(one, 0, table), "kv page pool: sequence 1 holds 1 pages but the table rows have 0 entries");
+  auto bad = KvPagePool::create({4, 0, 128, 128, 2}, 2);
+  expect(bad.status(),
+         "kv page pool: geometry (num_layers 4, num_kv_heads 0, page_size 128, row_bytes 128, side_row_bytes 2) is "
+         "invalid; every field must be >= 1 except side_row_bytes >= 0");
+  expect(KvPagePool::create(geometry(), -1).status(), "kv page pool: num_pages is -1 but must be in [0, 2^31)");
+}
+
+// Every layer's four buffers are distinct, fully writable (the sanitizer build checks the bounds) and
+// exactly as large as the layout says.
+TEST(KvPagePool, layer_memory_is_separate_and_complete) {
+  const KvPageGeometry g = {3, 2, 16, 64, 2};
+  auto pool = KvPagePool::create(g, 5).value();
+  const size_t rows = 5 * 2 * 16;
+  std::set<std::byte*> seen;
+  for (int64_t l = 0; l < 3; ++l) {
+    const KvLayerMemory m = pool.layer(l);
+    for (std::byte* p : {m.key, m.value}) {
+      ASSERT_NE(p, nullptr);
+      std::memset(p, static_cast<int>(l + 1), rows * 64);
+      EXPECT_TRUE(seen.insert(p).second);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    }
+    for (std::byte* p : {m.key_side, m.value_side}) {
+      ASSERT_NE(p, nullptr);
+      std::memset(p, static_cast<int>(l + 7), rows * 2);
+      EXPECT_TRUE(seen.insert(p).second);
+    }
+  }
+  for (int64_t l = 0; l < 3; ++l) {
+    EXPECT_EQ(pool.layer(l).key[rows * 64 - 1], std::byte(l + 1));
+    EXPECT_EQ(pool.layer(l).value_side[rows * 2 - 1], std::byte(l + 7));
+  }
+}
+
+TEST(KvPagePool, empty_pool_admits_only_empty_sequences) {
+  auto pool = KvPagePool::create(geometry(), 0).value();
+  EXPECT_EQ(pool.total_bytes(), 0);
+  EXPECT_TRUE(pool.admit(1, 0).ok());
+  EXPECT_EQ(pool.append(1, 1).code(), StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace genbridge::runtime
