@@ -1,0 +1,248 @@
+#include "afd/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace genbridge::afd {
+
+std::string_view connector_kind_name(ConnectorKind k) { return k == ConnectorKind::kSync ? "sync" : "async"; }
+std::string_view transport_kind_name(TransportKind k) { return k == TransportKind::kInproc ? "inproc" : "mpi"; }
+
+std::vector<int> AfdConfig::moe_layers() const {
+  std::vector<int> out;
+  for (int l = 0; l < num_layers; ++l) {
+    if (!std::binary_search(dense_layers.begin(), dense_layers.end(), l)) out.push_back(l);
+  }
+  return out;
+}
+
+namespace {
+
+Status rule(std::string_view key, std::string_view got, std::string_view must) {
+  return invalid_argument(fmt::format("afd config: '{}' is {} but {}", key, got, must));
+}
+
+}  // namespace
+
+Status validate(const AfdConfig& c) {
+  if (c.num_attention < 1 || c.num_attention > kMaxAttentionRanks) {
+    return rule("attention_ranks", std::to_string(c.num_attention),
+                fmt::format("must be in 1..{} (A, the number of attention ranks)", kMaxAttentionRanks));
+  }
+  if (c.num_ffn < 1 || c.num_ffn > kMaxFfnRanks) {
+    return rule("ffn_ranks", std::to_string(c.num_ffn),
+                fmt::format("must be in 1..{} (F, the number of FFN ranks)", kMaxFfnRanks));
+  }
+  if (c.num_stages < 1 || c.num_stages > kMaxStages) {
+    return rule("stages", std::to_string(c.num_stages), fmt::format("must be in 1..{}", kMaxStages));
+  }
+  if (c.async_dp && c.connector != ConnectorKind::kAsync) {
+    return invalid_argument(
+        "afd config: 'async_dp' is true but 'connector' is \"sync\"; asynchronous data parallelism (attention ranks "
+        "stepping independently) needs the async connector, because the sync connector's control plane runs every "
+        "attention rank in lockstep");
+  }
+  if (c.max_tokens_per_stage < 1) {
+    return rule("max_tokens_per_stage", std::to_string(c.max_tokens_per_stage), "must be >= 1");
+  }
+  if (c.timeout_ms < 1) return rule("timeout_ms", std::to_string(c.timeout_ms), "must be >= 1");
+  if (c.idle_timeout_ms < 0) {
+    return rule("idle_timeout_ms", std::to_string(c.idle_timeout_ms), "must be >= 0 (0 waits without a deadline)");
+  }
+  if (c.num_experts < 1) return rule("num_experts", std::to_string(c.num_experts), "must be >= 1");
+  if (c.num_experts % c.num_ffn != 0) {
+    return invalid_argument(fmt::format(
+        "afd config: 'num_experts' is {} but must be divisible by 'ffn_ranks' ({}) so that every FFN rank owns the "
+        "same number of experts",
+        c.num_experts, c.num_ffn));
+  }
+  if (c.top_k < 1 || c.top_k > std::min(c.num_experts, kMaxTopK)) {
+    return rule("top_k", std::to_string(c.top_k),
+                fmt::format("must be in 1..{} (at most num_experts and at most {})", std::min(c.num_experts, kMaxTopK),
+                            kMaxTopK));
+  }
+  if (c.hidden_size < 1) return rule("hidden_size", std::to_string(c.hidden_size), "must be >= 1");
+  if (c.num_layers < 1) return rule("num_layers", std::to_string(c.num_layers), "must be >= 1");
+  for (size_t i = 0; i < c.dense_layers.size(); ++i) {
+    const int l = c.dense_layers[i];
+    if (l < 0 || l >= c.num_layers) {
+      return invalid_argument(fmt::format("afd config: 'dense_layers' contains {} but layers are 0..{}", l,
+                                          c.num_layers - 1));
+    }
+    if (i > 0 && l <= c.dense_layers[i - 1]) {
+      return invalid_argument(fmt::format(
+          "afd config: 'dense_layers' must be strictly ascending, but {} follows {}", l, c.dense_layers[i - 1]));
+    }
+  }
+  if (static_cast<int>(c.dense_layers.size()) == c.num_layers) {
+    return invalid_argument(fmt::format(
+        "afd config: 'dense_layers' lists all {} layers; AFD needs at least one MoE layer for the FFN ranks",
+        c.num_layers));
+  }
+  // Every message must fit one MPI count (int bytes): the largest is a stage's expert outputs.
+  const int64_t max_slots = std::min(c.top_k, c.experts_per_ffn());
+  const int64_t result_bytes = int64_t{c.max_tokens_per_stage} * max_slots * c.hidden_size * 2;
+  const int64_t work_bytes = int64_t{c.max_tokens_per_stage} * (int64_t{c.hidden_size} * 2 + 8 * c.top_k);
+  if (std::max(result_bytes, work_bytes) > (int64_t{1} << 30)) {
+    return invalid_argument(fmt::format(
+        "afd config: 'max_tokens_per_stage' is {} but one stage's transfer would need {} bytes "
+        "(tokens x min(top_k, experts per FFN rank) x hidden_size x 2); the limit is 1 GiB per message",
+        c.max_tokens_per_stage, std::max(result_bytes, work_bytes)));
+  }
+  return ok_status();
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+Status read_int(const json& j, std::string_view key, int64_t lo, int64_t hi, int64_t* out) {
+  if (!j.is_number_integer()) {
+    return invalid_argument(fmt::format("afd config: '{}' must be an integer, got {}", key, j.dump()));
+  }
+  const int64_t v = j.get<int64_t>();
+  if (v < lo || v > hi) {
+    return invalid_argument(fmt::format("afd config: '{}' is {} but must be in {}..{}", key, v, lo, hi));
+  }
+  *out = v;
+  return ok_status();
+}
+
+}  // namespace
+
+Result<AfdConfig> parse_afd_config(std::string_view json_text) {
+  json j = json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid_argument("afd config: the text is not valid JSON");
+  if (!j.is_object()) return invalid_argument(fmt::format("afd config: must be a JSON object, got {}", j.type_name()));
+  AfdConfig c;
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    int64_t n = 0;
+    if (key == "attention_ranks") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.num_attention = static_cast<int>(n);
+    } else if (key == "ffn_ranks") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.num_ffn = static_cast<int>(n);
+    } else if (key == "stages") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.num_stages = static_cast<int>(n);
+    } else if (key == "connector") {
+      if (v == "sync") {
+        c.connector = ConnectorKind::kSync;
+      } else if (v == "async") {
+        c.connector = ConnectorKind::kAsync;
+      } else {
+        return invalid_argument(fmt::format("afd config: 'connector' is {} but must be \"sync\" or \"async\"", v.dump()));
+      }
+    } else if (key == "transport") {
+      if (v == "inproc") {
+        c.transport = TransportKind::kInproc;
+      } else if (v == "mpi") {
+        c.transport = TransportKind::kMpi;
+      } else {
+        return invalid_argument(fmt::format("afd config: 'transport' is {} but must be \"inproc\" or \"mpi\"", v.dump()));
+      }
+    } else if (key == "async_dp") {
+      if (!v.is_boolean()) return invalid_argument(fmt::format("afd config: 'async_dp' must be true or false, got {}", v.dump()));
+      c.async_dp = v.get<bool>();
+    } else if (key == "max_tokens_per_stage") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.max_tokens_per_stage = static_cast<int>(n);
+    } else if (key == "timeout_ms") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
+      c.timeout_ms = n;
+    } else if (key == "idle_timeout_ms") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
+      c.idle_timeout_ms = n;
+    } else if (key == "num_experts") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.num_experts = static_cast<int>(n);
+    } else if (key == "top_k") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.top_k = static_cast<int>(n);
+    } else if (key == "hidden_size") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.hidden_size = static_cast<int>(n);
+    } else if (key == "num_layers") {
+      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
+      c.num_layers = static_cast<int>(n);
+    } else if (key == "dense_layers") {
+      if (!v.is_array()) return invalid_argument(fmt::format("afd config: 'dense_layers' must be an array of layer indices, got {}", v.dump()));
+      c.dense_layers.clear();
+      for (const json& e : v) {
+        GB_RETURN_IF_ERROR(read_int(e, "dense_layers[]", std::numeric_limits<int>::min(), kIntMax, &n));
+        c.dense_layers.push_back(static_cast<int>(n));
+      }
+    } else {
+      return invalid_argument(fmt::format(
+          "afd config: unknown key '{}' (known keys: attention_ranks, ffn_ranks, stages, connector, transport, "
+          "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, num_experts, top_k, hidden_size, "
+          "num_layers, dense_layers)",
+          key));
+    }
+  }
+  GB_RETURN_IF_ERROR(validate(c));
+  return c;
+}
+
+Status apply_topology_string(std::string_view text, AfdConfig* cfg) {
+  // "<A>A<F>F", e.g. "2A1F".
+  auto fail = [&] {
+    return invalid_argument(fmt::format(
+        "afd topology '{}' must look like <A>A<F>F with positive counts, e.g. \"2A1F\" for 2 attention ranks and 1 "
+        "FFN rank",
+        text));
+  };
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  int a = 0, f = 0;
+  auto r1 = std::from_chars(p, end, a);
+  if (r1.ec != std::errc() || r1.ptr == end || (*r1.ptr != 'A' && *r1.ptr != 'a')) return fail();
+  auto r2 = std::from_chars(r1.ptr + 1, end, f);
+  if (r2.ec != std::errc() || r2.ptr + 1 != end || (*r2.ptr != 'F' && *r2.ptr != 'f')) return fail();
+  if (a <= 0 || f <= 0) return fail();
+  cfg->num_attention = a;
+  cfg->num_ffn = f;
+  return ok_status();
+}
+
+std::string canonical_settings(const AfdConfig& c) {
+  std::string dense;
+  for (size_t i = 0; i < c.dense_layers.size(); ++i) dense += (i ? "," : "") + std::to_string(c.dense_layers[i]);
+  return fmt::format(
+      "attention_ranks={}\nffn_ranks={}\nstages={}\nconnector={}\ntransport={}\nasync_dp={}\nmax_tokens_per_stage={}\n"
+      "timeout_ms={}\nidle_timeout_ms={}\nnum_experts={}\ntop_k={}\nhidden_size={}\nnum_layers={}\ndense_layers=[{}]\n",
+      c.num_attention, c.num_ffn, c.num_stages, connector_kind_name(c.connector), transport_kind_name(c.transport),
+      c.async_dp ? "true" : "false", c.max_tokens_per_stage, c.timeout_ms, c.idle_timeout_ms, c.num_experts, c.top_k,
+      c.hidden_size, c.num_layers, dense);
+}
+
+std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a, std::string* value_b) {
+  auto next_line = [](std::string_view& s) {
+    const size_t nl = s.find('\n');
+    std::string_view line = s.substr(0, nl);
+    s = nl == std::string_view::npos ? std::string_view() : s.substr(nl + 1);
+    return line;
+  };
+  while (!a.empty() || !b.empty()) {
+    const std::string_view la = next_line(a);
+    const std::string_view lb = next_line(b);
+    if (la == lb) continue;
+    const std::string_view ka = la.substr(0, la.find('='));
+    const std::string_view kb = lb.substr(0, lb.find('='));
+    if (value_a) *value_a = la.find('=') == std::string_view::npos ? std::string() : std::string(la.substr(la.find('=') + 1));
+    if (value_b) *value_b = lb.find('=') == std::string_view::npos ? std::string() : std::string(lb.substr(lb.find('=') + 1));
+    return std::string(ka.empty() ? kb : ka);
+  }
+  return std::string();
+}
+
+}  // namespace genbridge::afd

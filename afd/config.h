@@ -1,0 +1,72 @@
+#pragma once
+// AFD configuration: a closed schema. Every rank of a job must hold the same settings; init() exchanges
+// them and fails naming the first key that differs. Counts are plain integers; times are milliseconds.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "genbridge/core/status.h"
+
+namespace genbridge::afd {
+
+// Upper bounds that size fixed arrays in messages and metadata (checked by validate()).
+inline constexpr int kMaxAttentionRanks = 64;
+inline constexpr int kMaxFfnRanks = 64;
+inline constexpr int kMaxStages = 3;
+inline constexpr int kMaxTopK = 16;
+
+enum class ConnectorKind : uint8_t { kSync, kAsync };
+enum class TransportKind : uint8_t { kInproc, kMpi };
+
+// "sync" / "async"; "inproc" / "mpi".
+std::string_view connector_kind_name(ConnectorKind k);
+std::string_view transport_kind_name(TransportKind k);
+
+struct AfdConfig {
+  // Topology (JSON keys in quotes).
+  int num_attention = 1;           // "attention_ranks": A >= 1
+  int num_ffn = 1;                 // "ffn_ranks": F >= 1
+  int num_stages = 1;              // "stages": micro-batches per step, 1..3
+  ConnectorKind connector = ConnectorKind::kSync;    // "connector"
+  TransportKind transport = TransportKind::kInproc;  // "transport"
+  bool async_dp = false;           // "async_dp": attention ranks step independently (async connector only)
+  // Buffers are registered once for this many tokens per attention rank per stage.
+  int max_tokens_per_stage = 256;  // "max_tokens_per_stage" >= 1
+  // Deadline of every wait inside a step (a transfer, a control message, init, close).
+  int64_t timeout_ms = 30000;      // "timeout_ms" >= 1
+  // Deadline of an FFN rank waiting for the next step to begin; 0 waits until close() or a peer fails.
+  int64_t idle_timeout_ms = 0;     // "idle_timeout_ms" >= 0
+  // Model shape the transfers are sized from (the engine fills these from the model config).
+  int num_experts = 0;             // "num_experts": E >= 1, divisible by F
+  int top_k = 0;                   // "top_k": 1..min(E, 16)
+  int hidden_size = 0;             // "hidden_size" >= 1 (bf16 elements per token)
+  int num_layers = 0;              // "num_layers" >= 1
+  std::vector<int> dense_layers;   // "dense_layers": layers that stay on the attention side, ascending
+
+  // Layers whose FFN runs on the FFN ranks (every layer not listed as dense), ascending.
+  std::vector<int> moe_layers() const;
+  int experts_per_ffn() const { return num_ffn > 0 ? num_experts / num_ffn : 0; }
+};
+
+// Checks every rule; the error names the key and the rule, e.g.
+// "afd config: 'stages' is 4 but must be in 1..3".
+Status validate(const AfdConfig& cfg);
+
+// Parses a JSON object with the keys above (all optional; defaults as above) and validates it.
+// Unknown keys and wrong value types are errors naming the key.
+Result<AfdConfig> parse_afd_config(std::string_view json_text);
+
+// Applies a CLI topology string "<A>A<F>F" (e.g. "2A1F") to cfg. Does not validate the rest.
+Status apply_topology_string(std::string_view text, AfdConfig* cfg);
+
+// One "key=value" line per setting, in schema order; equal strings mean equal settings. init() compares
+// these across all ranks.
+std::string canonical_settings(const AfdConfig& cfg);
+
+// Compares two canonical_settings() strings; returns the first differing key, or "" when equal.
+std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a,
+                                std::string* value_b);
+
+}  // namespace genbridge::afd

@@ -1,0 +1,380 @@
+#include "afd/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace genbridge::afd {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+int bucket_of(int64_t ns) {
+  if (ns < 1) ns = 1;
+  const uint64_t v = static_cast<uint64_t>(ns);
+  const int e = 63 - std::countl_zero(v);  // floor(log2 v)
+  const int sub = e >= 4 ? static_cast<int>((v >> (e - 4)) & 15) : static_cast<int>((v << (4 - e)) & 15);
+  const int idx = e * LatencyHistogram::kSubBuckets + sub;
+  return std::min(idx, LatencyHistogram::kBuckets - 1);
+}
+
+double bucket_mid(int idx) {
+  const int e = idx / LatencyHistogram::kSubBuckets;
+  const int sub = idx % LatencyHistogram::kSubBuckets;
+  return std::ldexp(1.0 + (sub + 0.5) / LatencyHistogram::kSubBuckets, e);
+}
+
+}  // namespace
+
+void LatencyHistogram::record(int64_t ns) {
+  ++buckets_[bucket_of(ns)];
+  if (count_ == 0 || ns < min_ns_) min_ns_ = ns;
+  if (count_ == 0 || ns > max_ns_) max_ns_ = ns;
+  ++count_;
+  sum_ns_ += ns;
+}
+
+void LatencyHistogram::merge(const LatencyHistogram& o) {
+  if (o.count_ == 0) return;
+  for (int i = 0; i < kBuckets; ++i) buckets_[i] += o.buckets_[i];
+  min_ns_ = count_ == 0 ? o.min_ns_ : std::min(min_ns_, o.min_ns_);
+  max_ns_ = count_ == 0 ? o.max_ns_ : std::max(max_ns_, o.max_ns_);
+  count_ += o.count_;
+  sum_ns_ += o.sum_ns_;
+}
+
+double LatencyHistogram::percentile_ns(double p) const {
+  if (count_ == 0) return 0.0;
+  if (p <= 0) return static_cast<double>(min_ns_);
+  if (p >= 100) return static_cast<double>(max_ns_);
+  // Smallest bucket whose cumulative count reaches ceil(p% of count), at least the first sample.
+  const double want = std::max(1.0, std::ceil(p / 100.0 * static_cast<double>(count_)));
+  int64_t seen = 0;
+  for (int i = 0; i < kBuckets; ++i) {
+    seen += buckets_[i];
+    if (static_cast<double>(seen) >= want) {
+      return std::clamp(bucket_mid(i), static_cast<double>(min_ns_), static_cast<double>(max_ns_));
+    }
+  }
+  return static_cast<double>(max_ns_);
+}
+
+Metrics::Metrics(const AfdConfig& cfg, int world_rank, Role role, int role_rank, size_t max_trace_events)
+    : world_rank_(world_rank),
+      role_(role),
+      role_rank_(role_rank),
+      num_layers_(cfg.num_layers),
+      num_stages_(cfg.num_stages),
+      transfers_(static_cast<size_t>(2 * cfg.num_layers * cfg.num_stages)),
+      trace_capacity_(max_trace_events) {
+  events_.reserve(max_trace_events);
+}
+
+void Metrics::record_transfer(Direction d, int layer, int stage, int64_t latency_ns, int64_t bytes) {
+  if (!recording_ || layer < 0 || layer >= num_layers_ || stage < 0 || stage >= num_stages_) return;
+  TransferStats& t = transfers_[index(d, layer, stage)];
+  t.latency.record(latency_ns);
+  t.bytes += bytes;
+  ++t.messages;
+}
+
+const TransferStats& Metrics::transfer(Direction d, int layer, int stage) const {
+  return transfers_[index(d, layer, stage)];
+}
+
+void Metrics::mark_window(int64_t begin_ns, int64_t end_ns) {
+  if (!recording_) return;
+  if (wall_begin_ns_ == 0 || begin_ns < wall_begin_ns_) wall_begin_ns_ = begin_ns;
+  if (end_ns > wall_end_ns_) wall_end_ns_ = end_ns;
+}
+
+void Metrics::span(SpanKind kind, int64_t begin_ns, int64_t end_ns, int layer, int stage, int64_t step, int peer) {
+  if (!tracing()) return;
+  if (events_.size() >= trace_capacity_) {
+    ++dropped_events_;
+    return;
+  }
+  events_.push_back(TraceEvent{begin_ns, end_ns, step, peer, static_cast<int16_t>(layer), static_cast<int8_t>(stage), kind});
+}
+
+// ---- serialization ----
+
+namespace {
+
+constexpr uint32_t kMetricsMagic = 0x4d464147u;  // "GAFM"
+
+struct Writer {
+  std::string out;
+  template <typename T>
+  void put(const T& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void put_hist(const LatencyHistogram& h, int64_t count, int64_t sum, int64_t mn, int64_t mx) {
+    put(count);
+    put(sum);
+    put(mn);
+    put(mx);
+    int32_t nonzero = 0;
+    for (int64_t c : h.buckets()) nonzero += c != 0;
+    put(nonzero);
+    for (int i = 0; i < LatencyHistogram::kBuckets; ++i) {
+      if (h.buckets()[i] != 0) {
+        put(static_cast<int32_t>(i));
+        put(h.buckets()[i]);
+      }
+    }
+  }
+};
+
+struct Reader {
+  std::string_view in;
+  bool ok = true;
+  template <typename T>
+  T get() {
+    T v{};
+    if (in.size() < sizeof(T)) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, in.data(), sizeof(T));
+    in.remove_prefix(sizeof(T));
+    return v;
+  }
+};
+
+}  // namespace
+
+std::string Metrics::serialize() const {
+  Writer w;
+  w.put(kMetricsMagic);
+  w.put(static_cast<int32_t>(world_rank_));
+  w.put(static_cast<int32_t>(role_));
+  w.put(static_cast<int32_t>(role_rank_));
+  w.put(static_cast<int32_t>(num_layers_));
+  w.put(static_cast<int32_t>(num_stages_));
+  w.put(busy_ns_);
+  w.put(idle_ns_);
+  w.put(tokens_);
+  w.put(wall_begin_ns_);
+  w.put(wall_end_ns_);
+  w.put_hist(step_, step_.count_, step_.sum_ns_, step_.min_ns_, step_.max_ns_);
+  for (const TransferStats& t : transfers_) {
+    w.put(t.bytes);
+    w.put(t.messages);
+    w.put_hist(t.latency, t.latency.count_, t.latency.sum_ns_, t.latency.min_ns_, t.latency.max_ns_);
+  }
+  w.put(static_cast<int64_t>(events_.size()));
+  w.put(dropped_events_);
+  if (!events_.empty()) w.out.append(reinterpret_cast<const char*>(events_.data()), events_.size() * sizeof(TraceEvent));
+  return std::move(w.out);
+}
+
+Result<Metrics> Metrics::deserialize(std::string_view bytes) {
+  Reader r{bytes};
+  if (r.get<uint32_t>() != kMetricsMagic) return invalid_argument("afd metrics: not a serialized Metrics blob");
+  Metrics m;
+  m.world_rank_ = r.get<int32_t>();
+  m.role_ = static_cast<Role>(r.get<int32_t>());
+  m.role_rank_ = r.get<int32_t>();
+  m.num_layers_ = r.get<int32_t>();
+  m.num_stages_ = r.get<int32_t>();
+  if (!r.ok || m.num_layers_ < 0 || m.num_stages_ < 0 || m.num_layers_ > (1 << 20) || m.num_stages_ > kMaxStages) {
+    return invalid_argument("afd metrics: corrupt blob (layer/stage counts)");
+  }
+  m.busy_ns_ = r.get<int64_t>();
+  m.idle_ns_ = r.get<int64_t>();
+  m.tokens_ = r.get<int64_t>();
+  m.wall_begin_ns_ = r.get<int64_t>();
+  m.wall_end_ns_ = r.get<int64_t>();
+  auto get_hist = [&](LatencyHistogram* h) {
+    h->count_ = r.get<int64_t>();
+    h->sum_ns_ = r.get<int64_t>();
+    h->min_ns_ = r.get<int64_t>();
+    h->max_ns_ = r.get<int64_t>();
+    const int32_t nonzero = r.get<int32_t>();
+    for (int32_t i = 0; i < nonzero && r.ok; ++i) {
+      const int32_t idx = r.get<int32_t>();
+      const int64_t c = r.get<int64_t>();
+      if (idx < 0 || idx >= LatencyHistogram::kBuckets) {
+        r.ok = false;
+        return;
+      }
+      h->buckets_[idx] = c;
+    }
+  };
+  get_hist(&m.step_);
+  m.transfers_.resize(static_cast<size_t>(2 * m.num_layers_ * m.num_stages_));
+  for (TransferStats& t : m.transfers_) {
+    t.bytes = r.get<int64_t>();
+    t.messages = r.get<int64_t>();
+    get_hist(&t.latency);
+  }
+  const int64_t n_events = r.get<int64_t>();
+  m.dropped_events_ = r.get<int64_t>();
+  if (!r.ok || n_events < 0 || r.in.size() != static_cast<size_t>(n_events) * sizeof(TraceEvent)) {
+    return invalid_argument("afd metrics: corrupt blob (truncated)");
+  }
+  m.events_.resize(static_cast<size_t>(n_events));
+  if (n_events > 0) std::memcpy(m.events_.data(), r.in.data(), r.in.size());
+  m.trace_capacity_ = m.events_.size();
+  return m;
+}
+
+// ---- report ----
+
+AfdReport summarize(std::span<const Metrics> ranks) {
+  AfdReport rep;
+  rep.num_ranks = static_cast<int>(ranks.size());
+  if (ranks.empty()) return rep;
+  const int L = ranks[0].num_layers(), S = ranks[0].num_stages();
+  int64_t begin = 0, end = 0;
+  int64_t ffn_busy = 0, ffn_wall = 0, attn_idle = 0, attn_wall = 0;
+  LatencyHistogram tpot;
+  int num_attention = 0, num_ffn = 0;
+  for (const Metrics& m : ranks) (m.role() == Role::kAttention ? num_attention : num_ffn)++;
+  rep.ffn_busy.assign(num_ffn, 0.0);
+  rep.attention_idle.assign(num_attention, 0.0);
+  for (const Metrics& m : ranks) {
+    if (m.wall_ns() > 0) {
+      if (begin == 0 || m.wall_begin_ns() < begin) begin = m.wall_begin_ns();
+      end = std::max(end, m.wall_end_ns());
+    }
+    const double frac = m.wall_ns() > 0 ? static_cast<double>(m.role() == Role::kFfn ? m.busy_ns() : m.idle_ns()) /
+                                              static_cast<double>(m.wall_ns())
+                                        : 0.0;
+    if (m.role() == Role::kFfn) {
+      ffn_busy += m.busy_ns();
+      ffn_wall += m.wall_ns();
+      if (m.role_rank() >= 0 && m.role_rank() < num_ffn) rep.ffn_busy[m.role_rank()] = frac;
+    } else {
+      attn_idle += m.idle_ns();
+      attn_wall += m.wall_ns();
+      rep.decode_tokens += m.tokens();
+      tpot.merge(m.step_latency());
+      if (m.role_rank() >= 0 && m.role_rank() < num_attention) rep.attention_idle[m.role_rank()] = frac;
+    }
+  }
+  rep.ffn_busy_fraction = ffn_wall > 0 ? static_cast<double>(ffn_busy) / static_cast<double>(ffn_wall) : 0.0;
+  rep.attention_idle_fraction = attn_wall > 0 ? static_cast<double>(attn_idle) / static_cast<double>(attn_wall) : 0.0;
+  rep.wall_s = static_cast<double>(end - begin) * 1e-9;
+  rep.tokens_per_s_per_rank =
+      rep.wall_s > 0 ? static_cast<double>(rep.decode_tokens) / rep.wall_s / static_cast<double>(rep.num_ranks) : 0.0;
+  rep.tpot_mean_ms = tpot.mean_ns() * 1e-6;
+  rep.tpot_p99_ms = tpot.percentile_ns(99) * 1e-6;
+  for (int d = 0; d < 2; ++d) {
+    for (int l = 0; l < L; ++l) {
+      for (int s = 0; s < S; ++s) {
+        TransferStats all;
+        for (const Metrics& m : ranks) {
+          if (m.num_layers() != L || m.num_stages() != S) continue;
+          const TransferStats& t = m.transfer(static_cast<Direction>(d), l, s);
+          all.latency.merge(t.latency);
+          all.bytes += t.bytes;
+          all.messages += t.messages;
+        }
+        if (all.messages == 0) continue;
+        rep.links.push_back(AfdReport::Link{l, s, static_cast<Direction>(d), all.latency.percentile_ns(50) * 1e-3,
+                                            all.latency.percentile_ns(99) * 1e-3, all.bytes, all.messages});
+      }
+    }
+  }
+  return rep;
+}
+
+std::string report_json(const AfdReport& r) {
+  std::string links;
+  for (size_t i = 0; i < r.links.size(); ++i) {
+    const AfdReport::Link& k = r.links[i];
+    links += fmt::format(
+        "{}{{\"direction\":\"{}\",\"layer\":{},\"stage\":{},\"p50_us\":{:.3f},\"p99_us\":{:.3f},\"bytes\":{},"
+        "\"messages\":{}}}",
+        i ? "," : "", k.direction == Direction::kAttnToFfn ? "attention_to_ffn" : "ffn_to_attention", k.layer, k.stage,
+        k.p50_us, k.p99_us, k.bytes, k.messages);
+  }
+  auto list = [](const std::vector<double>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{:.4f}", i ? "," : "", v[i]);
+    return s;
+  };
+  return fmt::format(
+      "{{\"ranks\":{},\"decode_tokens\":{},\"wall_s\":{:.6f},\"decode_tokens_per_s_per_rank\":{:.3f},"
+      "\"tpot_mean_ms\":{:.4f},\"tpot_p99_ms\":{:.4f},\"ffn_busy_fraction\":{:.4f},\"attention_idle_fraction\":{:.4f},"
+      "\"ffn_busy\":[{}],\"attention_idle\":[{}],\"links\":[{}]}}",
+      r.num_ranks, r.decode_tokens, r.wall_s, r.tokens_per_s_per_rank, r.tpot_mean_ms, r.tpot_p99_ms,
+      r.ffn_busy_fraction, r.attention_idle_fraction, list(r.ffn_busy), list(r.attention_idle), links);
+}
+
+std::string report_text(const AfdReport& r) {
+  std::string s = fmt::format(
+      "AFD: {} ranks, {} decode tokens in {:.3f} s = {:.1f} tokens/s per rank (all ranks counted); TPOT mean {:.3f} "
+      "ms, p99 {:.3f} ms\nFFN busy fraction {:.3f}, attention idle fraction {:.3f}\n",
+      r.num_ranks, r.decode_tokens, r.wall_s, r.tokens_per_s_per_rank, r.tpot_mean_ms, r.tpot_p99_ms,
+      r.ffn_busy_fraction, r.attention_idle_fraction);
+  s += "direction        layer stage   p50_us   p99_us        bytes  messages\n";
+  for (const AfdReport::Link& k : r.links) {
+    s += fmt::format("{:<16} {:>5} {:>5} {:>8.2f} {:>8.2f} {:>12} {:>9}\n",
+                     k.direction == Direction::kAttnToFfn ? "attention->ffn" : "ffn->attention", k.layer, k.stage,
+                     k.p50_us, k.p99_us, k.bytes, k.messages);
+  }
+  return s;
+}
+
+std::string chrome_trace_json(std::span<const Metrics> ranks) {
+  static constexpr const char* kKindName[] = {"attention", "ffn", "transfer", "wait"};
+  int64_t t0 = 0;
+  for (const Metrics& m : ranks) {
+    for (const TraceEvent& e : m.events()) {
+      if (t0 == 0 || e.begin_ns < t0) t0 = e.begin_ns;
+    }
+  }
+  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
+  bool first = true;
+  auto sep = [&] {
+    if (!first) out += ",\n";
+    first = false;
+  };
+  for (const Metrics& m : ranks) {
+    sep();
+    out += fmt::format("{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"{} rank {} (world "
+                       "rank {})\"}}}}",
+                       m.world_rank(), role_name(m.role()), m.role_rank(), m.world_rank());
+    for (int k = 0; k < 4; ++k) {
+      sep();
+      out += fmt::format("{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
+                         m.world_rank(), k, kKindName[k]);
+    }
+    for (const TraceEvent& e : m.events()) {
+      sep();
+      const char* kind = kKindName[static_cast<int>(e.kind)];
+      out += fmt::format(
+          "{{\"name\":\"{} L{} S{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
+          "\"args\":{{\"layer\":{},\"stage\":{},\"step\":{},\"peer\":{}}}}}",
+          kind, e.layer, e.stage, kind, m.world_rank(), static_cast<int>(e.kind),
+          static_cast<double>(e.begin_ns - t0) * 1e-3, static_cast<double>(std::max<int64_t>(0, e.end_ns - e.begin_ns)) * 1e-3,
+          e.layer, e.stage, e.step, e.peer);
+    }
+  }
+  out += "]}\n";
+  return out;
+}
+
+Status write_chrome_trace(const std::string& path, std::span<const Metrics> ranks) {
+  const std::string json = chrome_trace_json(ranks);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return unavailable(fmt::format("afd trace: cannot open '{}' for writing", path));
+  const size_t n = std::fwrite(json.data(), 1, json.size(), f);
+  const int rc = std::fclose(f);
+  if (n != json.size() || rc != 0) return unavailable(fmt::format("afd trace: writing '{}' failed", path));
+  return ok_status();
+}
+
+}  // namespace genbridge::afd

@@ -1,0 +1,141 @@
+// Failure behaviour over the in-process transport: a failing FFN worker ends the whole job at once with
+// an error naming it; a hung FFN worker is caught by the deadline, which names the waiting rank, the
+// peer, layer, stage and step; no attention rank reports a result after a failure.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "afd/job.h"
+#include "afd/runner.h"
+#include "afd/support/toy_model.h"
+
+namespace genbridge::afd {
+namespace {
+
+using testing::ToyAttention;
+using testing::ToyModel;
+using testing::Workload;
+
+struct JobRun {
+  Status status;
+  int64_t ms = 0;
+  int attention_finished = 0;
+};
+
+// `ffn_compute(rank, connector)` builds each FFN rank's compute.
+template <typename MakeCompute>
+JobRun run_job(const AfdConfig& cfg, MakeCompute make_compute, std::atomic<bool>* failed_flag = nullptr) {
+  const ToyModel model(cfg);
+  const Workload w;
+  std::atomic<int> finished{0};
+  RankFns fns;
+  fns.attention = [&](Connector& c, Metrics& m) -> Status {
+    ToyAttention att(model, w, cfg, c.rank());
+    AttentionRunner runner(c, &m);
+    Status s = att.run(runner, w.steps());
+    if (!s.ok()) {
+      if (failed_flag) *failed_flag = true;
+      return s;
+    }
+    ++finished;
+    return ok_status();
+  };
+  fns.ffn = [&](Connector& c, Metrics& m) -> Status {
+    return FfnRunner(c, make_compute(c.rank(), model), &m).run();
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  JobRun r;
+  r.status = run_inproc_job(cfg, fns);
+  r.ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  r.attention_finished = finished;
+  return r;
+}
+
+TEST(AfdFailure, failed_ffn_worker_ends_the_job_naming_the_rank) {
+  for (ConnectorKind kind : {ConnectorKind::kSync, ConnectorKind::kAsync}) {
+    AfdConfig cfg = testing::toy_config(kind, 2, 2, 2);
+    cfg.timeout_ms = 20000;
+    const JobRun r = run_job(cfg, [](int rank, const ToyModel& m) -> ExpertComputeFn {
+      ExpertComputeFn inner = testing::toy_expert_compute(m);
+      return [rank, inner](const FfnWorkItem& item) -> Status {
+        if (rank == 1 && item.meta.step >= 1) return internal_error("injected failure");
+        return inner(item);
+      };
+    });
+    ASSERT_FALSE(r.status.ok()) << connector_kind_name(kind);
+    const std::string& msg = r.status.message();
+    EXPECT_NE(msg.find("ffn rank 1 (world rank 3) failed: afd: ffn rank 1 (world rank 3) failed computing the "
+                       "experts of layer 1, stage "),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("step 1: injected failure"), std::string::npos) << msg;
+    EXPECT_EQ(r.status.code(), StatusCode::kInternal);
+    EXPECT_EQ(r.attention_finished, 0) << "no attention rank may report results after a failure";
+    EXPECT_LT(r.ms, 2000) << "well within the 20 s deadline";
+  }
+}
+
+TEST(AfdFailure, hung_ffn_worker_hits_the_deadline_naming_rank_peer_layer_stage_step) {
+  for (ConnectorKind kind : {ConnectorKind::kSync, ConnectorKind::kAsync}) {
+    AfdConfig cfg = testing::toy_config(kind, 2, 1, 2);
+    cfg.timeout_ms = 300;
+    std::atomic<bool> failed{false};
+    const JobRun r = run_job(
+        cfg,
+        [&](int, const ToyModel& m) -> ExpertComputeFn {
+          ExpertComputeFn inner = testing::toy_expert_compute(m);
+          return [&failed, inner](const FfnWorkItem& item) -> Status {
+            if (item.meta.step == 2 && item.meta.layer == 2) {
+              // Stop responding until the job has failed.
+              while (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+              return internal_error("released after the job failed");
+            }
+            return inner(item);
+          };
+        },
+        &failed);
+    ASSERT_FALSE(r.status.ok());
+    const std::string& msg = r.status.message();
+    EXPECT_EQ(r.status.code(), StatusCode::kDeadlineExceeded) << msg;
+    EXPECT_NE(msg.find(") timed out after 300 ms waiting for the expert outputs of layer 2, stage "), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(", step 2 from ffn rank 0 (world rank 2)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("attention rank "), std::string::npos) << msg;
+    EXPECT_EQ(r.attention_finished, 0);
+    EXPECT_GE(r.ms, 300);
+    EXPECT_LT(r.ms, 3000);
+  }
+}
+
+TEST(AfdFailure, failed_attention_worker_unblocks_the_ffn_ranks) {
+  for (ConnectorKind kind : {ConnectorKind::kSync, ConnectorKind::kAsync}) {
+    AfdConfig cfg = testing::toy_config(kind, 2, 1, 1);
+    cfg.timeout_ms = 20000;
+    cfg.idle_timeout_ms = 0;  // the FFN rank would wait forever for the next step without the failure
+    const ToyModel model(cfg);
+    RankFns fns;
+    fns.attention = [&](Connector& c, Metrics&) -> Status {
+      if (c.rank() == 1) return internal_error("attention rank 1 lost its KV pool");
+      ToyAttention att(model, Workload(), cfg, c.rank());
+      AttentionRunner runner(c);
+      return att.run(runner, Workload().steps());
+    };
+    fns.ffn = [&](Connector& c, Metrics&) -> Status {
+      return FfnRunner(c, testing::toy_expert_compute(model)).run();
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status s = run_inproc_job(cfg, fns);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("attention rank 1 (world rank 1) failed: attention rank 1 lost its KV pool"),
+              std::string::npos)
+        << s.message();
+    EXPECT_LT(ms, 2000);
+  }
+}
+
+}  // namespace
+}  // namespace genbridge::afd
