@@ -7,6 +7,7 @@
 // the pool is busy (e.g. from another thread of an in-process AFD job) runs on its caller's thread.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "genbridge/core/threading.h"
@@ -30,6 +31,25 @@ void parallel_for(int64_t n, int64_t cost_per_item, Fn&& fn, int64_t min_work = 
     if (pool_try_run(threads, n, thunk, &fn)) return;
   }
   fn(int64_t{0}, n);
+}
+
+// Calls fn(i) for every i in [0, n), handing items out one at a time to up to num_threads() threads
+// (for items of uneven cost, e.g. sorted longest first). Each item runs exactly once.
+template <typename Fn>
+void parallel_for_dynamic(int64_t n, Fn&& fn) {
+  if (n <= 0) return;
+  std::atomic<int64_t> next{0};
+  auto drain = [&](int64_t, int64_t) {
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed)) {
+      fn(i);
+    }
+  };
+  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n));
+  if (threads > 1) {
+    auto thunk = [](void* ctx, int64_t b, int64_t e) { (*static_cast<decltype(drain)*>(ctx))(b, e); };
+    if (pool_try_run(threads, threads, thunk, &drain)) return;
+  }
+  drain(0, 1);
 }
 
 }  // namespace genbridge::detail

@@ -25,6 +25,18 @@ TEST(ParallelFor, every_item_exactly_once_for_any_thread_count) {
   set_num_threads(0);
 }
 
+TEST(ParallelForDynamic, every_item_exactly_once) {
+  for (int threads : {1, 2, 5}) {
+    set_num_threads(threads);
+    for (int64_t n : {1, 3, 100, 5000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      detail::parallel_for_dynamic(n, [&](int64_t i) { hits[i].fetch_add(1); });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " n " << n;
+    }
+  }
+  set_num_threads(0);
+}
+
 TEST(ParallelFor, small_loops_stay_on_the_caller) {
   set_num_threads(4);
   const auto me = std::this_thread::get_id();
