@@ -23,7 +23,7 @@
 #include "genbridge/core/threading.h"
 
 #ifdef _OPENMP
-#include <omp.h>
+#include "core/parallel.h"
 #endif
 
 namespace genbridge::ops::detail {
@@ -232,8 +232,7 @@ void parallel_items(int64_t n_items, int64_t work, Fn&& fn) {
     for (int64_t i = 0; i < n_items; ++i) fn(i);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t i = 0; i < n_items; ++i) fn(i);
+  genbridge::detail::parallel_for_dynamic(n_items, fn);
 }
 
 }  // namespace genbridge::ops::detail

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "core/vec.h"
 #include "genbridge/core/formats.h"
 #include "genbridge/core/threading.h"
@@ -19,7 +20,6 @@
 #endif
 
 #ifdef _OPENMP
-#include <omp.h>
 #endif
 
 namespace genbridge::ops::detail {
@@ -396,13 +396,8 @@ Status run_paged_decode(const PagedDecodeCall& c) {
         for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, items[i], buf);
         return;
       }
-      const std::vector<Item>& work = items;  // the caller's thread_local list, shared with the team
-#pragma omp parallel num_threads(threads)
-      {
-        std::vector<float>& buf = scratch();
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t i = 0; i < num_items; ++i) attend<D, F>(p, work[i], buf);
-      }
+      const std::vector<Item>& work = items;  // the caller's thread_local list, shared with the pool
+      genbridge::detail::parallel_for_dynamic(num_items, [&](int64_t i) { attend<D, F>(p, work[i], scratch()); });
     };
     switch (c.cache.format) {
       case KvCacheFormat::kBf16: run_items.template operator()<KvCacheFormat::kBf16>(); break;
