@@ -19,12 +19,9 @@
 #include <immintrin.h>
 #endif
 
+#include "core/parallel.h"
 #include "core/vec.h"
 #include "genbridge/core/threading.h"
-
-#ifdef _OPENMP
-#include "core/parallel.h"
-#endif
 
 namespace genbridge::ops::detail {
 
