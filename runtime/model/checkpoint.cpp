@@ -1,11 +1,11 @@
 #include "runtime/model/checkpoint.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 
 #include "core/parallel.h"
-
-#include <fmt/format.h>
 
 namespace genbridge::model {
 
@@ -29,17 +29,16 @@ class WeightBinder {
     const TensorStore& store = *ckpt_.store_;
     const TensorStore::Entry* e = store.find(name);
     if (!e) {
-      return invalid_argument(fmt::format("{}: tensor '{}' is missing ({} requires it: {})", store.source(), name,
-                                          kConfigFileName, why));
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is missing ({} requires it: {})", store.source(), name, kConfigFileName, why));
     }
     used_.insert(name);
     GB_ASSIGN_OR_RETURN(TensorView v, e->file->view(*e->tensor));
     if (e->tensor->shape != shape) {
-      return invalid_argument(fmt::format("{}: tensor '{}' has shape {} but {} requires {} = {}", e->file->path(),
-                                          name, v.shape_string(), kConfigFileName,
-                                          TensorView(nullptr, v.dtype(), shape.data(), static_cast<int>(shape.size()))
-                                              .shape_string(),
-                                          shape_rule));
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' has shape {} but {} requires {} = {}", e->file->path(), name, v.shape_string(),
+          kConfigFileName, TensorView(nullptr, v.dtype(), shape.data(), static_cast<int>(shape.size())).shape_string(),
+          shape_rule));
     }
     if (options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16) {
       ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;

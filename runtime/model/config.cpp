@@ -1,14 +1,14 @@
 #include "runtime/model/config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "runtime/model/json_util.h"
 
@@ -22,10 +22,14 @@ constexpr int64_t kMaxSize = int64_t{1} << 24;
 
 std::string_view torch_dtype_name(DType t) {
   switch (t) {
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
-    case DType::kF32: return "float32";
-    default: return "unsupported";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kF32:
+      return "float32";
+    default:
+      return "unsupported";
   }
 }
 
@@ -133,9 +137,9 @@ Status validate_model_config(const ModelConfig& c, std::string_view src) {
   GB_RETURN_IF_ERROR(check_size(src, "num_attention_heads", c.num_attention_heads, 1));
   GB_RETURN_IF_ERROR(check_size(src, "num_key_value_heads", c.num_key_value_heads, 1));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return bad_value(src, "num_key_value_heads", std::to_string(c.num_key_value_heads),
-                     fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads",
-                                 c.num_attention_heads));
+    return bad_value(
+        src, "num_key_value_heads", std::to_string(c.num_key_value_heads),
+        fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads", c.num_attention_heads));
   }
   GB_RETURN_IF_ERROR(check_size(src, "head_dim", c.head_dim, 1));
   if (c.head_dim % 2 != 0) {
@@ -177,9 +181,9 @@ Status validate_model_config(const ModelConfig& c, std::string_view src) {
   }
   if (const int64_t dense = first_dense_layer(c); dense >= 0) {
     if (c.intermediate_size < 1 || c.intermediate_size > kMaxSize) {
-      return bad_value(src, "intermediate_size", std::to_string(c.intermediate_size),
-                       fmt::format("must be a positive integer no larger than {} because layer {} is dense",
-                                   kMaxSize, dense));
+      return bad_value(
+          src, "intermediate_size", std::to_string(c.intermediate_size),
+          fmt::format("must be a positive integer no larger than {} because layer {} is dense", kMaxSize, dense));
     }
   }
   GB_RETURN_IF_ERROR(check_size(src, "shared_expert_intermediate_size", c.shared_expert_intermediate_size, 0));
@@ -213,8 +217,8 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
     for (const json& a : *arch) known = known || (a.is_string() && a.get<std::string>() == kQwen3MoeArchitecture);
   }
   if (!known) {
-    return r.bad("architectures", *arch, fmt::format("unsupported architecture (genbridge supports [\"{}\"])",
-                                                     kQwen3MoeArchitecture));
+    return r.bad("architectures", *arch,
+                 fmt::format("unsupported architecture (genbridge supports [\"{}\"])", kQwen3MoeArchitecture));
   }
   if (const json* mt = r.find("model_type"); mt && (!mt->is_string() || mt->get<std::string>() != "qwen3_moe")) {
     return r.bad("model_type", *mt, "must be \"qwen3_moe\" for Qwen3MoeForCausalLM");
@@ -248,8 +252,8 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   } else {
     if (c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0) {
       return invalid_argument(fmt::format(
-          "{}: head_dim is absent and hidden_size ({}) is not a positive multiple of num_attention_heads ({})",
-          source, c.hidden_size, c.num_attention_heads));
+          "{}: head_dim is absent and hidden_size ({}) is not a positive multiple of num_attention_heads ({})", source,
+          c.hidden_size, c.num_attention_heads));
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
@@ -274,8 +278,8 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   }
   if (c.num_hidden_layers > 0 && c.num_hidden_layers <= kMaxSize && c.decoder_sparse_step >= 1 && c.num_experts >= 0) {
     if (const int64_t dense = first_dense_layer(c); dense >= 0 && !r.has("intermediate_size")) {
-      return invalid_argument(fmt::format("{}: missing required key 'intermediate_size' (layer {} is dense)",
-                                          source, dense));
+      return invalid_argument(
+          fmt::format("{}: missing required key 'intermediate_size' (layer {} is dense)", source, dense));
     }
   }
   GB_RETURN_IF_ERROR(r.get_int("intermediate_size", false, &c.intermediate_size));
@@ -310,7 +314,8 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
 
 Result<ModelConfig> load_model_config(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return invalid_argument(fmt::format("{}: cannot open the model config (does the file exist?)", path.string()));
+  if (!in)
+    return invalid_argument(fmt::format("{}: cannot open the model config (does the file exist?)", path.string()));
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) return invalid_argument(fmt::format("{}: read error", path.string()));

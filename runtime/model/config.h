@@ -43,7 +43,7 @@ struct ModelConfig {
   std::vector<int64_t> mlp_only_layers;
   bool tie_word_embeddings = false;
   int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE style when > 0)
-  DType torch_dtype = DType::kBF16;  // informational: the dtype the checkpoint was saved in
+  DType torch_dtype = DType::kBF16;             // informational: the dtype the checkpoint was saved in
   NormType norm_type = NormType::kRms;
 
   // HF rule: MoE iff layer not in mlp_only_layers, num_experts > 0 and (layer + 1) % decoder_sparse_step == 0.

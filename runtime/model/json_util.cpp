@@ -11,7 +11,9 @@ std::optional<nlohmann::json> parse_json_strict(std::string_view text, std::stri
   std::string duplicate;
   json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start: open_objects.emplace_back(); break;
+      case json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
       case json::parse_event_t::object_end:
         if (!open_objects.empty()) open_objects.pop_back();
         break;
@@ -21,7 +23,8 @@ std::optional<nlohmann::json> parse_json_strict(std::string_view text, std::stri
           duplicate = parsed.get<std::string>();
         }
         break;
-      default: break;
+      default:
+        break;
     }
     return true;
   };

@@ -1,11 +1,10 @@
 #pragma once
 // Internal: strict JSON parsing for checkpoint files (config.json, safetensors headers, index files).
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace genbridge::model::detail {
 

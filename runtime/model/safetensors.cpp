@@ -1,6 +1,7 @@
 #include "runtime/model/safetensors.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,11 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "runtime/model/json_util.h"
 
@@ -29,11 +28,21 @@ struct DTypeInfo {
 
 // Every safetensors dtype with a whole-byte element size. (Sub-byte F4/F6 types are not handled.)
 constexpr DTypeInfo kDTypes[] = {
-    {"BOOL", 1, std::nullopt},      {"U8", 1, DType::kU8},           {"I8", 1, DType::kI8},
-    {"F8_E5M2", 1, DType::kFp8E5M2}, {"F8_E4M3", 1, DType::kFp8E4M3FN}, {"F8_E8M0", 1, DType::kE8M0},
-    {"I16", 2, std::nullopt},       {"U16", 2, std::nullopt},        {"F16", 2, DType::kF16},
-    {"BF16", 2, DType::kBF16},      {"I32", 4, DType::kI32},         {"U32", 4, std::nullopt},
-    {"F32", 4, DType::kF32},        {"F64", 8, DType::kF64},         {"I64", 8, DType::kI64},
+    {"BOOL", 1, std::nullopt},
+    {"U8", 1, DType::kU8},
+    {"I8", 1, DType::kI8},
+    {"F8_E5M2", 1, DType::kFp8E5M2},
+    {"F8_E4M3", 1, DType::kFp8E4M3FN},
+    {"F8_E8M0", 1, DType::kE8M0},
+    {"I16", 2, std::nullopt},
+    {"U16", 2, std::nullopt},
+    {"F16", 2, DType::kF16},
+    {"BF16", 2, DType::kBF16},
+    {"I32", 4, DType::kI32},
+    {"U32", 4, std::nullopt},
+    {"F32", 4, DType::kF32},
+    {"F64", 8, DType::kF64},
+    {"I64", 8, DType::kI64},
     {"U64", 8, std::nullopt},
 };
 
@@ -161,8 +170,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
         header_len, size - 8));
   }
   if (header_len > kSafetensorsMaxHeaderBytes) {
-    return invalid_argument(fmt::format("{}: header length {} exceeds the {}-byte limit", p, header_len,
-                                        kSafetensorsMaxHeaderBytes));
+    return invalid_argument(
+        fmt::format("{}: header length {} exceeds the {}-byte limit", p, header_len, kSafetensorsMaxHeaderBytes));
   }
   const char* header = reinterpret_cast<const char*>(map.data() + 8);
   if (header_len == 0 || header[0] != '{') {
@@ -182,8 +191,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
       if (!entry.is_object()) return invalid_argument(fmt::format("{}: __metadata__ must be an object of strings", p));
       for (const auto& [k, v] : entry.items()) {
         if (!v.is_string()) {
-          return invalid_argument(fmt::format("{}: __metadata__ '{}' = {}: values must be strings", p, k,
-                                              detail::json_excerpt(v)));
+          return invalid_argument(
+              fmt::format("{}: __metadata__ '{}' = {}: values must be strings", p, k, detail::json_excerpt(v)));
         }
         file.metadata_[k] = v.get<std::string>();
       }
@@ -268,8 +277,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
     prev = t;
   }
   if (cursor != size) {
-    return invalid_argument(fmt::format("{}: the data section has {} bytes but the tensors cover only {}", p,
-                                        data_size, cursor - data_begin));
+    return invalid_argument(fmt::format("{}: the data section has {} bytes but the tensors cover only {}", p, data_size,
+                                        cursor - data_begin));
   }
   // nlohmann's object keeps keys sorted, so tensors_ is already sorted by name.
   file.map_ = std::make_unique<MappedFile>(std::move(map));
@@ -286,8 +295,8 @@ Result<TensorView> SafetensorsFile::view(const SafetensorsTensor& t) const {
   const DTypeInfo* info = find_dtype(t.dtype);
   if (!info || !info->dtype ||
       (*info->dtype != DType::kBF16 && *info->dtype != DType::kF16 && *info->dtype != DType::kF32)) {
-    return invalid_argument(fmt::format("{}: tensor '{}' has dtype {}; genbridge reads BF16, F16 and F32 tensors",
-                                        path_, t.name, t.dtype));
+    return invalid_argument(
+        fmt::format("{}: tensor '{}' has dtype {}; genbridge reads BF16, F16 and F32 tensors", path_, t.name, t.dtype));
   }
   if (t.offset % info->size != 0 && t.nbytes != 0) {
     return invalid_argument(fmt::format("{}: tensor '{}' starts at file offset {}, not aligned to its {}-byte elements",
@@ -318,8 +327,8 @@ Result<SafetensorsWriter> SafetensorsWriter::create(const std::filesystem::path&
   for (const SafetensorsTensorSpec& s : specs) {
     const std::string_view dt = safetensors_dtype_name(s.dtype);
     if (dt.empty()) {
-      return invalid_argument(fmt::format("{}: tensor '{}': dtype {} has no safetensors code", p, s.name,
-                                          dtype_name(s.dtype)));
+      return invalid_argument(
+          fmt::format("{}: tensor '{}': dtype {} has no safetensors code", p, s.name, dtype_name(s.dtype)));
     }
     if (s.name.empty() || s.name == "__metadata__" || !names.insert(s.name).second) {
       return invalid_argument(fmt::format("{}: tensor name '{}' is empty, reserved or repeated", p, s.name));
@@ -396,8 +405,8 @@ Status SafetensorsWriter::write_next(const void* data, size_t nbytes) {
 Status SafetensorsWriter::finish() {
   if (!file_) return internal_error(fmt::format("{}: writer is closed", path_.string()));
   if (next_ != specs_.size()) {
-    return invalid_argument(fmt::format("{}: only {} of {} tensors were written", path_.string(), next_,
-                                        specs_.size()));
+    return invalid_argument(
+        fmt::format("{}: only {} of {} tensors were written", path_.string(), next_, specs_.size()));
   }
   const bool ok = std::fflush(file_) == 0 && std::fclose(file_) == 0;
   file_ = nullptr;

@@ -108,8 +108,7 @@ struct SafetensorsTensorSpec {
 // for its element size. Writes to "<path>.tmp" and renames on finish(). Blocking file I/O.
 class SafetensorsWriter {
  public:
-  static Result<SafetensorsWriter> create(const std::filesystem::path& path,
-                                          std::vector<SafetensorsTensorSpec> specs,
+  static Result<SafetensorsWriter> create(const std::filesystem::path& path, std::vector<SafetensorsTensorSpec> specs,
                                           const std::map<std::string, std::string>& metadata = {});
   SafetensorsWriter(SafetensorsWriter&& other) noexcept;
   SafetensorsWriter& operator=(SafetensorsWriter&&) = delete;

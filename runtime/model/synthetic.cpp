@@ -1,11 +1,10 @@
 #include "runtime/model/synthetic.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <regex>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/parallel.h"
@@ -99,9 +98,15 @@ void generate(const TensorPlan& t, uint64_t seed, DType dtype, std::vector<std::
       const double u = static_cast<double>(r >> 11) * 0x1.0p-52 - 1.0;  // exact, in [-1, 1)
       const float v = static_cast<float>(t.center + u * half_width);
       switch (dtype) {
-        case DType::kBF16: reinterpret_cast<bf16_t*>(dst)[i] = float_to_bf16(v); break;
-        case DType::kF16: reinterpret_cast<fp16_t*>(dst)[i] = float_to_fp16(v); break;
-        default: reinterpret_cast<float*>(dst)[i] = v; break;
+        case DType::kBF16:
+          reinterpret_cast<bf16_t*>(dst)[i] = float_to_bf16(v);
+          break;
+        case DType::kF16:
+          reinterpret_cast<fp16_t*>(dst)[i] = float_to_fp16(v);
+          break;
+        default:
+          reinterpret_cast<float*>(dst)[i] = v;
+          break;
       }
     }
   });
@@ -182,33 +187,50 @@ std::vector<Preset> presets() {
   return {{"tiny", tiny}, {"tiny-gemma", gemma}, {"small", small}};
 }
 
+// "model-<digits>-of-<digits>.safetensors"
+bool is_shard_file_name(std::string_view f) {
+  const auto digits = [&](size_t& i) {
+    const size_t start = i;
+    while (i < f.size() && f[i] >= '0' && f[i] <= '9') ++i;
+    return i > start;
+  };
+  const auto literal = [&](size_t& i, std::string_view s) {
+    if (f.substr(i, s.size()) != s) return false;
+    i += s.size();
+    return true;
+  };
+  size_t i = 0;
+  return literal(i, "model-") && digits(i) && literal(i, "-of-") && digits(i) && literal(i, ".safetensors") &&
+         i == f.size();
+}
+
 Status write_checkpoint(const ModelConfig& config, std::string_view label, uint64_t seed,
                         const std::filesystem::path& out_dir, int shards, DType dtype) {
   const std::string dir = out_dir.string();
   if (dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kF32) {
-    return invalid_argument(fmt::format("write_synthetic_checkpoint: dtype {} is not bf16, f16 or f32",
-                                        dtype_name(dtype)));
+    return invalid_argument(
+        fmt::format("write_synthetic_checkpoint: dtype {} is not bf16, f16 or f32", dtype_name(dtype)));
   }
   ModelConfig c = config;
   c.torch_dtype = dtype;
   GB_RETURN_IF_ERROR(validate_model_config(c, "write_synthetic_checkpoint config"));
   const std::vector<TensorPlan> plan = plan_tensors(c);
   if (shards < 1 || static_cast<size_t>(shards) > plan.size() || shards > 99999) {
-    return invalid_argument(fmt::format("write_synthetic_checkpoint: shards = {} must be between 1 and the number "
-                                        "of tensors ({})",
-                                        shards, plan.size()));
+    return invalid_argument(
+        fmt::format("write_synthetic_checkpoint: shards = {} must be between 1 and the number "
+                    "of tensors ({})",
+                    shards, plan.size()));
   }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return invalid_argument(fmt::format("{}: cannot create the directory: {}", dir, ec.message()));
   // Replace an earlier checkpoint: a stale index or shard would otherwise shadow or join the new files.
-  static const std::regex kShard(R"(model-\d+-of-\d+\.safetensors)");
   for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
     const std::string f = entry.path().filename().string();
-    if (f == kConfigFileName || f == kSingleFileName || f == kIndexFileName || std::regex_match(f, kShard)) {
+    if (f == kConfigFileName || f == kSingleFileName || f == kIndexFileName || is_shard_file_name(f)) {
       std::filesystem::remove(entry.path(), ec);
-      if (ec) return internal_error(fmt::format("{}: cannot remove the old file: {}", entry.path().string(),
-                                                ec.message()));
+      if (ec)
+        return internal_error(fmt::format("{}: cannot remove the old file: {}", entry.path().string(), ec.message()));
     }
   }
 

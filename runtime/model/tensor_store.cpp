@@ -1,11 +1,11 @@
 #include "runtime/model/tensor_store.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "runtime/model/json_util.h"
 
@@ -36,8 +36,8 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
 
   if (!std::filesystem::exists(index_path, ec)) {
     if (!std::filesystem::exists(single_path, ec)) {
-      return invalid_argument(fmt::format("{}: no {} or {} in the checkpoint directory", dir.string(),
-                                          kSingleFileName, kIndexFileName));
+      return invalid_argument(
+          fmt::format("{}: no {} or {} in the checkpoint directory", dir.string(), kSingleFileName, kIndexFileName));
     }
     GB_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(single_path, options));
     store.source_ = file.path();
@@ -67,15 +67,14 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
   std::map<std::string, size_t> shard_slot;       // shard file name -> index into files_
   for (const auto& [name, shard] : wm->items()) {
     if (!shard.is_string()) {
-      return invalid_argument(fmt::format("{}: weight_map['{}'] = {}: must be a shard file name", ip, name,
-                                          detail::json_excerpt(shard)));
+      return invalid_argument(
+          fmt::format("{}: weight_map['{}'] = {}: must be a shard file name", ip, name, detail::json_excerpt(shard)));
     }
     const std::string s = shard.get<std::string>();
-    if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos ||
-        s.find('\\') != std::string::npos) {
-      return invalid_argument(fmt::format(
-          "{}: tensor '{}' maps to '{}': shard names must be plain file names in the checkpoint directory", ip, name,
-          s));
+    if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos || s.find('\\') != std::string::npos) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' maps to '{}': shard names must be plain file names in the checkpoint directory",
+                      ip, name, s));
     }
     weight_map.emplace(name, s);
     shard_slot.emplace(s, 0);
@@ -92,8 +91,8 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
           break;
         }
       }
-      return invalid_argument(fmt::format("{}: tensor '{}' maps to shard '{}', which does not exist in {}", ip,
-                                          tensor, shard, dir.string()));
+      return invalid_argument(fmt::format("{}: tensor '{}' maps to shard '{}', which does not exist in {}", ip, tensor,
+                                          shard, dir.string()));
     }
     GB_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(sp, options));
     slot = store.files_.size();
@@ -109,8 +108,8 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
       }
       auto listed = weight_map.find(t.name);
       if (listed == weight_map.end()) {
-        return invalid_argument(fmt::format("{}: tensor '{}' of shard '{}' is not listed in weight_map", ip, t.name,
-                                            shard));
+        return invalid_argument(
+            fmt::format("{}: tensor '{}' of shard '{}' is not listed in weight_map", ip, t.name, shard));
       }
       if (listed->second != shard) {
         return invalid_argument(fmt::format("{}: tensor '{}' is in shard '{}' but weight_map names '{}'", ip, t.name,

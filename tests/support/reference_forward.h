@@ -49,8 +49,7 @@ inline std::vector<double> ref_linear(const TensorView& w, const std::vector<dou
 }
 
 // RMSNorm of x[0..n) with weight w (1-D view of n): x / sqrt(mean(x^2) + eps) * w, or * (1 + w) for gemma.
-inline std::vector<double> ref_norm(std::span<const double> x, const TensorView& w, double eps,
-                                    model::NormType type) {
+inline std::vector<double> ref_norm(std::span<const double> x, const TensorView& w, double eps, model::NormType type) {
   double ss = 0.0;
   for (double v : x) ss += v * v;
   const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
@@ -216,14 +215,14 @@ inline ReferenceForward reference_forward(const model::ModelConfig& c, const mod
       const std::vector<double> kt = ref_linear(lw.attn.k_proj, x);
       const std::vector<double> vt = ref_linear(lw.attn.v_proj, x);
       for (int64_t hh = 0; hh < nh; ++hh) {
-        std::vector<double> head = ref_norm(std::span(qt).subspan(hh * d, d), lw.attn.q_norm, c.rms_norm_eps,
-                                            c.norm_type);
+        std::vector<double> head =
+            ref_norm(std::span(qt).subspan(hh * d, d), lw.attn.q_norm, c.rms_norm_eps, c.norm_type);
         ref_rope_neox(head, t, c.rope_theta);
         std::copy(head.begin(), head.end(), q.begin() + (t * nh + hh) * d);
       }
       for (int64_t g = 0; g < nkv; ++g) {
-        std::vector<double> head = ref_norm(std::span(kt).subspan(g * d, d), lw.attn.k_norm, c.rms_norm_eps,
-                                            c.norm_type);
+        std::vector<double> head =
+            ref_norm(std::span(kt).subspan(g * d, d), lw.attn.k_norm, c.rms_norm_eps, c.norm_type);
         ref_rope_neox(head, t, c.rope_theta);
         std::copy(head.begin(), head.end(), k.begin() + (t * nkv + g) * d);
         std::copy(vt.begin() + g * d, vt.begin() + (g + 1) * d, v.begin() + (t * nkv + g) * d);
@@ -252,7 +251,7 @@ inline ReferenceForward reference_forward(const model::ModelConfig& c, const mod
         std::sort(sorted.begin(), sorted.end(), std::greater<>());
         const size_t k = static_cast<size_t>(c.num_experts_per_tok);
         r.topk_margin[static_cast<size_t>(l)].push_back(k < sorted.size() ? std::log(sorted[k - 1] / sorted[k])
-                                                                           : INFINITY);
+                                                                          : INFINITY);
       } else {
         y = ref_mlp(lw.dense, x);
       }

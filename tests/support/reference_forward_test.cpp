@@ -293,8 +293,7 @@ TEST_F(ReferenceOnTiny, native_and_bf16_precision_read_the_same_values) {
   const model::Checkpoint b =
       model::Checkpoint::open(dir_->path(), {.precision = model::WeightPrecision::kNative}).value();
   const std::vector<int32_t> t = prompt(4);
-  EXPECT_EQ(reference_forward(a.config(), a.weights(), t).logits,
-            reference_forward(b.config(), b.weights(), t).logits);
+  EXPECT_EQ(reference_forward(a.config(), a.weights(), t).logits, reference_forward(b.config(), b.weights(), t).logits);
 }
 
 TEST(ReferenceOnTinyGemma, tied_gemma_model_runs_and_is_deterministic) {

@@ -17,8 +17,7 @@ using model::Checkpoint;
 using model::LoadOptions;
 
 // One checkpoint per name, written on first use and kept for the whole run.
-const std::filesystem::path& checkpoint_dir(const std::string& preset, DType dtype = DType::kBF16,
-                                            int64_t layers = 0) {
+const std::filesystem::path& checkpoint_dir(const std::string& preset, DType dtype = DType::kBF16, int64_t layers = 0) {
   static std::map<std::string, std::unique_ptr<testing::TempDir>> dirs;
   const std::string key = preset + "/" + std::string(dtype_name(dtype)) + "/" + std::to_string(layers);
   auto& d = dirs[key];
@@ -36,8 +35,8 @@ void BM_write_synthetic_tiny(benchmark::State& state) {
   for (auto _ : state) {
     if (!model::write_synthetic_checkpoint("tiny", 0, dir.path()).ok()) state.SkipWithError("write failed");
   }
-  state.SetBytesProcessed(state.iterations() *
-                          static_cast<int64_t>(model::model_weight_bytes(model::synthetic_preset_config("tiny").value())));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(model::model_weight_bytes(
+                                                   model::synthetic_preset_config("tiny").value())));
 }
 BENCHMARK(BM_write_synthetic_tiny)->Unit(benchmark::kMillisecond);
 

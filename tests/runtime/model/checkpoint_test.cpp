@@ -69,12 +69,10 @@ bool points_into(const TensorView& v, const Checkpoint& ck) {
 // Every view of the model, for checks over all of them.
 std::vector<TensorView> all_views(const ModelWeights& w) {
   std::vector<TensorView> out = {w.embed_tokens, w.final_norm, w.lm_head};
-  const auto mlp = [&](const MlpWeights& m) {
-    out.insert(out.end(), {m.gate_proj, m.up_proj, m.down_proj});
-  };
+  const auto mlp = [&](const MlpWeights& m) { out.insert(out.end(), {m.gate_proj, m.up_proj, m.down_proj}); };
   for (const LayerWeights& l : w.layers) {
-    out.insert(out.end(), {l.input_layernorm, l.post_attention_layernorm, l.attn.q_proj, l.attn.k_proj,
-                           l.attn.v_proj, l.attn.o_proj, l.attn.q_norm, l.attn.k_norm});
+    out.insert(out.end(), {l.input_layernorm, l.post_attention_layernorm, l.attn.q_proj, l.attn.k_proj, l.attn.v_proj,
+                           l.attn.o_proj, l.attn.q_norm, l.attn.k_norm});
     if (l.is_moe) {
       out.push_back(l.moe.router);
       for (const MlpWeights& e : l.moe.experts) mlp(e);
@@ -202,8 +200,9 @@ TEST_F(CheckpointBroken, missing_config) {
 
 TEST_F(CheckpointBroken, missing_weights_file) {
   std::filesystem::remove(dir_ / "model.safetensors");
-  EXPECT_EQ(open_error(dir_.path()),
-            dir_.path().string() + ": no model.safetensors or model.safetensors.index.json in the checkpoint directory");
+  EXPECT_EQ(
+      open_error(dir_.path()),
+      dir_.path().string() + ": no model.safetensors or model.safetensors.index.json in the checkpoint directory");
 }
 
 TEST_F(CheckpointBroken, missing_tensor) {
@@ -212,8 +211,9 @@ TEST_F(CheckpointBroken, missing_tensor) {
                          [](const RawTensor& x) { return x.spec.name == "model.layers.1.mlp.up_proj.weight"; }));
   });
   EXPECT_EQ(open_error(dir_.path()),
-            file() + ": tensor 'model.layers.1.mlp.up_proj.weight' is missing (config.json requires it: layer 1 is "
-                     "dense (mlp_only_layers / decoder_sparse_step))");
+            file() +
+                ": tensor 'model.layers.1.mlp.up_proj.weight' is missing (config.json requires it: layer 1 is "
+                "dense (mlp_only_layers / decoder_sparse_step))");
 }
 
 TEST_F(CheckpointBroken, missing_lm_head_when_untied) {
@@ -229,8 +229,9 @@ TEST_F(CheckpointBroken, config_has_more_experts_than_the_weights) {
   c.num_experts = 16;
   testing::write_file_bytes(dir_ / "config.json", to_config_json(c));
   EXPECT_EQ(open_error(dir_.path()),
-            file() + ": tensor 'model.layers.0.mlp.gate.weight' has shape [8, 128] but config.json requires "
-                     "[16, 128] = [num_experts, hidden_size]");
+            file() +
+                ": tensor 'model.layers.0.mlp.gate.weight' has shape [8, 128] but config.json requires "
+                "[16, 128] = [num_experts, hidden_size]");
 }
 
 TEST_F(CheckpointBroken, wrong_shape) {
@@ -238,8 +239,9 @@ TEST_F(CheckpointBroken, wrong_shape) {
     find(t, "model.layers.2.self_attn.q_proj.weight")->spec.shape = {128, 256};  // transposed
   });
   EXPECT_EQ(open_error(dir_.path()),
-            file() + ": tensor 'model.layers.2.self_attn.q_proj.weight' has shape [128, 256] but config.json "
-                     "requires [256, 128] = [num_attention_heads * head_dim, hidden_size]");
+            file() +
+                ": tensor 'model.layers.2.self_attn.q_proj.weight' has shape [128, 256] but config.json "
+                "requires [256, 128] = [num_attention_heads * head_dim, hidden_size]");
   rewrite(dir_.path(), [](std::vector<RawTensor>& t) {
     find(t, "model.layers.2.self_attn.q_proj.weight")->spec.shape = {256, 128};
     RawTensor* e = find(t, "model.layers.3.mlp.experts.5.down_proj.weight");
@@ -247,8 +249,9 @@ TEST_F(CheckpointBroken, wrong_shape) {
     e->bytes.resize(128 * 32 * 2);
   });
   EXPECT_EQ(open_error(dir_.path()),
-            file() + ": tensor 'model.layers.3.mlp.experts.5.down_proj.weight' has shape [128, 32] but config.json "
-                     "requires [128, 64] = [hidden_size, moe_intermediate_size]");
+            file() +
+                ": tensor 'model.layers.3.mlp.experts.5.down_proj.weight' has shape [128, 32] but config.json "
+                "requires [128, 64] = [hidden_size, moe_intermediate_size]");
 }
 
 TEST_F(CheckpointBroken, wrong_dtype) {
@@ -268,8 +271,9 @@ TEST_F(CheckpointBroken, unused_tensor_means_config_and_weights_disagree) {
     t.push_back(extra);
   });
   EXPECT_EQ(open_error(dir_.path()),
-            file() + ": tensor 'model.layers.0.mlp.experts.8.up_proj.weight' is not used by the model config.json "
-                     "describes (1 unused tensor; config and weights disagree)");
+            file() +
+                ": tensor 'model.layers.0.mlp.experts.8.up_proj.weight' is not used by the model config.json "
+                "describes (1 unused tensor; config and weights disagree)");
 }
 
 TEST_F(CheckpointBroken, malformed_weights_file_is_named) {

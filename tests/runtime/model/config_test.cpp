@@ -224,9 +224,9 @@ TEST(ModelConfig, unsupported_features_are_refused) {
 }
 
 TEST(ModelConfig, every_required_key_is_named_when_missing) {
-  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                          "num_key_value_heads", "rms_norm_eps", "rope_theta", "num_experts", "num_experts_per_tok",
-                          "moe_intermediate_size"}) {
+  for (const char* key :
+       {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
+        "rope_theta", "num_experts", "num_experts_per_tok", "moe_intermediate_size"}) {
     EXPECT_EQ(error_without(key), std::string("cfg.json: missing required key '") + key + "'") << key;
   }
 }
@@ -248,7 +248,8 @@ TEST(ModelConfig, intermediate_size_required_when_a_layer_is_dense) {
 TEST(ModelConfig, sizes_must_be_positive_integers) {
   EXPECT_EQ(error_with("hidden_size", 0),
             "cfg.json: hidden_size = 0: must be a positive integer no larger than 16777216");
-  EXPECT_EQ(error_with("vocab_size", -5), "cfg.json: vocab_size = -5: must be a positive integer no larger than 16777216");
+  EXPECT_EQ(error_with("vocab_size", -5),
+            "cfg.json: vocab_size = -5: must be a positive integer no larger than 16777216");
   EXPECT_EQ(error_with("hidden_size", "2048"), "cfg.json: hidden_size = \"2048\": must be an integer");
   EXPECT_EQ(error_with("hidden_size", 2048.5), "cfg.json: hidden_size = 2048.5: must be an integer");
   EXPECT_EQ(error_with("num_hidden_layers", true), "cfg.json: num_hidden_layers = true: must be an integer");
@@ -305,8 +306,7 @@ TEST(ModelConfig, sparse_step_and_mlp_only_layers_rules) {
             "cfg.json: mlp_only_layers = [-1]: layer -1 is outside [0, num_hidden_layers = 48)");
   EXPECT_EQ(error_with("mlp_only_layers", {1, 1}), "cfg.json: mlp_only_layers = [1, 1]: layer 1 is listed twice");
   EXPECT_EQ(error_with("mlp_only_layers", "0"), "cfg.json: mlp_only_layers = \"0\": must be a list of layer indices");
-  EXPECT_EQ(error_with("mlp_only_layers", {0.5}),
-            "cfg.json: mlp_only_layers = [0.5]: must be a list of layer indices");
+  EXPECT_EQ(error_with("mlp_only_layers", {0.5}), "cfg.json: mlp_only_layers = [0.5]: must be a list of layer indices");
 }
 
 TEST(ModelConfig, shared_expert_needs_experts) {
@@ -334,7 +334,8 @@ TEST(ModelConfig, validate_rejects_bad_struct) {
             "code: num_experts_per_tok = 200: must be between 1 and num_experts (128)");
   c.num_experts_per_tok = 8;
   c.torch_dtype = DType::kI8;
-  EXPECT_EQ(validate_model_config(c, "code").message(), "code: torch_dtype = int8: must be bfloat16, float16 or float32");
+  EXPECT_EQ(validate_model_config(c, "code").message(),
+            "code: torch_dtype = int8: must be bfloat16, float16 or float32");
 }
 
 TEST(ModelConfig, to_config_json_round_trips_every_preset) {

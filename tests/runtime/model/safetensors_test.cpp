@@ -53,12 +53,9 @@ TEST(Safetensors, round_trip_is_bit_exact) {
   const std::vector<uint8_t> bf = random_bytes(3 * 5 * 2, 1), hf = random_bytes(7 * 2, 2),
                              f32 = random_bytes(2 * 3 * 4 * 4, 3), u8 = random_bytes(3, 4);
   const std::vector<SafetensorsTensorData> tensors = {
-      {{"w.bf16", DType::kBF16, {3, 5}}, bf.data()},
-      {{"a.f16", DType::kF16, {7}}, hf.data()},
-      {{"z.f32", DType::kF32, {2, 3, 4}}, f32.data()},
-      {{"odd.u8", DType::kU8, {3}}, u8.data()},
-      {{"empty", DType::kF32, {0, 4}}, nullptr},
-      {{"scalar", DType::kF32, {}}, f32.data()},
+      {{"w.bf16", DType::kBF16, {3, 5}}, bf.data()},   {{"a.f16", DType::kF16, {7}}, hf.data()},
+      {{"z.f32", DType::kF32, {2, 3, 4}}, f32.data()}, {{"odd.u8", DType::kU8, {3}}, u8.data()},
+      {{"empty", DType::kF32, {0, 4}}, nullptr},       {{"scalar", DType::kF32, {}}, f32.data()},
   };
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"note", "round trip"}};
   ASSERT_TRUE(write_safetensors(dir / "m.safetensors", tensors, meta).ok());
@@ -139,7 +136,8 @@ TEST_F(SafetensorsBroken, directory_instead_of_file) {
 
 TEST_F(SafetensorsBroken, truncated_before_header_length) {
   EXPECT_EQ(open_error(""), err("truncated: the file has 0 bytes, fewer than the 8-byte header length"));
-  EXPECT_EQ(open_error(std::string("\x10\x00\x00", 3)), err("truncated: the file has 3 bytes, fewer than the 8-byte header length"));
+  EXPECT_EQ(open_error(std::string("\x10\x00\x00", 3)),
+            err("truncated: the file has 3 bytes, fewer than the 8-byte header length"));
 }
 
 TEST_F(SafetensorsBroken, header_length_beyond_file) {
@@ -194,7 +192,8 @@ TEST_F(SafetensorsBroken, bad_entries) {
   };
   EXPECT_EQ(entry("[]"), err("tensor 't': the header entry must be an object with dtype, shape and data_offsets"));
   EXPECT_EQ(entry(R"({"shape":[1],"data_offsets":[0,4]})", "abcd"), err("tensor 't': dtype must be a string"));
-  EXPECT_EQ(entry(R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})", "abcd"), err("tensor 't': dtype must be a string"));
+  EXPECT_EQ(entry(R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})", "abcd"),
+            err("tensor 't': dtype must be a string"));
   EXPECT_EQ(entry(R"({"dtype":"Q8","shape":[1],"data_offsets":[0,1]})", "a"),
             err("tensor 't': unknown or sub-byte dtype 'Q8'"));
   EXPECT_EQ(entry(R"({"dtype":"F4","shape":[2],"data_offsets":[0,1]})", "a"),
@@ -256,8 +255,8 @@ TEST_F(SafetensorsBroken, trailing_bytes) {
 
 TEST_F(SafetensorsBroken, unsupported_dtype_is_refused_on_view) {
   // The file is valid; only asking for the I64 tensor as a float view fails.
-  testing::write_file_bytes(path(), craft(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})",
-                                          std::string(8, '\0')));
+  testing::write_file_bytes(path(),
+                            craft(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')));
   Result<SafetensorsFile> f = SafetensorsFile::open(path());
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   EXPECT_EQ(f->view("ids").status().message(),

@@ -66,15 +66,15 @@ TEST_F(TensorStoreSharded, index_wins_over_a_single_file) {
 }
 
 TEST_F(TensorStoreSharded, nothing_to_load) {
-  EXPECT_EQ(open_error(),
-            dir_.path().string() + ": no model.safetensors or model.safetensors.index.json in the checkpoint directory");
+  EXPECT_EQ(open_error(), dir_.path().string() +
+                              ": no model.safetensors or model.safetensors.index.json in the checkpoint directory");
 }
 
 TEST_F(TensorStoreSharded, index_names_a_missing_shard) {
   shard(kS1, {"a"});
   index(R"({"weight_map": {"a": ")" + std::string(kS1) + R"(", "c": ")" + kS2 + R"("}})");
-  EXPECT_EQ(open_error(), idx() + ": tensor 'c' maps to shard '" + kS2 + "', which does not exist in " +
-                              dir_.path().string());
+  EXPECT_EQ(open_error(),
+            idx() + ": tensor 'c' maps to shard '" + kS2 + "', which does not exist in " + dir_.path().string());
 }
 
 TEST_F(TensorStoreSharded, duplicate_tensor_across_shards) {
@@ -95,8 +95,7 @@ TEST_F(TensorStoreSharded, weight_map_names_the_wrong_shard) {
   shard(kS1, {"a", "b"});
   shard(kS2, {"c"});
   index(R"({"weight_map": {"a": ")" + std::string(kS1) + R"(", "b": ")" + kS2 + R"(", "c": ")" + kS2 + R"("}})");
-  EXPECT_EQ(open_error(),
-            idx() + ": tensor 'b' is in shard '" + kS1 + "' but weight_map names '" + kS2 + "'");
+  EXPECT_EQ(open_error(), idx() + ": tensor 'b' is in shard '" + kS1 + "' but weight_map names '" + kS2 + "'");
 }
 
 TEST_F(TensorStoreSharded, weight_map_entry_missing_from_its_shard) {
@@ -115,8 +114,9 @@ TEST_F(TensorStoreSharded, shard_names_must_be_plain_file_names) {
 
 TEST_F(TensorStoreSharded, malformed_index) {
   index("{\"weight_map\": {");
-  EXPECT_EQ(open_error(), idx() + ": malformed JSON: parse error at line 1, column 17: syntax error while parsing "
-                                  "object key - unexpected end of input; expected string literal");
+  EXPECT_EQ(open_error(), idx() +
+                              ": malformed JSON: parse error at line 1, column 17: syntax error while parsing "
+                              "object key - unexpected end of input; expected string literal");
   index(R"({"metadata": {}})");
   EXPECT_EQ(open_error(),
             idx() + ": must be an object with a \"weight_map\" object mapping tensor names to shard files");
