@@ -4,6 +4,7 @@
 
 #include <exception>
 
+#include "runtime/device/soc.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
@@ -51,8 +52,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bf16", "quantized"}));
   run->add_option("--soc", ro.soc,
-                  "SoC the run is meant for (e.g. 910B, 910C, 950); must match this build's generation. Default:\n"
-                  "GENBRIDGE_SOC, else the build's SoC");
+                  "SoC the run is meant for; must match this build's generation. Default: GENBRIDGE_SOC, else the\n"
+                  "build's SoC. Accepted: " + std::string(genbridge::runtime::accepted_soc_selectors()));
   run->add_option("--threads", ro.threads, "Kernel threads; 0 = GENBRIDGE_NUM_THREADS or all cores")->capture_default_str();
   run->add_option("--dump-logits", ro.dump_logits,
                   "Write the last-position fp32 logits of every step to FILE.npy, shape (rows, vocab): rows grouped\n"
