@@ -1,0 +1,266 @@
+#include "afd/engine_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "afd/job.h"
+
+namespace genbridge::afd {
+
+AfdExecutor::AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages,
+                         StepAgreement* agreement)
+    : runner_(runner),
+      attention_(attention),
+      agreement_(agreement),
+      batches_(static_cast<size_t>(stages)),
+      planned_tokens_(static_cast<size_t>(stages), 0),
+      planned_seqs_(static_cast<size_t>(stages), 0) {}
+
+Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logits) {
+  if (agreement_) GB_RETURN_IF_ERROR(agreement_->any_active(true).status());
+  const int S = static_cast<int>(batches_.size());
+  const int64_t num_seqs = static_cast<int64_t>(in.seq_ids.size()), T = static_cast<int64_t>(in.tokens.size());
+  const int64_t vocab = runner_.config().vocab_size;
+  // Contiguous groups of whole sequences, balanced by tokens: stage s ends once the running total reaches
+  // (s + 1) * T / S (a stage may stay empty when there are fewer sequences than stages).
+  std::vector<int64_t> seq_end(static_cast<size_t>(S)), tok_begin(static_cast<size_t>(S + 1), 0),
+      seq_begin(static_cast<size_t>(S + 1), 0);
+  {
+    int64_t s_idx = 0, tokens = 0;
+    for (int s = 0; s < S; ++s) {
+      seq_begin[s] = s_idx;
+      tok_begin[s] = tokens;
+      const int64_t goal = (s + 1) * T / S;
+      while (s_idx < num_seqs && (tokens < goal || s == S - 1)) tokens += in.q_lens[s_idx++];
+      seq_end[s] = s_idx;
+    }
+    tok_begin[S] = tokens;
+    seq_begin[S] = s_idx;
+  }
+  std::vector<int> stage_tokens(static_cast<size_t>(S), 0);
+  for (int s = 0; s < S; ++s) {
+    const int64_t n = seq_end[s] - seq_begin[s], t = tok_begin[s + 1] - tok_begin[s];
+    stage_tokens[s] = static_cast<int>(t);
+    if (n == 0) continue;
+    if (t > planned_tokens_[s] || n > planned_seqs_[s]) {
+      planned_tokens_[s] = std::max(planned_tokens_[s], t);
+      planned_seqs_[s] = std::max(planned_seqs_[s], n);
+      batches_[s] = runner_.make_batch(planned_tokens_[s], planned_seqs_[s]);
+    }
+    const model::ForwardInput sub{in.tokens.subspan(tok_begin[s], t), in.seq_ids.subspan(seq_begin[s], n),
+                                  in.q_lens.subspan(seq_begin[s], n)};
+    GB_RETURN_IF_ERROR(runner_.begin(batches_[s], sub));
+  }
+  AttentionLayerFns fns;
+  fns.attend = [&](int layer, int stage, MoeInput* moe) -> Status {
+    model::ForwardBatch& b = batches_[stage];
+    GB_RETURN_IF_ERROR(runner_.attention_block(b, layer));
+    if (moe) {
+      GB_RETURN_IF_ERROR(runner_.route(b, layer));
+      *moe = MoeInput{b.moe_input(), b.topk_ids(), b.topk_weights()};
+    }
+    return ok_status();
+  };
+  fns.combine = [&](int layer, int stage, const MoeInput&, TensorView expert_out) -> Status {
+    return runner_.finish_moe(batches_[stage], layer, &expert_out);
+  };
+  GB_RETURN_IF_ERROR(attention_.step(++step_, stage_tokens, false, fns));
+  for (int s = 0; s < S; ++s) {
+    const int64_t n = seq_end[s] - seq_begin[s];
+    if (n == 0) continue;
+    GB_RETURN_IF_ERROR(runner_.logits(batches_[s], logits.subspan(seq_begin[s] * vocab, n * vocab)));
+  }
+  return ok_status();
+}
+
+Status AfdExecutor::finish() {
+  if (agreement_) {
+    const std::vector<int> idle(batches_.size(), 0);
+    const AttentionLayerFns none;
+    for (;;) {
+      GB_ASSIGN_OR_RETURN(const bool any, agreement_->any_active(false));
+      if (!any) break;
+      GB_RETURN_IF_ERROR(attention_.step(++step_, idle, false, none));
+    }
+  }
+  return attention_.finish();
+}
+
+ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden) {
+  auto scratch = std::make_shared<std::vector<bf16_t>>();
+  return [&experts, scratch, top_k, hidden](const FfnWorkItem& item) -> Status {
+    const int64_t M = item.hidden.rank() == 2 ? item.hidden.dim(0) : 0;
+    if (M == 0 || item.row_token.empty()) return ok_status();
+    scratch->resize(static_cast<size_t>(M * top_k * hidden));
+    const TensorView all(scratch->data(), DType::kBF16, {M, top_k, hidden});
+    GB_RETURN_IF_ERROR(
+        experts.compute(item.meta.layer, item.hidden, item.topk_ids, item.expert_begin, item.expert_end, all));
+    auto* out = item.out.data_as<bf16_t>();
+    const int64_t out_stride = item.out.stride(0);
+    for (size_t r = 0; r < item.row_token.size(); ++r) {
+      std::memcpy(out + static_cast<int64_t>(r) * out_stride,
+                  scratch->data() + (item.row_token[r] * top_k + item.row_slot[r]) * hidden,
+                  static_cast<size_t>(hidden) * sizeof(bf16_t));
+    }
+    return ok_status();
+  };
+}
+
+Status fill_model_shape(const model::ModelConfig& c, int64_t max_tokens_per_stage, AfdConfig* afd) {
+  if (c.num_experts < 1) {
+    return invalid_argument("afd: the model has no experts; attention-FFN disaggregation needs a MoE model");
+  }
+  afd->num_experts = static_cast<int>(c.num_experts);
+  afd->top_k = static_cast<int>(c.num_experts_per_tok);
+  afd->hidden_size = static_cast<int>(c.hidden_size);
+  afd->num_layers = static_cast<int>(c.num_hidden_layers);
+  afd->dense_layers.clear();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) afd->dense_layers.push_back(static_cast<int>(l));
+  }
+  afd->max_tokens_per_stage = static_cast<int>(max_tokens_per_stage);
+  return validate(*afd);
+}
+
+namespace {
+
+// Lockstep agreement among the attention threads of one process.
+class InprocAgreementGroup {
+ public:
+  InprocAgreementGroup(int n, int64_t timeout_ms) : n_(n), timeout_ms_(timeout_ms) {}
+
+  Result<bool> any_active(int rank, bool mine) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!abort_.ok()) return abort_;
+    any_ = any_ || mine;
+    const uint64_t gen = generation_;
+    if (++arrived_ == n_) {
+      result_ = any_;
+      any_ = false;
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return result_;
+    }
+    const bool done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms_),
+                                   [&] { return generation_ != gen || !abort_.ok(); });
+    if (!abort_.ok()) return abort_;
+    if (!done) {
+      return deadline_exceeded(fmt::format("afd: attention rank {} waited {} ms for the other attention ranks to agree "
+                                           "on the next step ({} of {} arrived)",
+                                           rank, timeout_ms_, arrived_, n_));
+    }
+    return result_;
+  }
+
+  void abort(const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (abort_.ok()) abort_ = Status(why.code(), "afd: another attention rank failed: " + why.message());
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_;
+  int64_t timeout_ms_;
+  int arrived_ = 0;
+  bool any_ = false, result_ = false;
+  uint64_t generation_ = 0;
+  Status abort_;
+};
+
+class InprocAgreement final : public StepAgreement {
+ public:
+  InprocAgreement(InprocAgreementGroup& g, int rank) : g_(g), rank_(rank) {}
+  Result<bool> any_active(bool mine) override { return g_.any_active(rank_, mine); }
+
+ private:
+  InprocAgreementGroup& g_;
+  int rank_;
+};
+
+void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) {
+  into.prefill_tokens += m.prefill_tokens;
+  into.decode_tokens += m.decode_tokens;
+  into.prefill_seconds = std::max(into.prefill_seconds, m.prefill_seconds);
+  into.decode_seconds = std::max(into.decode_seconds, m.decode_seconds);
+  into.ttft_seconds.insert(into.ttft_seconds.end(), m.ttft_seconds.begin(), m.ttft_seconds.end());
+  into.tpot_seconds.insert(into.tpot_seconds.end(), m.tpot_seconds.begin(), m.tpot_seconds.end());
+  into.kv_bytes_per_token = m.kv_bytes_per_token;
+  into.requests_finished += m.requests_finished;
+  into.requests_refused += m.requests_refused;
+}
+
+}  // namespace
+
+Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
+                                              std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
+                                              const EngineJobOptions& options) {
+  const model::ModelConfig& c = checkpoint.config();
+  AfdConfig cfg = options.afd;
+  cfg.transport = TransportKind::kInproc;
+  engine::EngineOptions eopt = options.engine;
+  int64_t longest = 1;
+  for (const auto& r : requests) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
+  eopt.max_prefill_tokens = std::max(eopt.max_prefill_tokens, longest);
+  GB_RETURN_IF_ERROR(fill_model_shape(c, std::max(eopt.max_prefill_tokens, eopt.max_batch), &cfg));
+  const int A = cfg.num_attention, S = cfg.num_stages;
+  const bool lockstep = !cfg.async_dp && A > 1;
+
+  std::vector<std::vector<size_t>> mine(static_cast<size_t>(A));
+  for (size_t r = 0; r < requests.size(); ++r) mine[r % A].push_back(r);
+  std::vector<engine::RequestResult> results(requests.size());
+  std::vector<engine::EngineMetrics> rank_metrics(static_cast<size_t>(A));
+  InprocAgreementGroup group(A, cfg.timeout_ms);
+  const model::ExpertBank experts(checkpoint);
+  const runtime::KvPageGeometry geometry =
+      dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
+
+  RankFns fns;
+  fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
+    const int a = conn.rank();
+    auto fail = [&](const Status& s) {
+      group.abort(s);
+      return s;
+    };
+    auto pool = runtime::KvPagePool::create(geometry, pool_pages_per_rank);
+    if (!pool.ok()) return fail(pool.status());
+    auto runner = model::ModelRunner::create(checkpoint, dev, *pool);
+    if (!runner.ok()) return fail(runner.status());
+    AttentionRunner attention(conn, &metrics);
+    InprocAgreement agreement(group, a);
+    AfdExecutor executor(**runner, attention, S, lockstep ? &agreement : nullptr);
+    engine::Engine eng(executor, *pool, eopt);
+    for (size_t r : mine[a]) {
+      if (Status s = eng.submit(requests[r]); !s.ok()) return fail(s);
+    }
+    if (Status s = eng.run_to_completion(); !s.ok()) return fail(s);
+    if (Status s = executor.finish(); !s.ok()) return fail(s);
+    for (size_t i = 0; i < mine[a].size(); ++i) results[mine[a][i]] = eng.results()[i];
+    rank_metrics[a] = eng.metrics();
+    return ok_status();
+  };
+  fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
+    FfnRunner runner(conn, make_expert_compute(experts, c.num_experts_per_tok, c.hidden_size), &metrics);
+    return runner.run();
+  };
+
+  EngineJobResult out;
+  JobOptions jo;
+  jo.trace_path = options.trace_path;
+  jo.trace_events = options.trace_path.empty() ? 0 : (size_t{1} << 18);
+  jo.report = &out.report;
+  GB_RETURN_IF_ERROR(run_inproc_job(cfg, fns, jo));
+  out.results = std::move(results);
+  for (const auto& m : rank_metrics) merge_metrics(m, out.metrics);
+  out.num_ranks = cfg.num_attention + cfg.num_ffn;
+  return out;
+}
+
+}  // namespace genbridge::afd

@@ -1,0 +1,198 @@
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+namespace genbridge::engine {
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kRefused: return "refused";
+  }
+  return "?";
+}
+
+struct Engine::Active {
+  size_t result_index = 0;
+  Request request;
+  int64_t kv_tokens_needed = 0;  // prompt + generated tokens that are fed back
+  double last_token_time = 0;
+  bool done = false;
+};
+
+Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const EngineOptions& options)
+    : executor_(executor), pool_(pool), options_(options) {
+  options_.max_batch = std::max<int64_t>(1, options_.max_batch);
+  options_.max_prefill_tokens = std::max<int64_t>(1, options_.max_prefill_tokens);
+  const int64_t vocab = executor_.config().vocab_size;
+  logits_.resize(static_cast<size_t>(options_.max_batch * vocab));
+  scratch_.resize(static_cast<size_t>(vocab));
+  metrics_.kv_bytes_per_token = pool_.geometry().bytes_per_token();
+}
+
+Engine::~Engine() = default;
+
+Status Engine::submit(Request r) {
+  const int64_t vocab = executor_.config().vocab_size;
+  if (r.prompt.empty()) return invalid_argument(fmt::format("request {}: the prompt is empty", r.id));
+  for (int32_t t : r.prompt) {
+    if (t < 0 || t >= vocab) {
+      return invalid_argument(fmt::format("request {}: prompt token {} is outside the vocabulary [0, {})", r.id, t, vocab));
+    }
+  }
+  if (r.max_new_tokens < 1) {
+    return invalid_argument(fmt::format("request {}: max_new_tokens is {} but must be >= 1", r.id, r.max_new_tokens));
+  }
+  const int64_t max_pos = executor_.config().max_position_embeddings;
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  if (total > max_pos) {
+    return invalid_argument(fmt::format("request {}: prompt ({}) + max_new_tokens ({}) = {} exceeds the model's "
+                                        "max_position_embeddings ({})",
+                                        r.id, r.prompt.size(), r.max_new_tokens, total, max_pos));
+  }
+  if (Status s = validate(r.sampling); !s.ok()) return Status(s.code(), fmt::format("request {}: {}", r.id, s.message()));
+  for (const RequestResult& res : results_) {
+    if (res.id == r.id) return invalid_argument(fmt::format("request {}: the id is already in use", r.id));
+  }
+  auto a = std::make_unique<Active>();
+  a->result_index = results_.size();
+  a->kv_tokens_needed = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
+  results_.push_back(RequestResult{.id = r.id});
+  a->request = std::move(r);
+  waiting_.push_back(std::move(a));
+  return ok_status();
+}
+
+void Engine::finish(Active& a, FinishReason reason) {
+  a.done = true;
+  results_[a.result_index].reason = reason;
+  ++metrics_.requests_finished;
+  if (pool_.contains(a.request.id)) pool_.release(a.request.id).ignore();
+}
+
+Status Engine::sample_into(Active& a, const float* logits) {
+  RequestResult& res = results_[a.result_index];
+  const int64_t vocab = executor_.config().vocab_size;
+  const uint64_t step = res.tokens.size();
+  GB_ASSIGN_OR_RETURN(const int32_t tok,
+                      sample_token(std::span<const float>(logits, vocab), a.request.sampling, step, scratch_));
+  const double t = now_seconds();
+  if (step == 0) {
+    metrics_.ttft_seconds.push_back(t - start_time_);
+  } else {
+    metrics_.tpot_seconds.push_back(t - a.last_token_time);
+  }
+  a.last_token_time = t;
+  res.tokens.push_back(tok);
+  ++generated_;
+  if (options_.record_logits) res.logits.insert(res.logits.end(), logits, logits + vocab);
+  const auto& stops = a.request.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
+    finish(a, FinishReason::kStop);
+  } else if (static_cast<int64_t>(res.tokens.size()) >= a.request.max_new_tokens) {
+    finish(a, FinishReason::kLength);
+  }
+  return ok_status();
+}
+
+Status Engine::prefill(std::vector<Active*>& batch) {
+  // Group prompts up to max_prefill_tokens per forward (a longer prompt runs alone).
+  size_t i = 0;
+  while (i < batch.size()) {
+    std::vector<int32_t> tokens, q_lens;
+    std::vector<runtime::SeqId> ids;
+    size_t j = i;
+    while (j < batch.size() && static_cast<int64_t>(ids.size()) < options_.max_batch) {
+      const auto& p = batch[j]->request.prompt;
+      if (!ids.empty() && static_cast<int64_t>(tokens.size() + p.size()) > options_.max_prefill_tokens) break;
+      tokens.insert(tokens.end(), p.begin(), p.end());
+      q_lens.push_back(static_cast<int32_t>(p.size()));
+      ids.push_back(batch[j]->request.id);
+      ++j;
+    }
+    const double t0 = now_seconds();
+    GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
+    metrics_.prefill_seconds += now_seconds() - t0;
+    metrics_.prefill_tokens += static_cast<int64_t>(tokens.size());
+    const int64_t vocab = executor_.config().vocab_size;
+    for (size_t s = 0; s < ids.size(); ++s) GB_RETURN_IF_ERROR(sample_into(*batch[i + s], logits_.data() + s * vocab));
+    i = j;
+  }
+  return ok_status();
+}
+
+Status Engine::decode(std::vector<Active*>& batch) {
+  std::vector<int32_t> tokens, q_lens(batch.size(), 1);
+  std::vector<runtime::SeqId> ids;
+  for (Active* a : batch) {
+    GB_RETURN_IF_ERROR(pool_.append(a->request.id, 1));
+    tokens.push_back(results_[a->result_index].tokens.back());
+    ids.push_back(a->request.id);
+  }
+  const double t0 = now_seconds();
+  GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
+  metrics_.decode_seconds += now_seconds() - t0;
+  metrics_.decode_tokens += static_cast<int64_t>(tokens.size());
+  const int64_t vocab = executor_.config().vocab_size;
+  for (size_t s = 0; s < batch.size(); ++s) GB_RETURN_IF_ERROR(sample_into(*batch[s], logits_.data() + s * vocab));
+  return ok_status();
+}
+
+Status Engine::run_to_completion(const std::function<void(const Progress&)>& progress) {
+  start_time_ = now_seconds();
+  const int64_t total = static_cast<int64_t>(waiting_.size() + running_.size()) + metrics_.requests_finished;
+  while (!waiting_.empty() || !running_.empty()) {
+    // Admission, in arrival order.
+    std::vector<Active*> admitted;
+    while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
+      Active& a = *waiting_.front();
+      const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
+      if (pool_.pages_for(a.kv_tokens_needed) > pool_.num_pages()) {
+        RequestResult& res = results_[a.result_index];
+        res.reason = FinishReason::kRefused;
+        res.message = fmt::format(
+            "request {} needs {} KV pages ({} prompt + {} new tokens at {} tokens per page) but the pool has only {} "
+            "pages; raise --kv-memory-mb or lower --max-new-tokens",
+            a.request.id, pool_.pages_for(a.kv_tokens_needed), prompt, a.request.max_new_tokens,
+            pool_.geometry().page_size, pool_.num_pages());
+        ++metrics_.requests_refused;
+        ++metrics_.requests_finished;
+        waiting_.erase(waiting_.begin());
+        continue;
+      }
+      if (!pool_.can_admit(prompt, a.kv_tokens_needed)) break;  // waits for running requests to free pages
+      GB_RETURN_IF_ERROR(pool_.admit(a.request.id, prompt, a.kv_tokens_needed));
+      admitted.push_back(&a);
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.erase(waiting_.begin());
+    }
+    if (!admitted.empty()) GB_RETURN_IF_ERROR(prefill(admitted));
+    std::vector<Active*> decoding;
+    for (auto& a : running_) {
+      if (!a->done && std::find(admitted.begin(), admitted.end(), a.get()) == admitted.end()) decoding.push_back(a.get());
+    }
+    if (!decoding.empty()) GB_RETURN_IF_ERROR(decode(decoding));
+    std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->done; });
+    if (admitted.empty() && decoding.empty() && running_.empty() && !waiting_.empty()) {
+      return internal_error("engine: no progress possible although the pool is empty");
+    }
+    if (progress) {
+      progress(Progress{.finished = metrics_.requests_finished, .total = total, .generated_tokens = generated_,
+                        .running = static_cast<int64_t>(running_.size()),
+                        .waiting = static_cast<int64_t>(waiting_.size())});
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace genbridge::engine

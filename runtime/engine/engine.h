@@ -1,0 +1,87 @@
+#pragma once
+// Engine: continuous batching over the paged KV pool. Requests are admitted in arrival order when the
+// pool can hold their whole prompt plus every token they may generate (so a running request never runs
+// out of KV memory and never disturbs another); a request that could never fit is refused with a
+// message; the others wait. Each iteration prefills newly admitted requests and then decodes one token for
+// every running request. Results do not depend on batch composition (the kernels are batch-invariant).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "genbridge/core/status.h"
+#include "runtime/engine/metrics.h"
+#include "runtime/engine/sampler.h"
+#include "runtime/memory/kv_page_pool.h"
+#include "runtime/engine/executor.h"
+
+namespace genbridge::engine {
+
+struct Request {
+  int64_t id = 0;  // unique per engine
+  std::vector<int32_t> prompt;
+  int max_new_tokens = 16;
+  std::vector<int32_t> stop_tokens;  // generating one of these ends the request (the token is kept)
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kLength, kStop, kRefused };
+const char* finish_reason_name(FinishReason r);
+
+struct RequestResult {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // generated tokens, in order
+  FinishReason reason = FinishReason::kLength;
+  std::string message;          // why a request was refused
+  std::vector<float> logits;    // [tokens.size(), vocab] when EngineOptions::record_logits
+};
+
+struct EngineOptions {
+  int64_t max_batch = 32;            // most sequences decoded together
+  int64_t max_prefill_tokens = 4096;  // most prompt tokens per prefill forward (a longer prompt runs alone)
+  bool record_logits = false;         // keep each step's last-position logits per request
+};
+
+struct Progress {
+  int64_t finished = 0, total = 0, generated_tokens = 0, running = 0, waiting = 0;
+};
+
+class Engine {
+ public:
+  // `executor` and `pool` must outlive the engine; the pool must be the one the executor's model uses.
+  Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const EngineOptions& options);
+  ~Engine();
+
+  // Queues a request. InvalidArgument for a malformed request (empty prompt, token outside the vocabulary,
+  // max_new_tokens < 1, bad sampling parameters, duplicate id): nothing is queued.
+  Status submit(Request request);
+  // Runs until every submitted request has finished or been refused. `progress` (optional) is called after
+  // every iteration. Returns the first forward error, leaving unfinished requests unreported.
+  Status run_to_completion(const std::function<void(const Progress&)>& progress = {});
+  // Results in submission order (complete after run_to_completion).
+  const std::vector<RequestResult>& results() const { return results_; }
+  const EngineMetrics& metrics() const { return metrics_; }
+
+ private:
+  struct Active;
+  Status prefill(std::vector<Active*>& batch);
+  Status decode(std::vector<Active*>& batch);
+  Status sample_into(Active& a, const float* logits);
+  void finish(Active& a, FinishReason reason);
+
+  ForwardExecutor& executor_;
+  runtime::KvPagePool& pool_;
+  EngineOptions options_;
+  std::vector<std::unique_ptr<Active>> waiting_;  // FIFO
+  std::vector<std::unique_ptr<Active>> running_;
+  std::vector<RequestResult> results_;
+  EngineMetrics metrics_;
+  std::vector<float> logits_;
+  std::vector<int32_t> scratch_;
+  int64_t generated_ = 0;
+  double start_time_ = 0;
+};
+
+}  // namespace genbridge::engine

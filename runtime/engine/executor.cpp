@@ -1,0 +1,18 @@
+#include "runtime/engine/executor.h"
+
+#include <algorithm>
+
+namespace genbridge::engine {
+
+Status LocalExecutor::forward(const model::ForwardInput& input, std::span<float> logits) {
+  const auto tokens = static_cast<int64_t>(input.tokens.size()), seqs = static_cast<int64_t>(input.seq_ids.size());
+  if (tokens > planned_tokens_ || seqs > planned_seqs_) {
+    // Plan once for the largest batch seen so far; steady-state decode never re-plans.
+    planned_tokens_ = std::max(planned_tokens_, tokens);
+    planned_seqs_ = std::max(planned_seqs_, seqs);
+    batch_ = runner_.make_batch(planned_tokens_, planned_seqs_);
+  }
+  return runner_.forward(batch_, input, logits);
+}
+
+}  // namespace genbridge::engine

@@ -1,0 +1,340 @@
+#include "runtime/model/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "genbridge/core/formats.h"
+#include "genbridge/ops/linear/linear.h"
+#include "genbridge/ops/moe/moe_combine.h"
+#include "genbridge/ops/moe/topk_router.h"
+#include "genbridge/ops/attention/rope.h"
+#include "genbridge/ops/norm/add_gemma_rms_norm.h"
+#include "genbridge/ops/norm/add_rms_norm.h"
+#include "genbridge/ops/norm/gemma_rms_norm.h"
+#include "genbridge/ops/norm/rms_norm.h"
+
+namespace genbridge::model {
+
+struct ForwardBatch::Buffers {
+  // bf16 activations
+  std::vector<bf16_t> residual, delta, h, q, k, v, qn, kn, attn, mlp_in, expert_out, shared_out, last_hidden;
+  // fp32
+  std::vector<float> router_logits, topk_weights, shared_gate, rstd;
+  // int32 / int64 metadata
+  std::vector<int32_t> topk_ids, zero_ids, positions, context_lens, query_start, block_tables, last_rows;
+  std::vector<int64_t> slots;
+  std::vector<runtime::SeqId> seq_ids;
+  int64_t max_blocks = 0;
+  int64_t hidden = 0, q_size = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
+};
+
+namespace {
+
+TensorView bf16_view(std::vector<bf16_t>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kBF16, shape);
+}
+TensorView f32_view(std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kF32, shape);
+}
+TensorView i32_view(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kI32, shape);
+}
+// [rows, cols] view of a 2-D weight as a [1, rows, cols] stack of one.
+ops::ExpertWeights as_expert(const MlpWeights& m) { return {m.gate_proj, m.up_proj, m.down_proj}; }
+
+Status with_context(Status s, const char* what, int64_t layer) {
+  if (s.ok()) return s;
+  return Status(s.code(), fmt::format("{} of layer {}: {}", what, layer, s.message()));
+}
+
+}  // namespace
+
+TensorView ForwardBatch::moe_input() const {
+  return TensorView(b_->mlp_in.data(), DType::kBF16, {num_tokens_, b_->hidden});
+}
+TensorView ForwardBatch::topk_ids() const {
+  return TensorView(b_->topk_ids.data(), DType::kI32, {num_tokens_, b_->topk});
+}
+TensorView ForwardBatch::topk_weights() const {
+  return TensorView(b_->topk_weights.data(), DType::kF32, {num_tokens_, b_->topk});
+}
+TensorView ForwardBatch::expert_out() const {
+  return TensorView(b_->expert_out.data(), DType::kBF16, {num_tokens_, b_->topk, b_->hidden});
+}
+
+ExpertBank::ExpertBank(const Checkpoint& checkpoint) : num_experts_(checkpoint.config().num_experts) {
+  for (const LayerWeights& l : checkpoint.weights().layers) {
+    std::vector<ops::ExpertWeights> e;
+    if (l.is_moe) {
+      for (const MlpWeights& m : l.moe.experts) e.push_back(as_expert(m));
+    }
+    layers_.push_back(std::move(e));
+  }
+}
+
+Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
+                           const TensorView& out) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()) || layers_[layer].empty()) {
+    return invalid_argument(fmt::format("experts: layer {} is not a MoE layer of this model", layer));
+  }
+  if (begin < 0 || begin > end || end > num_experts_) {
+    return invalid_argument(fmt::format("experts: range [{}, {}) is not inside [0, {})", begin, end, num_experts_));
+  }
+  std::span<const ops::ExpertWeights> all(layers_[layer]);
+  return ops::expert_ffn(x, topk_ids, all.subspan(begin, end - begin), begin, end, out);
+}
+
+ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p)
+    : checkpoint_(c), w_(c.weights()), config_(c.config()), dev_(d), pool_(p), experts_(c) {}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& checkpoint,
+                                                         const runtime::DeviceOperator& dev,
+                                                         const runtime::KvPagePool& pool) {
+  if (checkpoint.precision() != WeightPrecision::kBF16) {
+    return invalid_argument("model runner: the checkpoint must be opened with bf16 weights (LoadOptions::precision)");
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool));
+  const ModelConfig& c = r->config_;
+  if (pool.geometry().num_layers != c.num_hidden_layers || pool.geometry().num_kv_heads != c.num_key_value_heads) {
+    return invalid_argument(fmt::format(
+        "model runner: the KV pool holds {} layers x {} kv heads but the model has {} layers x {} kv heads",
+        pool.geometry().num_layers, pool.geometry().num_kv_heads, c.num_hidden_layers, c.num_key_value_heads));
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    GB_ASSIGN_OR_RETURN(ops::PagedKvCache view,
+                        dev.kv_layer_view(pool, {c.num_hidden_layers, c.num_key_value_heads, c.head_dim}, l));
+    r->kv_.push_back(view);
+  }
+  return r;
+}
+
+ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const {
+  const ModelConfig& c = config_;
+  ForwardBatch fb;
+  fb.max_tokens_ = max_tokens;
+  fb.max_seqs_ = max_seqs;
+  fb.b_ = std::make_shared<ForwardBatch::Buffers>();
+  ForwardBatch::Buffers& b = *fb.b_;
+  b.hidden = c.hidden_size;
+  b.q_size = c.q_size();
+  b.kv_size = c.kv_size();
+  b.heads = c.num_attention_heads;
+  b.kv_heads = c.num_key_value_heads;
+  b.head_dim = c.head_dim;
+  b.topk = std::max<int64_t>(1, c.num_experts_per_tok);
+  b.experts = c.num_experts;
+  const auto T = static_cast<size_t>(max_tokens), H = static_cast<size_t>(c.hidden_size);
+  for (auto* v : {&b.residual, &b.delta, &b.h, &b.mlp_in, &b.shared_out}) v->resize(T * H);
+  b.q.resize(T * b.q_size);
+  b.qn.resize(T * b.q_size);
+  b.attn.resize(T * b.q_size);
+  b.k.resize(T * b.kv_size);
+  b.kn.resize(T * b.kv_size);
+  b.v.resize(T * b.kv_size);
+  b.expert_out.resize(T * b.topk * H);
+  b.router_logits.resize(T * std::max<int64_t>(1, c.num_experts));
+  b.topk_weights.resize(T * b.topk);
+  b.topk_ids.resize(T * b.topk);
+  b.zero_ids.assign(T, 0);
+  b.shared_gate.resize(T);
+  b.positions.resize(T);
+  b.slots.resize(T);
+  b.context_lens.resize(max_seqs);
+  b.query_start.resize(max_seqs + 1);
+  b.last_rows.resize(max_seqs);
+  b.last_hidden.resize(max_seqs * H);
+  b.rstd.resize(std::max<size_t>(T * b.heads, max_seqs));
+  b.seq_ids.resize(max_seqs);
+  return fb;
+}
+
+Status ModelRunner::norm(const TensorView& x, const TensorView& w, const TensorView& y) const {
+  // rstd is required by the op's contract but unused here; a scratch view of the right shape.
+  thread_local std::vector<float> rstd;
+  std::vector<int64_t> shape(x.shape(), x.shape() + x.rank());
+  shape.back() = 1;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (static_cast<int64_t>(rstd.size()) < n) rstd.resize(n);
+  const TensorView r(rstd.data(), DType::kF32, shape.data(), static_cast<int>(shape.size()));
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  return config_.norm_type == NormType::kGemma ? ops::gemma_rms_norm(x, w, eps, y, r) : ops::rms_norm(x, w, eps, y, r);
+}
+
+Status ModelRunner::add_norm(const TensorView& x, const TensorView& w, const TensorView& residual,
+                             const TensorView& y) const {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  return config_.norm_type == NormType::kGemma ? ops::add_gemma_rms_norm(x, w, residual, eps, y, residual)
+                                               : ops::add_rms_norm(x, w, residual, eps, y, residual);
+}
+
+Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t T = static_cast<int64_t>(in.tokens.size()), S = static_cast<int64_t>(in.seq_ids.size());
+  if (S == 0 || T == 0) return invalid_argument("forward: the batch has no sequences or no tokens");
+  if (T > fb.max_tokens_ || S > fb.max_seqs_) {
+    return invalid_argument(fmt::format("forward: {} tokens from {} sequences exceed the planned batch of {} tokens "
+                                        "from {} sequences",
+                                        T, S, fb.max_tokens_, fb.max_seqs_));
+  }
+  if (static_cast<int64_t>(in.q_lens.size()) != S) {
+    return invalid_argument(fmt::format("forward: {} q_lens for {} sequences", in.q_lens.size(), S));
+  }
+  fb.num_tokens_ = T;
+  fb.num_seqs_ = S;
+  int64_t row = 0, max_blocks = 1;
+  b.query_start[0] = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const runtime::SeqId id = in.seq_ids[s];
+    const int64_t L = pool_.length(id), q = in.q_lens[s];
+    if (q < 1 || q > L) {
+      return invalid_argument(
+          fmt::format("forward: sequence {} has {} new tokens but {} tokens in the KV pool", id, q, L));
+    }
+    if (row + q > T) return invalid_argument("forward: q_lens sum to more than the number of tokens");
+    GB_RETURN_IF_ERROR(pool_.slots(id, L - q, L, std::span<int64_t>(b.slots).subspan(row, q)));
+    for (int64_t i = 0; i < q; ++i) b.positions[row + i] = static_cast<int32_t>(L - q + i);
+    b.seq_ids[s] = id;
+    b.context_lens[s] = static_cast<int32_t>(L);
+    row += q;
+    b.query_start[s + 1] = static_cast<int32_t>(row);
+    b.last_rows[s] = static_cast<int32_t>(row - 1);
+    max_blocks = std::max(max_blocks, pool_.pages_for(L));
+  }
+  if (row != T) return invalid_argument(fmt::format("forward: q_lens sum to {} but there are {} tokens", row, T));
+  b.max_blocks = max_blocks;
+  b.block_tables.resize(static_cast<size_t>(S * max_blocks));
+  GB_RETURN_IF_ERROR(pool_.fill_block_tables(std::span<const runtime::SeqId>(b.seq_ids).first(S), max_blocks,
+                                             b.block_tables));
+  // Embeddings: rows of embed_tokens (bf16) copied into the residual stream.
+  const int64_t H = b.hidden, V = config_.vocab_size;
+  const auto* emb = w_.embed_tokens.data_as<const bf16_t>();
+  const int64_t emb_stride = w_.embed_tokens.stride(0);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t tok = in.tokens[t];
+    if (tok < 0 || tok >= V) {
+      return invalid_argument(fmt::format("forward: token id {} is outside the vocabulary [0, {})", tok, V));
+    }
+    std::memcpy(b.residual.data() + t * H, emb + tok * emb_stride, static_cast<size_t>(H) * sizeof(bf16_t));
+  }
+  return ok_status();
+}
+
+Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, H = b.hidden, D = b.head_dim;
+  const TensorView residual = bf16_view(b.residual, {T, H}), h = bf16_view(b.h, {T, H});
+  if (layer == 0) {
+    GB_RETURN_IF_ERROR(with_context(norm(residual, lw.input_layernorm, h), "input norm", layer));
+  } else {
+    GB_RETURN_IF_ERROR(
+        with_context(add_norm(bf16_view(b.delta, {T, H}), lw.input_layernorm, residual, h), "input norm", layer));
+  }
+  const TensorView q = bf16_view(b.q, {T, b.q_size}), k = bf16_view(b.k, {T, b.kv_size}),
+                   v = bf16_view(b.v, {T, b.kv_size});
+  GB_RETURN_IF_ERROR(with_context(ops::linear(h, lw.attn.q_proj, q), "q_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(ops::linear(h, lw.attn.k_proj, k), "k_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(ops::linear(h, lw.attn.v_proj, v), "v_proj", layer));
+  const TensorView qn = bf16_view(b.qn, {T, b.heads, D}), kn = bf16_view(b.kn, {T, b.kv_heads, D});
+  GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.q, {T, b.heads, D}), lw.attn.q_norm, qn), "q_norm", layer));
+  GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.k, {T, b.kv_heads, D}), lw.attn.k_norm, kn), "k_norm", layer));
+  GB_RETURN_IF_ERROR(with_context(
+      ops::rope(i32_view(b.positions, {T}), qn, kn, static_cast<float>(config_.rope_theta)), "rope", layer));
+  const TensorView v3 = bf16_view(b.v, {T, b.kv_heads, D});
+  GB_RETURN_IF_ERROR(with_context(
+      dev_.write_kv(kv_[layer], kn, v3, std::span<const int64_t>(b.slots).first(T)), "kv write", layer));
+  const int64_t S = fb.num_seqs_;
+  const runtime::AttentionBatch ab{
+      .block_tables = i32_view(b.block_tables, {S, b.max_blocks}),
+      .context_lens = i32_view(b.context_lens, {S}),
+      .query_start_loc = i32_view(b.query_start, {S + 1}),
+  };
+  const TensorView attn = bf16_view(b.attn, {T, b.heads, D});
+  GB_RETURN_IF_ERROR(with_context(
+      dev_.attention(qn, kv_[layer], ab, 1.0f / std::sqrt(static_cast<float>(D)), attn), "attention", layer));
+  const TensorView delta = bf16_view(b.delta, {T, H});
+  GB_RETURN_IF_ERROR(with_context(ops::linear(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, delta), "o_proj", layer));
+  const TensorView mlp_in = bf16_view(b.mlp_in, {T, H});
+  GB_RETURN_IF_ERROR(
+      with_context(add_norm(delta, lw.post_attention_layernorm, residual, mlp_in), "post-attention norm", layer));
+  if (!lw.is_moe) {
+    const ops::ExpertWeights dense = as_expert(lw.dense);
+    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}), std::span(&dense, 1), 0, 1,
+                                                    bf16_view(b.delta, {T, 1, H})),
+                                    "dense mlp", layer));
+  }
+  return ok_status();
+}
+
+Status ModelRunner::route(ForwardBatch& fb, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_;
+  const TensorView logits = f32_view(b.router_logits, {T, b.experts});
+  GB_RETURN_IF_ERROR(with_context(ops::linear(fb.moe_input(), lw.moe.router, logits), "router", layer));
+  return with_context(ops::topk_router(logits, config_.norm_topk_prob, fb.topk_ids(), fb.topk_weights()), "top-k",
+                      layer);
+}
+
+Status ModelRunner::local_experts(ForwardBatch& fb, int64_t layer, int64_t expert_begin, int64_t expert_end) const {
+  return with_context(experts_.compute(layer, fb.moe_input(), fb.topk_ids(), expert_begin, expert_end, fb.expert_out()),
+                      "experts", layer);
+}
+
+Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView* expert_out) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const TensorView outs = expert_out ? *expert_out : fb.expert_out();
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, H = b.hidden;
+  const TensorView delta = bf16_view(b.delta, {T, H});
+  if (!config_.has_shared_expert()) {
+    return with_context(ops::moe_combine(outs, fb.topk_weights(), delta), "combine", layer);
+  }
+  const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
+  const TensorView shared_out = bf16_view(b.shared_out, {T, H});
+  GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}), std::span(&shared, 1),
+                                                  0, 1, bf16_view(b.shared_out, {T, 1, H})),
+                                  "shared expert", layer));
+  const TensorView gate = f32_view(b.shared_gate, {T, 1});
+  GB_RETURN_IF_ERROR(with_context(ops::linear(fb.moe_input(), lw.moe.shared_expert_gate, gate), "shared gate", layer));
+  return with_context(ops::moe_combine(outs, fb.topk_weights(), delta, &shared_out, &gate), "combine", layer);
+}
+
+Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t S = fb.num_seqs_, H = b.hidden, V = config_.vocab_size;
+  if (static_cast<int64_t>(out.size()) < S * V) {
+    return invalid_argument(fmt::format("forward: logits buffer holds {} values but {} x {} are needed", out.size(), S, V));
+  }
+  // Only the last position of each sequence is needed: gather its delta and residual rows, then the final
+  // add+norm (row-wise, so identical to normalising every row) and the LM head.
+  std::vector<bf16_t>& last_delta = b.shared_out;  // free at this point
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t r = b.last_rows[s];
+    std::memcpy(last_delta.data() + s * H, b.delta.data() + r * H, H * sizeof(bf16_t));
+    std::memcpy(b.last_hidden.data() + s * H, b.residual.data() + r * H, H * sizeof(bf16_t));
+  }
+  const TensorView d = bf16_view(last_delta, {S, H}), res = bf16_view(b.last_hidden, {S, H}),
+                   y = bf16_view(b.h, {S, H});
+  GB_RETURN_IF_ERROR(with_context(add_norm(d, w_.final_norm, res, y), "final norm", config_.num_hidden_layers));
+  return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
+}
+
+Status ModelRunner::forward(ForwardBatch& fb, const ForwardInput& in, std::span<float> out) const {
+  GB_RETURN_IF_ERROR(begin(fb, in));
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    GB_RETURN_IF_ERROR(attention_block(fb, l));
+    if (config_.is_moe_layer(l)) {
+      GB_RETURN_IF_ERROR(route(fb, l));
+      GB_RETURN_IF_ERROR(local_experts(fb, l, 0, config_.num_experts));
+      GB_RETURN_IF_ERROR(finish_moe(fb, l));
+    }
+  }
+  return logits(fb, out);
+}
+
+}  // namespace genbridge::model

@@ -1,0 +1,110 @@
+#pragma once
+// ModelRunner: the Qwen3-MoE forward pass over a paged KV cache, built from stable operators and the
+// DeviceOperator's adapters. It never asks which generation it runs on.
+//
+// A forward processes one micro-batch (ForwardBatch): sequences that each contribute q_len new tokens
+// (q_len = prompt length for prefill, 1 for decode). The layer loop is exposed in phases so that a
+// disaggregated (AFD) attention rank can send the MoE part of each layer to FFN ranks and overlap stages:
+//   begin -> for each layer: attention_block -> [MoE layer: route -> expert outputs -> finish_moe] -> logits
+// The monolithic forward() runs the same phases with local_experts() over every expert. Because every
+// kernel is batch-invariant and moe_combine sums slots in a fixed order, both paths give the same bits.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "genbridge/core/status.h"
+#include "genbridge/core/tensor.h"
+#include "genbridge/ops/moe/expert_ffn.h"
+#include "runtime/device/device_operator.h"
+#include "runtime/memory/kv_page_pool.h"
+#include "runtime/model/checkpoint.h"
+
+namespace genbridge::model {
+
+// Sequences of one forward; sequence s contributes q_lens[s] tokens at the end of its cached context. The
+// pool must already hold each sequence at its new length (KvPagePool::admit / append).
+struct ForwardInput {
+  std::span<const int32_t> tokens;          // [T], sequences' tokens back to back
+  std::span<const runtime::SeqId> seq_ids;  // [S]
+  std::span<const int32_t> q_lens;          // [S], each >= 1, summing to T
+};
+
+// Activations and metadata of one micro-batch. Planned once for (max_tokens, max_seqs); a forward never
+// allocates. Owned by the caller; one per concurrently processed stage.
+class ForwardBatch {
+ public:
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_seqs() const { return num_seqs_; }
+  // MoE layer inputs and outputs, valid between route() and finish_moe() of a layer:
+  TensorView moe_input() const;     // bf16 [T, hidden], the post-attention-normed hidden states
+  TensorView topk_ids() const;      // int32 [T, k]
+  TensorView topk_weights() const;  // fp32 [T, k]
+  TensorView expert_out() const;    // bf16 [T, k, hidden]; filled by local_experts() or by FFN ranks
+
+ private:
+  friend class ModelRunner;
+  struct Buffers;
+  std::shared_ptr<Buffers> b_;
+  int64_t num_tokens_ = 0;
+  int64_t num_seqs_ = 0;
+  int64_t max_tokens_ = 0;
+  int64_t max_seqs_ = 0;
+};
+
+// The expert weights of every MoE layer, for whoever computes experts (monolithic runner or FFN rank).
+class ExpertBank {
+ public:
+  explicit ExpertBank(const Checkpoint& checkpoint);
+  // out[t, j] for every slot whose expert is in [begin, end) (see ops::expert_ffn). Blocks until done.
+  Status compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
+                 const TensorView& out) const;
+  int64_t num_experts() const { return num_experts_; }
+
+ private:
+  std::vector<std::vector<ops::ExpertWeights>> layers_;  // empty for dense layers
+  int64_t num_experts_ = 0;
+};
+
+class ModelRunner {
+ public:
+  // Binds the runner to a checkpoint (bf16 weights), the DeviceOperator in force and the KV pool sized
+  // from it. The references must outlive the runner.
+  static Result<std::unique_ptr<ModelRunner>> create(const Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
+                                                     const runtime::KvPagePool& pool);
+
+  const ModelConfig& config() const { return config_; }
+  // Workspace for micro-batches of up to max_tokens tokens from up to max_seqs sequences.
+  ForwardBatch make_batch(int64_t max_tokens, int64_t max_seqs) const;
+
+  // Monolithic forward: writes the new tokens' K/V and the last position's logits of every sequence
+  // (fp32 [S, vocab] row-major into `logits`).
+  Status forward(ForwardBatch& batch, const ForwardInput& input, std::span<float> logits) const;
+
+  // Phases (see the file comment). Layers are 0-based; calls must follow the order above.
+  Status begin(ForwardBatch& batch, const ForwardInput& input) const;
+  Status attention_block(ForwardBatch& batch, int64_t layer) const;
+  Status route(ForwardBatch& batch, int64_t layer) const;
+  Status local_experts(ForwardBatch& batch, int64_t layer, int64_t expert_begin, int64_t expert_end) const;
+  // `expert_out` (bf16 [T, k, hidden]) defaults to batch.expert_out(); an AFD rank passes the received outputs.
+  Status finish_moe(ForwardBatch& batch, int64_t layer, const TensorView* expert_out = nullptr) const;
+  Status logits(ForwardBatch& batch, std::span<float> logits) const;
+
+  const ExpertBank& experts() const { return experts_; }
+
+ private:
+  ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p);
+  Status norm(const TensorView& x, const TensorView& w, const TensorView& y) const;
+  Status add_norm(const TensorView& x, const TensorView& w, const TensorView& residual, const TensorView& y) const;
+
+  const Checkpoint& checkpoint_;
+  const ModelWeights& w_;
+  ModelConfig config_;
+  const runtime::DeviceOperator& dev_;
+  const runtime::KvPagePool& pool_;
+  std::vector<ops::PagedKvCache> kv_;
+  ExpertBank experts_;
+};
+
+}  // namespace genbridge::model

@@ -1,0 +1,50 @@
+#pragma once
+// The `genbridge` subcommands. Each returns the process exit code and prints its own errors.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace genbridge::tools {
+
+struct MakeModelOptions {
+  std::string preset = "tiny";
+  uint64_t seed = 0;
+  int shards = 1;
+  std::string out_dir;
+};
+
+struct RunOptions {
+  std::string model_dir;       // empty: the cached synthetic model of `preset`
+  std::string preset = "small";
+  uint64_t model_seed = 0;
+  int num_prompts = 8;
+  int prompt_len = 32;
+  std::vector<std::string> prompts;  // explicit prompts: comma-separated token ids
+  int max_new_tokens = 32;
+  std::vector<int32_t> stop_tokens;
+  float temperature = 0.f;
+  int top_k = 0;
+  float top_p = 1.f;
+  uint64_t seed = 0;
+  int max_batch = 32;
+  int64_t kv_memory_mb = 0;  // 0: enough for every request
+  std::string kv_cache_dtype = "auto";
+  std::string soc;
+  int threads = 0;
+  std::string dump_logits;
+  bool quiet = false;
+  // AFD
+  std::string afd;  // e.g. "2A1F"; empty: monolithic
+  std::string afd_connector = "sync";
+  int afd_stages = 1;
+  std::string afd_transport = "inproc";
+  double afd_timeout_s = 30.0;
+  std::string trace;
+};
+
+int make_model(const MakeModelOptions& o);
+int run(const RunOptions& o);
+int info(const std::string& soc);
+
+}  // namespace genbridge::tools
