@@ -46,19 +46,27 @@ int afd_worker(const RunOptions& o, const std::string& role) {
                                               .kv_cache_dtype = o.kv_cache_dtype});
   if (!dev.ok()) return fail(dev.status());
   // An FFN rank reads only the expert weights: do not pre-read every mapped page there.
-  const bool ffn = declared == static_cast<int>(afd::Role::kFfn);
+  // Without --role, ranks A.. are FFN ranks (Open MPI names this process's world rank before MPI_Init).
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const bool ffn = declared == static_cast<int>(afd::Role::kFfn) ||
+                   (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= cfg->num_attention);
   auto ckpt = model::Checkpoint::open(dir, {.populate = !ffn});
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   auto reqs = make_requests(o, mc.vocab_size);
   if (!reqs.ok()) return fail(reqs.status());
   // Each attention rank gets every (r % A)-th request; size its pool for all of them (as `run --afd`).
-  auto pool_probe = make_pool(*dev, mc, *reqs, o.kv_memory_mb);
-  if (!pool_probe.ok()) return fail(pool_probe.status());
+  // (The probe pool is freed before the job; each attention rank allocates its own.)
+  int64_t pages = 0;
+  {
+    auto pool_probe = make_pool(*dev, mc, *reqs, o.kv_memory_mb);
+    if (!pool_probe.ok()) return fail(pool_probe.status());
+    pages = pool_probe->num_pages();
+  }
   afd::EngineJobOptions jo{.afd = *cfg,
                            .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
                            .trace_path = o.trace};
-  auto job = afd::run_mpi_engine_rank(*ckpt, *dev, std::move(reqs).value(), pool_probe->num_pages(), jo, declared);
+  auto job = afd::run_mpi_engine_rank(*ckpt, *dev, std::move(reqs).value(), pages, jo, declared);
   if (!job.ok()) return fail(job.status());
   if (job->num_ranks == 0) return 0;  // not world rank 0: rank 0 prints the job's results
   if (!o.quiet) {
