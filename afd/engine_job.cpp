@@ -5,6 +5,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <string_view>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -197,19 +199,151 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
   into.requests_refused += m.requests_refused;
 }
 
+
+// The job's config and engine options: model-shape keys from the checkpoint, the prefill budget raised
+// to the longest prompt (every rank computes the same values from the same requests).
+Status prepare_job(const model::ModelConfig& c, const std::vector<engine::Request>& requests,
+                   const EngineJobOptions& options, TransportKind transport, AfdConfig* cfg,
+                   engine::EngineOptions* eopt) {
+  *cfg = options.afd;
+  cfg->transport = transport;
+  *eopt = options.engine;
+  int64_t longest = 1;
+  for (const auto& r : requests) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
+  eopt->max_prefill_tokens = std::max(eopt->max_prefill_tokens, longest);
+  return fill_model_shape(c, std::max(eopt->max_prefill_tokens, eopt->max_batch), cfg);
+}
+
+ExpertComputeFn expert_compute_with_hook(const model::ExpertBank& experts, const model::ModelConfig& c,
+                                         const EngineJobOptions& options, int ffn_rank) {
+  ExpertComputeFn compute = make_expert_compute(experts, c.num_experts_per_tok, c.hidden_size);
+  if (!options.ffn_hook) return compute;
+  return [hook = options.ffn_hook, inner = std::move(compute), ffn_rank](const FfnWorkItem& item) -> Status {
+    GB_RETURN_IF_ERROR(hook(ffn_rank, item));
+    return inner(item);
+  };
+}
+
+// Byte serialisation of one attention rank's results and metrics for Connector::gather (same process
+// image on every rank: native byte order, floats as their bits).
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  template <typename T>
+  void put_vec(const std::vector<T>& v) {
+    put<uint64_t>(v.size());
+    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  Status get(T* v) {
+    if (in_.size() - pos_ < sizeof(T)) return truncated();
+    std::memcpy(v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return ok_status();
+  }
+  template <typename T>
+  Status get_vec(std::vector<T>* v) {
+    uint64_t n = 0;
+    GB_RETURN_IF_ERROR(get(&n));
+    if (n > (in_.size() - pos_) / sizeof(T)) return truncated();
+    v->resize(n);
+    std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return ok_status();
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  static Status truncated() { return internal_error("afd: a gathered engine result is truncated"); }
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+std::string serialize_rank(const std::vector<size_t>& indices, const std::vector<engine::RequestResult>& results,
+                           const engine::EngineMetrics& m) {
+  Writer w;
+  w.put<uint64_t>(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    const engine::RequestResult& r = results[i];
+    w.put<uint64_t>(indices[i]);
+    w.put<int64_t>(r.id);
+    w.put<int32_t>(static_cast<int32_t>(r.reason));
+    w.put_vec(r.tokens);
+    w.put_vec(std::vector<char>(r.message.begin(), r.message.end()));
+    w.put_vec(r.logits);
+  }
+  w.put(m.prefill_tokens);
+  w.put(m.decode_tokens);
+  w.put(m.prefill_seconds);
+  w.put(m.decode_seconds);
+  w.put_vec(m.ttft_seconds);
+  w.put_vec(m.tpot_seconds);
+  w.put(m.kv_bytes_per_token);
+  w.put(m.requests_finished);
+  w.put(m.requests_refused);
+  return w.take();
+}
+
+// Stores a rank's results at their request indices and returns its metrics.
+Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vector<engine::RequestResult>* results,
+                                               std::vector<bool>* filled) {
+  Reader rd(blob);
+  uint64_t n = 0;
+  GB_RETURN_IF_ERROR(rd.get(&n));
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t index = 0;
+    GB_RETURN_IF_ERROR(rd.get(&index));
+    if (index >= results->size() || (*filled)[index]) {
+      return internal_error(fmt::format("afd: a gathered engine result names request {} twice or out of range", index));
+    }
+    engine::RequestResult& r = (*results)[index];
+    int32_t reason = 0;
+    std::vector<char> msg;
+    GB_RETURN_IF_ERROR(rd.get(&r.id));
+    GB_RETURN_IF_ERROR(rd.get(&reason));
+    GB_RETURN_IF_ERROR(rd.get_vec(&r.tokens));
+    GB_RETURN_IF_ERROR(rd.get_vec(&msg));
+    GB_RETURN_IF_ERROR(rd.get_vec(&r.logits));
+    r.reason = static_cast<engine::FinishReason>(reason);
+    r.message.assign(msg.begin(), msg.end());
+    (*filled)[index] = true;
+  }
+  engine::EngineMetrics m;
+  GB_RETURN_IF_ERROR(rd.get(&m.prefill_tokens));
+  GB_RETURN_IF_ERROR(rd.get(&m.decode_tokens));
+  GB_RETURN_IF_ERROR(rd.get(&m.prefill_seconds));
+  GB_RETURN_IF_ERROR(rd.get(&m.decode_seconds));
+  GB_RETURN_IF_ERROR(rd.get_vec(&m.ttft_seconds));
+  GB_RETURN_IF_ERROR(rd.get_vec(&m.tpot_seconds));
+  GB_RETURN_IF_ERROR(rd.get(&m.kv_bytes_per_token));
+  GB_RETURN_IF_ERROR(rd.get(&m.requests_finished));
+  GB_RETURN_IF_ERROR(rd.get(&m.requests_refused));
+  if (!rd.done()) return internal_error("afd: a gathered engine result has trailing bytes");
+  return m;
+}
+
 }  // namespace
 
 Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                                               std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
                                               const EngineJobOptions& options) {
   const model::ModelConfig& c = checkpoint.config();
-  AfdConfig cfg = options.afd;
-  cfg.transport = TransportKind::kInproc;
-  engine::EngineOptions eopt = options.engine;
-  int64_t longest = 1;
-  for (const auto& r : requests) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
-  eopt.max_prefill_tokens = std::max(eopt.max_prefill_tokens, longest);
-  GB_RETURN_IF_ERROR(fill_model_shape(c, std::max(eopt.max_prefill_tokens, eopt.max_batch), &cfg));
+  AfdConfig cfg;
+  engine::EngineOptions eopt;
+  GB_RETURN_IF_ERROR(prepare_job(c, requests, options, TransportKind::kInproc, &cfg, &eopt));
   const int A = cfg.num_attention, S = cfg.num_stages;
   const bool lockstep = !cfg.async_dp && A > 1;
 
@@ -247,7 +381,7 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
     return ok_status();
   };
   fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
-    FfnRunner runner(conn, make_expert_compute(experts, c.num_experts_per_tok, c.hidden_size), &metrics);
+    FfnRunner runner(conn, expert_compute_with_hook(experts, c, options, conn.rank()), &metrics);
     return runner.run();
   };
 
@@ -262,5 +396,88 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
   out.num_ranks = cfg.num_attention + cfg.num_ffn;
   return out;
 }
+
+Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
+                                            std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
+                                            const EngineJobOptions& options, int declared_role) {
+  const model::ModelConfig& c = checkpoint.config();
+  AfdConfig cfg;
+  engine::EngineOptions eopt;
+  GB_RETURN_IF_ERROR(prepare_job(c, requests, options, TransportKind::kMpi, &cfg, &eopt));
+  const int A = cfg.num_attention, S = cfg.num_stages;
+  const bool lockstep = !cfg.async_dp && A > 1;
+  const size_t num_requests = requests.size();
+
+  EngineJobResult out;
+  bool root = false;
+  // Every rank gathers once, after its role's work: attention ranks their results, FFN ranks nothing.
+  auto gather_results = [&](Connector& conn, std::string blob) -> Status {
+    GB_ASSIGN_OR_RETURN(std::vector<std::string> blobs, conn.gather(blob));
+    if (conn.world_rank() != 0) return ok_status();
+    root = true;
+    out.results.assign(num_requests, {});
+    std::vector<bool> filled(num_requests, false);
+    for (int w : conn.topology().attention_world) {
+      GB_ASSIGN_OR_RETURN(const engine::EngineMetrics m, deserialize_rank(blobs[w], &out.results, &filled));
+      merge_metrics(m, out.metrics);
+    }
+    for (size_t r = 0; r < num_requests; ++r) {
+      if (!filled[r]) return internal_error(fmt::format("afd: no attention rank returned request {}", r));
+    }
+    return ok_status();
+  };
+
+  RankFns fns;
+  fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
+    const int a = conn.rank();
+    std::unique_ptr<StepAgreement> agreement, all_done;
+    if (lockstep) {
+      GB_ASSIGN_OR_RETURN(agreement, make_mpi_step_agreement(conn.topology().attention_world, a, cfg.timeout_ms));
+    }
+    if (A > 1) {
+      // Attention ranks that step independently (async_dp) may finish far apart; they meet here, waiting
+      // like an idle FFN rank (idle_timeout_ms), before the gather, whose deadline is timeout_ms.
+      GB_ASSIGN_OR_RETURN(all_done, make_mpi_step_agreement(conn.topology().attention_world, a, cfg.idle_timeout_ms));
+    }
+    const runtime::KvPageGeometry geometry =
+        dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
+    GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages_per_rank));
+    GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool));
+    AttentionRunner attention(conn, &metrics);
+    AfdExecutor executor(*runner, attention, S, agreement.get());
+    engine::Engine eng(executor, pool, eopt);
+    std::vector<size_t> mine;
+    for (size_t r = static_cast<size_t>(a); r < num_requests; r += static_cast<size_t>(A)) {
+      mine.push_back(r);
+      GB_RETURN_IF_ERROR(eng.submit(requests[r]));
+    }
+    GB_RETURN_IF_ERROR(eng.run_to_completion());
+    GB_RETURN_IF_ERROR(executor.finish());
+    if (all_done) GB_RETURN_IF_ERROR(all_done->any_active(false).status());
+    return gather_results(conn, serialize_rank(mine, eng.results(), eng.metrics()));
+  };
+  std::unique_ptr<model::ExpertBank> experts;
+  fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
+    experts = std::make_unique<model::ExpertBank>(checkpoint);
+    FfnRunner runner(conn, expert_compute_with_hook(*experts, c, options, conn.rank()), &metrics);
+    GB_RETURN_IF_ERROR(runner.run());
+    return gather_results(conn, serialize_rank({}, {}, {}));
+  };
+
+  JobOptions jo;
+  jo.trace_path = options.trace_path;
+  jo.trace_events = options.trace_path.empty() ? 0 : (size_t{1} << 18);
+  jo.report = &out.report;
+  GB_RETURN_IF_ERROR(run_mpi_rank(cfg, declared_role, fns, jo));
+  if (!root) return EngineJobResult{};
+  out.num_ranks = cfg.num_attention + cfg.num_ffn;
+  return out;
+}
+
+#ifndef GENBRIDGE_HAVE_MPI
+Result<std::unique_ptr<StepAgreement>> make_mpi_step_agreement(std::span<const int>, int, int64_t) {
+  return unavailable("afd: this build of genbridge has no MPI, so attention ranks cannot agree on steps over MPI");
+}
+#endif
 
 }  // namespace genbridge::afd

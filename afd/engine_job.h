@@ -6,7 +6,9 @@
 // engine's bit for bit.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,9 @@ struct EngineJobOptions {
   AfdConfig afd;  // topology, connector, stages, deadlines; model-shape keys are filled from the checkpoint
   engine::EngineOptions engine;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
+  // Tests only (fault injection): called on an FFN rank before each work item's expert compute; an error
+  // fails that FFN rank. Empty: none.
+  std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;
 };
 
 struct EngineJobResult {
@@ -77,5 +82,23 @@ Status fill_model_shape(const model::ModelConfig& cfg, int64_t max_tokens_per_st
 Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                                               std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
                                               const EngineJobOptions& options);
+
+// Runs this process's rank of an MPI job (launched by mpirun; `declared_role` as in run_mpi_rank) with
+// the real engine. Every process passes the same requests; request r goes to attention rank r % A, whose
+// KV pool has `pool_pages_per_rank` pages. Attention ranks gather their results and metrics to world
+// rank 0 (Connector::gather, called by every rank in the same order), so world rank 0 returns every
+// result in request order, the merged metrics and the report; other ranks return an empty result
+// (num_ranks == 0). `dev` is used by attention ranks only. Errors: the transport cannot start (e.g. not
+// under mpirun) is returned; any later failure ends the whole job (MPI_Abort; does not return).
+Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
+                                            std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
+                                            const EngineJobOptions& options, int declared_role);
+
+// StepAgreement among the attention ranks of an MPI job: a logical-or all-reduce on a communicator of the
+// attention ranks (`attention_world_ranks`, in attention-rank order), polled against `timeout_ms`.
+// Collective over the attention ranks only; call after the connector's init(). Unavailable in a build
+// without MPI.
+Result<std::unique_ptr<StepAgreement>> make_mpi_step_agreement(std::span<const int> attention_world_ranks,
+                                                               int attention_rank, int64_t timeout_ms);
 
 }  // namespace genbridge::afd

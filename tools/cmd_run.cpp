@@ -27,9 +27,13 @@ std::filesystem::path cache_root() {
   return std::filesystem::temp_directory_path() / "genbridge-cache";
 }
 
+std::filesystem::path synthetic_model_dir(const RunOptions& o) {
+  return cache_root() / "models" / fmt::format("{}-seed{}", o.preset, o.model_seed);
+}
+
 Result<std::filesystem::path> resolve_model_dir(const RunOptions& o) {
   if (!o.model_dir.empty()) return std::filesystem::path(o.model_dir);
-  const std::filesystem::path dir = cache_root() / "models" / fmt::format("{}-seed{}", o.preset, o.model_seed);
+  const std::filesystem::path dir = synthetic_model_dir(o);
   if (std::filesystem::exists(dir / "config.json")) return dir;  // config.json is written last: complete
   if (!o.quiet) fmt::print(stderr, "building synthetic model '{}' (seed {}) once, cached in {} ...\n", o.preset, o.model_seed, dir.string());
   const auto t0 = std::chrono::steady_clock::now();

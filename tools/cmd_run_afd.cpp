@@ -9,19 +9,26 @@
 
 namespace genbridge::tools {
 
-Result<afd::AfdConfig> afd_config_from(const RunOptions& o) {
+Result<afd::AfdConfig> afd_config_from(const RunOptions& o, bool mpi) {
   afd::AfdConfig cfg;
   GB_RETURN_IF_ERROR(afd::apply_topology_string(o.afd, &cfg));
   cfg.connector = o.afd_connector == "async" ? afd::ConnectorKind::kAsync : afd::ConnectorKind::kSync;
   cfg.async_dp = cfg.connector == afd::ConnectorKind::kAsync;
   cfg.num_stages = o.afd_stages;
   cfg.timeout_ms = static_cast<int64_t>(o.afd_timeout_s * 1000.0);
-  if (o.afd_transport != "inproc") {
+  if (mpi && o.afd_transport != "mpi") {
     return invalid_argument(fmt::format(
-        "--afd-transport {}: `genbridge run` runs every rank in this process (inproc); for MPI launch ranks with "
-        "mpirun (see the README)",
+        "--afd-transport {}: `genbridge afd-worker` is one process of an mpirun job (mpi); for the in-process "
+        "transport use `genbridge run --afd`",
         o.afd_transport));
   }
+  if (!mpi && o.afd_transport != "inproc") {
+    return invalid_argument(fmt::format(
+        "--afd-transport {}: `genbridge run` runs every rank in this process (inproc); for MPI launch ranks with "
+        "mpirun and `genbridge afd-worker` (see docs/afd_mpi.md)",
+        o.afd_transport));
+  }
+  cfg.transport = mpi ? afd::TransportKind::kMpi : afd::TransportKind::kInproc;
   return cfg;
 }
 
@@ -30,7 +37,7 @@ int run_afd(const RunOptions& o) {
     fmt::print(stderr, "genbridge run: {}\n", s.to_string());
     return 1;
   };
-  auto cfg = afd_config_from(o);
+  auto cfg = afd_config_from(o, false);
   if (!cfg.ok()) return fail(cfg.status());
   const char* env_soc = std::getenv("GENBRIDGE_SOC");
   auto dev = runtime::DeviceOperator::create({.soc = !o.soc.empty() ? o.soc : (env_soc ? env_soc : ""),

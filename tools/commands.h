@@ -45,6 +45,8 @@ struct RunOptions {
 
 int make_model(const MakeModelOptions& o);
 int run(const RunOptions& o);
+// One process of an mpirun AFD job; `role` is "attention", "ffn" or empty (roles from rank order).
+int afd_worker(const RunOptions& o, const std::string& role);
 int info(const std::string& soc);
 
 }  // namespace genbridge::tools

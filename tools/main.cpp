@@ -7,20 +7,10 @@
 #include "runtime/device/soc.h"
 #include "tools/commands.h"
 
-int main(int argc, char** argv) {
-  using genbridge::tools::MakeModelOptions;
-  using genbridge::tools::RunOptions;
-  CLI::App app{
-      "genbridge: Mixture-of-Experts decoding with stable operator contracts per accelerator generation.\n"
-      "Subcommands: run (decode a batch; the main job), make-model (write a synthetic checkpoint), info\n"
-      "(what this build was made for). `genbridge <subcommand> --help` explains each flag."};
-  app.require_subcommand(1);
+namespace {
 
-  RunOptions ro;
-  CLI::App* run = app.add_subcommand(
-      "run",
-      "Decode a batch of prompts and print the generated token ids and a metrics table. With no arguments it\n"
-      "builds (once, cached) the synthetic 'small' model and decodes 8 prompts of 32 tokens, 32 new tokens each.");
+// The flags `run` and `afd-worker` share: model, prompts, sampling, batching, AFD settings.
+void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   run->add_option("--model", ro.model_dir,
                   "Model directory: config.json + model.safetensors or sharded model-*-of-*.safetensors with\n"
                   "model.safetensors.index.json (Hugging Face layout, Qwen3-MoE family). Default: a synthetic model");
@@ -69,6 +59,40 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--afd-timeout", ro.afd_timeout_s, "Deadline in seconds for every AFD wait")->capture_default_str();
   run->add_option("--trace", ro.trace, "Write a Chrome/Perfetto trace (JSON) of the run to FILE.json");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using genbridge::tools::MakeModelOptions;
+  using genbridge::tools::RunOptions;
+  CLI::App app{
+      "genbridge: Mixture-of-Experts decoding with stable operator contracts per accelerator generation.\n"
+      "Subcommands: run (decode a batch; the main job), afd-worker (one process of an mpirun AFD job),\n"
+      "make-model (write a synthetic checkpoint), info (what this build was made for).\n"
+      "`genbridge <subcommand> --help` explains each flag."};
+  app.require_subcommand(1);
+
+  RunOptions ro;
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Decode a batch of prompts and print the generated token ids and a metrics table. With no arguments it\n"
+      "builds (once, cached) the synthetic 'small' model and decodes 8 prompts of 32 tokens, 32 new tokens each.");
+  add_run_options(run, ro);
+
+  RunOptions wo;
+  wo.afd_transport = "mpi";
+  std::string worker_role;
+  CLI::App* worker = app.add_subcommand(
+      "afd-worker",
+      "One process of an attention-FFN disaggregated job under mpirun (Open MPI transport). Every process of\n"
+      "the job runs it with the same flags as `run --afd`, e.g.\n"
+      "  mpirun -np 2 genbridge afd-worker --role attention --afd 2A1F : -np 1 genbridge afd-worker --role ffn --afd 2A1F\n"
+      "or without --role (world ranks 0..A-1 attention, the rest FFN). Request r goes to attention rank r % A;\n"
+      "world rank 0 prints every result in request order, the metrics and the AFD report.");
+  add_run_options(worker, wo);
+  worker->add_option("--role", worker_role, "attention | ffn (MPMD launch); empty: roles from rank order")
+      ->check(CLI::IsMember({"attention", "ffn"}));
 
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
@@ -87,6 +111,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*run) return genbridge::tools::run(ro);
+    if (*worker) return genbridge::tools::afd_worker(wo, worker_role);
     if (*make) return genbridge::tools::make_model(mo);
     if (*info) return genbridge::tools::info(info_soc);
   } catch (const std::exception& e) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "afd/config.h"
 #include "genbridge/core/status.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
@@ -18,6 +19,11 @@ namespace genbridge::tools {
 
 // The model directory: --model, or the cached synthetic model of --preset (built on first use).
 Result<std::filesystem::path> resolve_model_dir(const RunOptions& o);
+// Where the cached synthetic model of --preset / --model-seed lives (built or not).
+std::filesystem::path synthetic_model_dir(const RunOptions& o);
+// The AFD settings of --afd, --afd-connector, --afd-stages, --afd-timeout. `mpi`: for `afd-worker`
+// (--afd-transport must be mpi); otherwise for `run` (it must be inproc).
+Result<afd::AfdConfig> afd_config_from(const RunOptions& o, bool mpi);
 // The requests of a run: explicit --prompt ids or deterministic generated prompts.
 Result<std::vector<engine::Request>> make_requests(const RunOptions& o, int64_t vocab);
 // One line: architecture, sizes, norm type, weights.

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the monolithic `genbridge run` and an mpirun `genbridge afd-worker` job on the same model and
+# prompts; passes only when both print the same result lines and dump byte-identical logits.
+# usage: compare_worker_with_run.sh GENBRIDGE MODEL_DIR WORK_DIR -- mpirun ... --dump-logits WORK_DIR/afd.npy
+set -u
+genbridge=$1 model=$2 work=$3
+shift 3
+[ "$1" = "--" ] && shift
+rm -rf "$work" && mkdir -p "$work" || exit 1
+"$genbridge" run --model "$model" --num-prompts 5 --prompt-len 7 --max-new-tokens 4 --quiet \
+  --dump-logits "$work/mono.npy" > "$work/mono.txt" || { echo "FAIL: genbridge run failed"; exit 1; }
+timeout -k 5 50 "$@" > "$work/afd.txt" 2> "$work/afd.err"
+rc=$?
+cat "$work/afd.txt" "$work/afd.err"
+[ $rc -eq 0 ] || { echo "FAIL: the mpirun job exited with $rc"; exit 1; }
+grep '^request ' "$work/mono.txt" > "$work/mono.results"
+grep '^request ' "$work/afd.txt" > "$work/afd.results"
+[ -s "$work/mono.results" ] || { echo "FAIL: genbridge run printed no results"; exit 1; }
+diff "$work/mono.results" "$work/afd.results" || { echo "FAIL: the AFD job's results differ from genbridge run"; exit 1; }
+cmp "$work/mono.npy" "$work/afd.npy" || { echo "FAIL: the AFD job's logits differ from genbridge run"; exit 1; }
+echo "PASS: $(wc -l < "$work/afd.results") results and $(stat -c %s "$work/afd.npy") bytes of logits identical"
