@@ -236,7 +236,7 @@ class Writer {
   template <typename T>
   void put_vec(const std::vector<T>& v) {
     put<uint64_t>(v.size());
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string take() { return std::move(out_); }
 
@@ -260,7 +260,7 @@ class Reader {
     GB_RETURN_IF_ERROR(get(&n));
     if (n > (in_.size() - pos_) / sizeof(T)) return truncated();
     v->resize(n);
-    std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(v->data(), in_.data() + pos_, n * sizeof(T));  // an empty vector's data() may be null
     pos_ += n * sizeof(T);
     return ok_status();
   }
