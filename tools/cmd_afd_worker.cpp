@@ -41,9 +41,7 @@ int afd_worker(const RunOptions& o, const std::string& role) {
           o.preset, o.model_seed, dir.string(), o.preset, o.model_seed)));
     }
   }
-  const char* env_soc = std::getenv("GENBRIDGE_SOC");
-  auto dev = runtime::DeviceOperator::create({.soc = !o.soc.empty() ? o.soc : (env_soc ? env_soc : ""),
-                                              .kv_cache_dtype = o.kv_cache_dtype});
+  auto dev = make_device(o, /*log=*/false);
   if (!dev.ok()) return fail(dev.status());
   // An FFN rank reads only the expert weights: do not pre-read every mapped page there.
   // Without --role, ranks A.. are FFN ranks (Open MPI names this process's world rank before MPI_Init).

@@ -95,11 +95,8 @@ int fail(const Status& s) {
 int run(const RunOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   if (!o.afd.empty()) return run_afd(o);
-  const char* env_soc = std::getenv("GENBRIDGE_SOC");
-  auto dev = runtime::DeviceOperator::create({.soc = !o.soc.empty() ? o.soc : (env_soc ? env_soc : ""),
-                                              .kv_cache_dtype = o.kv_cache_dtype});
+  auto dev = make_device(o);
   if (!dev.ok()) return fail(dev.status());
-  if (!o.quiet) fmt::print(stderr, "{}\n", dev->log_line());
 
   auto dir = resolve_model_dir(o);
   if (!dir.ok()) return fail(dir.status());

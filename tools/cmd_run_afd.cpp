@@ -39,11 +39,8 @@ int run_afd(const RunOptions& o) {
   };
   auto cfg = afd_config_from(o, false);
   if (!cfg.ok()) return fail(cfg.status());
-  const char* env_soc = std::getenv("GENBRIDGE_SOC");
-  auto dev = runtime::DeviceOperator::create({.soc = !o.soc.empty() ? o.soc : (env_soc ? env_soc : ""),
-                                              .kv_cache_dtype = o.kv_cache_dtype});
+  auto dev = make_device(o);
   if (!dev.ok()) return fail(dev.status());
-  if (!o.quiet) fmt::print(stderr, "{}\n", dev->log_line());
   auto dir = resolve_model_dir(o);
   if (!dir.ok()) return fail(dir.status());
   auto ckpt = model::Checkpoint::open(*dir);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "runtime/engine/npy.h"
 
@@ -11,6 +12,15 @@ namespace genbridge::tools {
 namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
+
+Result<runtime::DeviceOperator> make_device(const RunOptions& o, bool log) {
+  const char* env_soc = std::getenv("GENBRIDGE_SOC");
+  GB_ASSIGN_OR_RETURN(runtime::DeviceOperator dev,
+                      runtime::DeviceOperator::create(
+                          {.soc = !o.soc.empty() ? o.soc : (env_soc ? env_soc : ""), .kv_cache_dtype = o.kv_cache_dtype}));
+  if (log && !o.quiet) fmt::print(stderr, "{}\n", dev.log_line());
+  return dev;
+}
 
 std::string describe_model(const model::Checkpoint& ckpt) {
   const model::ModelConfig& c = ckpt.config();

@@ -17,6 +17,9 @@
 
 namespace genbridge::tools {
 
+// The DeviceOperator for --soc (else GENBRIDGE_SOC) and --kv-cache-dtype; prints its contract line to stderr
+// when `log` and not --quiet.
+Result<runtime::DeviceOperator> make_device(const RunOptions& o, bool log = true);
 // The model directory: --model, or the cached synthetic model of --preset (built on first use).
 Result<std::filesystem::path> resolve_model_dir(const RunOptions& o);
 // Where the cached synthetic model of --preset / --model-seed lives (built or not).
