@@ -57,8 +57,17 @@ class AfdExecutor final : public engine::ForwardExecutor {
 // caller, as FfnRunner is).
 ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden);
 
+// One setting that every rank of a job must agree on, as the user gave it: `name` is the flag as typed
+// ("--max-new-tokens") or a derived item ("model weights"), `value` its printable value or a digest.
+struct FingerprintItem {
+  std::string name;
+  std::string value;
+};
+
 struct EngineJobOptions {
   AfdConfig afd;  // topology, connector, stages, deadlines; model-shape keys are filled from the checkpoint
+  // Compared across every rank at init; a mismatch ends the job naming the item and both values.
+  std::vector<FingerprintItem> fingerprint;
   engine::EngineOptions engine;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
   // Tests only (fault injection): called on an FFN rank before each work item's expert compute; an error

@@ -202,7 +202,9 @@ Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
     row += q;
     b.query_start[s + 1] = static_cast<int32_t>(row);
     b.last_rows[s] = static_cast<int32_t>(row - 1);
-    max_blocks = std::max(max_blocks, pool_.pages_for(L));
+    // Rows hold every page the sequence owns: admission reserves pages for the whole request (prompt + every
+    // token it may generate), so a sequence can own more pages than its current length needs.
+    max_blocks = std::max(max_blocks, static_cast<int64_t>(pool_.block_table(id).size()));
   }
   if (row != T) return invalid_argument(fmt::format("forward: q_lens sum to {} but there are {} tokens", row, T));
   b.max_blocks = max_blocks;
