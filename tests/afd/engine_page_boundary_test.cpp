@@ -5,6 +5,8 @@
 
 #include <map>
 #include <memory>
+#include <ostream>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -76,6 +78,12 @@ struct Case {
   std::string kv;
 };
 
+std::string case_name(const Case& k) {
+  return fmt::format("{}_{}A{}F_S{}_{}", connector_kind_name(k.connector), k.a, k.f, k.s, k.kv);
+}
+// Keeps the ctest names stable (gtest would print the parameter's bytes, pointers included).
+void PrintTo(const Case& k, std::ostream* os) { *os << case_name(k); }
+
 class EngineAfdPages : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EngineAfdPages, tokens_and_logits_equal_the_monolithic_engine) {
@@ -111,10 +119,8 @@ std::vector<Case> matrix() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(matrix, EngineAfdPages, ::testing::ValuesIn(matrix()), [](const auto& info) {
-  const Case& k = info.param;
-  return fmt::format("{}_{}A{}F_S{}_{}", connector_kind_name(k.connector), k.a, k.f, k.s, k.kv);
-});
+INSTANTIATE_TEST_SUITE_P(matrix, EngineAfdPages, ::testing::ValuesIn(matrix()),
+                         [](const auto& info) { return case_name(info.param); });
 
 }  // namespace
 }  // namespace genbridge::afd
