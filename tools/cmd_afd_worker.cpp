@@ -79,9 +79,7 @@ int afd_worker(const RunOptions& o, const std::string& role) {
   if (!o.dump_logits.empty()) {
     if (Status s = dump_logits(o.dump_logits, job->results, mc.vocab_size); !s.ok()) return fail(s);
   }
-  int refused = 0;
-  for (const auto& r : job->results) refused += r.reason == engine::FinishReason::kRefused;
-  return refused ? 3 : 0;
+  return exit_code(job->results);
 }
 
 }  // namespace genbridge::tools

@@ -129,9 +129,7 @@ int run(const RunOptions& o) {
   if (!o.dump_logits.empty()) {
     if (Status s = dump_logits(o.dump_logits, eng.results(), cfg.vocab_size); !s.ok()) return fail(s);
   }
-  int refused = 0;
-  for (const auto& r : eng.results()) refused += r.reason == engine::FinishReason::kRefused;
-  return refused ? 3 : 0;
+  return exit_code(eng.results());
 }
 
 }  // namespace genbridge::tools

@@ -69,7 +69,7 @@ int run_afd(const RunOptions& o) {
   if (!o.dump_logits.empty()) {
     if (Status s = dump_logits(o.dump_logits, job->results, mc.vocab_size); !s.ok()) return fail(s);
   }
-  return 0;
+  return exit_code(job->results);
 }
 
 }  // namespace genbridge::tools

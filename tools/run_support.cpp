@@ -48,8 +48,8 @@ Result<runtime::KvPagePool> make_pool(const runtime::DeviceOperator& dev, const 
 
 void print_results(const std::vector<engine::RequestResult>& results) {
   for (const auto& r : results) {
-    if (r.reason == engine::FinishReason::kRefused) {
-      fmt::print("request {}: refused: {}\n", r.id, r.message);
+    if (!engine::completed(r)) {  // refused, or ended by an error: the message says why
+      fmt::print("request {}: {}: {}\n", r.id, engine::finish_reason_name(r.reason), r.message);
       continue;
     }
     fmt::print("request {} ({}, {} tokens): {}\n", r.id, engine::finish_reason_name(r.reason), r.tokens.size(),
@@ -75,6 +75,13 @@ void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator
              ops::kv_cache_format_name(dev.kv_format()), m.kv_bytes_per_token, cfg.num_hidden_layers);
   fmt::print("{:<34} {} prefill + {} decode\n", "tokens", m.prefill_tokens, m.decode_tokens);
   fmt::print("{:<34} {} finished, {} refused\n", "requests", num_requests - m.requests_refused, m.requests_refused);
+}
+
+int exit_code(const std::vector<engine::RequestResult>& results) {
+  for (const auto& r : results) {
+    if (!engine::completed(r)) return 3;
+  }
+  return 0;
 }
 
 Status dump_logits(const std::string& path, const std::vector<engine::RequestResult>& results, int64_t vocab) {

@@ -34,7 +34,11 @@ std::string describe_model(const model::Checkpoint& ckpt);
 // A pool in the DeviceOperator's representation: kv_memory_mb MiB, or (0) enough pages for every request.
 Result<runtime::KvPagePool> make_pool(const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,
                                       const std::vector<engine::Request>& reqs, int64_t kv_memory_mb);
+// One line per request: its tokens, or why it was refused or ended by an error.
 void print_results(const std::vector<engine::RequestResult>& results);
+// The exit status of a run that printed `results`: 0 when every request completed, 3 when any was refused
+// or ended by an error (non-finite logits).
+int exit_code(const std::vector<engine::RequestResult>& results);
 // `num_ranks`: devices the throughput is divided by (AFD counts every rank).
 void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,
                    int64_t num_requests, int num_ranks);

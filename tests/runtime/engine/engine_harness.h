@@ -71,10 +71,11 @@ struct RunTrace {
   int64_t max_waiting = 0;       // most requests waiting at the end of any iteration
 };
 
-// Runs `reqs` through a fresh engine (DeviceOperator of this build, pool of rc.pool_pages pages) and
-// returns the results. Asserts success unless `trace` is given (then its status says how the run ended).
-inline std::vector<RequestResult> run_engine(const RunConfig& rc, std::vector<Request> reqs, RunTrace* trace = nullptr) {
-  const Checkpoint& ck = checkpoint(rc.preset);
+// Runs `reqs` through a fresh engine on `ck` (DeviceOperator of this build, pool of rc.pool_pages pages;
+// rc.preset is ignored) and returns the results. Asserts success unless `trace` is given (then its status
+// says how the run ended).
+inline std::vector<RequestResult> run_engine_on(const Checkpoint& ck, const RunConfig& rc, std::vector<Request> reqs,
+                                                RunTrace* trace = nullptr) {
   const model::ModelConfig& c = ck.config();
   auto dev = runtime::DeviceOperator::create({.kv_cache_dtype = rc.kv_cache_dtype});
   EXPECT_TRUE(dev.ok()) << dev.status().to_string();
@@ -98,6 +99,11 @@ inline std::vector<RequestResult> run_engine(const RunConfig& rc, std::vector<Re
   }
   EXPECT_EQ(pool->used_pages(), 0) << "finished requests must return their pages";
   return eng.results();
+}
+
+// run_engine_on the cached checkpoint of rc.preset.
+inline std::vector<RequestResult> run_engine(const RunConfig& rc, std::vector<Request> reqs, RunTrace* trace = nullptr) {
+  return run_engine_on(checkpoint(rc.preset), rc, std::move(reqs), trace);
 }
 
 // Relative L2 error of one logits row against the reference.
