@@ -1,14 +1,13 @@
 // The real engine on AFD topologies (in-process transport) with generations that cross 1, 2 and 3 KV pages
 // (128 tokens each) at different steps, in bf16 and in the build's quantized KV representation: tokens and
 // logits equal the monolithic engine's bit for bit, and every page is returned.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
 #include <memory>
 #include <ostream>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "afd/engine_job.h"
 #include "runtime/model/synthetic.h"

@@ -3,13 +3,12 @@
 // exactly the results they have without the fault. Checkpoints are the tiny preset with one element
 // rewritten: one +Inf or one NaN in lm_head.weight (every request's logits), or one +Inf in the embedding
 // row of a token that only one request feeds to the model (only that request's state overflows).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "afd/engine_job.h"
 #include "engine_harness.h"
@@ -65,9 +64,10 @@ void check_lm_head_poison(float value, const std::vector<std::string>& shown) {
     EXPECT_TRUE(res[r].logits.empty()) << "request " << r;
     bool matched = false;
     for (const std::string& v : shown) {
-      matched = matched || res[r].message == message_prefix(res[r].id, 0) +
-                                                 "the logits contain 1 non-finite value of 512 (first: token 17 = " + v +
-                                                 ")" + kMessageTail;
+      matched =
+          matched || res[r].message == message_prefix(res[r].id, 0) +
+                                           "the logits contain 1 non-finite value of 512 (first: token 17 = " + v +
+                                           ")" + kMessageTail;
     }
     EXPECT_TRUE(matched) << res[r].message;
   }

@@ -27,8 +27,8 @@ int64_t vocab() { return checkpoint("tiny").config().vocab_size; }
 // this model where routing is clear (observed, printed; a misread page gives errors of order 1). It also
 // moves the router's logits by up to ~0.1 (fp8, observed), so steps whose reference top-k margin is below
 // 0.15 may route differently and are skipped; at that margin 52-66% of the steps are compared.
-constexpr ReferenceCheck kQuantizedKvCheck{.tolerance = 8e-2, .routing_margin = 0.15, .min_compared = 0.4,
-                                           .greedy = false};
+constexpr ReferenceCheck kQuantizedKvCheck{
+    .tolerance = 8e-2, .routing_margin = 0.15, .min_compared = 0.4, .greedy = false};
 constexpr ReferenceCheck kSampledCheck{.greedy = false};
 
 // Request 0 crosses one boundary (120 + 20 tokens), request 1 two (60 + 220), request 2 three (5 + 390);

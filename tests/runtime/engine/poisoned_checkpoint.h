@@ -2,12 +2,12 @@
 // Tests only: rewrites one element of one tensor of a single-file checkpoint (model.safetensors) through
 // the project's safetensors reader and writer, e.g. a +Inf or a NaN in lm_head.weight.
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "genbridge/core/formats.h"
 #include "runtime/model/safetensors.h"
