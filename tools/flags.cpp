@@ -185,7 +185,8 @@ CLI::Option* add_string_flag(CLI::App* app, const std::string& name, std::string
 CLI::Option* add_choice_flag(CLI::App* app, const std::string& name, std::string* target,
                              std::vector<std::string> choices, std::string help) {
   const std::string list = fmt::format("{}", fmt::join(choices, " | "));
-  help += fmt::format("\nOne of {}. Default: {}", list, *target);
+  help += fmt::format("\nOne of {}", list);
+  if (!target->empty()) help += fmt::format(". Default: {}", *target);
   return app
       ->add_option_function<std::string>(
           name,
@@ -215,7 +216,7 @@ CLI::Option* add_int_list_flag(CLI::App* app, const std::string& name, std::vect
               target->push_back(static_cast<int32_t>(*v));
             }
           },
-          with_default(std::move(help), fmt::format("Integers in [{}, {}]", lo, hi), ""))
+          with_default(std::move(help), fmt::format("Integers in [{}, {}]", lo, hi), "none"))
       ->type_name("INT");
 }
 

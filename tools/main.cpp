@@ -63,8 +63,7 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_int_flag(run, "--max-new-tokens", &ro.max_new_tokens, 1, kMaxTokens,
                "Tokens to generate per request (prompt + new tokens must fit the model's max_position_embeddings)");
   add_int_list_flag(run, "--stop-token", &ro.stop_tokens, 0, kMaxInt32,
-                    "Token id that ends a request when generated (repeatable); must be inside the model's\n"
-                    "vocabulary. Default: none");
+                    "Token id that ends a request when generated (repeatable); must be inside the model's vocabulary");
   add_real_flag(run, "--temperature", &ro.temperature, 0, std::numeric_limits<double>::infinity(), false,
                 "Sampling temperature; 0 = greedy", "a finite number");
   add_int_flag(run, "--top-k", &ro.top_k, 0, kMaxInt32,
@@ -150,7 +149,7 @@ int main(int argc, char** argv) {
       "AFD report. --afd is required; --afd-transport is mpi.");
   add_run_options(worker, wo);
   add_choice_flag(worker, "--role", &worker_role, {"attention", "ffn"},
-                  "This process's role (MPMD launch). Default: from rank order");
+                  "This process's role (MPMD launch). Default: from rank order (world ranks 0..A-1 attention)");
   worker->footer(std::string(kExitCodes) +
                  "\nUnder mpirun, world rank 0 returns the job's code; a failed rank ends the whole job.");
 
