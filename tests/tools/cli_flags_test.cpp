@@ -53,11 +53,11 @@ struct Env {
 // Runs the binary with `args` and `env` (GENBRIDGE_NUM_THREADS is unset unless given), optionally with a
 // file size limit (a full disk), within 60 s.
 Outcome run_cli(const std::vector<std::string>& args, const std::vector<Env>& env, const fs::path& scratch,
-                long fsize_limit = -1) {
-  const fs::path out_path = scratch / "stdout.txt", err_path = scratch / "stderr.txt";
+                long fsize_limit = -1, const fs::path& stdout_to = {}) {
+  const fs::path out_path = stdout_to.empty() ? scratch / "stdout.txt" : stdout_to, err_path = scratch / "stderr.txt";
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | (stdout_to.empty() ? O_TRUNC : 0), 0600);
     const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (out < 0 || err < 0) ::_exit(120);
     ::dup2(out, STDOUT_FILENO);
@@ -105,7 +105,7 @@ Outcome run_cli(const std::vector<std::string>& args, const std::vector<Env>& en
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  o.out = slurp(out_path);
+  if (stdout_to.empty()) o.out = slurp(out_path);
   o.err = slurp(err_path);
   return o;
 }
@@ -598,6 +598,13 @@ TEST_F(CliTest, dump_logits_to_dev_null_succeeds) {
   const Outcome o = run(R({"--dump-logits", "/dev/null"}));
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
+// Results that cannot be written to stdout (a full disk) are a failure (before: exit 0).
+TEST_F(CliTest, a_failed_write_to_stdout_exits_1) {
+  const Outcome o = run_cli(expand(R({})), {}, scratch_, -1, "/dev/full");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(o.err, "genbridge: writing to standard output failed: No space left on device\n");
 }
 
 // `info` validates the SoC before printing anything; a good selector prints the whole report.
