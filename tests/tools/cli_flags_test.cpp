@@ -42,7 +42,8 @@ std::string slurp(const fs::path& p) {
 }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
   return s;
 }
 
@@ -199,7 +200,8 @@ const std::vector<Row> kRows = {
     {"model_empty", {"run", "--model", ""}, 2, "genbridge run: --model '': the value is empty"},
     // --preset, --model-seed: the synthetic model; an error with --model
     {"preset_empty", R({"--preset", ""}), 2, "genbridge run: --preset '': expected one of tiny | tiny-gemma | small"},
-    {"preset_unknown", R({"--preset", "huge"}), 2, "genbridge run: --preset huge: expected one of tiny | tiny-gemma | small"},
+    {"preset_unknown", R({"--preset", "huge"}), 2,
+     "genbridge run: --preset huge: expected one of tiny | tiny-gemma | small"},
     {"preset_with_model", R({"--preset", "tiny"}), 2,
      "genbridge run: --preset chooses the synthetic model, which is not used with --model $MODEL; drop one of them"},
     {"model_seed_negative", R({"--model-seed", "-1"}), 2, "genbridge run: --model-seed -1" + kU64},
@@ -211,25 +213,29 @@ const std::vector<Row> kRows = {
      "genbridge run: --model-seed chooses the synthetic model, which is not used with --model $MODEL; drop one of "
      "them"},
     // --num-prompts
-    {"num_prompts_zero", Rbare({"--num-prompts", "0"}), 2, "genbridge run: --num-prompts 0: expected an integer in [1, 4096]"},
+    {"num_prompts_zero", Rbare({"--num-prompts", "0"}), 2,
+     "genbridge run: --num-prompts 0: expected an integer in [1, 4096]"},
     {"num_prompts_negative", Rbare({"--num-prompts", "-1"}), 2,
      "genbridge run: --num-prompts -1: expected an integer in [1, 4096]"},
     {"num_prompts_huge", Rbare({"--num-prompts", "99999999999"}), 2,
      "genbridge run: --num-prompts 99999999999: expected an integer in [1, 4096]"},
     {"num_prompts_not_a_number", Rbare({"--num-prompts", "8x"}), 2,
      "genbridge run: --num-prompts 8x: expected an integer in [1, 4096]"},
-    {"num_prompts_empty", Rbare({"--num-prompts", ""}), 2, "genbridge run: --num-prompts '': expected an integer in [1, 4096]"},
+    {"num_prompts_empty", Rbare({"--num-prompts", ""}), 2,
+     "genbridge run: --num-prompts '': expected an integer in [1, 4096]"},
     {"num_prompts_with_prompt", Rbare({"--num-prompts", "2", "--prompt", "1,2"}), 2,
      "genbridge run: --num-prompts shapes the generated prompts, which are not used with --prompt; drop one of them"},
     // --prompt-len
-    {"prompt_len_zero", Rbare({"--prompt-len", "0"}), 2, "genbridge run: --prompt-len 0: expected an integer in [1, 1048576]"},
+    {"prompt_len_zero", Rbare({"--prompt-len", "0"}), 2,
+     "genbridge run: --prompt-len 0: expected an integer in [1, 1048576]"},
     {"prompt_len_negative", Rbare({"--prompt-len", "-5"}), 2,
      "genbridge run: --prompt-len -5: expected an integer in [1, 1048576]"},
     {"prompt_len_huge", Rbare({"--prompt-len", "1048577"}), 2,
      "genbridge run: --prompt-len 1048577: expected an integer in [1, 1048576]"},
     {"prompt_len_not_a_number", Rbare({"--prompt-len", "1.5"}), 2,
      "genbridge run: --prompt-len 1.5: expected an integer in [1, 1048576]"},
-    {"prompt_len_empty", Rbare({"--prompt-len", ""}), 2, "genbridge run: --prompt-len '': expected an integer in [1, 1048576]"},
+    {"prompt_len_empty", Rbare({"--prompt-len", ""}), 2,
+     "genbridge run: --prompt-len '': expected an integer in [1, 1048576]"},
     {"prompt_len_with_prompt", Rbare({"--prompt-len", "4", "--prompt", "1"}), 2,
      "genbridge run: --prompt-len shapes the generated prompts, which are not used with --prompt; drop one of them"},
     {"prompt_len_past_max_positions", Rbare({"--prompt-len", "4095"}), 2,
@@ -240,16 +246,20 @@ const std::vector<Row> kRows = {
      "genbridge run: --prompt 4294967297: item 1 (4294967297) is not a token id" + kIds},
     {"prompt_huge", Rbare({"--prompt", "99999999999999999999"}), 2,
      "genbridge run: --prompt 99999999999999999999: item 1 (99999999999999999999) is not a token id" + kIds},
-    {"prompt_negative", Rbare({"--prompt", "-1"}), 2, "genbridge run: --prompt -1: item 1 (-1) is not a token id" + kIds},
+    {"prompt_negative", Rbare({"--prompt", "-1"}), 2,
+     "genbridge run: --prompt -1: item 1 (-1) is not a token id" + kIds},
     {"prompt_trailing_comma", Rbare({"--prompt", "1,2,"}), 2, "genbridge run: --prompt 1,2,: item 3 is empty" + kIds},
     {"prompt_leading_comma", Rbare({"--prompt", ",1"}), 2, "genbridge run: --prompt ,1: item 1 is empty" + kIds},
     {"prompt_double_comma", Rbare({"--prompt", "1,,2"}), 2, "genbridge run: --prompt 1,,2: item 2 is empty" + kIds},
-    {"prompt_not_a_number", Rbare({"--prompt", "1,x"}), 2, "genbridge run: --prompt 1,x: item 2 (x) is not a token id" + kIds},
-    {"prompt_spaces", Rbare({"--prompt", "1, 2"}), 2, "genbridge run: --prompt 1, 2: item 2 ( 2) is not a token id" + kIds},
+    {"prompt_not_a_number", Rbare({"--prompt", "1,x"}), 2,
+     "genbridge run: --prompt 1,x: item 2 (x) is not a token id" + kIds},
+    {"prompt_spaces", Rbare({"--prompt", "1, 2"}), 2,
+     "genbridge run: --prompt 1, 2: item 2 ( 2) is not a token id" + kIds},
     {"prompt_empty", Rbare({"--prompt", ""}), 2, "genbridge run: --prompt '': the prompt is empty" + kIds},
     {"prompt_outside_vocabulary", Rbare({"--prompt", "1,512"}), 2,
      "genbridge run: --prompt 1,512: token 512 is outside the model's vocabulary [0, 512)"},
-    {"prompt_past_max_positions", {"run", "--model", "$MODEL", "--quiet", "--prompt", "1,2,3", "--max-new-tokens", "4094"},
+    {"prompt_past_max_positions",
+     {"run", "--model", "$MODEL", "--quiet", "--prompt", "1,2,3", "--max-new-tokens", "4094"},
      2,
      "genbridge run: --prompt 1,2,3 (3 tokens) + --max-new-tokens 4094 = 4097 tokens exceeds the model's "
      "max_position_embeddings (4096)"},
@@ -275,19 +285,27 @@ const std::vector<Row> kRows = {
      "genbridge run: --stop-token 2147483648: expected an integer in [0, 2147483647]"},
     {"stop_token_not_a_number", R({"--stop-token", "eos"}), 2,
      "genbridge run: --stop-token eos: expected an integer in [0, 2147483647]"},
-    {"stop_token_empty", R({"--stop-token", ""}), 2, "genbridge run: --stop-token '': expected an integer in [0, 2147483647]"},
+    {"stop_token_empty", R({"--stop-token", ""}), 2,
+     "genbridge run: --stop-token '': expected an integer in [0, 2147483647]"},
     // --temperature
-    {"temperature_negative", R({"--temperature", "-1"}), 2, "genbridge run: --temperature -1: expected a finite number >= 0"},
-    {"temperature_nan", R({"--temperature", "nan"}), 2, "genbridge run: --temperature nan: expected a finite number >= 0"},
-    {"temperature_inf", R({"--temperature", "inf"}), 2, "genbridge run: --temperature inf: expected a finite number >= 0"},
-    {"temperature_huge", R({"--temperature", "1e400"}), 2, "genbridge run: --temperature 1e400: expected a finite number >= 0"},
+    {"temperature_negative", R({"--temperature", "-1"}), 2,
+     "genbridge run: --temperature -1: expected a finite number >= 0"},
+    {"temperature_nan", R({"--temperature", "nan"}), 2,
+     "genbridge run: --temperature nan: expected a finite number >= 0"},
+    {"temperature_inf", R({"--temperature", "inf"}), 2,
+     "genbridge run: --temperature inf: expected a finite number >= 0"},
+    {"temperature_huge", R({"--temperature", "1e400"}), 2,
+     "genbridge run: --temperature 1e400: expected a finite number >= 0"},
     {"temperature_not_a_number", R({"--temperature", "hot"}), 2,
      "genbridge run: --temperature hot: expected a finite number >= 0"},
-    {"temperature_empty", R({"--temperature", ""}), 2, "genbridge run: --temperature '': expected a finite number >= 0"},
+    {"temperature_empty", R({"--temperature", ""}), 2,
+     "genbridge run: --temperature '': expected a finite number >= 0"},
     // --top-k
     {"top_k_negative", R({"--top-k", "-3"}), 2, "genbridge run: --top-k -3: expected an integer in [0, 2147483647]"},
-    {"top_k_huge", R({"--top-k", "2147483648"}), 2, "genbridge run: --top-k 2147483648: expected an integer in [0, 2147483647]"},
-    {"top_k_not_a_number", R({"--top-k", "all"}), 2, "genbridge run: --top-k all: expected an integer in [0, 2147483647]"},
+    {"top_k_huge", R({"--top-k", "2147483648"}), 2,
+     "genbridge run: --top-k 2147483648: expected an integer in [0, 2147483647]"},
+    {"top_k_not_a_number", R({"--top-k", "all"}), 2,
+     "genbridge run: --top-k all: expected an integer in [0, 2147483647]"},
     {"top_k_empty", R({"--top-k", ""}), 2, "genbridge run: --top-k '': expected an integer in [0, 2147483647]"},
     // --top-p
     {"top_p_zero", R({"--top-p", "0"}), 2, "genbridge run: --top-p 0: expected a number in (0, 1]"},
@@ -303,9 +321,12 @@ const std::vector<Row> kRows = {
     {"seed_empty", R({"--seed", ""}), 2, "genbridge run: --seed ''" + kU64},
     // --max-batch
     {"max_batch_zero", R({"--max-batch", "0"}), 2, "genbridge run: --max-batch 0: expected an integer in [1, 4096]"},
-    {"max_batch_negative", R({"--max-batch", "-2"}), 2, "genbridge run: --max-batch -2: expected an integer in [1, 4096]"},
-    {"max_batch_huge", R({"--max-batch", "4097"}), 2, "genbridge run: --max-batch 4097: expected an integer in [1, 4096]"},
-    {"max_batch_not_a_number", R({"--max-batch", "x"}), 2, "genbridge run: --max-batch x: expected an integer in [1, 4096]"},
+    {"max_batch_negative", R({"--max-batch", "-2"}), 2,
+     "genbridge run: --max-batch -2: expected an integer in [1, 4096]"},
+    {"max_batch_huge", R({"--max-batch", "4097"}), 2,
+     "genbridge run: --max-batch 4097: expected an integer in [1, 4096]"},
+    {"max_batch_not_a_number", R({"--max-batch", "x"}), 2,
+     "genbridge run: --max-batch x: expected an integer in [1, 4096]"},
     {"max_batch_empty", R({"--max-batch", ""}), 2, "genbridge run: --max-batch '': expected an integer in [1, 4096]"},
     // --kv-memory-mb (before: -1 meant unlimited, 8796093022208 reported a negative budget, 100000000 took 12 s)
     {"kv_memory_negative", R({"--kv-memory-mb", "-1"}), 2,
@@ -316,7 +337,8 @@ const std::vector<Row> kRows = {
      "genbridge run: --kv-memory-mb 100000000: more than this machine's physical memory ($PHYS_MIB MiB)"},
     {"kv_memory_not_a_number", R({"--kv-memory-mb", "1G"}), 2,
      "genbridge run: --kv-memory-mb 1G: expected an integer in [0, 8796093022207]"},
-    {"kv_memory_empty", R({"--kv-memory-mb", ""}), 2, "genbridge run: --kv-memory-mb '': expected an integer in [0, 8796093022207]"},
+    {"kv_memory_empty", R({"--kv-memory-mb", ""}), 2,
+     "genbridge run: --kv-memory-mb '': expected an integer in [0, 8796093022207]"},
     // --kv-cache-dtype
     {"kv_cache_dtype_unknown", R({"--kv-cache-dtype", "fp4"}), 2,
      "genbridge run: --kv-cache-dtype fp4: expected one of auto | bf16 | quantized"},
@@ -327,16 +349,23 @@ const std::vector<Row> kRows = {
     // --threads (before: -1 was accepted)
     {"threads_negative", R({"--threads", "-1"}), 2, "genbridge run: --threads -1: expected an integer in [0, 255]"},
     {"threads_huge", R({"--threads", "256"}), 2, "genbridge run: --threads 256: expected an integer in [0, 255]"},
-    {"threads_not_a_number", R({"--threads", "many"}), 2, "genbridge run: --threads many: expected an integer in [0, 255]"},
+    {"threads_not_a_number", R({"--threads", "many"}), 2,
+     "genbridge run: --threads many: expected an integer in [0, 255]"},
     {"threads_empty", R({"--threads", ""}), 2, "genbridge run: --threads '': expected an integer in [0, 255]"},
     // GENBRIDGE_NUM_THREADS (before: abc and -3 were ignored silently)
-    {"num_threads_env_not_a_number", R({}), 2,
+    {"num_threads_env_not_a_number",
+     R({}),
+     2,
      "genbridge run: GENBRIDGE_NUM_THREADS=abc: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "abc"}}},
-    {"num_threads_env_negative", R({}), 2,
+    {"num_threads_env_negative",
+     R({}),
+     2,
      "genbridge run: GENBRIDGE_NUM_THREADS=-3: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "-3"}}},
-    {"num_threads_env_zero", R({}), 2,
+    {"num_threads_env_zero",
+     R({}),
+     2,
      "genbridge run: GENBRIDGE_NUM_THREADS=0: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "0"}}},
     // --dump-logits and --trace: checked before decoding
@@ -355,9 +384,11 @@ const std::vector<Row> kRows = {
     // --afd
     {"afd_empty", R({"--afd", ""}), 2, "genbridge run: --afd '': the value is empty"},
     {"afd_malformed", R({"--afd", "2X"}), 2,
-     "genbridge run: --afd 2X: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. 2A1F"},
+     "genbridge run: --afd 2X: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. "
+     "2A1F"},
     {"afd_zero_ranks", R({"--afd", "0A1F"}), 2,
-     "genbridge run: --afd 0A1F: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. 2A1F"},
+     "genbridge run: --afd 0A1F: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. "
+     "2A1F"},
     {"afd_negative_ranks", R({"--afd", "2A-1F"}), 2,
      "genbridge run: --afd 2A-1F: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. "
      "2A1F"},
@@ -411,9 +442,11 @@ const std::vector<Row> kRows = {
     {"afd_timeout_empty", R({"--afd", "1A1F", "--afd-timeout", ""}), 2,
      "genbridge run: --afd-timeout '': expected a number of seconds in [0.001, 86400]"},
     {"afd_timeout_without_afd", R({"--afd-timeout", "5"}), 2,
-     "genbridge run: --afd-timeout applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop --afd-timeout"},
+     "genbridge run: --afd-timeout applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
+     "--afd-timeout"},
     // CLI11's own checks keep exit code 2
-    {"unknown_flag", R({"--temprature", "1"}), 2, "genbridge run: The following arguments were not expected: 1 --temprature"},
+    {"unknown_flag", R({"--temprature", "1"}), 2,
+     "genbridge run: The following arguments were not expected: 1 --temprature"},
     {"missing_value", R({"--threads"}), 2, "genbridge run: --threads: 1 required INT missing"},
     {"no_subcommand", {}, 2, "genbridge: A subcommand is required"},
 
@@ -439,43 +472,67 @@ const std::vector<Row> kRows = {
      "genbridge afd-worker: --prompt 7,: item 2 is empty" + kIds},
     {"worker_dump_logits_directory", W({"--afd", "1A1F", "--dump-logits", "$DIR"}), 2,
      "genbridge afd-worker: --dump-logits $DIR: is a directory; expected a file name"},
-    {"worker_env_threads", W({"--afd", "1A1F"}), 2,
+    {"worker_env_threads",
+     W({"--afd", "1A1F"}),
+     2,
      "genbridge afd-worker: GENBRIDGE_NUM_THREADS=abc: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "abc"}}},
 
     // make-model
-    {"make_preset_unknown", {"make-model", "--preset", "huge", "$DIR/m"}, 2,
+    {"make_preset_unknown",
+     {"make-model", "--preset", "huge", "$DIR/m"},
+     2,
      "genbridge make-model: --preset huge: expected one of tiny | tiny-gemma | small"},
-    {"make_preset_empty", {"make-model", "--preset", "", "$DIR/m"}, 2,
+    {"make_preset_empty",
+     {"make-model", "--preset", "", "$DIR/m"},
+     2,
      "genbridge make-model: --preset '': expected one of tiny | tiny-gemma | small"},
     {"make_seed_negative", {"make-model", "--seed", "-1", "$DIR/m"}, 2, "genbridge make-model: --seed -1" + kU64},
-    {"make_seed_huge", {"make-model", "--seed", "18446744073709551616", "$DIR/m"}, 2,
+    {"make_seed_huge",
+     {"make-model", "--seed", "18446744073709551616", "$DIR/m"},
+     2,
      "genbridge make-model: --seed 18446744073709551616" + kU64},
     {"make_seed_not_a_number", {"make-model", "--seed", "x", "$DIR/m"}, 2, "genbridge make-model: --seed x" + kU64},
     {"make_seed_empty", {"make-model", "--seed", "", "$DIR/m"}, 2, "genbridge make-model: --seed ''" + kU64},
-    {"make_shards_zero", {"make-model", "--shards", "0", "$DIR/m"}, 2,
+    {"make_shards_zero",
+     {"make-model", "--shards", "0", "$DIR/m"},
+     2,
      "genbridge make-model: --shards 0: expected an integer in [1, 64]"},
-    {"make_shards_negative", {"make-model", "--shards", "-1", "$DIR/m"}, 2,
+    {"make_shards_negative",
+     {"make-model", "--shards", "-1", "$DIR/m"},
+     2,
      "genbridge make-model: --shards -1: expected an integer in [1, 64]"},
-    {"make_shards_huge", {"make-model", "--shards", "65", "$DIR/m"}, 2,
+    {"make_shards_huge",
+     {"make-model", "--shards", "65", "$DIR/m"},
+     2,
      "genbridge make-model: --shards 65: expected an integer in [1, 64]"},
-    {"make_shards_not_a_number", {"make-model", "--shards", "two", "$DIR/m"}, 2,
+    {"make_shards_not_a_number",
+     {"make-model", "--shards", "two", "$DIR/m"},
+     2,
      "genbridge make-model: --shards two: expected an integer in [1, 64]"},
-    {"make_shards_empty", {"make-model", "--shards", "", "$DIR/m"}, 2,
+    {"make_shards_empty",
+     {"make-model", "--shards", "", "$DIR/m"},
+     2,
      "genbridge make-model: --shards '': expected an integer in [1, 64]"},
     {"make_out_dir_empty", {"make-model", ""}, 2, "genbridge make-model: OUT_DIR '': the value is empty"},
     {"make_out_dir_missing", {"make-model"}, 2, "genbridge make-model: OUT_DIR is required"},
-    {"make_env_threads", {"make-model", "$DIR/m"}, 2,
+    {"make_env_threads",
+     {"make-model", "$DIR/m"},
+     2,
      "genbridge make-model: GENBRIDGE_NUM_THREADS=-3: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "-3"}}},
 
     // info (before: `info --soc foo` printed part of its report, then the error)
     {"info_soc_empty", {"info", "--soc", ""}, 2, "genbridge info: --soc '': the value is empty"},
-    {"info_soc_unknown", {"info", "--soc", "foo"}, 1,
+    {"info_soc_unknown",
+     {"info", "--soc", "foo"},
+     1,
      "genbridge info: InvalidArgument: DeviceOperator: configured SoC selector 'foo' is not known; accepted selectors: "
      "910B, Ascend910B1..Ascend910B4, 910, 910C, Ascend910_93xx (e.g. Ascend910_9382, Ascend910_9392), 950, "
      "Ascend950, Ascend950PR_xxxx, Ascend950DT_xxxx"},
-    {"info_soc_env_unknown", {"info"}, 1,
+    {"info_soc_env_unknown",
+     {"info"},
+     1,
      "genbridge info: InvalidArgument: DeviceOperator: configured SoC selector 'foo' is not known; accepted selectors: "
      "910B, Ascend910B1..Ascend910B4, 910, 910C, Ascend910_93xx (e.g. Ascend910_9382, Ascend910_9392), 950, "
      "Ascend950, Ascend950PR_xxxx, Ascend950DT_xxxx",
@@ -490,7 +547,9 @@ TEST_P(Flags, refused) {
   EXPECT_EQ(o.exit_code, row.exit_code) << o.err;
   const std::string want = expand(row.message);
   const auto err = lines(o.err);
-  EXPECT_NE(std::find(err.begin(), err.end(), want), err.end()) << "stderr:\n" << o.err << "\nwanted the line:\n" << want;
+  EXPECT_NE(std::find(err.begin(), err.end(), want), err.end()) << "stderr:\n"
+                                                                << o.err << "\nwanted the line:\n"
+                                                                << want;
   if (row.exit_code == 2 && !err.empty() && err[0].find(": The following") == std::string::npos) {
     // Flag-value errors come alone (or with the help hint), never after a log line.
     EXPECT_EQ(err[0], want);
@@ -512,7 +571,8 @@ int count_results(const std::string& out) {
 }
 
 TEST_F(CliTest, exit_codes_of_run_and_run_afd_agree) {
-  for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "2A1F"}, {"--afd", "1A2F", "--afd-connector", "async"}}) {
+  for (const std::vector<std::string> afd :
+       {std::vector<std::string>{}, {"--afd", "2A1F"}, {"--afd", "1A2F", "--afd-connector", "async"}}) {
     auto args = [&](std::vector<std::string> more) {
       std::vector<std::string> a = R(std::move(more));
       a.insert(a.end(), afd.begin(), afd.end());
@@ -540,8 +600,8 @@ TEST_F(CliTest, one_refused_request_among_finished_ones_exits_3) {
   std::string long_prompt = "1";
   for (int i = 1; i < 600; ++i) long_prompt += ",1";
   for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "2A1F"}}) {
-    std::vector<std::string> a = {"run",      "--model", "$MODEL", "--quiet", "--max-new-tokens", "2", "--kv-memory-mb",
-                                  "1",        "--prompt", "5,6",   "--prompt", long_prompt};
+    std::vector<std::string> a = {"run", "--model",  "$MODEL", "--quiet",  "--max-new-tokens", "2", "--kv-memory-mb",
+                                  "1",   "--prompt", "5,6",    "--prompt", long_prompt};
     a.insert(a.end(), afd.begin(), afd.end());
     const Outcome o = run(a);
     EXPECT_EQ(o.exit_code, 3) << o.err;
@@ -622,10 +682,11 @@ TEST_F(CliTest, info_prints_the_whole_report_or_nothing) {
 TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
   const Outcome o = run({"run", "--help"});
   ASSERT_EQ(o.exit_code, 0);
-  for (const char* s : {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
-                        "Integer in [0, 8796093022207]. Default: 0", "A number in (0, 1]. Default: 1",
-                        "A finite number >= 0. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
-                        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request"}) {
+  for (const char* s :
+       {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
+        "Integer in [0, 8796093022207]. Default: 0", "A number in (0, 1]. Default: 1",
+        "A finite number >= 0. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
+        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request"}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;
   }
 }

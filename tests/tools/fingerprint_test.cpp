@@ -59,7 +59,9 @@ class Fingerprint : public ::testing::Test {
 
 TEST_F(Fingerprint, weight_identity_follows_content_not_path_or_time) {
   const std::string id1 = identity(root_ / "seed1");
-  EXPECT_EQ(id1.size(), 16u + std::string(" (1 file, ").size() + std::to_string(fs::file_size(root_ / "seed1" / "model.safetensors")).size() + std::string(" bytes)").size());
+  EXPECT_EQ(id1.size(), 16u + std::string(" (1 file, ").size() +
+                            std::to_string(fs::file_size(root_ / "seed1" / "model.safetensors")).size() +
+                            std::string(" bytes)").size());
   // A copy elsewhere, with new time stamps, is the same checkpoint.
   fs::copy(root_ / "seed1", root_ / "copy", fs::copy_options::recursive);
   EXPECT_EQ(identity(root_ / "copy"), id1);
@@ -91,11 +93,13 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
   const auto a = items(generated, root_ / "seed1"), b = items(typed, root_ / "seed1");
   std::vector<std::string> names;
   for (const auto& i : a) names.push_back(i.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"build", "--model", "--preset", "--model-seed", "model config",
-                                             "model weights", "--num-prompts", "--prompt-len", "--prompt", "prompts",
-                                             "--max-new-tokens", "--stop-token", "--temperature", "--top-k", "--top-p",
-                                             "--seed", "--max-batch", "--kv-cache-dtype", "--kv-memory-mb", "--afd",
-                                             "--afd-connector", "--afd-stages", "--afd-timeout", "--afd-transport"}));
+  EXPECT_EQ(
+      names,
+      (std::vector<std::string>{
+          "build",          "--model",      "--preset",        "--model-seed", "model config",     "model weights",
+          "--num-prompts",  "--prompt-len", "--prompt",        "prompts",      "--max-new-tokens", "--stop-token",
+          "--temperature",  "--top-k",      "--top-p",         "--seed",       "--max-batch",      "--kv-cache-dtype",
+          "--kv-memory-mb", "--afd",        "--afd-connector", "--afd-stages", "--afd-timeout",    "--afd-transport"}));
   EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt", "prompts"}));
   EXPECT_EQ(b[8].value, "2 prompts, 4 tokens, digest " + b[8].value.substr(b[8].value.size() - 16));
   EXPECT_EQ(a[6].value, "8");
@@ -158,7 +162,9 @@ TEST_F(Fingerprint, values_read_as_typed) {
   EXPECT_EQ(value("--afd-timeout"), "2.5");
   EXPECT_EQ(value("--stop-token"), "3,9");
   EXPECT_EQ(value("--preset"), "(not given)");
-  EXPECT_EQ(value("model config").rfind("4 layers, hidden 128, heads 4/2 x 64, 8 experts top-2, vocab 512 (config.json digest ", 0), 0u)
+  EXPECT_EQ(value("model config")
+                .rfind("4 layers, hidden 128, heads 4/2 x 64, 8 experts top-2, vocab 512 (config.json digest ", 0),
+            0u)
       << value("model config");
 }
 

@@ -16,11 +16,14 @@ namespace {
 int64_t phys_mib() { return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20; }
 
 // 2 layers x 2 kv heads x (K + V) x 256 bytes = 2048 bytes per token, 256 KiB per page of 128 tokens.
-runtime::KvPageGeometry small_pages() { return {.num_layers = 2, .num_kv_heads = 2, .page_size = 128, .row_bytes = 256}; }
+runtime::KvPageGeometry small_pages() {
+  return {.num_layers = 2, .num_kv_heads = 2, .page_size = 128, .row_bytes = 256};
+}
 
 std::vector<engine::Request> requests(std::vector<int> prompt_lens, int max_new) {
   std::vector<engine::Request> r;
-  for (int n : prompt_lens) r.push_back({.prompt = std::vector<int32_t>(static_cast<size_t>(n), 1), .max_new_tokens = max_new});
+  for (int n : prompt_lens)
+    r.push_back({.prompt = std::vector<int32_t>(static_cast<size_t>(n), 1), .max_new_tokens = max_new});
   return r;
 }
 
