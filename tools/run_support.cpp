@@ -22,6 +22,21 @@ Result<runtime::DeviceOperator> make_device(const RunOptions& o, bool log) {
   return dev;
 }
 
+Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate) {
+  GB_ASSIGN_OR_RETURN(model::Checkpoint ckpt,
+                      model::Checkpoint::open(dir, {.populate = populate, .use_mmap = !o.no_mmap}));
+  if (o.check_weights) {
+    model::WeightScan scan;
+    GB_RETURN_IF_ERROR(ckpt.check_finite(&scan));
+    if (!o.quiet) {
+      fmt::print(stderr, "check-weights: {} tensors, {:.1f} MiB scanned in {:.3f} s ({:.1f} GB/s): all finite\n",
+                 scan.tensors, static_cast<double>(scan.bytes) / (1 << 20), scan.seconds,
+                 scan.seconds > 0 ? static_cast<double>(scan.bytes) / scan.seconds / 1e9 : 0.0);
+    }
+  }
+  return ckpt;
+}
+
 std::string describe_model(const model::Checkpoint& ckpt) {
   const model::ModelConfig& c = ckpt.config();
   return fmt::format(
