@@ -33,9 +33,9 @@ struct MapOptions {
   bool populate = false;  // with use_mmap: read every page at open (MAP_POPULATE) instead of on first touch
 };
 
-// A read-only image of a whole regular file: a private memory mapping, or the file read into an owned,
-// 64-byte aligned buffer (MapOptions::use_mmap = false). Move-only; unmaps or frees on destruction.
-// Mapped bytes are PROT_READ: writing through a pointer into them faults.
+// A read-only image of a whole regular file: a private memory mapping of the file, or the file read into
+// anonymous memory the process owns (MapOptions::use_mmap = false). Page-aligned either way. Move-only;
+// unmaps on destruction. The bytes are PROT_READ: writing through a pointer into them faults.
 class MappedFile {
  public:
   // Maps or reads `path`, which must be a regular file after following symbolic links (a FIFO, device,
