@@ -74,6 +74,11 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
           fmt::format("{}: tensor '{}' maps to '{}': shard names must be plain file names in the checkpoint directory",
                       ip, name, s));
     }
+    if (s.find('\0') != std::string::npos) {
+      // "\u0000" in JSON: the name would be cut at the NUL when opened and could name another file.
+      return invalid_argument(fmt::format("{}: tensor '{}' maps to {}: a shard name cannot contain a NUL character", ip,
+                                          name, detail::json_excerpt(shard)));
+    }
     weight_map.emplace(name, s);
     shard_slot.emplace(s, 0);
   }
