@@ -1,7 +1,6 @@
 #include "runtime/model/checkpoint.h"
 
 #include <fmt/format.h>
-
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -170,9 +169,9 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir, const Load
   GB_ASSIGN_OR_RETURN(const bool dir_exists, detail::entry_exists(dir));
   if (!dir_exists) return invalid_argument(fmt::format("{}: the model directory does not exist", dir.string()));
   if (std::error_code ec; !std::filesystem::is_directory(dir, ec)) {
-    return invalid_argument(fmt::format(
-        "{}: is not a directory (a model is a directory holding {} and safetensors files)", dir.string(),
-        kConfigFileName));
+    return invalid_argument(
+        fmt::format("{}: is not a directory (a model is a directory holding {} and safetensors files)", dir.string(),
+                    kConfigFileName));
   }
   Checkpoint ckpt;
   ckpt.dir_ = dir;
@@ -202,8 +201,8 @@ U max_magnitude_bits(const U* bits, int64_t n) {
 }
 
 struct FloatBits {
-  int width;           // bytes per element
-  uint32_t exp_mask;   // the all-ones exponent
+  int width;          // bytes per element
+  uint32_t exp_mask;  // the all-ones exponent
   uint32_t sign_mask;
 };
 
@@ -301,10 +300,11 @@ Status Checkpoint::check_finite(WeightScan* scan) const {
       }
     }
   }
-  return invalid_argument(fmt::format("{}: tensor '{}' holds {} at flat index {} (index {} of shape {}){}; every "
-                                      "weight must be finite",
-                                      bt.file, bt.name, non_finite_name(bt.view.dtype(), element_bits(bt.view, i)), i,
-                                      multi_index(bt.view, i), bt.view.shape_string(), converted));
+  return invalid_argument(
+      fmt::format("{}: tensor '{}' holds {} at flat index {} (index {} of shape {}){}; every "
+                  "weight must be finite",
+                  bt.file, bt.name, non_finite_name(bt.view.dtype(), element_bits(bt.view, i)), i,
+                  multi_index(bt.view, i), bt.view.shape_string(), converted));
 }
 
 }  // namespace genbridge::model

@@ -91,9 +91,9 @@ class Checkpoint {
  public:
   // Opens `dir`: parses dir/config.json, maps (or reads, LoadOptions::use_mmap) the safetensors (single or
   // sharded), binds every tensor the config requires and checks its shape and dtype. Every file must be a
-  // regular file (after symbolic links); anything else is refused without blocking. Errors (InvalidArgument) name the file, the tensor and
-  // the rule; a tensor the model does not use is also an error (it means config and weights disagree),
-  // except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
+  // regular file (after symbolic links); anything else is refused without blocking. Errors (InvalidArgument) name the
+  // file, the tensor and the rule; a tensor the model does not use is also an error (it means config and weights
+  // disagree), except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
   static Result<Checkpoint> open(const std::filesystem::path& dir, const LoadOptions& options = {});
 
   Checkpoint(Checkpoint&&) noexcept = default;

@@ -133,8 +133,7 @@ Status RegularFile::read_exact(uint64_t offset, void* out, uint64_t n) const {
     const ssize_t got = ::pread(fd_, dst + done, want, static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
-      return invalid_argument(
-          fmt::format("{}: read error at byte {}: {}", path_, offset + done, std::strerror(errno)));
+      return invalid_argument(fmt::format("{}: read error at byte {}: {}", path_, offset + done, std::strerror(errno)));
     }
     if (got == 0) {
       return invalid_argument(

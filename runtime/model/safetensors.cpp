@@ -106,8 +106,7 @@ Result<MappedFile> MappedFile::open(const std::filesystem::path& path, const Map
   }
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0), file.fd(), 0);
   if (p == MAP_FAILED) {
-    return resource_exhausted(
-        fmt::format("{}: cannot memory-map {} bytes: {}", file.path(), size, errno_text(errno)));
+    return resource_exhausted(fmt::format("{}: cannot memory-map {} bytes: {}", file.path(), size, errno_text(errno)));
   }
   return MappedFile(static_cast<const std::byte*>(p), size, true);  // the mapping keeps the file referenced
 }
@@ -118,8 +117,7 @@ void MappedFile::release() {
   size_ = 0;
 }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), size_(other.size_), mapped_(other.mapped_) {
+MappedFile::MappedFile(MappedFile&& other) noexcept : data_(other.data_), size_(other.size_), mapped_(other.mapped_) {
   other.data_ = nullptr;
   other.size_ = 0;
 }

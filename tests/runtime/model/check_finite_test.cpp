@@ -124,11 +124,11 @@ TEST_F(CheckFinite, every_dtype_and_kind_of_value) {
     const char* expect;  // nullptr: finite
   };
   const Case cases[] = {
-      {DType::kBF16, 0x7f80, "+Inf"},      {DType::kBF16, 0xff80, "-Inf"},     {DType::kBF16, 0x7f81, "NaN"},
-      {DType::kBF16, 0xffff, "NaN"},       {DType::kBF16, 0x7f7f, nullptr},    {DType::kBF16, 0x8001, nullptr},
-      {DType::kF16, 0x7c00, "+Inf"},       {DType::kF16, 0xfc00, "-Inf"},      {DType::kF16, 0x7e00, "NaN"},
-      {DType::kF16, 0x7bff, nullptr},      {DType::kF16, 0x8000, nullptr},     {DType::kF32, 0x7f800000u, "+Inf"},
-      {DType::kF32, 0xff800000u, "-Inf"},  {DType::kF32, 0x7f800001u, "NaN"}, {DType::kF32, 0xffc00000u, "NaN"},
+      {DType::kBF16, 0x7f80, "+Inf"},      {DType::kBF16, 0xff80, "-Inf"},      {DType::kBF16, 0x7f81, "NaN"},
+      {DType::kBF16, 0xffff, "NaN"},       {DType::kBF16, 0x7f7f, nullptr},     {DType::kBF16, 0x8001, nullptr},
+      {DType::kF16, 0x7c00, "+Inf"},       {DType::kF16, 0xfc00, "-Inf"},       {DType::kF16, 0x7e00, "NaN"},
+      {DType::kF16, 0x7bff, nullptr},      {DType::kF16, 0x8000, nullptr},      {DType::kF32, 0x7f800000u, "+Inf"},
+      {DType::kF32, 0xff800000u, "-Inf"},  {DType::kF32, 0x7f800001u, "NaN"},   {DType::kF32, 0xffc00000u, "NaN"},
       {DType::kF32, 0x7f7fffffu, nullptr}, {DType::kF32, 0x00000001u, nullptr},
   };
   const ModelConfig cfg = synthetic_preset_config("tiny").value();

@@ -28,8 +28,7 @@ class CheckpointFiles : public ::testing::Test {
   std::string p(const std::string& name) const { return (dir_ / name).string(); }
   // Checkpoint::open's message ("" when it opens), with a deadline: a blocked open fails the test.
   std::string open_error() {
-    const Status st =
-        testing::call_with_deadline([&] { return Checkpoint::open(dir_.path()).status(); }, fifos_);
+    const Status st = testing::call_with_deadline([&] { return Checkpoint::open(dir_.path()).status(); }, fifos_);
     if (st.ok()) return "";
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
     return st.message();
@@ -108,8 +107,8 @@ TEST_F(CheckpointFiles, symbolic_link_to_a_fifo) {
   ASSERT_EQ(::mkfifo(p("pipe").c_str(), 0644), 0);
   fifos_.push_back(dir_ / "pipe");
   make_link("model.safetensors", "pipe");
-  EXPECT_EQ(open_error(),
-            p("model.safetensors") + ": is a symbolic link to 'pipe', which is a FIFO (named pipe), not a regular file");
+  EXPECT_EQ(open_error(), p("model.safetensors") +
+                              ": is a symbolic link to 'pipe', which is a FIFO (named pipe), not a regular file");
 }
 
 TEST_F(CheckpointFiles, character_device) {
@@ -142,9 +141,9 @@ TEST_F(CheckpointFiles, index_and_shard_are_directories) {
 TEST_F(CheckpointFiles, model_directory_missing_or_a_file) {
   const fs::path gone = dir_ / "gone";
   EXPECT_EQ(Checkpoint::open(gone).status().message(), gone.string() + ": the model directory does not exist");
-  EXPECT_EQ(Checkpoint::open(dir_ / "config.json").status().message(),
-            p("config.json") +
-                ": is not a directory (a model is a directory holding config.json and safetensors files)");
+  EXPECT_EQ(
+      Checkpoint::open(dir_ / "config.json").status().message(),
+      p("config.json") + ": is not a directory (a model is a directory holding config.json and safetensors files)");
 }
 
 // ---- Symbolic links ----
@@ -214,7 +213,8 @@ TEST_F(CheckpointFiles, unreadable_config_json) {
 
 TEST_F(CheckpointFiles, unreadable_model_safetensors) {
   fs::permissions(dir_ / "model.safetensors", fs::perms::none);
-  EXPECT_EQ(open_error_unprivileged(dir_.path()), p("model.safetensors") + ": permission denied: this user may not read it");
+  EXPECT_EQ(open_error_unprivileged(dir_.path()),
+            p("model.safetensors") + ": permission denied: this user may not read it");
 }
 
 TEST_F(CheckpointFiles, unsearchable_model_directory) {
@@ -223,9 +223,9 @@ TEST_F(CheckpointFiles, unsearchable_model_directory) {
   for (const char* f : {"config.json", "model.safetensors"}) fs::rename(dir_ / f, sub / f);
   fs::permissions(sub, fs::perms::owner_read | fs::perms::owner_write);  // nobody may search it
   fs::permissions(sub, fs::perms::others_read, fs::perm_options::add);
-  EXPECT_EQ(open_error_unprivileged(sub),
-            (sub / "config.json").string() +
-                ": permission denied: a directory on the path may not be searched by this user");
+  EXPECT_EQ(
+      open_error_unprivileged(sub),
+      (sub / "config.json").string() + ": permission denied: a directory on the path may not be searched by this user");
   fs::permissions(sub, fs::perms::owner_all);
 }
 

@@ -363,7 +363,8 @@ TEST_F(SafetensorsBroken, read_into_memory_gives_the_same_bytes) {
   std::vector<float> v(1000);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.25f;
   const uint16_t b[3] = {0x3f80, 0x7f80, 0xffc1};
-  ASSERT_TRUE(write_safetensors(path(), {{{"f", DType::kF32, {10, 100}}, v.data()}, {{"b", DType::kBF16, {3}}, b}}).ok());
+  ASSERT_TRUE(
+      write_safetensors(path(), {{{"f", DType::kF32, {10, 100}}, v.data()}, {{"b", DType::kBF16, {3}}, b}}).ok());
   Result<SafetensorsFile> mapped = SafetensorsFile::open(path());
   Result<SafetensorsFile> read = SafetensorsFile::open(path(), MapOptions{.use_mmap = false});
   ASSERT_TRUE(mapped.ok() && read.ok()) << read.status().to_string();
