@@ -88,7 +88,7 @@ int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
   const bool ffn_rank =
       mpi && (declared == static_cast<int>(afd::Role::kFfn) ||
               (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= afd_cfg->num_attention));
-  auto ckpt = model::Checkpoint::open(*dir, {.populate = !ffn_rank});
+  auto ckpt = open_checkpoint(*dir, o, /*populate=*/!ffn_rank);
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (log_now) fmt::print(stderr, "{}\n", describe_model(*ckpt));

@@ -89,6 +89,12 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                   "through a temporary file renamed on success (a character device or FIFO is written directly)",
                   "none");
   run->add_flag("--quiet", ro.quiet, "No progress or log lines on stderr (errors are still printed)");
+  run->add_flag("--no-mmap", ro.no_mmap,
+                "Read the checkpoint into memory instead of mapping it (for files that may change during the run:\n"
+                "truncating a mapped checkpoint kills the process with SIGBUS)");
+  run->add_flag("--check-weights", ro.check_weights,
+                "Scan every weight at load and refuse the model if one is NaN or infinite, naming it; prints the\n"
+                "scan's cost");
   add_string_flag(run, "--afd", &ro.afd,
                   "Attention-FFN disaggregation topology <A>A<F>F, e.g. 2A1F (2 attention ranks, 1 FFN rank);\n"
                   "A and F in [1, 64]. Every --afd-* flag needs it",

@@ -46,6 +46,9 @@ Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build)
 std::filesystem::path synthetic_model_dir(const RunOptions& o);
 // The requests of a run: explicit --prompt ids or deterministic generated prompts.
 std::vector<engine::Request> make_requests(const RunOptions& o, int64_t vocab);
+// Checkpoint::open of `dir` with --no-mmap; with --check-weights also scans every weight (refusing a
+// non-finite one) and prints the scan's cost to stderr. `populate`: LoadOptions::populate.
+Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate = true);
 // One line: architecture, sizes, norm type, weights.
 std::string describe_model(const model::Checkpoint& ckpt);
 // Pages of each KV pool: --kv-memory-mb's budget, or (0) enough for every request of the busiest pool at
