@@ -4,7 +4,10 @@
 //                                              "split_special_tokens": bool}, ...]
 //                                      stdout: [{"ids": [...], "decoded_hex": "...", "stream_hex": ["..", ..],
 //                                                "decoded_skip_special_hex": "..."} or {"error": "..."}, ...]
-
+//   text_probe chat MODEL_DIR          stdin: [{request}, ...] (messages, tools, add_generation_prompt, ...)
+//                                      stdout: [{"text": "...", "ids": [...]} or {"error": "..."}, ...]
+//                                      (renders MODEL_DIR/tokenizer_config.json's template, encodes the text
+//                                      with MODEL_DIR/tokenizer.json)
 //   text_probe load TOKENIZER_JSON     loads, prints describe() or the error (exit 1)
 #include <cstdio>
 #include <iostream>
@@ -12,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "runtime/text/chat_template.h"
 #include "runtime/text/stream_decoder.h"
 #include "runtime/text/tokenizer.h"
 
@@ -74,6 +78,32 @@ int encode(const std::string& path) {
 }
 
 
+int chat(const std::string& dir) {
+  auto config = genbridge::text::TokenizerConfig::load(dir);
+  auto tok = Tokenizer::load(dir);
+  if (!config.ok() || !tok.ok()) {
+    std::cerr << (config.ok() ? tok.status() : config.status()).to_string() << "\n";
+    return 1;
+  }
+  const json requests = json::parse(read_stdin());
+  json results = json::array();
+  for (const json& r : requests) {
+    auto text = config->render_chat(r);
+    if (!text.ok()) {
+      results.push_back({{"error", text.status().to_string()}});
+      continue;
+    }
+    auto ids = tok->encode(*text);
+    if (!ids.ok()) {
+      results.push_back({{"error", ids.status().to_string()}});
+      continue;
+    }
+    results.push_back({{"text", *text}, {"ids", *ids}});
+  }
+  std::cout << results.dump() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,6 +113,7 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   if (mode == "encode") return encode(argv[2]);
+  if (mode == "chat") return chat(argv[2]);
   if (mode == "load") {
     auto tok = Tokenizer::load(argv[2]);
     if (!tok.ok()) {
