@@ -8,6 +8,7 @@
 //                                      stdout: [{"text": "...", "ids": [...]} or {"error": "..."}, ...]
 //                                      (renders MODEL_DIR/tokenizer_config.json's template, encodes the text
 //                                      with MODEL_DIR/tokenizer.json)
+//   text_probe synthetic DIR VOCAB     writes the make-model tokenizer for a VOCAB-row model into DIR
 //   text_probe load TOKENIZER_JSON     loads, prints describe() or the error (exit 1)
 #include <cstdio>
 #include <iostream>
@@ -17,6 +18,7 @@
 
 #include "runtime/text/chat_template.h"
 #include "runtime/text/stream_decoder.h"
+#include "runtime/text/synthetic_tokenizer.h"
 #include "runtime/text/tokenizer.h"
 
 namespace {
@@ -107,8 +109,13 @@ int chat(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "synthetic") {
+    const auto st = genbridge::text::write_synthetic_tokenizer(argv[2], std::stoll(argv[3]));
+    if (!st.ok()) std::cerr << st.to_string() << "\n";
+    return st.ok() ? 0 : 1;
+  }
   if (argc != 3) {
-    std::fprintf(stderr, "usage: text_probe encode|chat|load PATH\n");
+    std::fprintf(stderr, "usage: text_probe encode|chat|load PATH | synthetic DIR VOCAB\n");
     return 2;
   }
   const std::string mode = argv[1];
