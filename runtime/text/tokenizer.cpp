@@ -155,9 +155,14 @@ Status Tokenizer::Impl::load(const json& root) {
   }
   GB_RETURN_IF_ERROR(load_decoder(*decoder, "$.decoder"));
 
-  // Added tokens.
+  // Added tokens. Their ids are assigned as Hugging Face assigns them when it loads the file: a content
+  // already in the BPE vocabulary keeps that id; any other takes the next id after the vocabulary (or after
+  // the largest added id, once that is past the vocabulary). For consistent files (all real ones) this is
+  // the "id" the file gives; where a file disagrees, the reference library's numbering wins.
   if (const auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) {
     if (!it->is_array()) return err("$.added_tokens", "must be an array");
+    const int64_t model_size = static_cast<int64_t>(bpe->vocab().size());
+    int64_t max_added = -1;
     for (size_t i = 0; i < it->size(); ++i) {
       const json& a = (*it)[i];
       const std::string path = "$.added_tokens[" + std::to_string(i) + "]";
@@ -171,7 +176,6 @@ Status Tokenizer::Impl::load(const json& root) {
         return err(path + ".content", "must be a non-empty string");
       }
       AddedToken t;
-      t.id = static_cast<int32_t>(id->get<int64_t>());
       t.content = content->get<std::string>();
       GB_RETURN_IF_ERROR(validate_utf8(t.content, source + ": " + path + ".content"));
       GB_ASSIGN_OR_RETURN(t.special, get_bool(a, path, "special", false));
@@ -180,6 +184,14 @@ Status Tokenizer::Impl::load(const json& root) {
       GB_ASSIGN_OR_RETURN(t.rstrip, get_bool(a, path, "rstrip", false));
       GB_ASSIGN_OR_RETURN(t.single_word, get_bool(a, path, "single_word", false));
       if (added_by_content.count(t.content)) return err(path + ".content", "repeats '" + t.content + "'");
+      if (const auto in_vocab = bpe->token_to_id(t.content)) {
+        t.id = *in_vocab;
+      } else {
+        const int64_t next = max_added >= model_size || model_size == 0 ? max_added + 1 : model_size;
+        if (next > INT32_MAX) return err(path, "needs an id past 2^31 - 1");
+        t.id = static_cast<int32_t>(next);
+      }
+      max_added = std::max<int64_t>(max_added, t.id);
       added_by_content.emplace(t.content, static_cast<int32_t>(added.size()));
       added.push_back(std::move(t));
     }
