@@ -687,9 +687,11 @@ class Parser {
       if (n) body.push_back(std::move(n));
     }
     if (!stop.empty()) {
-      std::string names;
-      for (const auto& k : stop) names += (names.empty() ? "'{% " : "' or '{% ") + k + " %}";
-      return syntax_error(segs_.empty() ? 1 : segs_.back().line, "the template ends before " + names + "'");
+      std::string end;
+      for (const auto& k : stop) {
+        if (k.rfind("end", 0) == 0) end = k;
+      }
+      return syntax_error(segs_.empty() ? 1 : segs_.back().line, "the template ends before '{% " + end + " %}'");
     }
     return body;
   }
