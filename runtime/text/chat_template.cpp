@@ -59,7 +59,8 @@ Result<TokenizerConfig> TokenizerConfig::from_json_text(std::string_view json_te
     GB_ASSIGN_OR_RETURN(c.chat_template, parse(*it, "$.chat_template"));
     return c;
   }
-  if (!it->is_array()) return invalid_argument(src + ": $.chat_template must be a string or a list of {name, template}");
+  if (!it->is_array())
+    return invalid_argument(src + ": $.chat_template must be a string or a list of {name, template}");
   for (size_t i = 0; i < it->size(); ++i) {
     const ojson& e = (*it)[i];
     const std::string path = "$.chat_template[" + std::to_string(i) + "]";

@@ -54,7 +54,7 @@ class ChatTemplate {
 struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;  // AddedToken objects -> content
   std::optional<ChatTemplate> chat_template;                              // "chat_template" (or its "default")
-  std::map<std::string, ChatTemplate> named_templates;                   // a list form's other entries
+  std::map<std::string, ChatTemplate> named_templates;                    // a list form's other entries
 
   // Loads `path`: a tokenizer_config.json file, or a directory that holds one.
   static Result<TokenizerConfig> load(const std::filesystem::path& path);

@@ -46,7 +46,9 @@ Result<std::string> translate_oniguruma_pattern(std::string_view p, std::string_
     if (c == '\\' && i + 1 < p.size()) {
       const char e = p[i + 1];
       ++i;
-      const char* body = (e == 's' || e == 'S') ? kWhiteSpaceClassBody : (e == 'w' || e == 'W') ? kWordClassBody : nullptr;
+      const char* body = (e == 's' || e == 'S')   ? kWhiteSpaceClassBody
+                         : (e == 'w' || e == 'W') ? kWordClassBody
+                                                  : nullptr;
       if (!body) {
         out += c;
         out += e;
@@ -54,8 +56,8 @@ Result<std::string> translate_oniguruma_pattern(std::string_view p, std::string_
       }
       const bool negated = e == 'S' || e == 'W';
       if (in_class && negated) {
-        return invalid_argument(std::string(where) + ": '\\" + e + "' inside a character class is not supported (pattern " +
-                                std::string(p) + ")");
+        return invalid_argument(std::string(where) + ": '\\" + e +
+                                "' inside a character class is not supported (pattern " + std::string(p) + ")");
       }
       out += in_class ? std::string(body) : std::string(negated ? "[^" : "[") + body + "]";
       continue;

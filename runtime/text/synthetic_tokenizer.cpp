@@ -135,8 +135,8 @@ Status write_file(const std::filesystem::path& path, const std::string& text) {
 
 Status write_synthetic_tokenizer(const std::filesystem::path& dir, int64_t vocab_size) {
   if (vocab_size < kMinSyntheticVocab || vocab_size > INT32_MAX) {
-    return invalid_argument("write_synthetic_tokenizer: vocab_size " + std::to_string(vocab_size) +
-                            " is outside [" + std::to_string(kMinSyntheticVocab) +
+    return invalid_argument("write_synthetic_tokenizer: vocab_size " + std::to_string(vocab_size) + " is outside [" +
+                            std::to_string(kMinSyntheticVocab) +
                             ", 2^31 - 1] (256 byte tokens + 5 special tokens must fit)");
   }
   const int64_t specials_start = vocab_size - 5;
@@ -172,30 +172,41 @@ Status write_synthetic_tokenizer(const std::filesystem::path& dir, int64_t vocab
   ojson added = ojson::array();
   for (int k = 0; k < 5; ++k) {
     const bool special = k < 3;
-    added.push_back({{"id", specials_start + k}, {"content", kAdded[k]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", special}});
+    added.push_back({{"id", specials_start + k},
+                     {"content", kAdded[k]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", special}});
   }
   ojson merges_json = ojson::array();
   for (const auto& [a, b] : merges) merges_json.push_back({a, b});
-  const ojson byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                            {"use_regex", false}};
-  ojson tok = {
-      {"version", "1.0"},
-      {"truncation", nullptr},
-      {"padding", nullptr},
-      {"added_tokens", added},
-      {"normalizer", {{"type", "NFC"}}},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", kPattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-          byte_level}}}},
-      {"post_processor", byte_level},
-      {"decoder", byte_level},
-      {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-        {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-        {"vocab", vocab}, {"merges", merges_json}}}};
+  const ojson byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  ojson tok = {{"version", "1.0"},
+               {"truncation", nullptr},
+               {"padding", nullptr},
+               {"added_tokens", added},
+               {"normalizer", {{"type", "NFC"}}},
+               {"pre_tokenizer",
+                {{"type", "Sequence"},
+                 {"pretokenizers",
+                  {{{"type", "Split"}, {"pattern", {{"Regex", kPattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+                   byte_level}}}},
+               {"post_processor", byte_level},
+               {"decoder", byte_level},
+               {"model",
+                {{"type", "BPE"},
+                 {"dropout", nullptr},
+                 {"unk_token", nullptr},
+                 {"continuing_subword_prefix", ""},
+                 {"end_of_word_suffix", ""},
+                 {"fuse_unk", false},
+                 {"byte_fallback", false},
+                 {"ignore_merges", false},
+                 {"vocab", vocab},
+                 {"merges", merges_json}}}};
   ojson config = {{"add_bos_token", false},
                   {"bos_token", nullptr},
                   {"eos_token", "<|im_end|>"},

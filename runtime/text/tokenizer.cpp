@@ -142,7 +142,8 @@ Status Tokenizer::Impl::load(const json& root) {
   const auto model = root.find("model");
   if (model == root.end()) return err("$.model", "is missing");
   GB_RETURN_IF_ERROR(load_model(*model, "$.model"));
-  if (const auto it = root.find("normalizer"); it != root.end()) GB_RETURN_IF_ERROR(load_normalizer(*it, "$.normalizer"));
+  if (const auto it = root.find("normalizer"); it != root.end())
+    GB_RETURN_IF_ERROR(load_normalizer(*it, "$.normalizer"));
   if (const auto it = root.find("pre_tokenizer"); it != root.end()) {
     GB_RETURN_IF_ERROR(load_pre_tokenizer(*it, "$.pre_tokenizer"));
   }
@@ -254,7 +255,8 @@ Status Tokenizer::Impl::load_normalizer(const json& j, const std::string& path) 
       return ok_status();
     }
   }
-  return err(path + ".type", "'" + type + "' is not a supported normalizer (supported: NFC, NFD, NFKC, NFKD, Sequence)");
+  return err(path + ".type",
+             "'" + type + "' is not a supported normalizer (supported: NFC, NFD, NFKC, NFKD, Sequence)");
 }
 
 Status Tokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& path) {
@@ -351,7 +353,8 @@ Status Tokenizer::Impl::load_model(const json& j, const std::string& path) {
     return err(path + ".dropout", "is not supported (must be null): " + quoted(*it));
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (const auto it = j.find(key); it != j.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty())) {
+    if (const auto it = j.find(key);
+        it != j.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty())) {
       return err(path + "." + key, "is not supported (must be null or \"\"): " + quoted(*it));
     }
   }
@@ -385,8 +388,8 @@ Status Tokenizer::Impl::load_model(const json& j, const std::string& path) {
         const std::string s = m.get<std::string>();
         const size_t sp = s.find(' ');
         if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-          return err(path + ".merges[" + std::to_string(i) + "]", "must be two tokens separated by one space, not " +
-                                                                     quoted(m));
+          return err(path + ".merges[" + std::to_string(i) + "]",
+                     "must be two tokens separated by one space, not " + quoted(m));
         }
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
@@ -482,7 +485,8 @@ Status Tokenizer::Impl::pre_tokenize_and_merge(size_t step, std::string_view s, 
     GB_RETURN_IF_ERROR(bl->gpt2->find_all(s, m));
     size_t prev = 0;
     for (const auto& [b, e] : m) {
-      if (prev < b) GB_RETURN_IF_ERROR(pre_tokenize_and_merge(step + 1, bytes_to_byte_level(s.substr(prev, b - prev)), out));
+      if (prev < b)
+        GB_RETURN_IF_ERROR(pre_tokenize_and_merge(step + 1, bytes_to_byte_level(s.substr(prev, b - prev)), out));
       GB_RETURN_IF_ERROR(pre_tokenize_and_merge(step + 1, bytes_to_byte_level(s.substr(b, e - b)), out));
       prev = e;
     }
@@ -585,8 +589,8 @@ Result<Tokenizer> Tokenizer::load(const std::filesystem::path& path) {
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(path, ec)) file = path / "tokenizer.json";
   if (!std::filesystem::is_regular_file(file, ec)) {
-    return invalid_argument("tokenizer: " + file.string() + " is not a regular file (a tokenizer.json, or a directory " +
-                            "holding one, is needed)");
+    return invalid_argument("tokenizer: " + file.string() +
+                            " is not a regular file (a tokenizer.json, or a directory " + "holding one, is needed)");
   }
   std::ifstream in(file, std::ios::binary);
   std::ostringstream text;

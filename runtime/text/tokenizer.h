@@ -40,10 +40,10 @@ namespace genbridge::text {
 struct AddedToken {
   int32_t id = 0;
   std::string content;
-  bool special = false;     // skipped by decode(skip_special_tokens = true)
-  bool normalized = true;   // matched in the normalized text (else in the raw text)
-  bool lstrip = false;      // a match also takes the White_Space before it
-  bool rstrip = false;      // ... and after it
+  bool special = false;      // skipped by decode(skip_special_tokens = true)
+  bool normalized = true;    // matched in the normalized text (else in the raw text)
+  bool lstrip = false;       // a match also takes the White_Space before it
+  bool rstrip = false;       // ... and after it
   bool single_word = false;  // matches only with no word character right before or after it
 };
 

@@ -48,8 +48,8 @@ Status validate_utf8(std::string_view s, std::string_view what) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned>(static_cast<uint8_t>(s[pos])));
     const char* why = st.kind == Utf8Step::Kind::kIncomplete ? "a multi-byte sequence cut off by the end of the input"
-                      : st.length == 1                        ? "not a valid first byte here"
-                                                              : "a multi-byte sequence broken by a later byte";
+                      : st.length == 1                       ? "not a valid first byte here"
+                                                             : "a multi-byte sequence broken by a later byte";
     return invalid_argument(std::string(what) + ": input is not valid UTF-8: byte " + hex + " at byte offset " +
                             std::to_string(pos) + " starts " + why);
   }

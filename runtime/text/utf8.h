@@ -20,8 +20,8 @@ namespace genbridge::text {
 struct Utf8Step {
   enum class Kind { kValid, kInvalid, kIncomplete };
   Kind kind;
-  size_t length;   // kValid: the sequence's bytes; kInvalid: the maximal subpart to replace (>= 1);
-                   // kIncomplete: the bytes present (a valid prefix running into the end of the input)
+  size_t length;        // kValid: the sequence's bytes; kInvalid: the maximal subpart to replace (>= 1);
+                        // kIncomplete: the bytes present (a valid prefix running into the end of the input)
   char32_t code_point;  // kValid only
 };
 Utf8Step utf8_step(std::string_view s, size_t pos);

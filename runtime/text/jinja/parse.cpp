@@ -40,9 +40,9 @@ Result<std::vector<Segment>> split_template(std::string_view src) {
     }
     std::string text(src.substr(pos, open == std::string_view::npos ? std::string_view::npos : open - pos));
     const bool line_starting = pos == 0 || src[pos - 1] == '\n';
-    if (strip_next_text) text.erase(0, text.find_first_not_of(" \t\r\n\f\v") == std::string::npos
-                                           ? text.size()
-                                           : text.find_first_not_of(" \t\r\n\f\v"));
+    if (strip_next_text)
+      text.erase(0, text.find_first_not_of(" \t\r\n\f\v") == std::string::npos ? text.size()
+                                                                               : text.find_first_not_of(" \t\r\n\f\v"));
     if (open == std::string_view::npos) {
       // Jinja2 (keep_trailing_newline=False) drops one newline at the end of the template.
       if (!text.empty() && text.back() == '\n') text.pop_back();
@@ -131,8 +131,8 @@ struct Token {
 Result<std::vector<Token>> tokenize(const std::string& s, int line) {
   std::vector<Token> out;
   size_t p = 0;
-  static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                               "=",  "|",  ".",  ",",  ":",  "(",  ")", "[", "]", "{", "}"};
+  static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                               ">",  "=",  "|",  ".",  ",",  ":",  "(", ")", "[", "]", "{", "}"};
   while (p < s.size()) {
     const char c = s[p];
     if (c == '\n') ++line;
@@ -235,20 +235,20 @@ Result<std::vector<Token>> tokenize(const std::string& s, int line) {
 // ---- the subset ----
 
 const std::set<std::string, std::less<>> kFilters = {
-    "abs",   "capitalize", "count", "d",       "default", "dictsort", "e",    "escape", "first", "float",
-    "indent", "int",       "items", "join",    "last",    "length",   "list", "lower",  "map",   "max",
-    "min",   "reject",     "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort",
-    "string", "sum",       "title", "tojson",  "trim",    "unique",   "upper", "wordcount"};
+    "abs",    "capitalize", "count",      "d",       "default", "dictsort", "e",     "escape",   "first",      "float",
+    "indent", "int",        "items",      "join",    "last",    "length",   "list",  "lower",    "map",        "max",
+    "min",    "reject",     "rejectattr", "replace", "reverse", "round",    "safe",  "select",   "selectattr", "sort",
+    "string", "sum",        "title",      "tojson",  "trim",    "unique",   "upper", "wordcount"};
 const std::set<std::string, std::less<>> kTests = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "even", "false", "float", "ge", "gt",
-    "in", "integer", "iterable", "le", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas",
-    "sequence", "string", "true", "undefined", "upper"};
+    "boolean", "callable", "defined", "divisibleby", "eq",     "equalto", "even",      "false",   "float", "ge",
+    "gt",      "in",       "integer", "iterable",    "le",     "lower",   "lt",        "mapping", "ne",    "none",
+    "number",  "odd",      "sameas",  "sequence",    "string", "true",    "undefined", "upper"};
 const std::set<std::string, std::less<>> kMethods = {
-    "append", "capitalize", "count", "endswith", "find", "get", "items", "join", "keys", "lower", "lstrip",
-    "replace", "rstrip", "split", "startswith", "strip", "title", "upper", "values", "cycle", "isdigit",
-    "isalpha", "isspace", "rsplit", "splitlines", "pop", "index"};
-const std::set<std::string, std::less<>> kGlobals = {"namespace", "raise_exception", "range", "strftime_now",
-                                                     "dict", "len"};
+    "append", "capitalize", "count",   "endswith", "find",    "get",        "items",      "join",  "keys",
+    "lower",  "lstrip",     "replace", "rstrip",   "split",   "startswith", "strip",      "title", "upper",
+    "values", "cycle",      "isdigit", "isalpha",  "isspace", "rsplit",     "splitlines", "pop",   "index"};
+const std::set<std::string, std::less<>> kGlobals = {"namespace", "raise_exception", "range", "strftime_now", "dict",
+                                                     "len"};
 
 class ExprParser {
  public:
@@ -256,20 +256,20 @@ class ExprParser {
 
   const Token& peek(size_t k = 0) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
   bool at_end() const { return peek().kind == Token::Kind::kEnd; }
-  bool is_op(std::string_view op, size_t k = 0) const {
-    return peek(k).kind == Token::Kind::kOp && peek(k).text == op;
-  }
+  bool is_op(std::string_view op, size_t k = 0) const { return peek(k).kind == Token::Kind::kOp && peek(k).text == op; }
   bool is_name(std::string_view n, size_t k = 0) const {
     return peek(k).kind == Token::Kind::kName && peek(k).text == n;
   }
   Token next() { return t_[std::min(i_++, t_.size() - 1)]; }
   Status expect_op(std::string_view op) {
-    if (!is_op(op)) return syntax_error(peek().line, "expected '" + std::string(op) + "' but found " + describe(peek()));
+    if (!is_op(op))
+      return syntax_error(peek().line, "expected '" + std::string(op) + "' but found " + describe(peek()));
     ++i_;
     return ok_status();
   }
   Result<std::string> expect_name() {
-    if (peek().kind != Token::Kind::kName) return syntax_error(peek().line, "expected a name but found " + describe(peek()));
+    if (peek().kind != Token::Kind::kName)
+      return syntax_error(peek().line, "expected a name but found " + describe(peek()));
     return next().text;
   }
   Status expect_end(const std::string& what) {
@@ -365,9 +365,8 @@ class ExprParser {
     GB_ASSIGN_OR_RETURN(ExprPtr e, math1());
     for (;;) {
       std::string op;
-      if (peek().kind == Token::Kind::kOp &&
-          (peek().text == "==" || peek().text == "!=" || peek().text == "<" || peek().text == ">" ||
-           peek().text == "<=" || peek().text == ">=")) {
+      if (peek().kind == Token::Kind::kOp && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+                                              peek().text == ">" || peek().text == "<=" || peek().text == ">=")) {
         op = peek().text;
         next();
       } else if (is_name("in")) {
@@ -643,8 +642,9 @@ class Parser {
     if (pos_ < segs_.size()) return syntax_error(segs_[pos_].line, "unexpected '{% " + keyword(segs_[pos_]) + " %}'");
     for (const auto& [name, line] : called_) {
       if (!kGlobals.count(name) && !macros_.count(name)) {
-        return syntax_error(line, "unsupported function '" + name + "()' (not a global this engine "
-                                             "provides nor a macro of the template)");
+        return syntax_error(line, "unsupported function '" + name +
+                                      "()' (not a global this engine "
+                                      "provides nor a macro of the template)");
       }
     }
     return body;
@@ -839,8 +839,8 @@ class Parser {
       n->branches.emplace_back(std::move(always), std::move(b));
       return n;
     }
-    static const std::set<std::string> kKnownEnds = {"endif", "endfor", "endset", "endmacro", "endgeneration",
-                                                     "elif", "else"};
+    static const std::set<std::string> kKnownEnds = {"endif",         "endfor", "endset", "endmacro",
+                                                     "endgeneration", "elif",   "else"};
     if (kKnownEnds.count(kw)) return syntax_error(line, "'{% " + kw + " %}' without its opening statement");
     return syntax_error(line, "unsupported statement '{% " + (kw.empty() ? s.content : kw) + " %}'");
   }

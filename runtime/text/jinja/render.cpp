@@ -130,7 +130,8 @@ std::string title_case(std::string_view s, bool capitalize_only) {
   bool first = true;
   for (std::string_view c : code_points(s)) {
     const Utf8Step st = utf8_step(c, 0);
-    const bool letter = st.kind == Utf8Step::Kind::kValid && utf8proc_category(static_cast<utf8proc_int32_t>(st.code_point)) >= UTF8PROC_CATEGORY_LU &&
+    const bool letter = st.kind == Utf8Step::Kind::kValid &&
+                        utf8proc_category(static_cast<utf8proc_int32_t>(st.code_point)) >= UTF8PROC_CATEGORY_LU &&
                         utf8proc_category(static_cast<utf8proc_int32_t>(st.code_point)) <= UTF8PROC_CATEGORY_LO;
     const bool up = capitalize_only ? first : (letter && !prev_cased);
     out += map_case(c, up);
@@ -233,8 +234,8 @@ class Renderer {
     if (!n.attr.empty()) {
       const Value* ns = lookup(n.targets[0]);
       if (!ns || ns->kind != Value::Kind::kNamespace) {
-        return error_at(n.line, "'{% set " + n.targets[0] + "." + n.attr + " %}' needs '" + n.targets[0] +
-                                    "' to be a namespace()");
+        return error_at(
+            n.line, "'{% set " + n.targets[0] + "." + n.attr + " %}' needs '" + n.targets[0] + "' to be a namespace()");
       }
       ns->dict->set(n.attr, std::move(v));
       return ok_status();
@@ -406,9 +407,11 @@ class Renderer {
       case Expr::Kind::kUnary: {
         GB_ASSIGN_OR_RETURN(Value v, eval(*e.args[0]));
         if (e.name == "not") return Value::boolean(!truthy(v));
-        if (!v.is_number()) return error_at(e.line, std::string("bad operand type for unary ") + e.name + ": '" + type_name(v) + "'");
+        if (!v.is_number())
+          return error_at(e.line, std::string("bad operand type for unary ") + e.name + ": '" + type_name(v) + "'");
         if (e.name == "+") return v;
-        return v.kind == Value::Kind::kFloat ? Value::number(-v.f) : Value::integer(-(v.kind == Value::Kind::kBool ? v.b : v.i));
+        return v.kind == Value::Kind::kFloat ? Value::number(-v.f)
+                                             : Value::integer(-(v.kind == Value::Kind::kBool ? v.b : v.i));
       }
       case Expr::Kind::kBinary:
         return binary(e);
@@ -429,7 +432,8 @@ class Renderer {
       const Value* v = obj.dict->find(key.s);
       return v ? *v : Value();
     }
-    if ((obj.kind == Value::Kind::kList || obj.is_string()) && (key.kind == Value::Kind::kInt || key.kind == Value::Kind::kBool)) {
+    if ((obj.kind == Value::Kind::kList || obj.is_string()) &&
+        (key.kind == Value::Kind::kInt || key.kind == Value::Kind::kBool)) {
       std::vector<std::string_view> cps;
       if (obj.is_string()) cps = code_points(obj.s);
       const int64_t n = obj.is_string() ? static_cast<int64_t>(cps.size()) : static_cast<int64_t>(obj.list->size());
@@ -509,7 +513,8 @@ class Renderer {
       return error_at(line, "macro '" + n.name + "' takes " + std::to_string(n.params.size()) + " arguments, " +
                                 std::to_string(a.pos.size()) + " given");
     }
-    if (macro_depth_ >= kMaxMacroDepth) return error_at(line, "macros nest deeper than " + std::to_string(kMaxMacroDepth));
+    if (macro_depth_ >= kMaxMacroDepth)
+      return error_at(line, "macros nest deeper than " + std::to_string(kMaxMacroDepth));
     Scope frame;
     for (size_t i = 0; i < n.params.size(); ++i) {
       const auto& [name, def] = n.params[i];
@@ -601,11 +606,13 @@ class Renderer {
       const std::string& s = obj.s;
       if (name == "startswith" || name == "endswith") {
         if (a.pos.empty()) return error_at(line, "." + name + "() needs an argument");
-        std::vector<Value> options = a.pos[0].kind == Value::Kind::kList ? *a.pos[0].list : std::vector<Value>{a.pos[0]};
+        std::vector<Value> options =
+            a.pos[0].kind == Value::Kind::kList ? *a.pos[0].list : std::vector<Value>{a.pos[0]};
         for (const Value& o : options) {
           if (!o.is_string()) return error_at(line, "." + name + "() takes strings");
-          const bool hit = name == "startswith" ? s.compare(0, o.s.size(), o.s) == 0 && s.size() >= o.s.size()
-                                                : s.size() >= o.s.size() && s.compare(s.size() - o.s.size(), o.s.size(), o.s) == 0;
+          const bool hit = name == "startswith"
+                               ? s.compare(0, o.s.size(), o.s) == 0 && s.size() >= o.s.size()
+                               : s.size() >= o.s.size() && s.compare(s.size() - o.s.size(), o.s.size(), o.s) == 0;
           if (hit) return Value::boolean(true);
         }
         return Value::boolean(false);
@@ -613,7 +620,8 @@ class Renderer {
       if (name == "split" || name == "rsplit") {
         const Value* sep = a.get(0, "sep");
         const Value* maxsplit = a.get(1, "maxsplit");
-        if (sep && !sep->is_none() && (!sep->is_string() || sep->s.empty())) return error_at(line, ".split() needs a non-empty string separator");
+        if (sep && !sep->is_none() && (!sep->is_string() || sep->s.empty()))
+          return error_at(line, ".split() needs a non-empty string separator");
         if (name == "rsplit" && maxsplit && maxsplit->kind == Value::Kind::kInt && maxsplit->i >= 0) {
           return error_at(line, "unsupported construct '.rsplit()' with maxsplit");
         }
@@ -661,7 +669,7 @@ class Renderer {
         for (std::string_view c : code_points(s)) {
           const Utf8Step st = utf8_step(c, 0);
           const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(st.code_point));
-          const bool ok = name == "isdigit" ? cat == UTF8PROC_CATEGORY_ND
+          const bool ok = name == "isdigit"   ? cat == UTF8PROC_CATEGORY_ND
                           : name == "isalpha" ? (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO)
                                               : py_space(st.code_point);
           if (!ok) return Value::boolean(false);
@@ -825,7 +833,8 @@ class Renderer {
     }
     if (op == "~") return Value::string(to_output(a) + to_output(b));
     const auto type_error = [&]() {
-      return error_at(e.line, "unsupported operand types for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+      return error_at(e.line,
+                      "unsupported operand types for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
     };
     if (op == "+") {
       if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
@@ -838,7 +847,8 @@ class Renderer {
     if (op == "*" && ((a.is_string() && b.kind == K::kInt) || (a.kind == K::kInt && b.is_string()))) {
       const std::string& s = a.is_string() ? a.s : b.s;
       const int64_t n = a.is_string() ? b.i : a.i;
-      if (n > 0 && static_cast<double>(n) * static_cast<double>(s.size()) > 1e8) return error_at(e.line, "string repetition too long");
+      if (n > 0 && static_cast<double>(n) * static_cast<double>(s.size()) > 1e8)
+        return error_at(e.line, "string repetition too long");
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += s;
       return Value::string(out);
@@ -883,8 +893,10 @@ class Renderer {
       const Value* ascii = a.get(99, "ensure_ascii");
       if (ascii && truthy(*ascii)) return error_at(line, "unsupported construct 'tojson(ensure_ascii=true)'");
       if (a.get(99, "separators")) return error_at(line, "unsupported construct 'tojson(separators=...)'");
-      if (indent && !indent->is_none() && indent->kind != K::kInt) return error_at(line, "tojson(indent=...) takes an integer");
-      auto text = to_json_text(v, indent && indent->kind == K::kInt ? static_cast<int>(indent->i) : -1, sort && truthy(*sort));
+      if (indent && !indent->is_none() && indent->kind != K::kInt)
+        return error_at(line, "tojson(indent=...) takes an integer");
+      auto text =
+          to_json_text(v, indent && indent->kind == K::kInt ? static_cast<int>(indent->i) : -1, sort && truthy(*sort));
       if (!text.ok()) return error_at(line, text.status().message());
       return Value::string(*text);
     }
@@ -916,12 +928,23 @@ class Renderer {
       std::string out;
       for (char c : to_output(v)) {
         switch (c) {
-          case '&': out += "&amp;"; break;
-          case '<': out += "&lt;"; break;
-          case '>': out += "&gt;"; break;
-          case '"': out += "&#34;"; break;
-          case '\'': out += "&#39;"; break;
-          default: out += c;
+          case '&':
+            out += "&amp;";
+            break;
+          case '<':
+            out += "&lt;";
+            break;
+          case '>':
+            out += "&gt;";
+            break;
+          case '"':
+            out += "&#34;";
+            break;
+          case '\'':
+            out += "&#39;";
+            break;
+          default:
+            out += c;
         }
       }
       return Value::string(out);
@@ -967,7 +990,8 @@ class Renderer {
     }
     if (name == "abs") {
       if (!v.is_number()) return error_at(line, "abs needs a number");
-      return v.kind == K::kFloat ? Value::number(std::fabs(v.f)) : Value::integer(std::llabs(v.kind == K::kBool ? v.b : v.i));
+      return v.kind == K::kFloat ? Value::number(std::fabs(v.f))
+                                 : Value::integer(std::llabs(v.kind == K::kBool ? v.b : v.i));
     }
     if (name == "round") {
       if (!v.is_number()) return error_at(line, "round needs a number");
@@ -976,15 +1000,20 @@ class Renderer {
       return Value::number(std::round(v.as_double() * p) / p);
     }
     if (name == "replace") {
-      if (a.pos.size() < 2 || !a.pos[0].is_string() || !a.pos[1].is_string()) return error_at(line, "replace needs two strings");
+      if (a.pos.size() < 2 || !a.pos[0].is_string() || !a.pos[1].is_string())
+        return error_at(line, "replace needs two strings");
       const Value* count = a.get(2, "count");
-      return Value::string(py_replace(to_output(v), a.pos[0].s, a.pos[1].s, count && count->kind == K::kInt ? count->i : -1));
+      return Value::string(
+          py_replace(to_output(v), a.pos[0].s, a.pos[1].s, count && count->kind == K::kInt ? count->i : -1));
     }
     if (name == "indent") {
       const Value* width = a.get(0, "width");
       const Value* first = a.get(1, "first");
       const Value* blank = a.get(2, "blank");
-      const std::string pad = width && width->is_string() ? width->s : std::string(width && width->kind == K::kInt ? static_cast<size_t>(width->i) : 4, ' ');
+      const std::string pad =
+          width && width->is_string()
+              ? width->s
+              : std::string(width && width->kind == K::kInt ? static_cast<size_t>(width->i) : 4, ' ');
       const std::string s = to_output(v);
       std::string out;
       size_t start = 0;
@@ -1001,7 +1030,8 @@ class Renderer {
       }
       return Value::string(out);
     }
-    if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(to_output(v), nullptr, -1).list->size()));
+    if (name == "wordcount")
+      return Value::integer(static_cast<int64_t>(py_split(to_output(v), nullptr, -1).list->size()));
     // Filters over sequences.
     GB_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v, line));
     if (name == "list") return Value::new_list(std::move(items));
@@ -1036,7 +1066,7 @@ class Renderer {
       for (const Value& x : items) {
         if (!x.is_number()) return error_at(line, "sum needs numbers");
         acc = acc.kind == K::kInt && x.kind != K::kFloat ? Value::integer(acc.i + (x.kind == K::kBool ? x.b : x.i))
-                                                           : Value::number(acc.as_double() + x.as_double());
+                                                         : Value::number(acc.as_double() + x.as_double());
       }
       return acc;
     }
@@ -1065,7 +1095,8 @@ class Renderer {
       if (name == "unique") {
         std::vector<Value> out;
         for (const Value& x : items) {
-          if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(key(x), key(y)); })) out.push_back(x);
+          if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(key(x), key(y)); }))
+            out.push_back(x);
         }
         return Value::new_list(std::move(out));
       }

@@ -22,32 +22,45 @@ using Body = std::vector<NodePtr>;
 
 struct Expr {
   enum class Kind {
-    kLiteral, kName, kList, kTuple, kDict, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kUnary, kBinary, kCond
+    kLiteral,
+    kName,
+    kList,
+    kTuple,
+    kDict,
+    kAttr,
+    kIndex,
+    kSlice,
+    kCall,
+    kFilter,
+    kTest,
+    kUnary,
+    kBinary,
+    kCond
   };
   Kind kind;
   int line = 0;
-  Value literal;                  // kLiteral
-  std::string name;               // kName, kAttr (attribute), kFilter/kTest (filter/test), kUnary/kBinary (op)
-  std::vector<ExprPtr> args;      // operands; kCall/kFilter/kTest: [callee or subject, positional args...];
-                                  // kDict: key, value, key, value...; kSlice: [object, start, stop, step]
-                                  // (absent parts null)
+  Value literal;              // kLiteral
+  std::string name;           // kName, kAttr (attribute), kFilter/kTest (filter/test), kUnary/kBinary (op)
+  std::vector<ExprPtr> args;  // operands; kCall/kFilter/kTest: [callee or subject, positional args...];
+                              // kDict: key, value, key, value...; kSlice: [object, start, stop, step]
+                              // (absent parts null)
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall/kFilter/kTest keyword arguments
-  bool negated = false;           // kTest: "is not"
+  bool negated = false;                                 // kTest: "is not"
 };
 
 struct Node {
   enum class Kind { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue, kCallMacroBlock };
   Kind kind;
   int line = 0;
-  std::string text;                                      // kText
-  ExprPtr expr;                                          // kOutput, kFor (iterable), kSet (value)
-  std::vector<std::pair<ExprPtr, Body>> branches;        // kIf: (condition, body)...
-  Body body, else_body;                                  // kFor, kSetBlock, kMacro; kIf/kFor else
-  std::vector<std::string> targets;                      // kFor loop variables; kSet/kSetBlock names
-  std::string attr;                                      // kSet "ns.attr"
-  ExprPtr filter;                                        // kFor "if" clause
-  std::string name;                                      // kMacro
-  std::vector<std::pair<std::string, ExprPtr>> params;   // kMacro (default may be null)
+  std::string text;                                     // kText
+  ExprPtr expr;                                         // kOutput, kFor (iterable), kSet (value)
+  std::vector<std::pair<ExprPtr, Body>> branches;       // kIf: (condition, body)...
+  Body body, else_body;                                 // kFor, kSetBlock, kMacro; kIf/kFor else
+  std::vector<std::string> targets;                     // kFor loop variables; kSet/kSetBlock names
+  std::string attr;                                     // kSet "ns.attr"
+  ExprPtr filter;                                       // kFor "if" clause
+  std::string name;                                     // kMacro
+  std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro (default may be null)
 };
 
 struct Macro {

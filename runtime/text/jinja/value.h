@@ -61,7 +61,9 @@ struct Value {
   bool is_string() const { return kind == Kind::kString; }
   bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
   bool is_mapping() const { return kind == Kind::kDict || kind == Kind::kNamespace; }
-  double as_double() const { return kind == Kind::kFloat ? f : kind == Kind::kBool ? (b ? 1 : 0) : static_cast<double>(i); }
+  double as_double() const {
+    return kind == Kind::kFloat ? f : kind == Kind::kBool ? (b ? 1 : 0) : static_cast<double>(i);
+  }
 
  private:
   static Value with_kind(Kind k) {

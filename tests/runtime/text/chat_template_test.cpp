@@ -19,8 +19,7 @@ std::string render(const std::string& tpl, const ojson& ctx = ojson::object()) {
 }
 
 TEST(ChatTemplate, values_print_as_python_does) {
-  EXPECT_EQ(render("{{ none }}|{{ true }}|{{ false }}|{{ 2.0 }}|{{ 3 }}|{{ x }}|{{ undefined_name }}|",
-                   {{"x", 1.5}}),
+  EXPECT_EQ(render("{{ none }}|{{ true }}|{{ false }}|{{ 2.0 }}|{{ 3 }}|{{ x }}|{{ undefined_name }}|", {{"x", 1.5}}),
             "None|True|False|2.0|3|1.5||");
   EXPECT_EQ(render("{{ [1, 'a', none, true] }} {{ {'k': 'v', 'q': \"it's\"} }}"),
             "[1, 'a', None, True] {'k': 'v', 'q': \"it's\"}");
@@ -61,13 +60,15 @@ TEST(ChatTemplate, trim_blocks_lstrip_blocks_and_whitespace_control) {
 TEST(ChatTemplate, loops) {
   const ojson ctx = {{"xs", {"a", "b", "c"}}, {"d", {{"k1", 1}, {"k2", 2}}}};
   EXPECT_EQ(render("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ x }}"
-                   "{{ '|' if not loop.last }}{% endfor %}", ctx),
+                   "{{ '|' if not loop.last }}{% endfor %}",
+                   ctx),
             "103a|212b|321c");
   EXPECT_EQ(render("{% for x in xs if x != 'b' %}{{ loop.length }}{{ x }}{% endfor %}", ctx), "2a2c");
   EXPECT_EQ(render("{% for x in [] %}no{% else %}empty{% endfor %}"), "empty");
   EXPECT_EQ(render("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", ctx), "k1=1;k2=2;");
   EXPECT_EQ(render("{% for x in xs %}{% if x == 'b' %}{% continue %}{% endif %}{{ x }}{% if x == 'c' %}"
-                   "{% break %}{% endif %}{% endfor %}", ctx),
+                   "{% break %}{% endif %}{% endfor %}",
+                   ctx),
             "ac");
   EXPECT_EQ(render("{% for x in xs %}{{ loop.cycle('o', 'e') }}{{ loop.previtem }}{% endfor %}", ctx), "oeaob");
   EXPECT_EQ(render("{% for x in xs[::-1] %}{{ x }}{% endfor %}", ctx), "cba");
@@ -104,15 +105,16 @@ TEST(ChatTemplate, tests_and_operators) {
 TEST(ChatTemplate, filters) {
   const ojson ctx = ojson::parse(R"({"ms": [{"role": "user", "name": "u"}, {"role": "bot", "name": "b"},
                                           {"role": "user", "name": "v"}], "d": {"b": 2, "a": 1}})");
-  EXPECT_EQ(render("{{ ms | selectattr('role', 'equalto', 'user') | list | length }}|"
-                   "{{ ms | map(attribute='name') | join(',') }}|{{ ms | rejectattr('role', 'eq', 'user') | first }}|"
-                   "{{ (ms | last).name }}|{{ d | items | list }}|{{ d | dictsort }}|{{ [3, 1, 2] | sort }}|"
-                   "{{ ['b', 'A', 'a'] | unique | list }}|{{ missing | default('dflt') }}|{{ '' | default('e', true) }}|"
-                   "{{ ' t ' | trim }}|{{ 'hello world' | title }}|{{ 'hELLO' | capitalize }}|{{ '42' | int + 1 }}|"
-                   "{{ 'x' | float }}|{{ [1, 2.5] | sum }}|{{ 'a\nb' | indent(2) }}|{{ [1, 2] | max }}",
-                   ctx),
-            "2|u,b,v|{'role': 'bot', 'name': 'b'}|v|[['b', 2], ['a', 1]]|[['a', 1], ['b', 2]]|[1, 2, 3]|"
-            "['b', 'A']|dflt|e|t|Hello World|Hello|43|0.0|3.5|a\n  b|2");
+  EXPECT_EQ(
+      render("{{ ms | selectattr('role', 'equalto', 'user') | list | length }}|"
+             "{{ ms | map(attribute='name') | join(',') }}|{{ ms | rejectattr('role', 'eq', 'user') | first }}|"
+             "{{ (ms | last).name }}|{{ d | items | list }}|{{ d | dictsort }}|{{ [3, 1, 2] | sort }}|"
+             "{{ ['b', 'A', 'a'] | unique | list }}|{{ missing | default('dflt') }}|{{ '' | default('e', true) }}|"
+             "{{ ' t ' | trim }}|{{ 'hello world' | title }}|{{ 'hELLO' | capitalize }}|{{ '42' | int + 1 }}|"
+             "{{ 'x' | float }}|{{ [1, 2.5] | sum }}|{{ 'a\nb' | indent(2) }}|{{ [1, 2] | max }}",
+             ctx),
+      "2|u,b,v|{'role': 'bot', 'name': 'b'}|v|[['b', 2], ['a', 1]]|[['a', 1], ['b', 2]]|[1, 2, 3]|"
+      "['b', 'A']|dflt|e|t|Hello World|Hello|43|0.0|3.5|a\n  b|2");
 }
 
 TEST(ChatTemplate, raise_exception_is_an_error_with_its_message) {
@@ -122,27 +124,34 @@ TEST(ChatTemplate, raise_exception_is_an_error_with_its_message) {
 }
 
 TEST(ChatTemplate, unsupported_constructs_fail_at_load_with_their_line) {
-  EXPECT_EQ(render("a\n{{ x | batch(3) }}"), "PARSE ERROR: InvalidArgument: chat template line 2: unsupported filter 'batch'");
+  EXPECT_EQ(render("a\n{{ x | batch(3) }}"),
+            "PARSE ERROR: InvalidArgument: chat template line 2: unsupported filter 'batch'");
   EXPECT_EQ(render("\n\n{% include 'other.jinja' %}"),
             "PARSE ERROR: InvalidArgument: chat template line 3: unsupported statement '{% include %}'");
   EXPECT_EQ(render("{{ x }}\n{{ helper(1) }}"),
             "PARSE ERROR: InvalidArgument: chat template line 2: unsupported function 'helper()' (not a global this "
             "engine provides nor a macro of the template)");
-  EXPECT_EQ(render("{{ 'a{}'.format(1) }}"), "PARSE ERROR: InvalidArgument: chat template line 1: unsupported method '.format()'");
+  EXPECT_EQ(render("{{ 'a{}'.format(1) }}"),
+            "PARSE ERROR: InvalidArgument: chat template line 1: unsupported method '.format()'");
   EXPECT_EQ(render("{% if x is sameas_not %}{% endif %}"),
             "PARSE ERROR: InvalidArgument: chat template line 1: unsupported test 'sameas_not'");
   EXPECT_EQ(render("{% for x in y recursive %}{% endfor %}"),
             "PARSE ERROR: InvalidArgument: chat template line 1: unsupported construct 'for ... recursive'");
-  EXPECT_EQ(render("x\n{% if true %}\n{{ 1 }"), "PARSE ERROR: InvalidArgument: chat template line 3: a tag is not closed: '}}' is missing");
-  EXPECT_EQ(render("{% if true %}"), "PARSE ERROR: InvalidArgument: chat template line 1: the template ends before '{% endif %}'");
-  EXPECT_EQ(render("{% endfor %}"), "PARSE ERROR: InvalidArgument: chat template line 1: '{% endfor %}' without its opening statement");
-  EXPECT_EQ(render("{{ 1 + }}"), "PARSE ERROR: InvalidArgument: chat template line 1: unexpected the end of the tag in an expression");
+  EXPECT_EQ(render("x\n{% if true %}\n{{ 1 }"),
+            "PARSE ERROR: InvalidArgument: chat template line 3: a tag is not closed: '}}' is missing");
+  EXPECT_EQ(render("{% if true %}"),
+            "PARSE ERROR: InvalidArgument: chat template line 1: the template ends before '{% endif %}'");
+  EXPECT_EQ(render("{% endfor %}"),
+            "PARSE ERROR: InvalidArgument: chat template line 1: '{% endfor %}' without its opening statement");
+  EXPECT_EQ(render("{{ 1 + }}"),
+            "PARSE ERROR: InvalidArgument: chat template line 1: unexpected the end of the tag in an expression");
 }
 
 TEST(ChatTemplate, render_errors_name_their_line) {
   EXPECT_EQ(render("\n{{ messages[0].role }}", {{"messages", ojson::array()}}),
             "RENDER ERROR: InvalidArgument: chat template line 2: cannot read attribute 'role' of an undefined value");
-  EXPECT_EQ(render("{{ 'a' + 1 }}"), "RENDER ERROR: InvalidArgument: chat template line 1: unsupported operand types for +: 'str' and 'int'");
+  EXPECT_EQ(render("{{ 'a' + 1 }}"),
+            "RENDER ERROR: InvalidArgument: chat template line 1: unsupported operand types for +: 'str' and 'int'");
   EXPECT_EQ(render("{% set x = 1 %}{% set x.y = 2 %}"),
             "RENDER ERROR: InvalidArgument: chat template line 1: '{% set x.y %}' needs 'x' to be a namespace()");
 }

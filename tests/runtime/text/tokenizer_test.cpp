@@ -27,17 +27,18 @@ json tiny_tokenizer() {
   vocab["ab"] = id++;   // 256
   vocab["abc"] = id++;  // 257
   vocab["Ġa"] = id++;   // 258
-  return json{{"normalizer", {{"type", "NFC"}}},
-              {"pre_tokenizer",
-               {{"type", "Sequence"},
-                {"pretokenizers",
-                 json::array({{{"type", "Split"}, {"pattern", {{"Regex", " ?\\p{L}+|\\s+"}}}, {"behavior", "Isolated"},
-                               {"invert", false}},
-                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
-              {"decoder", {{"type", "ByteLevel"}}},
-              {"added_tokens", json::array({{{"id", 259}, {"content", "<|end|>"}, {"special", true},
-                                             {"normalized", false}}})},
-              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b", "ab c", "Ġ a"})}}}};
+  return json{
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers", json::array({{{"type", "Split"},
+                                        {"pattern", {{"Regex", " ?\\p{L}+|\\s+"}}},
+                                        {"behavior", "Isolated"},
+                                        {"invert", false}},
+                                       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", json::array({{{"id", 259}, {"content", "<|end|>"}, {"special", true}, {"normalized", false}}})},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b", "ab c", "Ġ a"})}}}};
 }
 
 Tokenizer load(const json& j) {
@@ -91,9 +92,14 @@ TEST(Tokenizer, invalid_utf8_replace_mode_encodes_u_fffd) {
   const Tokenizer t = load(tiny_tokenizer());
   EncodeOptions o;
   o.invalid_utf8 = InvalidUtf8::kReplace;
-  const auto ids = t.encode("a\xff" "b", o);
+  const auto ids = t.encode(
+      "a\xff"
+      "b",
+      o);
   ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(t.decode(*ids), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(t.decode(*ids),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 TEST(Tokenizer, decode_skips_unknown_ids_and_special_on_request) {
@@ -203,11 +209,11 @@ TEST(Tokenizer, split_behaviors) {
   const auto ids_for = [](const char* behavior, bool invert) {
     json j = tiny_tokenizer();
     j["model"]["merges"] = json::array();
-    j["pre_tokenizer"] = {{"type", "Sequence"},
-                          {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"String", "-"}}},
-                                                          {"behavior", behavior}, {"invert", invert}},
-                                                         {{"type", "ByteLevel"}, {"add_prefix_space", true},
-                                                          {"use_regex", false}}})}};
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         json::array({{{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}},
+                      {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}})}};
     auto t = Tokenizer::from_json_text(j.dump());
     EXPECT_TRUE(t.ok());
     return t->decode(*t->encode("a-b"));
@@ -227,7 +233,9 @@ TEST(Tokenizer, concurrent_encodes_agree) {
   const auto t = Tokenizer::load(dir.path());
   ASSERT_TRUE(t.ok());
   std::vector<std::string> texts;
-  for (int i = 0; i < 64; ++i) texts.push_back("The model " + std::to_string(i * 7919) + " reads tokens, 你好 " + std::string(i % 5, ' ') + "end.");
+  for (int i = 0; i < 64; ++i)
+    texts.push_back("The model " + std::to_string(i * 7919) + " reads tokens, 你好 " + std::string(i % 5, ' ') +
+                    "end.");
   std::vector<std::vector<int32_t>> want;
   for (const auto& s : texts) want.push_back(*t->encode(s));
   t->clear_cache();
@@ -266,14 +274,22 @@ TEST(Regex, whitespace_is_onigurumas_white_space) {
   auto re = Regex::compile("\\s+", "test");
   ASSERT_TRUE(re.ok());
   std::vector<std::pair<size_t, size_t>> m;
-  ASSERT_TRUE(re->find_all("a\xE1\xA0\x8E" "b\xE2\x80\x83" "c", m).ok());
+  ASSERT_TRUE(re->find_all("a\xE1\xA0\x8E"
+                           "b\xE2\x80\x83"
+                           "c",
+                           m)
+                  .ok());
   ASSERT_EQ(m.size(), 1u);  // only U+2003 EM SPACE
   EXPECT_EQ(m[0], (std::pair<size_t, size_t>{5, 8}));
-  EXPECT_EQ(*translate_oniguruma_pattern("[^\\s\\p{L}]\\S", "t"), "[^\\t-\\r\\x20\\x{85}\\p{Z}\\p{L}][^\\t-\\r\\x20\\x{85}\\p{Z}]");
+  EXPECT_EQ(*translate_oniguruma_pattern("[^\\s\\p{L}]\\S", "t"),
+            "[^\\t-\\r\\x20\\x{85}\\p{Z}\\p{L}][^\\t-\\r\\x20\\x{85}\\p{Z}]");
 }
 
 TEST(Utf8, replacement_follows_maximal_subparts) {
-  EXPECT_EQ(utf8_replace_invalid("\xF0\x9F\x98" "A"), "\xEF\xBF\xBD" "A");  // one U+FFFD for a cut 4-byte prefix
+  EXPECT_EQ(utf8_replace_invalid("\xF0\x9F\x98"
+                                 "A"),
+            "\xEF\xBF\xBD"
+            "A");                                                           // one U+FFFD for a cut 4-byte prefix
   EXPECT_EQ(utf8_replace_invalid("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: two bytes, two U+FFFD
   EXPECT_EQ(utf8_replace_invalid("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
   EXPECT_EQ(utf8_replace_invalid("\xE4\xBD"), "\xEF\xBF\xBD");

@@ -79,7 +79,6 @@ int encode(const std::string& path) {
   return 0;
 }
 
-
 int chat(const std::string& dir) {
   auto config = genbridge::text::TokenizerConfig::load(dir);
   auto tok = Tokenizer::load(dir);
