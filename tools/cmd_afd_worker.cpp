@@ -48,7 +48,7 @@ int afd_worker(const RunOptions& o, const std::string& role) {
   const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
   const bool ffn = declared == static_cast<int>(afd::Role::kFfn) ||
                    (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= cfg->num_attention);
-  auto ckpt = model::Checkpoint::open(dir, {.populate = !ffn});
+  auto ckpt = open_checkpoint(dir, o, /*populate=*/!ffn);
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   auto reqs = make_requests(o, mc.vocab_size);

@@ -43,7 +43,7 @@ int run_afd(const RunOptions& o) {
   if (!dev.ok()) return fail(dev.status());
   auto dir = resolve_model_dir(o);
   if (!dir.ok()) return fail(dir.status());
-  auto ckpt = model::Checkpoint::open(*dir);
+  auto ckpt = open_checkpoint(*dir, o);
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (!o.quiet) fmt::print(stderr, "{}\n", describe_model(*ckpt));

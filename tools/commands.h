@@ -34,6 +34,8 @@ struct RunOptions {
   int threads = 0;
   std::string dump_logits;
   bool quiet = false;
+  bool no_mmap = false;        // read the checkpoint into memory instead of mapping it
+  bool check_weights = false;  // scan every weight for NaN / Inf at load
   // AFD
   std::string afd;  // e.g. "2A1F"; empty: monolithic
   std::string afd_connector = "sync";

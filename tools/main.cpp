@@ -49,6 +49,12 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                   "Write the last-position fp32 logits of every step to FILE.npy, shape (rows, vocab): rows grouped\n"
                   "by request in request order, one row per generated token");
   run->add_flag("--quiet", ro.quiet, "No progress output");
+  run->add_flag("--no-mmap", ro.no_mmap,
+                "Read the checkpoint into memory instead of mapping it (for files that may change during the run:\n"
+                "truncating a mapped checkpoint kills the process with SIGBUS)");
+  run->add_flag("--check-weights", ro.check_weights,
+                "Scan every weight at load and refuse the model if one is NaN or infinite, naming it; prints the\n"
+                "scan's cost");
   run->add_option("--afd", ro.afd,
                   "Attention-FFN disaggregation topology, e.g. 2A1F (2 attention ranks, 1 FFN rank). Empty: monolithic");
   run->add_option("--afd-connector", ro.afd_connector, "sync (control plane) | async (self-describing messages)")

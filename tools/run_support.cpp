@@ -22,6 +22,22 @@ Result<runtime::DeviceOperator> make_device(const RunOptions& o, bool log) {
   return dev;
 }
 
+Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate) {
+  GB_ASSIGN_OR_RETURN(model::Checkpoint ckpt,
+                      model::Checkpoint::open(dir, {.populate = populate, .use_mmap = !o.no_mmap}));
+  if (o.check_weights) {
+    // The cost line is printed even with --quiet: it is what --check-weights was asked for.
+    model::WeightScan scan;
+    const Status finite = ckpt.check_finite(&scan);
+    fmt::print(stderr, "check-weights: {} tensors, {:.1f} MiB scanned in {:.3g} s ({:.1f} GB/s): {}\n", scan.tensors,
+               static_cast<double>(scan.bytes) / (1 << 20), scan.seconds,
+               scan.seconds > 0 ? static_cast<double>(scan.bytes) / scan.seconds / 1e9 : 0.0,
+               finite.ok() ? "all finite" : "a weight is not finite");
+    GB_RETURN_IF_ERROR(finite);
+  }
+  return ckpt;
+}
+
 std::string describe_model(const model::Checkpoint& ckpt) {
   const model::ModelConfig& c = ckpt.config();
   return fmt::format(

@@ -29,6 +29,9 @@ std::filesystem::path synthetic_model_dir(const RunOptions& o);
 Result<afd::AfdConfig> afd_config_from(const RunOptions& o, bool mpi);
 // The requests of a run: explicit --prompt ids or deterministic generated prompts.
 Result<std::vector<engine::Request>> make_requests(const RunOptions& o, int64_t vocab);
+// Checkpoint::open of `dir` with --no-mmap; with --check-weights also scans every weight (refusing a
+// non-finite one) and prints the scan's cost to stderr. `populate`: LoadOptions::populate.
+Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate = true);
 // One line: architecture, sizes, norm type, weights.
 std::string describe_model(const model::Checkpoint& ckpt);
 // A pool in the DeviceOperator's representation: kv_memory_mb MiB, or (0) enough pages for every request.
