@@ -124,10 +124,21 @@ bool is_word_char(char32_t cp) {
   }
 }
 
+namespace {
+
+Result<std::string> utf8proc_normalize(std::string_view s, int options) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                   static_cast<utf8proc_option_t>(options));
+  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  if (n < 0) return invalid_argument(std::string("unicode normalization failed: ") + utf8proc_errmsg(n));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
+}  // namespace
+
 Result<std::string> normalize_utf8(std::string_view s, NormalForm form) {
-  bool ascii = true;
-  for (char c : s) ascii = ascii && static_cast<uint8_t>(c) < 0x80;
-  if (ascii) return std::string(s);  // every normal form of ASCII is itself
   int options = UTF8PROC_STABLE;
   switch (form) {
     case NormalForm::kNFC:
@@ -143,13 +154,30 @@ Result<std::string> normalize_utf8(std::string_view s, NormalForm form) {
       options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
       break;
   }
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
-                   static_cast<utf8proc_option_t>(options));
-  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
-  if (n < 0) return invalid_argument(std::string("unicode normalization failed: ") + utf8proc_errmsg(n));
-  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  // Only the non-ASCII stretches need utf8proc. Cutting right before an ASCII character is safe in every
+  // normal form: ASCII characters are starters (combining class 0), have no decomposition and are never the
+  // second half of a composition, so nothing reorders or composes across the cut. Each stretch takes the
+  // ASCII character before it, which a following combining mark may compose with ("e" + U+0301).
+  std::string out;
+  size_t done = 0;  // s[0, done) is in `out`
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<uint8_t>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t begin = i > done ? i - 1 : i;
+    size_t end = i;
+    while (end < s.size() && static_cast<uint8_t>(s[end]) >= 0x80) ++end;
+    if (done == 0 && out.empty()) out.reserve(s.size() + 16);
+    out.append(s.substr(done, begin - done));
+    GB_ASSIGN_OR_RETURN(std::string part, utf8proc_normalize(s.substr(begin, end - begin), options));
+    out += part;
+    done = end;
+    i = end;
+  }
+  if (done == 0) return std::string(s);  // all ASCII: every normal form of ASCII is itself
+  out.append(s.substr(done));
+  return out;
 }
 
 }  // namespace genbridge::text

@@ -4,8 +4,10 @@
 #include "runtime/text/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <utf8proc.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "runtime/text/byte_level.h"
@@ -283,6 +285,44 @@ TEST(Regex, whitespace_is_onigurumas_white_space) {
   EXPECT_EQ(m[0], (std::pair<size_t, size_t>{5, 8}));
   EXPECT_EQ(*translate_oniguruma_pattern("[^\\s\\p{L}]\\S", "t"),
             "[^\\t-\\r\\x20\\x{85}\\p{Z}\\p{L}][^\\t-\\r\\x20\\x{85}\\p{Z}]");
+}
+
+TEST(Utf8, normalization_by_stretches_equals_whole_string_normalization) {
+  // normalize_utf8 hands utf8proc only the non-ASCII stretches; utf8proc on the whole string is the oracle.
+  const char* pool[] = {"a",
+                        "e",
+                        " ",
+                        "\n",
+                        "x",
+                        "\xCC\x81",
+                        "\xCC\x88",
+                        "\xCC\xA3",
+                        "\xC3\xA9",
+                        "\xEA\xB0\x80",
+                        "\xE1\x84\x80",
+                        "\xE1\x85\xA1",
+                        "\xEF\xAC\x81",
+                        "\xE2\x84\xAB",
+                        "\xC3\x85",
+                        "\xF0\x9F\x98\x80"};
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string s;
+    for (int k = 0; k < 1 + trial % 12; ++k) s += pool[rng() % std::size(pool)];
+    const std::pair<NormalForm, int> forms[] = {{NormalForm::kNFC, UTF8PROC_COMPOSE},
+                                                {NormalForm::kNFD, UTF8PROC_DECOMPOSE},
+                                                {NormalForm::kNFKC, UTF8PROC_COMPOSE | UTF8PROC_COMPAT}};
+    for (const auto& [form, options] : forms) {
+      utf8proc_uint8_t* whole = nullptr;
+      const auto n =
+          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+                       &whole, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | options));
+      ASSERT_GE(n, 0);
+      const std::string want(reinterpret_cast<char*>(whole), static_cast<size_t>(n));
+      std::free(whole);
+      ASSERT_EQ(*normalize_utf8(s, form), want) << "trial " << trial;
+    }
+  }
 }
 
 TEST(Utf8, replacement_follows_maximal_subparts) {
