@@ -3,8 +3,9 @@
 //   -> engine (monolithic) or AFD job (in-process or this rank of an mpirun job) -> write the output files
 //   -> print the results, the metrics and the AFD report -> exit code
 // and exits with the same codes (tools/commands.h): 0 every request finished, 3 some request was
-// refused, 1 the run failed, 2 the command line is invalid. Nothing is printed as a result before every
-// step that can fail has succeeded (the output files are written before the results are printed).
+// refused or ended by an error (non-finite logits), 1 the run failed, 2 the command line is invalid.
+// Nothing is printed as a result before every step that can fail has succeeded (the output files are
+// written before the results are printed).
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -140,7 +141,7 @@ int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
   print_metrics(out.metrics, *dev, mc, static_cast<int64_t>(out.results.size()), out.num_ranks);
   if (out.report) fmt::print("\nAFD transfers and utilisation\n{}", afd::report_text(*out.report));
   for (const auto& r : out.results) {
-    if (r.reason == engine::FinishReason::kRefused) return kExitRefused;
+    if (!engine::completed(r)) return kExitRefused;  // refused, or ended by non-finite logits
   }
   return kExitOk;
 }

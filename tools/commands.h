@@ -12,7 +12,8 @@ namespace genbridge::tools {
 inline constexpr int kExitOk = 0;       // every request finished (or the command did its work)
 inline constexpr int kExitFailed = 1;   // the run failed (model, device, job, I/O); nothing printed as a result
 inline constexpr int kExitUsage = 2;    // the command line is invalid: a flag's value or a combination of flags
-inline constexpr int kExitRefused = 3;  // some request was refused (its line says why); the others finished
+// Some request was refused, or ended by an error (non-finite logits); its line says why, the others finished.
+inline constexpr int kExitRefused = 3;
 
 struct MakeModelOptions {
   std::string preset = "tiny";

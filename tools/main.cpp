@@ -26,9 +26,10 @@ using genbridge::tools::add_string_flag;
 using genbridge::tools::add_uint64_flag;
 
 constexpr const char* kExitCodes =
-    "Exit status: 0 every request finished; 3 some request was refused (its line says why, the others\n"
-    "finished); 1 the run failed (nothing is printed as a result); 2 the command line is invalid (a flag's\n"
-    "value or a combination of flags; checked before any work, token ids once the model is known).";
+    "Exit status: 0 every request finished; 3 some request was refused or ended by an error (non-finite\n"
+    "logits; its line says why, the others finished); 1 the run failed (nothing is printed as a result);\n"
+    "2 the command line is invalid (a flag's value or a combination of flags; checked before any work, token\n"
+    "ids once the model is known).";
 
 // The flags `run` and `afd-worker` share: model, prompts, sampling, batching, AFD settings.
 void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {

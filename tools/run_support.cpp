@@ -311,8 +311,8 @@ Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry
 
 void print_results(const std::vector<engine::RequestResult>& results) {
   for (const auto& r : results) {
-    if (r.reason == engine::FinishReason::kRefused) {
-      fmt::print("request {}: refused: {}\n", r.id, r.message);
+    if (!engine::completed(r)) {  // refused, or ended by an error: the message says why
+      fmt::print("request {}: {}: {}\n", r.id, engine::finish_reason_name(r.reason), r.message);
       continue;
     }
     fmt::print("request {} ({}, {} tokens): {}\n", r.id, engine::finish_reason_name(r.reason), r.tokens.size(),

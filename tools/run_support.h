@@ -57,6 +57,7 @@ std::string describe_model(const model::Checkpoint& ckpt);
 // memory (InvalidArgument naming --kv-memory-mb: a usage error).
 Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry& g,
                               const std::vector<engine::Request>& reqs, int num_pools, int pools_in_process);
+// One line per request: its tokens, or why it was refused or ended by an error.
 void print_results(const std::vector<engine::RequestResult>& results);
 // `num_ranks`: devices the throughput is divided by (AFD counts every rank).
 void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,

@@ -67,6 +67,11 @@ struct KvRows {
   // the output accumulators use the same "pair-interleaved" column order; the other formats keep the
   // natural order. Either way the order is fixed, so results stay the same on every ISA.
   static constexpr bool kPairInterleaved = F == KvCacheFormat::kBf16;
+  // Columns come in kPairs full pairs of 32; head dims that are 16 more than a multiple of 32 (80, 112)
+  // end with one group of 16, kept in natural order in every format.
+  static constexpr int kPairs = D / 32;
+  static constexpr bool kTail = D % 32 != 0;
+  static_assert(D % 32 == 0 || D % 32 == 16, "head_dim must be a multiple of 16");
   // Columns [32p, 32p + 32) of a row as fp32 (fp8: times 2^-8, compensated in scale()).
   static void load_pair(const uint8_t* row, int p, vec::f32x16& lo, vec::f32x16& hi) {
     if constexpr (F == KvCacheFormat::kBf16) {
@@ -82,7 +87,17 @@ struct KvRows {
       hi = load_fp8_e4m3fn_scaled(row + 32 * p + 16);
     }
   }
-  // Reorders a row of D natural-order columns into the kernel's column order (and back).
+  // The tail columns [32 * kPairs, D) of a row as fp32, natural order (fp8: times 2^-8).
+  static vec::f32x16 load_tail(const uint8_t* row) {
+    if constexpr (F == KvCacheFormat::kBf16) {
+      return vec::load(reinterpret_cast<const bf16_t*>(row + 64 * kPairs));
+    } else if constexpr (F == KvCacheFormat::kInt8Fp16Scale) {
+      return load_i8(row + 32 * kPairs);
+    } else {
+      return load_fp8_e4m3fn_scaled(row + 32 * kPairs);
+    }
+  }
+  // Reorders a row of D natural-order columns into the kernel's column order (and back); the tail stays.
   static void to_kernel_order(float* x) {
     if constexpr (kPairInterleaved) {
       float t[32];
@@ -141,8 +156,8 @@ inline void for_row_blocks(int rows, Fn&& fn) {
 template <int D, KvCacheFormat F>
 void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
   using Rows = KvRows<D, F>;
-  constexpr int C = D / 16;
-  static_assert(C % 2 == 0, "the V loop takes column chunks in pairs");
+  constexpr int C = D / 16;               // 16-column chunks
+  constexpr int CP = 2 * Rows::kPairs;    // chunks in full pairs; C - CP = 1 when there is a tail
   const PagedDecodeCall& c = *p.call;
   const KvGeometry& g = p.g;
   const int nr = it.row_count;
@@ -205,8 +220,12 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
         vec::f32x16 ka[C], kb[C];
         const uint8_t* ra = krow[k0 + kk];
         const uint8_t* rb = pair ? krow[k0 + kk + 1] : ra;
-        for (int ci = 0; ci < C; ci += 2) Rows::load_pair(ra, ci / 2, ka[ci], ka[ci + 1]);
-        for (int ci = 0; ci < C; ci += 2) Rows::load_pair(rb, ci / 2, kb[ci], kb[ci + 1]);
+        for (int ci = 0; ci < CP; ci += 2) Rows::load_pair(ra, ci / 2, ka[ci], ka[ci + 1]);
+        for (int ci = 0; ci < CP; ci += 2) Rows::load_pair(rb, ci / 2, kb[ci], kb[ci + 1]);
+        if constexpr (Rows::kTail) {
+          ka[CP] = Rows::load_tail(ra);
+          kb[CP] = Rows::load_tail(rb);
+        }
         for (int64_t b = 0; b < g.row_bytes; b += 64) {
           __builtin_prefetch(vrow[k0 + kk] + b);
           if (pair) __builtin_prefetch(vrow[k0 + kk + 1] + b);
@@ -266,7 +285,7 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
     // acc[r] += sum_k w[r][k] * v_k, keys in order, 32 columns at a time (one 64-byte bf16 line) with the
     // rows in registers: 2 * NR independent accumulation chains.
     for_row_blocks(nr, [&]<int NR>(int r0) {
-      for (int ci = 0; ci < C; ci += 2) {
+      for (int ci = 0; ci < CP; ci += 2) {
         vec::f32x16 a0[NR], a1[NR];
         for (int i = 0; i < NR; ++i) {
           a0[i] = vec::load(acc + (r0 + i) * D + 16 * ci);
@@ -285,6 +304,15 @@ void attend(const Plan& p, const Item& it, std::vector<float>& scratch) {
           vec::store(acc + (r0 + i) * D + 16 * ci, a0[i]);
           vec::store(acc + (r0 + i) * D + 16 * ci + 16, a1[i]);
         }
+      }
+      if constexpr (Rows::kTail) {  // the last 16 columns: one accumulation chain per row
+        vec::f32x16 a0[NR];
+        for (int i = 0; i < NR; ++i) a0[i] = vec::load(acc + (r0 + i) * D + 16 * CP);
+        for (int k = 0; k < cn; ++k) {
+          const vec::f32x16 v0 = Rows::load_tail(vrow[k]);
+          for (int i = 0; i < NR; ++i) a0[i] += w[(r0 + i) * kChunk + k] * v0;
+        }
+        for (int i = 0; i < NR; ++i) vec::store(acc + (r0 + i) * D + 16 * CP, a0[i]);
       }
     });
   }
@@ -380,6 +408,12 @@ Status validate(const PagedDecodeCall& c, KvGeometry& g) {
 }
 
 }  // namespace
+
+std::string supported_head_dims_text() {
+  std::string t;
+  for (int64_t d : kPagedDecodeHeadDims) t += (t.empty() ? "" : ",") + std::to_string(d);
+  return t;
+}
 
 Status run_paged_decode(const PagedDecodeCall& c) {
   KvGeometry g;

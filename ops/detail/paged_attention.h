@@ -11,16 +11,25 @@
 
 namespace genbridge::ops::detail {
 
-// The one place where head_dim becomes a compile-time constant: calls fn.template operator()<D>() for
-// D in {64, 128, 256}; any other value is Unimplemented "<op>: head_dim=96 not in {64,128,256}".
+// "64,80,96,112,128,192,256": the head dimensions of the switch below (= kPagedDecodeHeadDims).
+std::string supported_head_dims_text();
+
+// The one place where head_dim becomes a compile-time constant: calls fn.template operator()<D>() for D in
+// kPagedDecodeHeadDims; any other value is Unimplemented "<op>: head_dim=32 not in {64,80,96,112,128,192,256}".
+// (tests/ops/attention/paged_decode_test.cpp checks that the cases and the list agree.)
 template <typename Fn>
 Status with_head_dim(const char* op, int64_t head_dim, Fn&& fn) {
   switch (head_dim) {
     case 64: return fn.template operator()<64>();
+    case 80: return fn.template operator()<80>();
+    case 96: return fn.template operator()<96>();
+    case 112: return fn.template operator()<112>();
     case 128: return fn.template operator()<128>();
+    case 192: return fn.template operator()<192>();
     case 256: return fn.template operator()<256>();
     default:
-      return unimplemented(std::string(op) + ": head_dim=" + std::to_string(head_dim) + " not in {64,128,256}");
+      return unimplemented(std::string(op) + ": head_dim=" + std::to_string(head_dim) + " not in {" +
+                           supported_head_dims_text() + "}");
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -11,6 +13,26 @@ namespace {
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// Non-finite entries of a logits row: how many, and the first one. Exponent bits all ones = Inf or NaN; an
+// integer test on the bits so that the scan vectorizes (it runs once per request per step).
+struct NonFinite {
+  int64_t count = 0;
+  int64_t first = -1;
+};
+NonFinite find_non_finite(const float* x, int64_t n) {
+  NonFinite r;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    r.count += (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  if (r.count > 0) {
+    for (r.first = 0; std::isfinite(x[r.first]); ++r.first) {
+    }
+  }
+  return r;
+}
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
@@ -18,6 +40,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::kLength: return "length";
     case FinishReason::kStop: return "stop";
     case FinishReason::kRefused: return "refused";
+    case FinishReason::kError: return "error";
   }
   return "?";
 }
@@ -84,6 +107,16 @@ Status Engine::sample_into(Active& a, const float* logits) {
   RequestResult& res = results_[a.result_index];
   const int64_t vocab = executor_.config().vocab_size;
   const uint64_t step = res.tokens.size();
+  if (const NonFinite bad = find_non_finite(logits, vocab); bad.count > 0) {
+    // The request cannot continue (no token can be drawn from these logits); the others can.
+    res.message = fmt::format(
+        "request {}, step {}: the logits contain {} non-finite value{} of {} (first: token {} = {}); the request "
+        "was ended. The forward pass overflowed or the model's weights are not finite (genbridge run "
+        "--check-weights scans them)",
+        a.request.id, step, bad.count, bad.count == 1 ? "" : "s", vocab, bad.first, logits[bad.first]);
+    finish(a, FinishReason::kError);
+    return ok_status();
+  }
   GB_ASSIGN_OR_RETURN(const int32_t tok,
                       sample_token(std::span<const float>(logits, vocab), a.request.sampling, step, scratch_));
   const double t = now_seconds();

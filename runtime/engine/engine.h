@@ -4,6 +4,13 @@
 // out of KV memory and never disturbs another); a request that could never fit is refused with a
 // message; the others wait. Each iteration prefills newly admitted requests and then decodes one token for
 // every running request. Results do not depend on batch composition (the kernels are batch-invariant).
+//
+// A request whose logits are not finite (NaN or +-Inf out of the LM head: overflowing activations or
+// non-finite weights) ends with FinishReason::kError and a message naming the request and the step (step k
+// draws the request's k-th token, from 0: step 0 is the prefill's); its
+// pages are freed and the other requests continue, since one request's values never enter another's
+// (every kernel is row- or sequence-local). The run itself succeeds; callers report the failed requests
+// (the CLI prints them and exits non-zero). Errors of the forward pass itself still end the run.
 
 #include <cstdint>
 #include <functional>
@@ -27,16 +34,24 @@ struct Request {
   SamplingParams sampling;
 };
 
-enum class FinishReason { kLength, kStop, kRefused };
+// kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
+// (nothing generated); kError: non-finite logits at some step (the tokens before it are kept).
+enum class FinishReason { kLength, kStop, kRefused, kError };
+// "length", "stop", "refused", "error".
 const char* finish_reason_name(FinishReason r);
 
 struct RequestResult {
   int64_t id = 0;
   std::vector<int32_t> tokens;  // generated tokens, in order
   FinishReason reason = FinishReason::kLength;
-  std::string message;          // why a request was refused
+  std::string message;          // why a request was refused or failed (empty otherwise)
   std::vector<float> logits;    // [tokens.size(), vocab] when EngineOptions::record_logits
 };
+
+// Whether the request generated what it was asked to (kLength or kStop), as opposed to refused or failed.
+inline bool completed(const RequestResult& r) {
+  return r.reason == FinishReason::kLength || r.reason == FinishReason::kStop;
+}
 
 struct EngineOptions {
   int64_t max_batch = 32;            // most sequences decoded together

@@ -49,8 +49,10 @@ Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams
     return invalid_argument(fmt::format("sampling: scratch has {} entries but the vocabulary has {}", scratch.size(),
                                         logits.size()));
   }
-  for (float v : logits) {
-    if (std::isnan(v)) return internal_error("sampling: logits contain NaN; the forward pass produced a non-number");
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isfinite(logits[i])) {
+      return invalid_argument(fmt::format("sampling: logits[{}] is {}; every logit must be finite", i, logits[i]));
+    }
   }
   if (p.temperature == 0.f) return argmax(logits);
 

@@ -19,7 +19,7 @@ struct SamplingParams {
 // InvalidArgument naming the field and the rule, or OK.
 Status validate(const SamplingParams& p);
 
-// Picks the next token from fp32 logits of one sequence. `step` is the index of the token being generated
+// Picks the next token from fp32 logits of one sequence; InvalidArgument naming the first non-finite logit. `step` is the index of the token being generated
 // (0 for the first). Allocation-free apart from a scratch buffer owned by the caller (size >= vocab).
 Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams& p, uint64_t step,
                              std::span<int32_t> scratch);

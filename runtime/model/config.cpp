@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "genbridge/ops/attention/paged_decode.h"
 #include "runtime/model/file_access.h"
 #include "runtime/model/json_util.h"
 
@@ -113,6 +114,24 @@ int64_t first_dense_layer(const ModelConfig& c) {
   return -1;
 }
 
+// head_dim must be one attention implements (ops::kPagedDecodeHeadDims), so that an unsupported model is
+// refused at load rather than at its first forward. `derived`: config.json has no head_dim and it came from
+// hidden_size / num_attention_heads, so the message names those keys.
+Status check_head_dim_supported(const ModelConfig& c, std::string_view source, bool derived) {
+  const auto& dims = ops::kPagedDecodeHeadDims;
+  if (std::find(dims.begin(), dims.end(), c.head_dim) != dims.end()) return ok_status();
+  std::string list;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == dims.size() ? " or " : ", ") + std::to_string(dims[i]);
+  }
+  const std::string rule = fmt::format("must be {} (the head dimensions attention implements)", list);
+  if (derived) {
+    return invalid_argument(fmt::format("{}: head_dim is absent and hidden_size / num_attention_heads = {} / {} = {}: {}",
+                                        source, c.hidden_size, c.num_attention_heads, c.head_dim, rule));
+  }
+  return bad_value(source, "head_dim", std::to_string(c.head_dim), rule);
+}
+
 }  // namespace
 
 std::string_view norm_type_name(NormType type) { return type == NormType::kGemma ? "gemma" : "rms"; }
@@ -145,6 +164,7 @@ Status validate_model_config(const ModelConfig& c, std::string_view src) {
     return bad_value(src, "head_dim", std::to_string(c.head_dim),
                      "must be even (NeoX RoPE rotates the two halves of each head)");
   }
+  GB_RETURN_IF_ERROR(check_head_dim_supported(c, src, /*derived=*/false));
   if (!(c.rms_norm_eps > 0.0) || !std::isfinite(c.rms_norm_eps)) {
     return bad_value(src, "rms_norm_eps", fmt::format("{}", c.rms_norm_eps), "must be a positive finite number");
   }
@@ -255,6 +275,7 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
           c.hidden_size, c.num_attention_heads));
     }
     c.head_dim = c.hidden_size / c.num_attention_heads;
+    GB_RETURN_IF_ERROR(check_head_dim_supported(c, source, /*derived=*/true));
   }
   GB_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", false, &c.decoder_sparse_step));
   if (const json* v = r.find("mlp_only_layers")) {

@@ -2,6 +2,9 @@
 // data path: there the fp8 representation is the explicit unsupported provider, asserted exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <ostream>
+
 #include "kv_harness.h"
 
 namespace genbridge::testing {
@@ -60,6 +63,13 @@ struct Case {
   KvCacheFormat format;
   int64_t head_dim, num_heads, kv_heads;
 };
+
+std::string case_name(const Case& c) {
+  return format_label(c.format) + "_d" + std::to_string(c.head_dim) + "_h" + std::to_string(c.num_heads) + "_kv" +
+         std::to_string(c.kv_heads);
+}
+// Keeps the ctest names stable (gtest would print the parameter's bytes, padding included).
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
 class PagedDecodeContract : public ::testing::TestWithParam<Case> {};
 
@@ -134,9 +144,8 @@ TEST_P(PagedDecodeContract, matches_fp64_reference) {
 std::vector<Case> cases() {
   std::vector<Case> v;
   for (KvCacheFormat f : all_formats()) {
-    v.push_back({f, 64, 8, 2});
-    v.push_back({f, 128, 8, 2});
-    v.push_back({f, 256, 8, 2});
+    // Every supported head_dim (80 and 112 end with a 16-column group after their 32-column pairs).
+    for (int64_t d : ops::kPagedDecodeHeadDims) v.push_back({f, d, 8, 2});
     v.push_back({f, 128, 4, 4});   // MHA: one query row per kv head
     v.push_back({f, 64, 12, 2});   // group of 6: row groups of 16 split a token's heads
     v.push_back({f, 64, 32, 1});   // MQA: 32 query heads on one kv head
@@ -144,19 +153,16 @@ std::vector<Case> cases() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(representations, PagedDecodeContract, ::testing::ValuesIn(cases()), [](const auto& info) {
-  const Case& c = info.param;
-  return format_label(c.format) + "_d" + std::to_string(c.head_dim) + "_h" + std::to_string(c.num_heads) + "_kv" +
-         std::to_string(c.kv_heads);
-});
+INSTANTIATE_TEST_SUITE_P(representations, PagedDecodeContract, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return case_name(info.param); });
 
 // Runs a problem in `f` and returns the output bytes (fp32 out), for determinism checks.
-std::vector<std::byte> output_bits(KvCacheFormat f, int threads, DType out_dtype = DType::kF32) {
+std::vector<std::byte> output_bits(KvCacheFormat f, int threads, DType out_dtype = DType::kF32, int64_t d = 128) {
   set_num_threads(threads);
-  Problem p = make_problem(16, 4, 128, 16, {700, 33, 260, 1}, {1, 20, 1, 1}, 5);
-  TestCache cache(f, p.num_blocks, 4, 16, 128);
+  Problem p = make_problem(16, 4, d, 16, {700, 33, 260, 1}, {1, 20, 1, 1}, 5);
+  TestCache cache(f, p.num_blocks, 4, 16, d);
   EXPECT_TRUE(write_problem(cache, p).ok());
-  OwnedTensor out(out_dtype, {p.num_query_tokens, 16, 128});
+  OwnedTensor out(out_dtype, {p.num_query_tokens, 16, d});
   const Status st = run_attention(cache, p, out.view(), 0.088f);
   EXPECT_TRUE(st.ok()) << st.to_string();
   set_num_threads(0);
@@ -176,6 +182,8 @@ TEST(PagedDecode, bit_identical_across_runs_and_thread_counts) {
     EXPECT_EQ(one, output_bits(f, 3)) << format_label(f);
     EXPECT_EQ(one, output_bits(f, 1)) << format_label(f);
     EXPECT_EQ(output_bits(f, 2, DType::kBF16), output_bits(f, 3, DType::kBF16)) << format_label(f);
+    // A head_dim with a 16-column tail.
+    EXPECT_EQ(output_bits(f, 1, DType::kF32, 112), output_bits(f, 3, DType::kF32, 112)) << format_label(f);
   }
 }
 
@@ -315,17 +323,31 @@ TEST(PagedDecode, fp8_is_explicitly_unsupported_on_ascend910) {
   EXPECT_EQ(out.bytes(), before);
 }
 
-TEST(PagedDecode, head_dim_outside_switch_is_unimplemented) {
+// The switch that makes head_dim a compile-time constant and the public list agree: every listed head_dim
+// runs (decode across a page boundary, checked against the fp64 reference on the stored values in
+// matches_fp64_reference), every other even head_dim up to 512 is Unimplemented with the list in the
+// message, and nothing is written.
+TEST(PagedDecode, head_dims_outside_the_list_are_unimplemented) {
+  EXPECT_EQ(std::vector<int64_t>(ops::kPagedDecodeHeadDims.begin(), ops::kPagedDecodeHeadDims.end()),
+            (std::vector<int64_t>{64, 80, 96, 112, 128, 192, 256}));
   for (KvCacheFormat f : supported_formats()) {
-    for (int64_t d : {96, 32, 80}) {
+    for (int64_t d = 2; d <= 512; d += 2) {
+      const bool listed = std::find(ops::kPagedDecodeHeadDims.begin(), ops::kPagedDecodeHeadDims.end(), d) !=
+                          ops::kPagedDecodeHeadDims.end();
       TestCache cache(f, 4, 2, 16, d);
       OwnedTensor q(DType::kBF16, {1, 4, d}), out(DType::kF32, {1, 4, d});
+      const auto before = out.bytes();
       std::vector<int32_t> table = {0}, ctx = {1}, qsl = {0, 1};
       const Status st = ops::paged_decode(q.view(), cache.view(), TensorView(table.data(), DType::kI32, {1, 1}),
                                           TensorView(ctx.data(), DType::kI32, {1}),
                                           TensorView(qsl.data(), DType::kI32, {2}), 0.1f, out.view());
-      EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-      EXPECT_EQ(st.message(), "paged_decode: head_dim=" + std::to_string(d) + " not in {64,128,256}");
+      if (listed) {
+        EXPECT_TRUE(st.ok()) << format_label(f) << " d " << d << ": " << st.to_string();
+        continue;
+      }
+      EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << format_label(f) << " d " << d;
+      EXPECT_EQ(st.message(), "paged_decode: head_dim=" + std::to_string(d) + " not in {64,80,96,112,128,192,256}");
+      EXPECT_EQ(out.bytes(), before);
     }
   }
 }

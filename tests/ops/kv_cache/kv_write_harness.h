@@ -180,6 +180,10 @@ inline void check_empty_write(KvCacheFormat f) {
       ::genbridge::testing::check_writer(format, in, false);                                                \
   }                                                                                                         \
   TEST(Suite, strided_input) { ::genbridge::testing::check_writer(format, ::genbridge::DType::kBF16, true); } \
+  TEST(Suite, every_head_dim_attention_supports) {                                                          \
+    for (int64_t d : ::genbridge::ops::kPagedDecodeHeadDims)                                                \
+      ::genbridge::testing::check_writer(format, ::genbridge::DType::kBF16, false, d, 40 + d);              \
+  }                                                                                                         \
   TEST(Suite, head_dims_not_multiple_of_16) {                                                               \
     ::genbridge::testing::check_writer(format, ::genbridge::DType::kF32, false, 17, 5);                     \
     ::genbridge::testing::check_writer(format, ::genbridge::DType::kF32, false, 1, 6);                      \

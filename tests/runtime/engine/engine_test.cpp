@@ -8,46 +8,14 @@
 #include <cmath>
 #include <memory>
 
+#include "engine_harness.h"
 #include "genbridge/core/threading.h"
-#include "runtime/device/device_operator.h"
-#include "runtime/model/synthetic.h"
-#include "support/reference_forward.h"
-#include "support/temp_dir.h"
 
 namespace genbridge::engine {
 namespace {
 
+using namespace genbridge::engine::harness;
 using model::Checkpoint;
-
-// One model directory per preset for the whole test program.
-const Checkpoint& checkpoint(const std::string& preset) {
-  static testing::TempDir dir;
-  static std::map<std::string, std::unique_ptr<Checkpoint>> cache;
-  auto& slot = cache[preset];
-  if (!slot) {
-    const auto path = dir / preset;
-    const Status st = model::write_synthetic_checkpoint(preset, 7, path);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    auto ck = Checkpoint::open(path);
-    EXPECT_TRUE(ck.ok()) << ck.status().to_string();
-    slot = std::make_unique<Checkpoint>(std::move(ck).value());
-  }
-  return *slot;
-}
-
-struct RunConfig {
-  std::string preset = "tiny";
-  std::string kv_cache_dtype = "auto";
-  int64_t max_batch = 8;
-  int64_t pool_pages = 64;
-  bool record_logits = true;
-};
-
-std::vector<int32_t> prompt_of(int64_t n, uint64_t salt, int64_t vocab) {
-  std::vector<int32_t> p;
-  for (int64_t i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(uniform_from(salt, i) * vocab));
-  return p;
-}
 
 std::vector<Request> some_requests(int64_t vocab, int n = 4, int max_new = 6) {
   std::vector<Request> reqs;
@@ -61,50 +29,6 @@ std::vector<Request> some_requests(int64_t vocab, int n = 4, int max_new = 6) {
   return reqs;
 }
 
-// Runs `reqs` through a fresh engine and returns the results (asserting success).
-std::vector<RequestResult> run_engine(const RunConfig& rc, std::vector<Request> reqs, Status* error = nullptr) {
-  const Checkpoint& ck = checkpoint(rc.preset);
-  const model::ModelConfig& c = ck.config();
-  auto dev = runtime::DeviceOperator::create({.kv_cache_dtype = rc.kv_cache_dtype});
-  EXPECT_TRUE(dev.ok()) << dev.status().to_string();
-  auto pool = runtime::KvPagePool::create(dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}),
-                                          rc.pool_pages);
-  EXPECT_TRUE(pool.ok()) << pool.status().to_string();
-  auto runner = model::ModelRunner::create(ck, *dev, *pool);
-  EXPECT_TRUE(runner.ok()) << runner.status().to_string();
-  LocalExecutor executor(**runner);
-  Engine eng(executor, *pool, {.max_batch = rc.max_batch, .record_logits = rc.record_logits});
-  for (auto& r : reqs) EXPECT_TRUE(eng.submit(std::move(r)).ok());
-  const Status st = eng.run_to_completion();
-  if (error) {
-    *error = st;
-  } else {
-    EXPECT_TRUE(st.ok()) << st.to_string();
-  }
-  EXPECT_EQ(pool->used_pages(), 0) << "finished requests must return their pages";
-  return eng.results();
-}
-
-// Relative L2 error of one logits row against the reference.
-double rel_l2(std::span<const float> got, std::span<const double> want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
-// The engine computes in bf16 activations with fp32 accumulation; the reference in fp64 on the same (bf16)
-// weights. Each bf16 rounding has relative error <= 2^-9; a few dozen roundings per layer through residual
-// adds, norms and projections over 4 layers give logits within ~1.5% relative L2 (observed, printed). We
-// require <= 3% per step. One exception is legitimate: the router sees bf16 hidden states, so its logits
-// carry an error of ~0.01-0.03 (router logits have std ~2); where the reference's gap between the k-th and
-// (k+1)-th expert at the step's position is below kRoutingMargin in some MoE layer, the engine may pick the
-// other expert, and that step's logits are not compared (at least 3/4 of the steps must be). Where the
-// reference's top-2 logit gap exceeds twice the observed absolute error, the greedy token must match.
-constexpr double kRoutingMargin = 0.05;
-
 void check_against_reference(const std::string& preset) {
   const Checkpoint& ck = checkpoint(preset);
   const int64_t vocab = ck.config().vocab_size;
@@ -114,43 +38,35 @@ void check_against_reference(const std::string& preset) {
   q.max_new_tokens = 8;
   const auto res = run_engine({.preset = preset}, {q});
   ASSERT_EQ(res.size(), 1u);
-  const auto& tokens = res[0].tokens;
-  std::vector<int32_t> seq = q.prompt;
-  seq.insert(seq.end(), tokens.begin(), tokens.end() - 1);
-  const testing::ReferenceForward ref = testing::reference_forward(ck.config(), ck.weights(), seq);
-  double worst = 0;
-  size_t compared = 0;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int64_t pos = static_cast<int64_t>(q.prompt.size() + i) - 1;
-    std::span<const float> got(res[0].logits.data() + i * vocab, vocab);
-    const auto want = ref.logits_at(pos);
-    double margin = INFINITY;
-    for (const auto& layer : ref.topk_margin) {
-      if (!layer.empty()) margin = std::min(margin, layer[pos]);
-    }
-    const double err = rel_l2(got, want);
-    std::printf("%s step %zu: relative L2 error %.4f, smallest routing margin %.4f%s\n", preset.c_str(), i, err, margin,
-                margin < kRoutingMargin ? " (routing may flip: not compared)" : "");
-    if (margin < kRoutingMargin) continue;
-    ++compared;
-    worst = std::max(worst, err);
-    EXPECT_LE(err, 3e-2) << preset << " step " << i;
-    double max_abs = 0;
-    for (int64_t v = 0; v < vocab; ++v) max_abs = std::max(max_abs, std::abs(got[v] - want[v]));
-    std::vector<double> sorted(want.begin(), want.end());
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    const int64_t ref_argmax = std::max_element(want.begin(), want.end()) - want.begin();
-    if (sorted[0] - sorted[1] > 2 * max_abs) {
-      EXPECT_EQ(tokens[i], ref_argmax) << preset << " step " << i;
-    }
-  }
-  EXPECT_GE(compared * 4, tokens.size() * 3) << "too few steps with a clear routing decision to compare";
-  std::printf("%s: worst relative L2 logit error vs fp64 reference over %zu compared steps: %.4f\n", preset.c_str(),
-              compared, worst);
+  compare_with_reference(ck, q.prompt, res[0], kBf16KvCheck, preset);
 }
 
 TEST(Engine, logits_agree_with_fp64_reference_rms_norm) { check_against_reference("tiny"); }
 TEST(Engine, logits_agree_with_fp64_reference_gemma_norm) { check_against_reference("tiny-gemma"); }
+
+// The tiny model with each head_dim attention implements (80 and 112 take the kernels' 16-column tail)
+// agrees with the fp64 reference over a generation that crosses a KV page, in bf16 KV. Each head_dim is a
+// different random model; most stay within 2% (observed), the head_dim-192 one reaches 3.7% at its prefill
+// step (seeds 8-10 give 1.2% there; paged_decode itself matches the fp64 reference on its stored K/V to
+// 3e-7 at every head_dim). 5% still fails any wiring fault (a wrong head stride, rope or norm width
+// gives errors of order 1).
+constexpr ReferenceCheck kHeadDimCheck{.tolerance = 5e-2};
+TEST(Engine, every_supported_head_dim_agrees_with_fp64_reference) {
+  genbridge::testing::TempDir dir;
+  for (int64_t d : ops::kPagedDecodeHeadDims) {
+    model::ModelConfig c = model::synthetic_preset_config("tiny").value();
+    c.head_dim = d;
+    const auto path = dir / ("tiny_d" + std::to_string(d));
+    ASSERT_TRUE(model::write_synthetic_checkpoint(c, 7, path).ok());
+    auto ck = Checkpoint::open(path);
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    const Request q = request_of(0, 120, 12, c.vocab_size, 42);
+    const auto res = run_engine_on(*ck, {}, {q});
+    ASSERT_EQ(res.size(), 1u);
+    EXPECT_EQ(res[0].tokens.size(), 12u);
+    compare_with_reference(*ck, q.prompt, res[0], kHeadDimCheck, "head_dim " + std::to_string(d));
+  }
+}
 
 TEST(Engine, greedy_bit_identical_across_runs_and_thread_counts) {
   const int64_t vocab = checkpoint("tiny").config().vocab_size;

@@ -66,10 +66,18 @@ TEST(Sampler, invalid_parameters) {
   EXPECT_TRUE(validate({.temperature = 0.7f, .top_k = 40, .top_p = 0.9f}).ok());
 }
 
-TEST(Sampler, nan_logits_are_an_error_not_a_token) {
-  std::vector<float> l{1.f, NAN};
-  auto s = scratch(2);
-  EXPECT_EQ(sample_token(l, {}, 0, s).status().code(), StatusCode::kInternal);
+TEST(Sampler, non_finite_logits_are_an_error_not_a_token) {
+  auto s = scratch(3);
+  for (const SamplingParams& p : {SamplingParams{}, SamplingParams{.temperature = 0.7f, .top_k = 2}}) {
+    std::vector<float> l{1.f, NAN, 0.f};
+    Result<int32_t> r = sample_token(l, p, 0, s);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), "sampling: logits[1] is nan; every logit must be finite");
+    l = {1.f, 2.f, INFINITY};  // greedy would pick the +inf and sampling would divide inf by inf
+    EXPECT_EQ(sample_token(l, p, 0, s).status().message(), "sampling: logits[2] is inf; every logit must be finite");
+    l = {-INFINITY, 2.f, 1.f};
+    EXPECT_EQ(sample_token(l, p, 0, s).status().message(), "sampling: logits[0] is -inf; every logit must be finite");
+  }
 }
 
 }  // namespace

@@ -94,6 +94,38 @@ TEST(KvPagePool, reservation_makes_appends_free) {
   EXPECT_EQ(pool.length(7), 300);
 }
 
+// A sequence admitted with a reservation owns every reserved page from the start, so its block table is
+// wider than its length needs: table rows must be as wide as the pages owned (issue 9: rows sized from the
+// length failed with the message below as soon as a request's reservation spanned a second page).
+TEST(KvPagePool, block_table_of_a_sequence_owning_more_pages_than_its_length_needs) {
+  auto pool = KvPagePool::create(geometry(), 8).value();
+  ASSERT_TRUE(pool.admit(5, 1).ok());       // page 0
+  ASSERT_TRUE(pool.admit(1, 1, 300).ok());  // 1 token, pages 1, 2, 3
+  EXPECT_EQ(pool.length(1), 1);
+  EXPECT_EQ(pool.pages_for(pool.length(1)), 1);
+  const std::vector<int32_t> owned(pool.block_table(1).begin(), pool.block_table(1).end());
+  EXPECT_EQ(owned, (std::vector<int32_t>{1, 2, 3}));
+
+  const std::vector<SeqId> ids = {5, 1};
+  std::vector<int32_t> table(2 * 4, 99);
+  const Status narrow = pool.fill_block_tables(ids, pool.pages_for(pool.length(1)), table);
+  EXPECT_EQ(narrow.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(narrow.message(), "kv page pool: sequence 1 holds 3 pages but the table rows have 1 entries");
+  EXPECT_EQ(table, std::vector<int32_t>(8, 99)) << "nothing written on error";
+  ASSERT_TRUE(pool.fill_block_tables(ids, 3, table).ok());
+  EXPECT_EQ(std::vector<int32_t>(table.begin(), table.begin() + 6), (std::vector<int32_t>{0, -1, -1, 1, 2, 3}));
+
+  // Growing into the reservation takes no page and keeps the table; positions land on the owned pages.
+  ASSERT_TRUE(pool.append(1, 299).ok());
+  EXPECT_EQ(std::vector<int32_t>(pool.block_table(1).begin(), pool.block_table(1).end()), owned);
+  EXPECT_EQ(pool.used_pages(), 4);
+  std::vector<int64_t> slots(3);
+  ASSERT_TRUE(pool.slots(1, 127, 130, slots).ok());
+  EXPECT_EQ(slots, (std::vector<int64_t>{1 * 128 + 127, 2 * 128, 2 * 128 + 1}));
+  ASSERT_TRUE(pool.slots(1, 299, 300, slots).ok());
+  EXPECT_EQ(slots[0], 3 * 128 + 43);
+}
+
 TEST(KvPagePool, block_tables_slots_and_page_reuse) {
   auto pool = KvPagePool::create(geometry(), 6).value();
   ASSERT_TRUE(pool.admit(1, 130).ok());   // pages 0, 1

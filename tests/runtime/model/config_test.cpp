@@ -282,6 +282,28 @@ TEST(ModelConfig, head_dim_rules) {
             "(48)");
 }
 
+// Only head dimensions attention implements load (issue 9 §6: 32, 96 and 512 used to load and fail at the
+// first forward). The message names the key the value came from.
+TEST(ModelConfig, head_dim_must_be_one_attention_implements) {
+  const std::string rule = "must be 64, 80, 96, 112, 128, 192 or 256 (the head dimensions attention implements)";
+  for (int64_t d : {32, 48, 160, 384, 512}) {
+    EXPECT_EQ(error_with("head_dim", d), "cfg.json: head_dim = " + std::to_string(d) + ": " + rule);
+  }
+  for (int64_t d : {64, 80, 96, 112, 128, 192, 256}) EXPECT_EQ(error_with("head_dim", d), "") << d;
+  json j = base();
+  j.erase("head_dim");
+  j["num_attention_heads"] = 64;  // 2048 / 64 = 32
+  j["num_key_value_heads"] = 4;
+  EXPECT_EQ(error_of(j), "cfg.json: head_dim is absent and hidden_size / num_attention_heads = 2048 / 64 = 32: " + rule);
+  j["num_attention_heads"] = 16;  // 2048 / 16 = 128
+  EXPECT_EQ(error_of(j), "");
+  ModelConfig c = parse_model_config(kQwen3MoeConfig, "cfg.json").value();
+  c.head_dim = 96;
+  EXPECT_TRUE(validate_model_config(c, "code").ok());
+  c.head_dim = 32;
+  EXPECT_EQ(validate_model_config(c, "code").message(), "code: head_dim = 32: " + rule);
+}
+
 TEST(ModelConfig, topk_rules) {
   EXPECT_EQ(error_with("num_experts_per_tok", 129),
             "cfg.json: num_experts_per_tok = 129: must be between 1 and num_experts (128)");

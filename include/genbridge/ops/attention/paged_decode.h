@@ -2,6 +2,8 @@
 // Stable operator attention/paged_decode: attention of query tokens against a paged KV cache, for
 // decode (one query token per sequence) and chunked prefill (several, causally masked).
 
+#include <array>
+#include <cstdint>
 #include <string_view>
 
 #include "genbridge/core/status.h"
@@ -30,6 +32,11 @@ constexpr std::string_view kv_cache_format_name(KvCacheFormat f) {
   return "?";
 }
 
+// Every head_dim paged_decode implements, in increasing order: those of real models (64: many small models,
+// 80: Phi-2, 96: Phi-3, 112: Falcon/StableLM variants, 128: Llama/Qwen, 192: MLA-style latent heads, 256:
+// Gemma). Any other head_dim is Unimplemented; model loaders refuse it up front.
+inline constexpr std::array<int64_t, 7> kPagedDecodeHeadDims = {64, 80, 96, 112, 128, 192, 256};
+
 // One layer's cache in one representation. Views only: the memory pool owns the bytes.
 struct PagedKvCache {
   KvCacheFormat format = KvCacheFormat::kBf16;
@@ -42,7 +49,7 @@ struct PagedKvCache {
 // out = softmax(scale * q k^T) v per query token and query head, reading K/V through block tables.
 // query: [num_query_tokens, num_heads, head_dim] fp32/fp16/bf16, any strides; the tokens of sequence s
 //   are rows [query_start_loc[s], query_start_loc[s+1]). num_heads is a multiple of num_kv_heads (GQA:
-//   query head h reads kv head h / (num_heads / num_kv_heads)). head_dim is 64, 128 or 256.
+//   query head h reads kv head h / (num_heads / num_kv_heads)). head_dim is one of kPagedDecodeHeadDims.
 // block_tables: int32 [num_seqs, max_blocks_per_seq]; context_lens: int32 [num_seqs], the number of
 //   cached tokens of each sequence including its query tokens; query_start_loc: int32 [num_seqs + 1],
 //   0 first, non-decreasing, num_query_tokens last. Query i of a sequence with q_len queries and context
