@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "core/parallel.h"
+#include "genbridge/core/threading.h"
 
 namespace genbridge::model {
 
@@ -50,7 +50,7 @@ class WeightBinder {
     std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(n)]);  // uninitialised: written once below
     constexpr int64_t kChunk = 1 << 14;
     const bool f32 = v.dtype() == DType::kF32;
-    detail::parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
+    parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
       float tmp[kChunk];
       for (int64_t c = b; c < e; ++c) {
         const int64_t i = c * kChunk, m = std::min(kChunk, n - i);
