@@ -13,14 +13,25 @@
 #   OUT_MANIFEST_JSON <var>  (optional) receives the manifest text)
 # Every broken rule is reported with the path and the rule; any error fails the configure.
 
+# Globs re-run at build time when files appear or vanish (not available, nor needed, in script mode, where
+# the build.staging.* tests call genbridge_stage_providers() on fixture trees).
+if(CMAKE_SCRIPT_MODE_FILE)
+  set(_GB_GLOB_DEPENDS "")
+else()
+  set(_GB_GLOB_DEPENDS CONFIGURE_DEPENDS)
+endif()
+
 function(_gb_stage_error msg)
   message(SEND_ERROR "genbridge provider staging: ${msg}")
-  set_property(GLOBAL APPEND PROPERTY _GB_STAGE_ERRORS "${msg}")
+  # A count, not a list of the messages: every message holds a ';' ("...; rule: ...").
+  get_property(n GLOBAL PROPERTY _GB_STAGE_ERRORS)
+  math(EXPR n "${n} + 1")
+  set_property(GLOBAL PROPERTY _GB_STAGE_ERRORS ${n})
 endfunction()
 
 # Lists module keys ("<module>/<op>") of the *.cpp files under `dir`.
 function(_gb_module_keys dir out)
-  file(GLOB_RECURSE files LIST_DIRECTORIES false RELATIVE "${dir}" CONFIGURE_DEPENDS "${dir}/*.cpp")
+  file(GLOB_RECURSE files LIST_DIRECTORIES false RELATIVE "${dir}" ${_GB_GLOB_DEPENDS} "${dir}/*.cpp")
   set(keys "")
   foreach(f IN LISTS files)
     string(REGEX REPLACE "\\.cpp$" "" k "${f}")
@@ -33,7 +44,7 @@ endfunction()
 function(genbridge_stage_providers)
   cmake_parse_arguments(PARSE_ARGV 0 S "" "OPS_DIR;HEADER_DIR;TARGET;SOC;OUT_SOURCES;MANIFEST;OUT_MANIFEST_JSON"
                         "KNOWN_TARGETS")
-  set_property(GLOBAL PROPERTY _GB_STAGE_ERRORS "")
+  set_property(GLOBAL PROPERTY _GB_STAGE_ERRORS 0)
   set(common_dir "${S_OPS_DIR}/common")
   set(providers_dir "${S_OPS_DIR}/target_providers")
 
@@ -99,7 +110,7 @@ function(genbridge_stage_providers)
   endforeach()
 
   # Rules: every stable header has exactly one implementation; every implementation has a header.
-  file(GLOB_RECURSE headers LIST_DIRECTORIES false RELATIVE "${S_HEADER_DIR}" CONFIGURE_DEPENDS "${S_HEADER_DIR}/*.h")
+  file(GLOB_RECURSE headers LIST_DIRECTORIES false RELATIVE "${S_HEADER_DIR}" ${_GB_GLOB_DEPENDS} "${S_HEADER_DIR}/*.h")
   set(header_keys "")
   foreach(h IN LISTS headers)
     string(REGEX REPLACE "\\.h$" "" k "${h}")
@@ -134,7 +145,10 @@ function(genbridge_stage_providers)
       set(in_target TRUE)
     endif()
     if(NOT in_common AND NOT in_target)
-      _gb_stage_error("${S_HEADER_DIR}/${k}.h: no implementation (expected ${common_dir}/${k}.cpp or ${providers_dir}/${S_TARGET}/${k}.cpp); rule: every stable header has exactly one implementation")
+      # A missing or empty selected tree is reported once above, not once per header.
+      if(DEFINED keys_${S_TARGET})
+        _gb_stage_error("${S_HEADER_DIR}/${k}.h: no implementation (expected ${common_dir}/${k}.cpp or ${providers_dir}/${S_TARGET}/${k}.cpp); rule: every stable header has exactly one implementation")
+      endif()
     elseif(in_common AND in_target)
       # Already reported as a collision; recorded here for the manifest rule's sake.
     elseif(in_common)
@@ -146,8 +160,7 @@ function(genbridge_stage_providers)
     endif()
   endforeach()
 
-  get_property(errors GLOBAL PROPERTY _GB_STAGE_ERRORS)
-  list(LENGTH errors num_errors)
+  get_property(num_errors GLOBAL PROPERTY _GB_STAGE_ERRORS)
   if(num_errors GREATER 0)
     message(FATAL_ERROR "genbridge provider staging failed with ${num_errors} error(s); see the messages above.")
   endif()

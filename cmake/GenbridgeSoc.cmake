@@ -1,38 +1,80 @@
 # SoC selection (DESIGN §4): one selector -> (provider target, concrete SoC). The build knows targets,
 # never operators.
+#
+# The selector table below is the only one: the runtime's (runtime/device/soc.cpp) is generated from it
+# at configure time by genbridge_write_soc_table().
 
 set(GENBRIDGE_KNOWN_TARGETS Ascend910 Ascend950)
+
+# One row per selector family, three fields:
+#   <regex the whole selector must match> <provider target> <concrete SoC, or * for the selector itself>
+# The regexes use only the syntax CMake's MATCHES and ECMAScript std::regex read alike
+# (^ $ [] () | ? * +; no {n} repetition, no \d, no ; or ").
+set(GENBRIDGE_SOC_SELECTOR_TABLE
+    "^910B$"                                  Ascend910 Ascend910B1
+    "^Ascend910B[1-4]$"                       Ascend910 *
+    "^(910|910C)$"                            Ascend910 Ascend910_9382
+    "^Ascend910_93[0-9][0-9]$"                Ascend910 *
+    "^(950|Ascend950)$"                       Ascend950 Ascend950PR_9599
+    "^Ascend950(PR|DT)_[0-9][0-9][0-9][0-9]$" Ascend950 *)
+# The same table in words, as error messages list it.
 set(GENBRIDGE_ACCEPTED_SOC_SELECTORS
     "910B, Ascend910B1..Ascend910B4, 910, 910C, Ascend910_93xx (e.g. Ascend910_9382, Ascend910_9392), 950, Ascend950, Ascend950PR_xxxx, Ascend950DT_xxxx")
 
 # genbridge_normalize_soc(<selector> <out_target> <out_soc>)
+# Fails the configure, listing the accepted selectors, when no row matches.
 function(genbridge_normalize_soc selector out_target out_soc)
-  set(target "")
-  set(soc "")
-  if(selector STREQUAL "910B")
-    set(target Ascend910)
-    set(soc Ascend910B1)
-  elseif(selector MATCHES "^Ascend910B[1-4]$")
-    set(target Ascend910)
-    set(soc ${selector})
-  elseif(selector STREQUAL "910" OR selector STREQUAL "910C")
-    set(target Ascend910)
-    set(soc Ascend910_9382)
-  elseif(selector MATCHES "^Ascend910_93[0-9][0-9]$")
-    set(target Ascend910)
-    set(soc ${selector})
-  elseif(selector STREQUAL "950" OR selector STREQUAL "Ascend950")
-    set(target Ascend950)
-    set(soc Ascend950PR_9599)
-  elseif(selector MATCHES "^Ascend950(PR|DT)_[0-9][0-9][0-9][0-9]$")
-    set(target Ascend950)
-    set(soc ${selector})
-  else()
-    message(FATAL_ERROR
-      "genbridge: GENBRIDGE_SOC='${selector}' is not a known SoC selector; accepted selectors: "
-      "${GENBRIDGE_ACCEPTED_SOC_SELECTORS}. Choose one with -DGENBRIDGE_SOC=... or a preset "
-      "(cmake --preset ascend910 | ascend950).")
+  set(rows ${GENBRIDGE_SOC_SELECTOR_TABLE})
+  list(LENGTH rows n)
+  set(i 0)
+  while(i LESS n)
+    math(EXPR j "${i} + 1")
+    math(EXPR k "${i} + 2")
+    list(GET rows ${i} regex)
+    list(GET rows ${j} target)
+    list(GET rows ${k} soc)
+    if(selector MATCHES "${regex}")
+      if(soc STREQUAL "*")
+        set(soc "${selector}")
+      endif()
+      set(${out_target} ${target} PARENT_SCOPE)
+      set(${out_soc} ${soc} PARENT_SCOPE)
+      return()
+    endif()
+    math(EXPR i "${i} + 3")
+  endwhile()
+  message(FATAL_ERROR
+    "genbridge: GENBRIDGE_SOC='${selector}' is not a known SoC selector; accepted selectors: "
+    "${GENBRIDGE_ACCEPTED_SOC_SELECTORS}. Choose one with -DGENBRIDGE_SOC=... or a preset "
+    "(cmake --preset ascend910 | ascend950).")
+endfunction()
+
+# genbridge_write_soc_table(<header>)
+# Writes the selector table as a C++ header (namespace genbridge::runtime::generated) for the runtime's
+# selector parser; rewritten only when its content changes.
+function(genbridge_write_soc_table header)
+  set(rows ${GENBRIDGE_SOC_SELECTOR_TABLE})
+  list(LENGTH rows n)
+  math(EXPR rem "${n} % 3")
+  if(n EQUAL 0 OR NOT rem EQUAL 0)
+    message(FATAL_ERROR "genbridge: GENBRIDGE_SOC_SELECTOR_TABLE has ${n} fields; rule: rows of three fields (regex, target, SoC)")
   endif()
-  set(${out_target} ${target} PARENT_SCOPE)
-  set(${out_soc} ${soc} PARENT_SCOPE)
+  set(GENBRIDGE_SOC_SELECTOR_ROWS "")
+  set(i 0)
+  while(i LESS n)
+    math(EXPR j "${i} + 1")
+    math(EXPR k "${i} + 2")
+    list(GET rows ${i} regex)
+    list(GET rows ${j} target)
+    list(GET rows ${k} soc)
+    if(NOT target IN_LIST GENBRIDGE_KNOWN_TARGETS)
+      message(FATAL_ERROR "genbridge: selector row '${regex}' names target '${target}'; rule: one of ${GENBRIDGE_KNOWN_TARGETS}")
+    endif()
+    if(soc STREQUAL "*")
+      set(soc "")
+    endif()
+    string(APPEND GENBRIDGE_SOC_SELECTOR_ROWS "    {R\"gb(${regex})gb\", \"${target}\", \"${soc}\"},\n")
+    math(EXPR i "${i} + 3")
+  endwhile()
+  configure_file("${CMAKE_CURRENT_FUNCTION_LIST_DIR}/soc_selectors.h.in" "${header}" @ONLY)
 endfunction()

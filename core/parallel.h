@@ -1,55 +1,12 @@
 #pragma once
-// Internal: row-parallel loops for host kernels. Work is split into contiguous chunks of whole items,
-// so per-item results never depend on the thread count.
-//
-// A small persistent pool runs the chunks (workers spin briefly, then sleep on a futex, so idle or
-// oversubscribed processes do not burn cores). One loop runs on the pool at a time; a loop started while
-// the pool is busy (e.g. from another thread of an in-process AFD job) runs on its caller's thread.
-
-#include <algorithm>
-#include <atomic>
-#include <cstdint>
+// Internal spelling of the row-parallel loops for the ops library (detail::parallel_for); the loops
+// themselves are public in genbridge/core/threading.h, which code outside the ops library includes.
 
 #include "genbridge/core/threading.h"
 
 namespace genbridge::detail {
 
-using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
-
-// Runs fn(ctx, b, e) over `parts` contiguous chunks of [0, n) on the pool (the caller runs chunk 0).
-// Returns false, having run nothing, when the pool is busy.
-bool pool_try_run(int parts, int64_t n, ChunkFn fn, void* ctx);
-
-// Calls fn(begin, end) over [0, n) in chunks. Uses at most num_threads() threads, and only when
-// n * cost_per_item exceeds min_work so that small calls stay on the caller's thread.
-template <typename Fn>
-void parallel_for(int64_t n, int64_t cost_per_item, Fn&& fn, int64_t min_work = 1 << 16) {
-  if (n <= 0) return;
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n));
-  if (threads > 1 && n * cost_per_item >= min_work) {
-    auto thunk = [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); };
-    if (pool_try_run(threads, n, thunk, &fn)) return;
-  }
-  fn(int64_t{0}, n);
-}
-
-// Calls fn(i) for every i in [0, n), handing items out one at a time to up to num_threads() threads
-// (for items of uneven cost, e.g. sorted longest first). Each item runs exactly once.
-template <typename Fn>
-void parallel_for_dynamic(int64_t n, Fn&& fn) {
-  if (n <= 0) return;
-  std::atomic<int64_t> next{0};
-  auto drain = [&](int64_t, int64_t) {
-    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n; i = next.fetch_add(1, std::memory_order_relaxed)) {
-      fn(i);
-    }
-  };
-  const int threads = static_cast<int>(std::min<int64_t>(num_threads(), n));
-  if (threads > 1) {
-    auto thunk = [](void* ctx, int64_t b, int64_t e) { (*static_cast<decltype(drain)*>(ctx))(b, e); };
-    if (pool_try_run(threads, threads, thunk, &drain)) return;
-  }
-  drain(0, 1);
-}
+using genbridge::parallel_for;
+using genbridge::parallel_for_dynamic;
 
 }  // namespace genbridge::detail

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command: installs missing Debian dependencies, configures and builds both targets
-# and the sanitizer build, and runs every test (including the cross-target check). Ends with ctest's
-# summary line for all builds together.
+# and the sanitizer build, and runs every test (including the cross-target check). Fails when a build
+# runs fewer tests than tests/EXPECTED_MIN_TESTS records. Ends with its wall time and then ctest's
+# summary line for all builds together (the last line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$SECONDS
 source scripts/deps.sh
 gb_install_deps
 
@@ -11,6 +13,9 @@ jobs=${GENBRIDGE_JOBS:-$(nproc)}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 
+took() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+
+t=$SECONDS
 echo "== configure + build: ascend910"
 cmake --preset ascend910 -DGENBRIDGE_BUILD_BENCH=OFF >/dev/null  # benchmarks build in ascend950
 cmake --build --preset ascend910 -j "$jobs"
@@ -20,21 +25,47 @@ cmake --build --preset ascend950 -j "$jobs"
 echo "== configure + build: asan (ascend950 with AddressSanitizer + UBSan)"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
+echo "== builds took $(took $t)"
 
+presets=(ascend910 asan ascend950)
 failed=0
-for preset in ascend910 asan ascend950; do
+for preset in "${presets[@]}"; do
+  t=$SECONDS
   echo "== ctest: $preset"
   ctest --preset "$preset" -j "$jobs" --timeout 900 | tee "build/$preset/ctest.log" | grep -vE '^ *(Start|[0-9]+/[0-9]+ Test) ' || true
   grep -q '100% tests passed' "build/$preset/ctest.log" || failed=1
+  echo "== ctest $preset took $(took $t)"
 done
 
-# One summary line for all three builds, in ctest's own words.
-total=0; bad=0
-for preset in ascend910 asan ascend950; do
-  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "build/$preset/ctest.log" | tail -1)
-  total=$((total + $(echo "$line" | sed -E 's/.* out of ([0-9]+).*/\1/')))
+# Tests run per build against the minimum recorded in tests/EXPECTED_MIN_TESTS ("<build> <count>" lines),
+# so that tests lost from a build (a glob, a skipped directory, a discovery failure) fail the command.
+total=0; bad=0; counts=""
+for preset in "${presets[@]}"; do
+  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "build/$preset/ctest.log" | tail -1 || true)
+  if [ -z "$line" ]; then
+    echo "test.sh: build $preset: ctest printed no summary line (see build/$preset/ctest.log)"
+    failed=1
+    continue
+  fi
+  ran=$(echo "$line" | sed -E 's/.* out of ([0-9]+).*/\1/')
+  total=$((total + ran))
   bad=$((bad + $(echo "$line" | sed -E 's/.*passed, ([0-9]+) tests failed.*/\1/')))
+  min=$(awk -v b="$preset" '$1 == b { print $2 }' tests/EXPECTED_MIN_TESTS)
+  counts="$counts $preset $ran (recorded ${min:-none});"
+  if [ -z "$min" ]; then
+    echo "test.sh: build $preset has no line in tests/EXPECTED_MIN_TESTS; add '$preset $ran'"
+    failed=1
+  elif [ "$ran" -lt "$min" ]; then
+    echo "test.sh: build $preset ran $ran tests, $((min - ran)) fewer than the $min recorded in tests/EXPECTED_MIN_TESTS"
+    failed=1
+  elif [ "$ran" -gt "$min" ]; then
+    echo "test.sh: build $preset ran $ran tests, $((ran - min)) more than recorded: raise its line in tests/EXPECTED_MIN_TESTS to '$preset $ran'"
+  fi
 done
+echo "== tests run per build:${counts%;}"
+echo "== wall time: $(took $start)"
+
+# One summary line for all three builds, in ctest's own words.
 pct=$(( total > 0 ? (100 * (total - bad)) / total : 0 ))
 echo "$pct% tests passed, $bad tests failed out of $total"
 exit $(( failed || bad ))

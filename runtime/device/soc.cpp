@@ -11,12 +11,10 @@
 #include <regex>
 #include <vector>
 
+#include "soc_selectors.h"  // generated from cmake/GenbridgeSoc.cmake (the only selector table)
+
 namespace genbridge::runtime {
 namespace {
-
-constexpr std::string_view kAccepted =
-    "910B, Ascend910B1..Ascend910B4, 910, 910C, Ascend910_93xx (e.g. Ascend910_9382, Ascend910_9392), 950, "
-    "Ascend950, Ascend950PR_xxxx, Ascend950DT_xxxx";
 
 // Runtime SoC codes (torch_npu's SocVersion numbering).
 struct CodeEntry {
@@ -53,18 +51,22 @@ Result<Generation> generation_from_target(std::string_view target) {
   return invalid_argument(fmt::format("provider target '{}' is not a known generation (Ascend910, Ascend950)", target));
 }
 
-std::string_view accepted_soc_selectors() { return kAccepted; }
+std::string_view accepted_soc_selectors() { return generated::kAcceptedSocSelectors; }
 
 Result<SocInfo> normalize_soc_selector(std::string_view selector) {
-  static const std::regex b_part("^Ascend910B[1-4]$"), a3_part("^Ascend910_93[0-9][0-9]$"),
-      a5_part("^Ascend950(PR|DT)_[0-9]{4}$");
+  // The build's table, compiled once; rows are tried in order, as genbridge_normalize_soc() does.
+  static const std::vector<std::regex> patterns = [] {
+    std::vector<std::regex> p;
+    for (const generated::SocSelectorRow& row : generated::kSocSelectorRows) p.emplace_back(std::string(row.pattern));
+    return p;
+  }();
   const std::string s(selector);
-  if (s == "910B") return make(Generation::kAscend910, "Ascend910B1");
-  if (std::regex_match(s, b_part)) return make(Generation::kAscend910, s);
-  if (s == "910" || s == "910C") return make(Generation::kAscend910, "Ascend910_9382");
-  if (std::regex_match(s, a3_part)) return make(Generation::kAscend910, s);
-  if (s == "950" || s == "Ascend950") return make(Generation::kAscend950, "Ascend950PR_9599");
-  if (std::regex_match(s, a5_part)) return make(Generation::kAscend950, s);
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    if (!std::regex_match(s, patterns[i])) continue;
+    const generated::SocSelectorRow& row = generated::kSocSelectorRows[i];
+    GB_ASSIGN_OR_RETURN(Generation g, generation_from_target(row.target));
+    return make(g, row.soc.empty() ? s : std::string(row.soc));
+  }
   return invalid_argument(
       fmt::format("SoC selector '{}' is not known; accepted selectors: {}", selector, accepted_soc_selectors()));
 }

@@ -1,6 +1,6 @@
 #pragma once
-// SoC identification for the DeviceOperator's start-up check (DESIGN §4): the selector table shared
-// with cmake/GenbridgeSoc.cmake, the runtime SoC codes, and a pure parser for `npu-smi info` text.
+// SoC identification for the DeviceOperator's start-up check (DESIGN §4): the selector table (generated
+// from cmake/GenbridgeSoc.cmake's), the runtime SoC codes, and a pure parser for `npu-smi info` text.
 // Only runtime/device/ may name a generation.
 
 #include <optional>
@@ -27,7 +27,7 @@ struct SocInfo {
   int code = 0;     // runtime SoC code (220-225 910B, 250-255 910_93, 260 950); 0 if the SoC has none listed
 };
 
-// The SoC selectors accepted, as listed in error messages (same table as cmake/GenbridgeSoc.cmake).
+// The SoC selectors accepted, as listed in error messages (GENBRIDGE_ACCEPTED_SOC_SELECTORS of the build).
 std::string_view accepted_soc_selectors();
 // Normalises a selector ("910B", "Ascend910B3", "910C", "Ascend910_9392", "950", "Ascend950DT_9591", ...)
 // to its generation and concrete SoC. InvalidArgument listing the accepted selectors otherwise.

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <set>
 
-#include "core/parallel.h"
+#include "genbridge/core/threading.h"
 #include "runtime/model/file_access.h"
 
 namespace genbridge::model {
@@ -55,7 +55,7 @@ class WeightBinder {
     std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(n)]);  // uninitialised: written once below
     constexpr int64_t kChunk = 1 << 14;
     const bool f32 = v.dtype() == DType::kF32;
-    genbridge::detail::parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
+    parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
       float tmp[kChunk];
       for (int64_t c = b; c < e; ++c) {
         const int64_t i = c * kChunk, m = std::min(kChunk, n - i);
@@ -265,7 +265,7 @@ Status Checkpoint::check_finite(WeightScan* scan) const {
     for (int64_t b = 0; b < n; b += kChunkElems) chunks.push_back({t, b, std::min(n, b + kChunkElems)});
   }
   std::vector<uint8_t> flagged(chunks.size(), 0);
-  genbridge::detail::parallel_for(static_cast<int64_t>(chunks.size()), kChunkElems * 2, [&](int64_t b, int64_t e) {
+  parallel_for(static_cast<int64_t>(chunks.size()), kChunkElems * 2, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
       const Chunk& k = chunks[static_cast<size_t>(c)];
       flagged[static_cast<size_t>(c)] = any_non_finite(bound_[k.tensor].view, k.begin, k.end) ? 1 : 0;

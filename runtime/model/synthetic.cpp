@@ -7,8 +7,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/parallel.h"
 #include "genbridge/core/formats.h"
+#include "genbridge/core/threading.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tensor_store.h"
@@ -92,7 +92,7 @@ void generate(const TensorPlan& t, uint64_t seed, DType dtype, std::vector<std::
   const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(t.name)));
   const double half_width = std::sqrt(3.0) * t.std;  // sqrt is correctly rounded: same on every machine
   std::byte* dst = out.data();
-  detail::parallel_for(n, 4, [&](int64_t b, int64_t e) {
+  parallel_for(n, 4, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const uint64_t r = splitmix64(key + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ull);
       const double u = static_cast<double>(r >> 11) * 0x1.0p-52 - 1.0;  // exact, in [-1, 1)

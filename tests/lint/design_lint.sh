@@ -2,7 +2,9 @@
 # Design lint (DESIGN §2 invariants 1 and 5):
 #  1. no generation or SoC name in code outside ops/target_providers/, runtime/device/, cmake/, tests/,
 #     docs/ and bench/;
-#  2. no operator name (a stable header's base name or module path) in any CMake file.
+#  2. no operator name (a stable header's base name or module path) in any CMake file;
+#  3. code outside the ops library (runtime/, afd/, tools/) includes only the library's public headers
+#     (include/genbridge/), never its private ones (core/, ops/).
 # Usage: design_lint.sh <source root>. Exits 1 and lists every violation.
 set -u
 root=${1:?usage: design_lint.sh <source root>}
@@ -15,7 +17,7 @@ code_files=$(find . -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.cpp' -o 
   -not -path './build/*' -not -path './.git/*' -not -path './ops/target_providers/*' -not -path './runtime/device/*' \
   -not -path './cmake/*' -not -path './tests/*' -not -path './docs/*' -not -path './bench/*' -not -path './.ci/*' | sort)
 if [ -n "$code_files" ]; then
-  hits=$(grep -n -E "$generation_re" $code_files || true)
+  hits=$(grep -H -n -E "$generation_re" $code_files || true)
   if [ -n "$hits" ]; then
     echo "design lint: generation or SoC names in feature code (rule: only ops/target_providers/ and runtime/device/ may name a generation):"
     echo "$hits"
@@ -29,13 +31,24 @@ if [ -d include/genbridge/ops ]; then
   ops=$(cd include/genbridge/ops && find . -name '*.h' | sed -e 's|^\./||' -e 's|\.h$||' | sort)
   for op in $ops; do
     base=${op##*/}
-    hits=$(grep -n -w -F -e "$base" -e "$op" $cmake_files || true)
+    hits=$(grep -H -n -w -F -e "$base" -e "$op" $cmake_files || true)
     if [ -n "$hits" ]; then
       echo "design lint: operator '$op' named in CMake (rule: the build knows targets, not operators):"
       echo "$hits"
       status=1
     fi
   done
+fi
+
+dependent_files=$(find runtime afd tools -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.cpp' -o -name '*.cc' \) \
+  2>/dev/null | sort)
+if [ -n "$dependent_files" ]; then
+  hits=$(grep -H -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<](core|ops)/' $dependent_files || true)
+  if [ -n "$hits" ]; then
+    echo "design lint: private ops-library headers included outside the ops library (rule: runtime/, afd/ and tools/ include only include/genbridge/ from the ops library):"
+    echo "$hits"
+    status=1
+  fi
 fi
 
 [ $status -eq 0 ] && echo "design lint: clean ($(echo "$code_files" | wc -w) code files, $(echo "$cmake_files" | wc -w) CMake files)"

@@ -1,0 +1,95 @@
+# The runtime's SoC selector table comes from the build's (cmake/GenbridgeSoc.cmake), never a copy.
+#   cmake -DCASE=generated_from_the_cmake_table -DSOURCE_DIR=<repo> -DWORK_DIR=<dir> -P soc_table_case.cmake
+#   cmake -DCASE=runtime_agrees_with_cmake -DSOURCE_DIR=<repo> -DWORK_DIR=<dir> -DPROBE=<soc_probe> -P ...
+cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/expect.cmake)
+include(${SOURCE_DIR}/cmake/GenbridgeSoc.cmake)
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# expected_rows(<out var>): the generated C++ rows for the current GENBRIDGE_SOC_SELECTOR_TABLE.
+function(expected_rows out_var)
+  set(text "")
+  set(rows ${GENBRIDGE_SOC_SELECTOR_TABLE})
+  while(rows)
+    list(POP_FRONT rows regex target soc)
+    if(soc STREQUAL "*")
+      set(soc "")
+    endif()
+    string(APPEND text "    {R\"gb(${regex})gb\", \"${target}\", \"${soc}\"},\n")
+  endwhile()
+  set(${out_var} "${text}" PARENT_SCOPE)
+endfunction()
+
+# check_header(<file>): the header holds exactly the table's rows, in order, and its accepted list.
+function(check_header file)
+  file(READ "${file}" text)
+  expected_rows(rows)
+  string(FIND "${text}" "kSocSelectorRows[] = {\n${rows}};" at)
+  if(at LESS 0)
+    gb_fail("${file} does not hold the rows\n${rows}in order; it is:\n${text}")
+  endif()
+  string(FIND "${text}" "kAcceptedSocSelectors = \"${GENBRIDGE_ACCEPTED_SOC_SELECTORS}\";" at)
+  if(at LESS 0)
+    gb_fail("${file} does not list the accepted selectors '${GENBRIDGE_ACCEPTED_SOC_SELECTORS}'; it is:\n${text}")
+  endif()
+endfunction()
+
+if(CASE STREQUAL "generated_from_the_cmake_table")
+  list(LENGTH GENBRIDGE_SOC_SELECTOR_TABLE n)
+  if(n LESS 18)
+    gb_fail("GENBRIDGE_SOC_SELECTOR_TABLE has ${n} fields; DESIGN §4 has six selector families")
+  endif()
+  genbridge_write_soc_table("${WORK_DIR}/shipped.h")
+  check_header("${WORK_DIR}/shipped.h")
+  # A changed table changes the generated header: nothing else holds a copy.
+  list(APPEND GENBRIDGE_SOC_SELECTOR_TABLE "^Ascend950XY_[0-9]$" Ascend950 *)
+  set(GENBRIDGE_ACCEPTED_SOC_SELECTORS "${GENBRIDGE_ACCEPTED_SOC_SELECTORS}, Ascend950XY_x")
+  genbridge_write_soc_table("${WORK_DIR}/changed.h")
+  check_header("${WORK_DIR}/changed.h")
+  # The build that runs this test generated its header from the same table.
+  if(DEFINED BUILD_HEADER)
+    file(READ "${WORK_DIR}/shipped.h" want)
+    file(READ "${BUILD_HEADER}" got)
+    if(NOT want STREQUAL got)
+      gb_fail("${BUILD_HEADER} differs from what the table in cmake/GenbridgeSoc.cmake generates")
+    endif()
+  endif()
+elseif(CASE STREQUAL "runtime_agrees_with_cmake")
+  # Every accepted family, its defaults, and near misses of each (the empty selector too).
+  set(selectors "910B" "Ascend910B1" "Ascend910B2" "Ascend910B3" "Ascend910B4" "910" "910C" "Ascend910_9382"
+                "Ascend910_9392" "Ascend910_9300" "950" "Ascend950" "Ascend950PR_9599" "Ascend950PR_0000"
+                "Ascend950DT_9591" "" "foo" "910b" "910c" "910BC" "Ascend910B" "Ascend910B0" "Ascend910B5"
+                "Ascend910B12" "Ascend910_9482" "Ascend910_938" "Ascend910_93822" "Ascend910" "ascend950"
+                "Ascend950PR_99" "Ascend950PR_95990" "Ascend950XX_1234" "Ascend950PR9599" "A5" "960" "9100"
+                "x950" "950x")
+  list(JOIN selectors "\n" input)
+  file(WRITE "${WORK_DIR}/selectors.txt" "${input}\n")
+  execute_process(COMMAND "${PROBE}" INPUT_FILE "${WORK_DIR}/selectors.txt" RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE probe_out ERROR_VARIABLE probe_err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${PROBE} failed (${rc}): ${probe_out}${probe_err}")
+  endif()
+  set(accepted 0)
+  foreach(selector IN LISTS selectors)
+    gb_run(rc out ${CMAKE_COMMAND} -DSOURCE_DIR=${SOURCE_DIR} "-DCHILD_SELECTOR=${selector}"
+           -P ${CMAKE_CURRENT_LIST_DIR}/soc_case.cmake)
+    if(rc EQUAL 0 AND out MATCHES "normalized: target=([A-Za-z0-9_]+) soc=([A-Za-z0-9_]+)")
+      set(want "'${selector}': target=${CMAKE_MATCH_1} soc=${CMAKE_MATCH_2}\n")
+      math(EXPR accepted "${accepted} + 1")
+    else()
+      gb_expect_failure("cmake, selector '${selector}'" "${rc}" "${out}" "GENBRIDGE_SOC='${selector}' is not a known SoC selector")
+      set(want "'${selector}': error: SoC selector '${selector}' is not known; accepted selectors: ${GENBRIDGE_ACCEPTED_SOC_SELECTORS}\n")
+    endif()
+    string(FIND "\n${probe_out}" "\n${want}" at)
+    if(at LESS 0)
+      gb_fail("selector '${selector}': the build says\n  ${want}the runtime says\n${probe_out}")
+    endif()
+  endforeach()
+  if(NOT accepted EQUAL 15)
+    gb_fail("${accepted} selectors accepted by cmake/GenbridgeSoc.cmake, expected 15")
+  endif()
+else()
+  message(FATAL_ERROR "soc_table_case.cmake: unknown CASE '${CASE}'")
+endif()
+gb_finish()
