@@ -2,7 +2,8 @@
 // Internal: what the sync and async connectors share. The attention side (dispatch with a per-stage
 // FIFO, result receive straight into the caller's [n, k, H] buffer), the FFN side's receive slots and
 // output groups, send_ffn_output, init (settings check, topology, registered buffers), gather, close,
-// and the wording of wait errors. Subclasses add the FFN receive loop and the control plane.
+// and the wording of wait errors. Subclasses add the FFN receive loop and the control plane. Definitions:
+// connector_base.cpp (both sides), connector_attention.cpp, connector_ffn.cpp.
 
 #include <array>
 #include <cstddef>
