@@ -1,117 +1,16 @@
 #include "afd/engine_job.h"
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <string_view>
 #include <type_traits>
 
 #include <fmt/format.h>
 
 #include "afd/job.h"
+#include "afd/transports/inproc/inproc_step_agreement.h"
 
 namespace genbridge::afd {
-
-AfdExecutor::AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages,
-                         StepAgreement* agreement)
-    : runner_(runner),
-      attention_(attention),
-      agreement_(agreement),
-      batches_(static_cast<size_t>(stages)),
-      planned_tokens_(static_cast<size_t>(stages), 0),
-      planned_seqs_(static_cast<size_t>(stages), 0) {}
-
-Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logits) {
-  if (agreement_) GB_RETURN_IF_ERROR(agreement_->any_active(true).status());
-  const int S = static_cast<int>(batches_.size());
-  const int64_t num_seqs = static_cast<int64_t>(in.seq_ids.size()), T = static_cast<int64_t>(in.tokens.size());
-  const int64_t vocab = runner_.config().vocab_size;
-  // Contiguous groups of whole sequences, balanced by tokens: stage s ends once the running total reaches
-  // (s + 1) * T / S (a stage may stay empty when there are fewer sequences than stages).
-  std::vector<int64_t> seq_end(static_cast<size_t>(S)), tok_begin(static_cast<size_t>(S + 1), 0),
-      seq_begin(static_cast<size_t>(S + 1), 0);
-  {
-    int64_t s_idx = 0, tokens = 0;
-    for (int s = 0; s < S; ++s) {
-      seq_begin[s] = s_idx;
-      tok_begin[s] = tokens;
-      const int64_t goal = (s + 1) * T / S;
-      while (s_idx < num_seqs && (tokens < goal || s == S - 1)) tokens += in.q_lens[s_idx++];
-      seq_end[s] = s_idx;
-    }
-    tok_begin[S] = tokens;
-    seq_begin[S] = s_idx;
-  }
-  std::vector<int> stage_tokens(static_cast<size_t>(S), 0);
-  for (int s = 0; s < S; ++s) {
-    const int64_t n = seq_end[s] - seq_begin[s], t = tok_begin[s + 1] - tok_begin[s];
-    stage_tokens[s] = static_cast<int>(t);
-    if (n == 0) continue;
-    if (t > planned_tokens_[s] || n > planned_seqs_[s]) {
-      planned_tokens_[s] = std::max(planned_tokens_[s], t);
-      planned_seqs_[s] = std::max(planned_seqs_[s], n);
-      batches_[s] = runner_.make_batch(planned_tokens_[s], planned_seqs_[s]);
-    }
-    const model::ForwardInput sub{in.tokens.subspan(tok_begin[s], t), in.seq_ids.subspan(seq_begin[s], n),
-                                  in.q_lens.subspan(seq_begin[s], n)};
-    GB_RETURN_IF_ERROR(runner_.begin(batches_[s], sub));
-  }
-  AttentionLayerFns fns;
-  fns.attend = [&](int layer, int stage, MoeInput* moe) -> Status {
-    model::ForwardBatch& b = batches_[stage];
-    GB_RETURN_IF_ERROR(runner_.attention_block(b, layer));
-    if (moe) {
-      GB_RETURN_IF_ERROR(runner_.route(b, layer));
-      *moe = MoeInput{b.moe_input(), b.topk_ids(), b.topk_weights()};
-    }
-    return ok_status();
-  };
-  fns.combine = [&](int layer, int stage, const MoeInput&, TensorView expert_out) -> Status {
-    return runner_.finish_moe(batches_[stage], layer, &expert_out);
-  };
-  GB_RETURN_IF_ERROR(attention_.step(++step_, stage_tokens, false, fns));
-  for (int s = 0; s < S; ++s) {
-    const int64_t n = seq_end[s] - seq_begin[s];
-    if (n == 0) continue;
-    GB_RETURN_IF_ERROR(runner_.logits(batches_[s], logits.subspan(seq_begin[s] * vocab, n * vocab)));
-  }
-  return ok_status();
-}
-
-Status AfdExecutor::finish() {
-  if (agreement_) {
-    const std::vector<int> idle(batches_.size(), 0);
-    const AttentionLayerFns none;
-    for (;;) {
-      GB_ASSIGN_OR_RETURN(const bool any, agreement_->any_active(false));
-      if (!any) break;
-      GB_RETURN_IF_ERROR(attention_.step(++step_, idle, false, none));
-    }
-  }
-  return attention_.finish();
-}
-
-ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden) {
-  auto scratch = std::make_shared<std::vector<bf16_t>>();
-  return [&experts, scratch, top_k, hidden](const FfnWorkItem& item) -> Status {
-    const int64_t M = item.hidden.rank() == 2 ? item.hidden.dim(0) : 0;
-    if (M == 0 || item.row_token.empty()) return ok_status();
-    scratch->resize(static_cast<size_t>(M * top_k * hidden));
-    const TensorView all(scratch->data(), DType::kBF16, {M, top_k, hidden});
-    GB_RETURN_IF_ERROR(
-        experts.compute(item.meta.layer, item.hidden, item.topk_ids, item.expert_begin, item.expert_end, all));
-    auto* out = item.out.data_as<bf16_t>();
-    const int64_t out_stride = item.out.stride(0);
-    for (size_t r = 0; r < item.row_token.size(); ++r) {
-      std::memcpy(out + static_cast<int64_t>(r) * out_stride,
-                  scratch->data() + (item.row_token[r] * top_k + item.row_slot[r]) * hidden,
-                  static_cast<size_t>(hidden) * sizeof(bf16_t));
-    }
-    return ok_status();
-  };
-}
 
 Status fill_model_shape(const model::ModelConfig& c, int64_t max_tokens_per_stage, AfdConfig* afd) {
   if (c.num_experts < 1) {
@@ -130,62 +29,6 @@ Status fill_model_shape(const model::ModelConfig& c, int64_t max_tokens_per_stag
 }
 
 namespace {
-
-// Lockstep agreement among the attention threads of one process.
-class InprocAgreementGroup {
- public:
-  InprocAgreementGroup(int n, int64_t timeout_ms) : n_(n), timeout_ms_(timeout_ms) {}
-
-  Result<bool> any_active(int rank, bool mine) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!abort_.ok()) return abort_;
-    any_ = any_ || mine;
-    const uint64_t gen = generation_;
-    if (++arrived_ == n_) {
-      result_ = any_;
-      any_ = false;
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return result_;
-    }
-    const bool done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms_),
-                                   [&] { return generation_ != gen || !abort_.ok(); });
-    if (!abort_.ok()) return abort_;
-    if (!done) {
-      return deadline_exceeded(fmt::format("afd: attention rank {} waited {} ms for the other attention ranks to agree "
-                                           "on the next step ({} of {} arrived)",
-                                           rank, timeout_ms_, arrived_, n_));
-    }
-    return result_;
-  }
-
-  void abort(const Status& why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (abort_.ok()) abort_ = Status(why.code(), "afd: another attention rank failed: " + why.message());
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
-  int64_t timeout_ms_;
-  int arrived_ = 0;
-  bool any_ = false, result_ = false;
-  uint64_t generation_ = 0;
-  Status abort_;
-};
-
-class InprocAgreement final : public StepAgreement {
- public:
-  InprocAgreement(InprocAgreementGroup& g, int rank) : g_(g), rank_(rank) {}
-  Result<bool> any_active(bool mine) override { return g_.any_active(rank_, mine); }
-
- private:
-  InprocAgreementGroup& g_;
-  int rank_;
-};
 
 void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) {
   into.prefill_tokens += m.prefill_tokens;
@@ -473,11 +316,5 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
   out.num_ranks = cfg.num_attention + cfg.num_ffn;
   return out;
 }
-
-#ifndef GENBRIDGE_HAVE_MPI
-Result<std::unique_ptr<StepAgreement>> make_mpi_step_agreement(std::span<const int>, int, int64_t) {
-  return unavailable("afd: this build of genbridge has no MPI, so attention ranks cannot agree on steps over MPI");
-}
-#endif
 
 }  // namespace genbridge::afd

@@ -10,8 +10,8 @@
 
 #include <chrono>
 
-#include "afd/engine_job.h"
 #include "afd/transport.h"
+#include "afd/transports/step_agreement.h"
 
 namespace genbridge::afd {
 

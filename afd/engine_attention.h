@@ -1,0 +1,37 @@
+#pragma once
+// The attention side of the real engine on an AFD topology (see engine_job.h).
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "afd/runner.h"
+#include "afd/transports/step_agreement.h"
+#include "runtime/engine/executor.h"
+#include "runtime/model/runner.h"
+
+namespace genbridge::afd {
+
+// ForwardExecutor of an attention rank: one forward = one AFD step over `stages` micro-batches.
+class AfdExecutor final : public engine::ForwardExecutor {
+ public:
+  // None of the references are owned; all must outlive the executor. `agreement` may be nullptr (the
+  // attention ranks step independently: async connector with async_dp, or a single attention rank).
+  AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages, StepAgreement* agreement);
+  const model::ModelConfig& config() const override { return runner_.config(); }
+  Status forward(const model::ForwardInput& input, std::span<float> logits) override;
+  // After the engine finished: keeps sending empty steps while another lockstep rank has work, then tells
+  // the FFN ranks this rank is done.
+  Status finish();
+  int64_t steps() const { return step_; }
+
+ private:
+  const model::ModelRunner& runner_;
+  AttentionRunner& attention_;
+  StepAgreement* agreement_;
+  std::vector<model::ForwardBatch> batches_;
+  std::vector<int64_t> planned_tokens_, planned_seqs_;
+  int64_t step_ = 0;
+};
+
+}  // namespace genbridge::afd
