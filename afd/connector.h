@@ -134,7 +134,9 @@ class ControlPlane {
   // announcement must have been received, which waits at most the deadline).
   virtual Status send_step(int64_t step, std::span<const int> stage_tokens, bool warmup) = 0;
   // FFN: blocks until every attention rank has announced its next step (or finished; then `stop`). The
-  // wait uses idle_timeout_ms (0: no deadline; close() or a failed peer still end it).
+  // first step is due within init_timeout_ms, a later one within 2 x timeout_ms (attention ranks step back
+  // to back until they finish, agreeing among themselves first), the rest of a step's announcements within
+  // timeout_ms of the first; a timeout names the attention rank(s) whose announcement is missing.
   virtual Result<StepControl> recv_step() = 0;
 };
 
@@ -165,8 +167,9 @@ class Connector {
   // recv_ffn_output() of this stage returns. At most 2 transfers per stage may be outstanding (FIFO).
   virtual Status send_attn_output(TensorView hidden, const TransferMeta& meta, const Routing& routing) = 0;
   // Blocks until every FFN rank's outputs of this stage's oldest outstanding transfer arrived (or the
-  // deadline passed) and writes them into out bf16 [n, k, H] (unit stride along H): out[t, j] = output of
-  // expert topk_ids[t, j] for token t. Returns the transfer's metadata.
+  // deadline passed: timeout_ms, twice that with a control plane and several attention ranks, as an FFN
+  // rank may then itself be waiting for another attention rank) and writes them into out bf16 [n, k, H] (unit stride
+  // along H): out[t, j] = output of expert topk_ids[t, j] for token t. Returns the transfer's metadata.
   virtual Result<TransferMeta> recv_ffn_output(TensorView out, int stage) = 0;
   // Tells the FFN ranks this rank sends nothing more (sync: via the control plane; async: a done message).
   virtual Status finish() = 0;
@@ -176,7 +179,9 @@ class Connector {
   // current step arrived (deadline), and returns them as one item (segments in attention-rank order).
   virtual Result<FfnWorkItem> recv_attn_output(int stage) = 0;
   // Async only: blocks until any attention rank's next transfer arrives; nullopt once every attention
-  // rank finished. Waits with timeout_ms while a transfer is due, idle_timeout_ms otherwise.
+  // rank finished. Every attention rank that has not finished owes its next transfer within timeout_ms of
+  // the last exchange with it (init_timeout_ms before its first): the wait ends at the earliest such
+  // deadline with an error naming that rank and what it owes.
   virtual Result<std::optional<FfnWorkItem>> recv_work_item() = 0;
   // Sends the item's expert outputs (out bf16 [R, H]; the item's own `out` is sent without a copy, any
   // other view is copied first) to the attention rank(s) it came from. Does not block.
@@ -184,8 +189,13 @@ class Connector {
 
   // ---- both ----
   // Collective: every rank passes a blob; world rank 0 gets all of them (indexed by world rank), the
-  // others an empty vector. Bounded by timeout_ms. For metrics and traces, not for the hot path.
-  virtual Result<std::vector<std::string>> gather(std::string_view blob) = 0;
+  // others an empty vector. Each rank waits at most `timeout_ms` (the caller picks: timeout_ms when every
+  // rank is due at once, idle_timeout_ms when ranks may arrive far apart). For metrics, traces and
+  // results, not for the hot path.
+  virtual Result<std::vector<std::string>> gather(std::string_view blob, int64_t timeout_ms) = 0;
+  // The transport under the connector, for collectives outside the data path (StepAgreement). Valid
+  // after init(); owned by the connector.
+  virtual Transport& transport() = 0;
   // Transfers are recorded into `metrics` (may be nullptr; not owned; must outlive the connector's use).
   virtual void set_metrics(Metrics* metrics) = 0;
   // Ends the whole job because this rank failed (see Transport::abort_job).

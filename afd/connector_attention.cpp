@@ -157,7 +157,12 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
     GB_ASSIGN_OR_RETURN(d.recv_ids[2 * f + 1],
                         transport_->irecv(topo_.ffn_world[f], Channel::kCombine, stage, recv_segs_));
   }
-  const Deadline deadline = deadline_after_ms(cfg_.timeout_ms);
+  // With a control plane and several attention ranks, an FFN rank computes a stage only once every
+  // attention rank sent it, so it may itself be waiting (timeout_ms) for a late attention rank: wait twice
+  // as long, so that the error names the rank that is really late rather than the FFN rank waiting for it.
+  const int64_t timeout_ms =
+      control_plane() != nullptr && cfg_.num_attention > 1 ? 2 * cfg_.timeout_ms : cfg_.timeout_ms;
+  const Deadline deadline = deadline_after_ms(timeout_ms);
   Status failure;
   for (int remaining = 2 * F; remaining > 0 && failure.ok(); --remaining) {
     Completion c;
@@ -166,7 +171,7 @@ Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
       int peer = 0;
       while (peer < 2 * F && d.recv_ids[peer] == kNoRequest) ++peer;
       failure = wait_error(r.status(), "the expert outputs", topo_.ffn_world[std::min(peer / 2, F - 1)], d.meta.layer,
-                           stage, d.meta.step, cfg_.timeout_ms);
+                           stage, d.meta.step, timeout_ms);
       break;
     }
     d.recv_ids[*r] = kNoRequest;

@@ -115,8 +115,34 @@ Status ConnectorBase::require_role(Role r, const char* call) const {
 
 Status ConnectorBase::wait_error(const Status& s, std::string_view what, int peer_world, int layer, int stage,
                                  int64_t step, int64_t timeout_ms) const {
+  return wait_error(s, what, peer_world >= 0 ? topo_.rank_name(peer_world) : std::string("any attention rank"), layer,
+                    stage, step, timeout_ms);
+}
+
+std::string ConnectorBase::attention_names(const std::vector<bool>& missing) const {
+  std::string out;
+  for (size_t a = 0; a < missing.size(); ++a) {
+    if (missing[a]) out += (out.empty() ? "" : ", ") + topo_.rank_name(topo_.attention_world[a]);
+  }
+  return out;
+}
+
+void ConnectorBase::heard_from(int a) {
+  peer_heard_ns_[a] = now_ns();
+  peer_started_[a] = true;
+}
+
+int64_t ConnectorBase::peer_timeout_ms(int a) const {
+  return peer_started_[a] ? cfg_.timeout_ms : cfg_.init_timeout_ms;
+}
+
+Deadline ConnectorBase::peer_deadline(int a) const {
+  return Deadline(std::chrono::nanoseconds(peer_heard_ns_[a]) + std::chrono::milliseconds(peer_timeout_ms(a)));
+}
+
+Status ConnectorBase::wait_error(const Status& s, std::string_view what, const std::string& peer, int layer, int stage,
+                                 int64_t step, int64_t timeout_ms) const {
   const std::string me = topo_.rank_name(world_rank_);
-  const std::string peer = peer_world >= 0 ? topo_.rank_name(peer_world) : std::string("any attention rank");
   const std::string where =
       layer >= 0 ? fmt::format(" of layer {}, stage {}, step {}", layer, stage, step) : fmt::format(" (step {})", step);
   // A `what` starting with "send:" is something this rank sent and the peer has not taken yet.
@@ -170,7 +196,7 @@ Status ConnectorBase::init() {
   topo_ = Topology{};
   {
     const std::string mine = canonical_settings(cfg_);
-    GB_ASSIGN_OR_RETURN(std::vector<std::string> all, gather(mine));
+    GB_ASSIGN_OR_RETURN(std::vector<std::string> all, gather(mine, cfg_.init_timeout_ms));
     std::string verdict;
     if (world_rank_ == 0) {
       for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
@@ -271,6 +297,8 @@ Status ConnectorBase::init() {
         GB_ASSIGN_OR_RETURN(slot.rows, transport_->alloc_buffer(wire::rows_bytes(max_tokens, hidden_)));
       }
     }
+    peer_heard_ns_.assign(A, now_ns());
+    peer_started_.assign(A, false);
     GB_RETURN_IF_ERROR(init_ffn());
     for (size_t i = 0; i < slots_.size(); ++i) GB_RETURN_IF_ERROR(post_slot(static_cast<int>(i)));
   }
@@ -283,15 +311,20 @@ Status ConnectorBase::init() {
 
 // ---- both ----
 
-Result<std::vector<std::string>> ConnectorBase::gather(std::string_view blob) {
+Result<std::vector<std::string>> ConnectorBase::gather(std::string_view blob, int64_t timeout_ms) {
   if (closed_) return unavailable(fmt::format("afd {} connector: gather() after close()", name()));
-  const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
+  const Deadline deadline = deadline_after_ms(timeout_ms);
   const int n = transport_->world_size();
   const int me = transport_->world_rank();
   std::vector<std::string> all;
+  auto name = [&](int w) { return topo_.roles.empty() ? fmt::format("world rank {}", w) : topo_.rank_name(w); };
   auto fail = [&](const Status& s, int peer) {
-    return Status(s.code(), fmt::format("afd: world rank {} gathering at world rank 0 (peer world rank {}): {}", me,
-                                        peer, s.message()));
+    if (s.code() == StatusCode::kDeadlineExceeded) {
+      return deadline_exceeded(fmt::format("afd: {} timed out after {} ms in a gather at world rank 0, waiting for {}",
+                                           name(me), timeout_ms, name(peer)));
+    }
+    return Status(s.code(),
+                  fmt::format("afd: {} gathering at world rank 0 (peer {}): {}", name(me), name(peer), s.message()));
   };
   if (me == 0) {
     all.resize(n);

@@ -32,7 +32,8 @@ class ConnectorBase : public Connector {
   Status send_attn_output(TensorView hidden, const TransferMeta& meta, const Routing& routing) override;
   Result<TransferMeta> recv_ffn_output(TensorView out, int stage) override;
   Status send_ffn_output(TensorView out, BackendState&& state) override;
-  Result<std::vector<std::string>> gather(std::string_view blob) override;
+  Result<std::vector<std::string>> gather(std::string_view blob, int64_t timeout_ms) override;
+  Transport& transport() override { return *transport_; }
   void set_metrics(Metrics* m) override { metrics_ = m; }
   void abort_job(const Status& why) override;
 
@@ -129,6 +130,20 @@ class ConnectorBase : public Connector {
   // Status of a failed wait in words: waiting rank, peer, layer, stage, step.
   Status wait_error(const Status& s, std::string_view what, int peer_world, int layer, int stage, int64_t step,
                     int64_t timeout_ms) const;
+  // Same, with the peer(s) already in words ("attention rank 1 (world rank 1)").
+  Status wait_error(const Status& s, std::string_view what, const std::string& peers, int layer, int stage,
+                    int64_t step, int64_t timeout_ms) const;
+  // "a (world rank x), b (world rank y)" for the attention ranks a with missing[a].
+  std::string attention_names(const std::vector<bool>& missing) const;
+
+  // ---- FFN side: liveness of the attention ranks ----
+  // An attention rank that has started (sent anything) and not finished owes this FFN rank its next
+  // message within timeout_ms of the last exchange with it (attention ranks step back to back); before
+  // its first message, within init_timeout_ms of init (it may still be building its engine).
+  void heard_from(int attention_rank);
+  Deadline peer_deadline(int attention_rank) const;
+  int64_t peer_timeout_ms(int attention_rank) const;
+  bool peer_started(int attention_rank) const { return peer_started_[attention_rank]; }
   Status require_role(Role r, const char* call) const;
   Status require_init(const char* call) const;
   Status send_small(int peer_world, Channel ch, int tag, std::span<std::byte> buf, RequestId* id);
@@ -158,8 +173,10 @@ class ConnectorBase : public Connector {
   std::vector<int> wait_slots_;  // slot of each pair of wait_ids_
   std::vector<int> wait_peers_;
 
-  std::vector<RecvSlot> slots_;  // FFN
-  std::vector<Group> groups_;    // FFN
+  std::vector<RecvSlot> slots_;         // FFN
+  std::vector<Group> groups_;           // FFN
+  std::vector<int64_t> peer_heard_ns_;  // FFN, per attention rank: last message from it or result sent to it
+  std::vector<bool> peer_started_;      // FFN, per attention rank
 };
 
 }  // namespace genbridge::afd

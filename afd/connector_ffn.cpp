@@ -36,6 +36,7 @@ void ConnectorBase::collect_slot_ids(std::span<const int> slot_indices) {
 
 void ConnectorBase::complete_slot_request(int index, const Completion& c) {
   RecvSlot& slot = slots_[wait_slots_[index / 2]];
+  heard_from(slot.peer);
   if (index % 2 == 0) {
     slot.meta_id = kNoRequest;
     slot.meta_done = c;
@@ -242,6 +243,7 @@ Status ConnectorBase::send_ffn_output(TensorView out, BackendState&& state) {
                                           std::span<const ConstSegment>(&rows, nrows > 0 ? 1 : 0)));
     r0 += nrows;
   }
+  for (int s : g.slots) heard_from(slots_[s].peer);  // each peer now owes its next transfer
   g.held = false;
   ++g.generation;
   state.owner_ = nullptr;

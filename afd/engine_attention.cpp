@@ -17,6 +17,7 @@ AfdExecutor::AfdExecutor(const model::ModelRunner& runner, AttentionRunner& atte
       planned_seqs_(static_cast<size_t>(stages), 0) {}
 
 Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logits) {
+  if (before_step_) GB_RETURN_IF_ERROR(before_step_(step_ + 1));
   if (agreement_) GB_RETURN_IF_ERROR(agreement_->any_active(true).status());
   const int S = static_cast<int>(batches_.size());
   const int64_t num_seqs = static_cast<int64_t>(in.seq_ids.size()), T = static_cast<int64_t>(in.tokens.size());

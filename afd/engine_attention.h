@@ -2,6 +2,7 @@
 // The attention side of the real engine on an AFD topology (see engine_job.h).
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -24,6 +25,9 @@ class AfdExecutor final : public engine::ForwardExecutor {
   // the FFN ranks this rank is done.
   Status finish();
   int64_t steps() const { return step_; }
+  // Tests only (fault injection): called with the step number before each step's forward; an error fails
+  // the forward.
+  void set_before_step(std::function<Status(int64_t step)> hook) { before_step_ = std::move(hook); }
 
  private:
   const model::ModelRunner& runner_;
@@ -32,6 +36,7 @@ class AfdExecutor final : public engine::ForwardExecutor {
   std::vector<model::ForwardBatch> batches_;
   std::vector<int64_t> planned_tokens_, planned_seqs_;
   int64_t step_ = 0;
+  std::function<Status(int64_t step)> before_step_;
 };
 
 }  // namespace genbridge::afd

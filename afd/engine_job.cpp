@@ -1,14 +1,14 @@
 #include "afd/engine_job.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string_view>
 #include <type_traits>
 
-#include <fmt/format.h>
-
 #include "afd/job.h"
-#include "afd/transports/inproc/inproc_step_agreement.h"
+#include "afd/transports/step_agreement.h"
 
 namespace genbridge::afd {
 
@@ -41,7 +41,6 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
   into.requests_finished += m.requests_finished;
   into.requests_refused += m.requests_refused;
 }
-
 
 // The job's config and engine options: model-shape keys from the checkpoint, the prefill budget raised
 // to the longest prompt (every rank computes the same values from the same requests).
@@ -180,6 +179,67 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
 
 }  // namespace
 
+namespace {
+
+// One attention rank's engine over its requests (request r goes to attention rank r % A).
+struct AttentionRankRun {
+  std::vector<size_t> mine;  // request indices, in submission order
+  std::vector<engine::RequestResult> results;
+  engine::EngineMetrics metrics;
+};
+
+Result<AttentionRankRun> run_attention_rank(Connector& conn, Metrics& metrics, const model::Checkpoint& checkpoint,
+                                            const runtime::DeviceOperator& dev,
+                                            const std::vector<engine::Request>& requests, int64_t pool_pages,
+                                            const AfdConfig& cfg, const engine::EngineOptions& eopt,
+                                            const EngineJobOptions& options, bool meet_at_end) {
+  const model::ModelConfig& c = checkpoint.config();
+  const int a = conn.rank(), A = cfg.num_attention;
+  auto agreement_options = [&](int id, int64_t timeout_ms, std::string purpose) {
+    return StepAgreementOptions{.attention_world = conn.topology().attention_world,
+                                .rank_names = conn.topology().rank_names(),
+                                .attention_rank = a,
+                                .timeout_ms = timeout_ms,
+                                .id = id,
+                                .purpose = std::move(purpose)};
+  };
+  std::unique_ptr<StepAgreement> lockstep, all_done;
+  if (!cfg.async_dp && A > 1) {
+    GB_ASSIGN_OR_RETURN(lockstep, make_step_agreement(conn.transport(),
+                                                      agreement_options(0, cfg.timeout_ms, "agree on the next step")));
+  }
+  if (meet_at_end && A > 1) {
+    // Attention ranks that step independently (async_dp) may finish far apart: they meet here before the
+    // results are gathered. A rank still decoding may take long (idle_timeout_ms); one that stopped is
+    // caught sooner by the FFN ranks, which it owes its next step within timeout_ms.
+    GB_ASSIGN_OR_RETURN(
+        all_done, make_step_agreement(conn.transport(), agreement_options(1, cfg.idle_timeout_ms, "finish decoding")));
+  }
+  const runtime::KvPageGeometry geometry =
+      dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
+  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages));
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool));
+  AttentionRunner attention(conn, &metrics);
+  AfdExecutor executor(*runner, attention, cfg.num_stages, lockstep.get());
+  if (options.attention_hook) {
+    executor.set_before_step([&options, a](int64_t step) { return options.attention_hook(a, step); });
+  }
+  engine::Engine eng(executor, pool, eopt);
+  AttentionRankRun out;
+  for (size_t r = static_cast<size_t>(a); r < requests.size(); r += static_cast<size_t>(A)) {
+    out.mine.push_back(r);
+    GB_RETURN_IF_ERROR(eng.submit(requests[r]));
+  }
+  GB_RETURN_IF_ERROR(eng.run_to_completion());
+  GB_RETURN_IF_ERROR(executor.finish());
+  if (all_done) GB_RETURN_IF_ERROR(all_done->any_active(false).status());
+  out.results = eng.results();
+  out.metrics = eng.metrics();
+  return out;
+}
+
+}  // namespace
+
 Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                                               std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
                                               const EngineJobOptions& options) {
@@ -187,40 +247,17 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
   AfdConfig cfg;
   engine::EngineOptions eopt;
   GB_RETURN_IF_ERROR(prepare_job(c, requests, options, TransportKind::kInproc, &cfg, &eopt));
-  const int A = cfg.num_attention, S = cfg.num_stages;
-  const bool lockstep = !cfg.async_dp && A > 1;
-
-  std::vector<std::vector<size_t>> mine(static_cast<size_t>(A));
-  for (size_t r = 0; r < requests.size(); ++r) mine[r % A].push_back(r);
+  const int A = cfg.num_attention;
   std::vector<engine::RequestResult> results(requests.size());
   std::vector<engine::EngineMetrics> rank_metrics(static_cast<size_t>(A));
-  InprocAgreementGroup group(A, cfg.timeout_ms);
   const model::ExpertBank experts(checkpoint);
-  const runtime::KvPageGeometry geometry =
-      dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
 
   RankFns fns;
   fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
-    const int a = conn.rank();
-    auto fail = [&](const Status& s) {
-      group.abort(s);
-      return s;
-    };
-    auto pool = runtime::KvPagePool::create(geometry, pool_pages_per_rank);
-    if (!pool.ok()) return fail(pool.status());
-    auto runner = model::ModelRunner::create(checkpoint, dev, *pool);
-    if (!runner.ok()) return fail(runner.status());
-    AttentionRunner attention(conn, &metrics);
-    InprocAgreement agreement(group, a);
-    AfdExecutor executor(**runner, attention, S, lockstep ? &agreement : nullptr);
-    engine::Engine eng(executor, *pool, eopt);
-    for (size_t r : mine[a]) {
-      if (Status s = eng.submit(requests[r]); !s.ok()) return fail(s);
-    }
-    if (Status s = eng.run_to_completion(); !s.ok()) return fail(s);
-    if (Status s = executor.finish(); !s.ok()) return fail(s);
-    for (size_t i = 0; i < mine[a].size(); ++i) results[mine[a][i]] = eng.results()[i];
-    rank_metrics[a] = eng.metrics();
+    GB_ASSIGN_OR_RETURN(AttentionRankRun run, run_attention_rank(conn, metrics, checkpoint, dev, requests,
+                                                                 pool_pages_per_rank, cfg, eopt, options, false));
+    for (size_t i = 0; i < run.mine.size(); ++i) results[run.mine[i]] = std::move(run.results[i]);
+    rank_metrics[conn.rank()] = std::move(run.metrics);
     return ok_status();
   };
   fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
@@ -247,15 +284,15 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
   AfdConfig cfg;
   engine::EngineOptions eopt;
   GB_RETURN_IF_ERROR(prepare_job(c, requests, options, TransportKind::kMpi, &cfg, &eopt));
-  const int A = cfg.num_attention, S = cfg.num_stages;
-  const bool lockstep = !cfg.async_dp && A > 1;
   const size_t num_requests = requests.size();
 
   EngineJobResult out;
   bool root = false;
   // Every rank gathers once, after its role's work: attention ranks their results, FFN ranks nothing.
+  // Every rank is due at once (the attention ranks met in all_done; the FFN ranks end when they all
+  // finished), so the deadline is timeout_ms.
   auto gather_results = [&](Connector& conn, std::string blob) -> Status {
-    GB_ASSIGN_OR_RETURN(std::vector<std::string> blobs, conn.gather(blob));
+    GB_ASSIGN_OR_RETURN(std::vector<std::string> blobs, conn.gather(blob, cfg.timeout_ms));
     if (conn.world_rank() != 0) return ok_status();
     root = true;
     out.results.assign(num_requests, {});
@@ -272,32 +309,9 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
 
   RankFns fns;
   fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
-    const int a = conn.rank();
-    std::unique_ptr<StepAgreement> agreement, all_done;
-    if (lockstep) {
-      GB_ASSIGN_OR_RETURN(agreement, make_mpi_step_agreement(conn.topology().attention_world, a, cfg.timeout_ms));
-    }
-    if (A > 1) {
-      // Attention ranks that step independently (async_dp) may finish far apart; they meet here, waiting
-      // like an idle FFN rank (idle_timeout_ms), before the gather, whose deadline is timeout_ms.
-      GB_ASSIGN_OR_RETURN(all_done, make_mpi_step_agreement(conn.topology().attention_world, a, cfg.idle_timeout_ms));
-    }
-    const runtime::KvPageGeometry geometry =
-        dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
-    GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages_per_rank));
-    GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool));
-    AttentionRunner attention(conn, &metrics);
-    AfdExecutor executor(*runner, attention, S, agreement.get());
-    engine::Engine eng(executor, pool, eopt);
-    std::vector<size_t> mine;
-    for (size_t r = static_cast<size_t>(a); r < num_requests; r += static_cast<size_t>(A)) {
-      mine.push_back(r);
-      GB_RETURN_IF_ERROR(eng.submit(requests[r]));
-    }
-    GB_RETURN_IF_ERROR(eng.run_to_completion());
-    GB_RETURN_IF_ERROR(executor.finish());
-    if (all_done) GB_RETURN_IF_ERROR(all_done->any_active(false).status());
-    return gather_results(conn, serialize_rank(mine, eng.results(), eng.metrics()));
+    GB_ASSIGN_OR_RETURN(AttentionRankRun run, run_attention_rank(conn, metrics, checkpoint, dev, requests,
+                                                                 pool_pages_per_rank, cfg, eopt, options, true));
+    return gather_results(conn, serialize_rank(run.mine, run.results, run.metrics));
   };
   std::unique_ptr<model::ExpertBank> experts;
   fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {

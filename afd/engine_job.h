@@ -41,11 +41,14 @@ struct EngineJobOptions {
   // Tests only (fault injection): called on an FFN rank before each work item's expert compute; an error
   // fails that FFN rank. Empty: none.
   std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;
+  // Tests only (fault injection): called on an attention rank before each step (numbered from 1); an error
+  // fails that attention rank. Empty: none.
+  std::function<Status(int attention_rank, int64_t step)> attention_hook;
 };
 
 struct EngineJobResult {
   std::vector<engine::RequestResult> results;  // in the order the requests were given
-  engine::EngineMetrics metrics;              // merged over attention ranks
+  engine::EngineMetrics metrics;               // merged over attention ranks
   AfdReport report;
   int num_ranks = 0;
 };

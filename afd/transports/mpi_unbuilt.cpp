@@ -1,8 +1,7 @@
-// Stand-ins for builds without MPI (CMake did not find Open MPI): the MPI transport and the MPI step
-// agreement exist in every build and say why they cannot start.
+// Stand-in for builds without MPI (CMake did not find Open MPI): the MPI transport exists in every build
+// and says why it cannot start.
 
 #include "afd/transport.h"
-#include "afd/transports/step_agreement.h"
 
 #ifndef GENBRIDGE_HAVE_MPI
 namespace genbridge::afd {
@@ -36,10 +35,6 @@ class UnbuiltMpiTransport final : public Transport {
 
 std::unique_ptr<Transport> make_mpi_transport(const MpiOptions&) { return std::make_unique<UnbuiltMpiTransport>(); }
 bool mpi_transport_built() { return false; }
-
-Result<std::unique_ptr<StepAgreement>> make_mpi_step_agreement(std::span<const int>, int, int64_t) {
-  return unavailable("afd: this build of genbridge has no MPI, so attention ranks cannot agree on steps over MPI");
-}
 
 }  // namespace genbridge::afd
 #endif

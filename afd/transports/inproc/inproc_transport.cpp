@@ -249,9 +249,7 @@ class InprocTransport final : public Transport {
       }
       if (!world_->failure_.ok()) return unavailable(world_->failure_.message());
       if (closed_) return unavailable(fmt::format("{}: transport closed while waiting", world_->names_[rank_]));
-      if (deadline == no_deadline()) {
-        cv_.wait(lock);
-      } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
         // Re-check once: a completion may have raced the timeout.
         bool done = false;
         for (RequestId id : ids) {
