@@ -140,14 +140,27 @@ class ControlPlane {
   virtual Result<StepControl> recv_step() = 0;
 };
 
+// One setting that every rank of a job must agree on, as the user gave it: `name` is the flag as typed
+// ("--max-new-tokens") or a derived item ("number of requests"), `value` its printable value or a digest.
+struct FingerprintItem {
+  std::string name;
+  std::string value;
+};
+
+// 16 hex digits (FNV-1a, 64 bit) of `bytes`: a printable digest for fingerprint values (prompts, ...).
+std::string fingerprint_digest(std::string_view bytes);
+
 class Connector {
  public:
   virtual ~Connector() = default;
 
   // Collective over all ranks: initialises the transport, builds the topology, checks that every rank has
-  // the same settings (the error names the first key that differs and the two ranks), registers buffers.
-  // Bounded by timeout_ms. Returns Unavailable naming what is missing when the transport is not usable.
-  virtual Status init() = 0;
+  // the same settings (the error names the first key that differs and the two ranks), then that every
+  // rank has the same `fingerprint` (the error names the first item that differs, both values and both
+  // ranks; an item only one rank has differs too), registers buffers. Every rank returns the same error.
+  // Bounded by init_timeout_ms. Returns Unavailable naming what is missing when the transport is not usable.
+  virtual Status init(std::span<const FingerprintItem> fingerprint) = 0;
+  Status init() { return init({}); }
   // Waits (bounded) for this rank's own sends to finish, then releases the transport; unblocks waiters.
   virtual Status close() = 0;
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "genbridge/core/formats.h"
 
@@ -63,6 +64,15 @@ Status validate_meta(const TransferMeta& m, Role side, const AfdConfig& cfg) {
   }
   if (m.step < 0) return invalid_argument(fmt::format("afd transfer: step {} is negative", m.step));
   return ok_status();
+}
+
+std::string fingerprint_digest(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
 }
 
 BackendState& BackendState::operator=(BackendState&& o) noexcept {
@@ -186,7 +196,99 @@ Status ConnectorBase::send_small(int peer_world, Channel ch, int tag, std::span<
   return ok_status();
 }
 
-Status ConnectorBase::init() {
+Status ConnectorBase::check_at_root(const std::string& mine,
+                                    const std::function<std::string(const std::vector<std::string>&)>& compare,
+                                    const char* what) {
+  GB_ASSIGN_OR_RETURN(std::vector<std::string> all, gather(mine, cfg_.init_timeout_ms));
+  std::string verdict = world_rank_ == 0 ? compare(all) : std::string();
+  // Scatter the verdict from rank 0 (size, then text).
+  const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
+  if (world_rank_ == 0) {
+    const int n = transport_->world_size();
+    std::vector<RequestId> ids;
+    int64_t size = static_cast<int64_t>(verdict.size());
+    for (int r = 1; r < n; ++r) {
+      const ConstSegment s{&size, sizeof(size)};
+      GB_ASSIGN_OR_RETURN(RequestId id, transport_->isend(r, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
+      ids.push_back(id);
+      if (size > 0) {
+        const ConstSegment d{verdict.data(), verdict.size()};
+        GB_ASSIGN_OR_RETURN(RequestId id2, transport_->isend(r, Channel::kControl, wire::kTagScatterData, {&d, 1}));
+        ids.push_back(id2);
+      }
+    }
+    Completion c;
+    for (RequestId& id : ids) {
+      GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id, 1}, deadline, &c));
+      (void)idx;
+    }
+  } else {
+    int64_t size = 0;
+    const MutSegment s{&size, sizeof(size)};
+    GB_ASSIGN_OR_RETURN(RequestId id, transport_->irecv(0, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
+    Completion c;
+    Result<int> r = transport_->wait_any({&id, 1}, deadline, &c);
+    if (!r.ok()) {
+      return Status(r.status().code(),
+                    fmt::format("afd: world rank {} waiting for the {} of world rank 0 during init: {}", world_rank_,
+                                what, r.status().message()));
+    }
+    if (size > 0) {
+      verdict.resize(static_cast<size_t>(size));
+      const MutSegment d{verdict.data(), verdict.size()};
+      GB_ASSIGN_OR_RETURN(RequestId id2, transport_->irecv(0, Channel::kControl, wire::kTagScatterData, {&d, 1}));
+      GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id2, 1}, deadline, &c));
+      (void)idx;
+    }
+  }
+  if (!verdict.empty()) return invalid_argument(verdict);
+  return ok_status();
+}
+
+namespace {
+
+// Length-prefixed name/value pairs.
+std::string serialize_fingerprint(std::span<const FingerprintItem> items) {
+  std::string out;
+  auto put = [&](const std::string& v) {
+    const uint64_t n = v.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out += v;
+  };
+  for (const FingerprintItem& i : items) {
+    put(i.name);
+    put(i.value);
+  }
+  return out;
+}
+
+std::vector<FingerprintItem> parse_fingerprint(std::string_view in) {
+  std::vector<FingerprintItem> out;
+  auto get = [&](std::string* v) {
+    uint64_t n = 0;
+    if (in.size() < sizeof(n)) return false;
+    std::memcpy(&n, in.data(), sizeof(n));
+    in.remove_prefix(sizeof(n));
+    if (in.size() < n) return false;
+    v->assign(in.substr(0, n));
+    in.remove_prefix(n);
+    return true;
+  };
+  FingerprintItem i;
+  while (get(&i.name) && get(&i.value)) out.push_back(i);
+  return out;
+}
+
+const std::string* find_item(const std::vector<FingerprintItem>& items, const std::string& name) {
+  for (const FingerprintItem& i : items) {
+    if (i.name == name) return &i.value;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Status ConnectorBase::init(std::span<const FingerprintItem> fingerprint) {
   if (initialized_) return ok_status();
   GB_RETURN_IF_ERROR(validate(cfg_));
   GB_RETURN_IF_ERROR(transport_->init());
@@ -194,67 +296,51 @@ Status ConnectorBase::init() {
   // Settings first (they decide everything else): rank 0 compares, then tells every rank the verdict.
   // The topology is not known yet, so this uses world ranks only.
   topo_ = Topology{};
-  {
-    const std::string mine = canonical_settings(cfg_);
-    GB_ASSIGN_OR_RETURN(std::vector<std::string> all, gather(mine, cfg_.init_timeout_ms));
-    std::string verdict;
-    if (world_rank_ == 0) {
-      for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
-        std::string va, vb;
-        const std::string key = first_differing_key(mine, all[r], &va, &vb);
-        if (!key.empty()) {
-          verdict = fmt::format(
-              "afd config mismatch: '{}' is {} on world rank 0 but {} on world rank {}; every rank of the job must be "
-              "started with the same AFD settings",
-              key, va, vb, r);
+  const std::string settings = canonical_settings(cfg_);
+  GB_RETURN_IF_ERROR(check_at_root(
+      settings,
+      [&](const std::vector<std::string>& all) -> std::string {
+        for (size_t r = 1; r < all.size(); ++r) {
+          std::string va, vb;
+          const std::string key = first_differing_key(settings, all[r], &va, &vb);
+          if (!key.empty()) {
+            return fmt::format(
+                "afd config mismatch: '{}' is {} on world rank 0 but {} on world rank {}; every rank of the job "
+                "must be started with the same AFD settings",
+                key, va, vb, r);
+          }
         }
-      }
-    }
-    // Scatter the verdict from rank 0 (size, then text).
-    const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
-    if (world_rank_ == 0) {
-      const int n = transport_->world_size();
-      std::vector<RequestId> ids;
-      int64_t size = static_cast<int64_t>(verdict.size());
-      for (int r = 1; r < n; ++r) {
-        const ConstSegment s{&size, sizeof(size)};
-        GB_ASSIGN_OR_RETURN(RequestId id, transport_->isend(r, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
-        ids.push_back(id);
-        if (size > 0) {
-          const ConstSegment d{verdict.data(), verdict.size()};
-          GB_ASSIGN_OR_RETURN(RequestId id2, transport_->isend(r, Channel::kControl, wire::kTagScatterData, {&d, 1}));
-          ids.push_back(id2);
-        }
-      }
-      Completion c;
-      for (RequestId& id : ids) {
-        GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id, 1}, deadline, &c));
-        (void)idx;
-      }
-    } else {
-      int64_t size = 0;
-      const MutSegment s{&size, sizeof(size)};
-      GB_ASSIGN_OR_RETURN(RequestId id, transport_->irecv(0, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
-      Completion c;
-      Result<int> r = transport_->wait_any({&id, 1}, deadline, &c);
-      if (!r.ok()) {
-        return Status(r.status().code(),
-                      fmt::format("afd: world rank {} waiting for the settings check of world rank 0 "
-                                  "during init: {}",
-                                  world_rank_, r.status().message()));
-      }
-      if (size > 0) {
-        verdict.resize(static_cast<size_t>(size));
-        const MutSegment d{verdict.data(), verdict.size()};
-        GB_ASSIGN_OR_RETURN(RequestId id2, transport_->irecv(0, Channel::kControl, wire::kTagScatterData, {&d, 1}));
-        GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id2, 1}, deadline, &c));
-        (void)idx;
-      }
-    }
-    if (!verdict.empty()) return invalid_argument(verdict);
-  }
+        return std::string();
+      },
+      "settings check"));
   GB_ASSIGN_OR_RETURN(topo_, make_topology(cfg_, transport_->declared_roles()));
   transport_->set_rank_names(topo_.rank_names());
+  // Then everything else that must agree (what the job was started with: model, requests, flags), in the
+  // order given: the first item that differs is named, with both values and both ranks.
+  GB_RETURN_IF_ERROR(check_at_root(
+      serialize_fingerprint(fingerprint),
+      [&](const std::vector<std::string>& all) -> std::string {
+        const std::vector<FingerprintItem> root = parse_fingerprint(all[0]);
+        for (size_t r = 1; r < all.size(); ++r) {
+          const std::vector<FingerprintItem> other = parse_fingerprint(all[r]);
+          auto verdict = [&](const std::string& name, const std::string* a, const std::string* b) {
+            return fmt::format(
+                "afd: the ranks of the job were started with different settings: {} is {} on {} but {} on {}; every "
+                "rank of the job must be started with the same model, requests and flags",
+                name, a ? *a : "(not given)", topo_.rank_name(0), b ? *b : "(not given)",
+                topo_.rank_name(static_cast<int>(r)));
+          };
+          for (const FingerprintItem& i : root) {
+            const std::string* v = find_item(other, i.name);
+            if (!v || *v != i.value) return verdict(i.name, &i.value, v);
+          }
+          for (const FingerprintItem& i : other) {
+            if (!find_item(root, i.name)) return verdict(i.name, nullptr, &i.value);
+          }
+        }
+        return std::string();
+      },
+      "fingerprint check"));
   role_ = topo_.roles[world_rank_];
   rank_ = topo_.role_rank[world_rank_];
   const int A = cfg_.num_attention, F = cfg_.num_ffn, S = cfg_.num_stages;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,7 +22,8 @@ class ConnectorBase : public Connector {
   ConnectorBase(const AfdConfig& cfg, std::unique_ptr<Transport> transport);
   ~ConnectorBase() override;
 
-  Status init() override;
+  using Connector::init;
+  Status init(std::span<const FingerprintItem> fingerprint) override;
   Status close() override;
   const AfdConfig& config() const override { return cfg_; }
   const Topology& topology() const override { return topo_; }
@@ -145,6 +147,10 @@ class ConnectorBase : public Connector {
   int64_t peer_timeout_ms(int attention_rank) const;
   bool peer_started(int attention_rank) const { return peer_started_[attention_rank]; }
   Status require_role(Role r, const char* call) const;
+  // Init: every rank passes `mine`; world rank 0 runs `compare` over all of them (indexed by world rank)
+  // and every rank returns InvalidArgument with its non-empty verdict. `what` names the check in errors.
+  Status check_at_root(const std::string& mine,
+                       const std::function<std::string(const std::vector<std::string>&)>& compare, const char* what);
   Status require_init(const char* call) const;
   Status send_small(int peer_world, Channel ch, int tag, std::span<std::byte> buf, RequestId* id);
   // Creates a group over `slots` with output rows for every token of every slot.

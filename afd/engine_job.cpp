@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <type_traits>
 
 #include "afd/job.h"
 #include "afd/transports/step_agreement.h"
+#include "runtime/model/config.h"
 
 namespace genbridge::afd {
 
@@ -54,6 +56,44 @@ Status prepare_job(const model::ModelConfig& c, const std::vector<engine::Reques
   for (const auto& r : requests) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
   eopt->max_prefill_tokens = std::max(eopt->max_prefill_tokens, longest);
   return fill_model_shape(c, std::max(eopt->max_prefill_tokens, eopt->max_batch), cfg);
+}
+
+// What every rank must agree on: the tool's items first (named as the user typed them), then what the job
+// itself knows must agree, so that a mismatch is caught even when the tool passed nothing: every key of the
+// model config, the weights' size, the requests (count and a digest of prompts, lengths, stop tokens and
+// sampling), the engine options and the KV pool. (Topology, connector and stages are AfdConfig settings,
+// compared before.)
+std::vector<FingerprintItem> job_fingerprint(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
+                                             const std::vector<engine::Request>& requests, int64_t pool_pages,
+                                             const engine::EngineOptions& eopt, const EngineJobOptions& options) {
+  std::vector<FingerprintItem> items = options.fingerprint;
+  const nlohmann::json config = nlohmann::json::parse(model::to_config_json(checkpoint.config()));
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    items.push_back({fmt::format("model config '{}'", it.key()), it.value().dump()});
+  }
+  items.push_back({"model weights (bytes mapped)", std::to_string(checkpoint.mapped_weight_bytes())});
+  items.push_back({"number of requests", std::to_string(requests.size())});
+  std::string bytes;
+  auto put = [&](const auto& v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  for (const engine::Request& r : requests) {
+    put(r.id);
+    put(r.prompt.size());
+    for (int32_t t : r.prompt) put(t);
+    put(r.max_new_tokens);
+    put(r.stop_tokens.size());
+    for (int32_t t : r.stop_tokens) put(t);
+    put(r.sampling.temperature);
+    put(r.sampling.top_k);
+    put(r.sampling.top_p);
+    put(r.sampling.seed);
+  }
+  items.push_back({"requests (prompts, max_new_tokens, stop tokens, sampling)", fingerprint_digest(bytes)});
+  items.push_back({"engine max_batch", std::to_string(eopt.max_batch)});
+  items.push_back({"engine max_prefill_tokens", std::to_string(eopt.max_prefill_tokens)});
+  items.push_back({"engine record_logits", eopt.record_logits ? "true" : "false"});
+  items.push_back({"KV pages per attention rank", std::to_string(pool_pages)});
+  items.push_back({"KV cache format", std::string(ops::kv_cache_format_name(dev.kv_format()))});
+  return items;
 }
 
 ExpertComputeFn expert_compute_with_hook(const model::ExpertBank& experts, const model::ModelConfig& c,
@@ -270,6 +310,7 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
   jo.trace_path = options.trace_path;
   jo.trace_events = options.trace_path.empty() ? 0 : (size_t{1} << 18);
   jo.report = &out.report;
+  jo.fingerprint = job_fingerprint(checkpoint, dev, requests, pool_pages_per_rank, eopt, options);
   GB_RETURN_IF_ERROR(run_inproc_job(cfg, fns, jo));
   out.results = std::move(results);
   for (const auto& m : rank_metrics) merge_metrics(m, out.metrics);
@@ -325,6 +366,7 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
   jo.trace_path = options.trace_path;
   jo.trace_events = options.trace_path.empty() ? 0 : (size_t{1} << 18);
   jo.report = &out.report;
+  jo.fingerprint = job_fingerprint(checkpoint, dev, requests, pool_pages_per_rank, eopt, options);
   GB_RETURN_IF_ERROR(run_mpi_rank(cfg, declared_role, fns, jo));
   if (!root) return EngineJobResult{};
   out.num_ranks = cfg.num_attention + cfg.num_ffn;

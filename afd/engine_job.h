@@ -25,16 +25,12 @@
 
 namespace genbridge::afd {
 
-// One setting that every rank of a job must agree on, as the user gave it: `name` is the flag as typed
-// ("--max-new-tokens") or a derived item ("model weights"), `value` its printable value or a digest.
-struct FingerprintItem {
-  std::string name;
-  std::string value;
-};
-
 struct EngineJobOptions {
   AfdConfig afd;  // topology, connector, stages, deadlines; model-shape keys are filled from the checkpoint
-  // Compared across every rank at init; a mismatch ends the job naming the item and both values.
+  // What the tool knows must agree across ranks (flags as typed, a prompt digest, ...). Compared across every
+  // rank at init, before what the job adds itself (model config, requests, engine options: see
+  // job_fingerprint in engine_job.cpp); a mismatch ends the job on every rank naming the item, both values
+  // and both ranks, before any decoding.
   std::vector<FingerprintItem> fingerprint;
   engine::EngineOptions engine;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)

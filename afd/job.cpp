@@ -56,7 +56,7 @@ Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions
       std::unique_ptr<Connector> c;
       Status s = [&]() -> Status {
         GB_ASSIGN_OR_RETURN(c, make_connector(cfg, make_inproc_transport(world, r)));
-        GB_RETURN_IF_ERROR(c->init());
+        GB_RETURN_IF_ERROR(c->init(options.fingerprint));
         GB_RETURN_IF_ERROR(run_rank(*c, cfg, fns, options));
         return c->close();
       }();
@@ -97,7 +97,7 @@ Status run_mpi_rank(const AfdConfig& cfg, int declared_role, const RankFns& fns,
   mo.init_timeout_ms = cfg.init_timeout_ms;
   mo.close_timeout_ms = cfg.idle_timeout_ms;
   GB_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, make_connector(cfg, make_mpi_transport(mo)));
-  Status st = c->init();
+  Status st = c->init(options.fingerprint);
   if (st.ok()) st = run_rank(*c, cfg, fns, options);
   if (!st.ok()) {
     // Does not return once MPI is up; before that (e.g. not under mpirun) it returns and so do we.

@@ -15,6 +15,36 @@
 
 namespace genbridge::tools {
 
+namespace {
+
+// What every process of the job must have been started with, named as the user typed it (the AFD job
+// adds the model config, the requests and the engine options itself). Compared across ranks at init.
+std::vector<afd::FingerprintItem> run_fingerprint(const RunOptions& o) {
+  std::vector<afd::FingerprintItem> f;
+  f.push_back({"--model", !o.model_dir.empty()
+                              ? o.model_dir
+                              : fmt::format("(none: the synthetic '{}' model, seed {})", o.preset, o.model_seed)});
+  if (o.prompts.empty()) {
+    f.push_back({"--num-prompts", std::to_string(o.num_prompts)});
+    f.push_back({"--prompt-len", std::to_string(o.prompt_len)});
+  } else {
+    f.push_back({"--prompt", fmt::format("{} prompt(s), digest {}", o.prompts.size(),
+                                         afd::fingerprint_digest(fmt::format("{}", fmt::join(o.prompts, ";"))))});
+  }
+  f.push_back({"--max-new-tokens", std::to_string(o.max_new_tokens)});
+  f.push_back({"--stop-token", fmt::format("[{}]", fmt::join(o.stop_tokens, ","))});
+  f.push_back({"--temperature", fmt::format("{}", o.temperature)});
+  f.push_back({"--top-k", std::to_string(o.top_k)});
+  f.push_back({"--top-p", fmt::format("{}", o.top_p)});
+  f.push_back({"--seed", std::to_string(o.seed)});
+  f.push_back({"--max-batch", std::to_string(o.max_batch)});
+  f.push_back({"--kv-memory-mb", std::to_string(o.kv_memory_mb)});
+  f.push_back({"--kv-cache-dtype", o.kv_cache_dtype});
+  return f;
+}
+
+}  // namespace
+
 int afd_worker(const RunOptions& o, const std::string& role) {
   auto fail = [](const Status& s) {
     fmt::print(stderr, "genbridge afd-worker: {}\n", s.to_string());
@@ -62,6 +92,7 @@ int afd_worker(const RunOptions& o, const std::string& role) {
     pages = pool_probe->num_pages();
   }
   afd::EngineJobOptions jo{.afd = *cfg,
+                           .fingerprint = run_fingerprint(o),
                            .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
                            .trace_path = o.trace};
   auto job = afd::run_mpi_engine_rank(*ckpt, *dev, std::move(reqs).value(), pages, jo, declared);

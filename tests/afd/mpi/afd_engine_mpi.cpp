@@ -31,18 +31,19 @@ struct Options {
   int stages = 1;
   int64_t timeout_ms = 20000;
   int64_t init_timeout_ms = 0;  // 0: the config's default
+  bool extra_request = false;   // this process adds a 6th request (ranks disagree on the requests)
   enum class Fault { kNone, kKill, kFail, kStop } fault = Fault::kNone;
   int fault_rank = 0;
   int fault_step = 1;
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "afd_engine_mpi: %s\nusage: afd_engine_mpi --model DIR [--role attention|ffn] [--afd 2A1F] "
-      "[--connector sync|async] [--stages N] [--timeout-ms N] [--init-timeout-ms N] [--kill|--fail FFN_RANK STEP] "
-      "[--stop ATTENTION_RANK STEP]\n",
-      why.c_str());
+  std::fprintf(stderr,
+               "afd_engine_mpi: %s\nusage: afd_engine_mpi --model DIR [--role attention|ffn] [--afd 2A1F] "
+               "[--connector sync|async] [--stages N] [--timeout-ms N] [--init-timeout-ms N] [--extra-request] "
+               "[--kill|--fail FFN_RANK STEP] "
+               "[--stop ATTENTION_RANK STEP]\n",
+               why.c_str());
   std::exit(2);
 }
 
@@ -70,6 +71,8 @@ Options parse(int argc, char** argv) {
       o.stages = std::atoi(next().c_str());
     } else if (a == "--timeout-ms") {
       o.timeout_ms = std::atoll(next().c_str());
+    } else if (a == "--extra-request") {
+      o.extra_request = true;
     } else if (a == "--init-timeout-ms") {
       o.init_timeout_ms = std::atoll(next().c_str());
     } else if (a == "--kill" || a == "--fail" || a == "--stop") {
@@ -168,7 +171,12 @@ int main(int argc, char** argv) {
     };
   }
 
-  auto job = run_mpi_engine_rank(*ckpt, *dev, requests(ckpt->config().vocab_size), kPagesPerRank, jo, o.role);
+  std::vector<engine::Request> reqs = requests(ckpt->config().vocab_size);
+  if (o.extra_request) {
+    reqs.push_back(reqs.back());
+    reqs.back().id = static_cast<int64_t>(reqs.size()) - 1;
+  }
+  auto job = run_mpi_engine_rank(*ckpt, *dev, std::move(reqs), kPagesPerRank, jo, o.role);
   if (!job.ok()) return die(job.status());
   if (job->num_ranks == 0) return 0;  // not world rank 0
 
