@@ -57,6 +57,7 @@ struct TransferMeta {
   int64_t step = 0;
   int num_seq_lens = 0;
   std::array<int32_t, kMaxAttentionRanks> seq_lens{};
+  bool warmup = false;  // the step is warm-up (not measured); travels in the transfer's header
 
   // Attention-side metadata: one entry, the tokens of this stage.
   static TransferMeta attention(int layer, int stage, int64_t step, int num_tokens);

@@ -73,6 +73,7 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
     h.magic = wire::kMagic;
     h.version = wire::kVersion;
     h.kind = wire::Kind::kWork;
+    h.flags = meta.warmup ? wire::kFlagWarmup : 0;
     h.layer = meta.layer;
     h.stage = stage;
     h.source = rank_;

@@ -73,6 +73,9 @@ Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int6
                                       topo_.rank_name(world_rank_), h->layer, from));
   }
   if (metrics_) {
+    // A warm-up step's transfers are not measured; the header says which step this is (the recording state
+    // may still be the previous work item's).
+    metrics_->set_recording((h->flags & wire::kFlagWarmup) == 0);
     const int64_t done = std::max(slot.meta_done.done_ns, slot.rows_done.done_ns);
     metrics_->record_transfer(Direction::kAttnToFfn, h->layer, h->stage, done - h->send_ns,
                               static_cast<int64_t>(got + slot.rows_done.bytes));
@@ -174,6 +177,7 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
   item.out = TensorView(g.out_buf.data(), DType::kBF16, {rows, H});
   item.source = nslots == 1 ? slots_[g.slots[0]].peer : -1;
   item.warmup = (first->flags & wire::kFlagWarmup) != 0;
+  item.meta.warmup = item.warmup;
   g.held = true;
   g.meta = item.meta;
   item.state = BackendState(this, gi, g.generation);

@@ -8,13 +8,14 @@
 namespace genbridge::afd {
 
 AfdExecutor::AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages,
-                         StepAgreement* agreement)
+                         StepAgreement* agreement, int warmup_steps)
     : runner_(runner),
       attention_(attention),
       agreement_(agreement),
       batches_(static_cast<size_t>(stages)),
       planned_tokens_(static_cast<size_t>(stages), 0),
-      planned_seqs_(static_cast<size_t>(stages), 0) {}
+      planned_seqs_(static_cast<size_t>(stages), 0),
+      warmup_steps_(warmup_steps) {}
 
 Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logits) {
   if (before_step_) GB_RETURN_IF_ERROR(before_step_(step_ + 1));
@@ -65,7 +66,10 @@ Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logi
   fns.combine = [&](int layer, int stage, const MoeInput&, TensorView expert_out) -> Status {
     return runner_.finish_moe(batches_[stage], layer, &expert_out);
   };
-  GB_RETURN_IF_ERROR(attention_.step(++step_, stage_tokens, false, fns));
+  const StepPhase phase = num_seqs > 0 && !seen_.contains(in.seq_ids[0]) ? StepPhase::kPrefill : StepPhase::kDecode;
+  for (const runtime::SeqId id : in.seq_ids) seen_.insert(id);
+  ++step_;
+  GB_RETURN_IF_ERROR(attention_.step(step_, stage_tokens, step_ <= warmup_steps_, fns, phase));
   for (int s = 0; s < S; ++s) {
     const int64_t n = seq_end[s] - seq_begin[s];
     if (n == 0) continue;
@@ -81,7 +85,8 @@ Status AfdExecutor::finish() {
     for (;;) {
       GB_ASSIGN_OR_RETURN(const bool any, agreement_->any_active(false));
       if (!any) break;
-      GB_RETURN_IF_ERROR(attention_.step(++step_, idle, false, none));
+      ++step_;
+      GB_RETURN_IF_ERROR(attention_.step(step_, idle, step_ <= warmup_steps_, none));
     }
   }
   return attention_.finish();

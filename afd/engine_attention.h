@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <unordered_set>
 #include <vector>
 
 #include "afd/runner.h"
@@ -17,8 +18,10 @@ namespace genbridge::afd {
 class AfdExecutor final : public engine::ForwardExecutor {
  public:
   // None of the references are owned; all must outlive the executor. `agreement` may be nullptr (the
-  // attention ranks step independently: async connector with async_dp, or a single attention rank).
-  AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages, StepAgreement* agreement);
+  // attention ranks step independently: async connector with async_dp, or a single attention rank). Steps
+  // 1..warmup_steps are warm-up: computed as any other, not measured (AttentionRunner::step).
+  AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages, StepAgreement* agreement,
+              int warmup_steps = 0);
   const model::ModelConfig& config() const override { return runner_.config(); }
   Status forward(const model::ForwardInput& input, std::span<float> logits) override;
   // After the engine finished: keeps sending empty steps while another lockstep rank has work, then tells
@@ -36,6 +39,10 @@ class AfdExecutor final : public engine::ForwardExecutor {
   std::vector<model::ForwardBatch> batches_;
   std::vector<int64_t> planned_tokens_, planned_seqs_;
   int64_t step_ = 0;
+  int warmup_steps_ = 0;
+  // Sequences seen in an earlier forward: a forward whose sequences are new is a prefill (the engine never
+  // mixes prefill and decode in one forward, and prefills a prompt in one forward).
+  std::unordered_set<runtime::SeqId> seen_;
   std::function<Status(int64_t step)> before_step_;
 };
 

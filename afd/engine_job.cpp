@@ -49,6 +49,9 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
 Status prepare_job(const model::ModelConfig& c, const std::vector<engine::Request>& requests,
                    const EngineJobOptions& options, TransportKind transport, AfdConfig* cfg,
                    engine::EngineOptions* eopt) {
+  if (options.warmup_steps < 0) {
+    return invalid_argument(fmt::format("afd: warm-up steps is {} but must be >= 0", options.warmup_steps));
+  }
   *cfg = options.afd;
   cfg->transport = transport;
   *eopt = options.engine;
@@ -88,6 +91,7 @@ std::vector<FingerprintItem> job_fingerprint(const model::Checkpoint& checkpoint
     put(r.sampling.seed);
   }
   items.push_back({"requests (prompts, max_new_tokens, stop tokens, sampling)", fingerprint_digest(bytes)});
+  items.push_back({"warm-up steps", std::to_string(options.warmup_steps)});
   items.push_back({"engine max_batch", std::to_string(eopt.max_batch)});
   items.push_back({"engine max_prefill_tokens", std::to_string(eopt.max_prefill_tokens)});
   items.push_back({"engine record_logits", eopt.record_logits ? "true" : "false"});
@@ -260,7 +264,7 @@ Result<AttentionRankRun> run_attention_rank(Connector& conn, Metrics& metrics, c
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool));
   AttentionRunner attention(conn, &metrics);
-  AfdExecutor executor(*runner, attention, cfg.num_stages, lockstep.get());
+  AfdExecutor executor(*runner, attention, cfg.num_stages, lockstep.get(), options.warmup_steps);
   if (options.attention_hook) {
     executor.set_before_step([&options, a](int64_t step) { return options.attention_hook(a, step); });
   }

@@ -33,6 +33,9 @@ struct EngineJobOptions {
   // and both ranks, before any decoding.
   std::vector<FingerprintItem> fingerprint;
   engine::EngineOptions engine;
+  // The first steps of every attention rank are warm-up: computed as any other (results unchanged), left
+  // out of the AFD metrics and announced as warm-up on the sync connector's control plane.
+  int warmup_steps = 2;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
   // Tests only (fault injection): called on an FFN rank before each work item's expert compute; an error
   // fails that FFN rank. Empty: none.

@@ -40,6 +40,7 @@ std::vector<afd::FingerprintItem> run_fingerprint(const RunOptions& o) {
   f.push_back({"--max-batch", std::to_string(o.max_batch)});
   f.push_back({"--kv-memory-mb", std::to_string(o.kv_memory_mb)});
   f.push_back({"--kv-cache-dtype", o.kv_cache_dtype});
+  f.push_back({"--afd-warmup-steps", std::to_string(o.afd_warmup_steps)});
   return f;
 }
 
@@ -94,6 +95,7 @@ int afd_worker(const RunOptions& o, const std::string& role) {
   afd::EngineJobOptions jo{.afd = *cfg,
                            .fingerprint = run_fingerprint(o),
                            .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
+                           .warmup_steps = o.afd_warmup_steps,
                            .trace_path = o.trace};
   auto job = afd::run_mpi_engine_rank(*ckpt, *dev, std::move(reqs).value(), pages, jo, declared);
   if (!job.ok()) return fail(job.status());

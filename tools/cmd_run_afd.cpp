@@ -59,6 +59,7 @@ int run_afd(const RunOptions& o) {
   }
   afd::EngineJobOptions jo{.afd = *cfg,
                            .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
+                           .warmup_steps = o.afd_warmup_steps,
                            .trace_path = o.trace};
   auto job = afd::run_inproc_engine_job(*ckpt, *dev, std::move(reqs).value(), pages, jo);
   if (!job.ok()) return fail(job.status());

@@ -58,6 +58,10 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   run->add_option("--afd-transport", ro.afd_transport, "inproc (threads) | mpi (use `genbridge afd-worker` under mpirun)")
       ->capture_default_str();
   run->add_option("--afd-timeout", ro.afd_timeout_s, "Deadline in seconds for every AFD wait")->capture_default_str();
+  run->add_option("--afd-warmup-steps", ro.afd_warmup_steps,
+                  "First steps of each attention rank that run as usual but are left out of the AFD metrics")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   run->add_option("--trace", ro.trace, "Write a Chrome/Perfetto trace (JSON) of the run to FILE.json");
 }
 
