@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/trace/chrome_trace.h"
+
 namespace genbridge::afd {
 
 int64_t now_ns() {
@@ -368,46 +370,23 @@ std::string chrome_trace_json(std::span<const Metrics> ranks) {
       if (t0 == 0 || e.begin_ns < t0) t0 = e.begin_ns;
     }
   }
-  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) out += ",\n";
-    first = false;
-  };
+  runtime::ChromeTraceWriter w(t0);
   for (const Metrics& m : ranks) {
-    sep();
-    out += fmt::format(
-        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"{} rank {} (world "
-        "rank {})\"}}}}",
-        m.world_rank(), role_name(m.role()), m.role_rank(), m.world_rank());
-    for (int k = 0; k < 4; ++k) {
-      sep();
-      out += fmt::format("{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
-                         m.world_rank(), k, kKindName[k]);
-    }
+    w.process(m.world_rank(),
+              fmt::format("{} rank {} (world rank {})", role_name(m.role()), m.role_rank(), m.world_rank()));
+    for (int k = 0; k < 4; ++k) w.thread(m.world_rank(), k, kKindName[k]);
     for (const TraceEvent& e : m.events()) {
-      sep();
       const char* kind = kKindName[static_cast<int>(e.kind)];
-      out += fmt::format(
-          "{{\"name\":\"{} L{} S{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
-          "\"args\":{{\"layer\":{},\"stage\":{},\"step\":{},\"peer\":{}}}}}",
-          kind, e.layer, e.stage, kind, m.world_rank(), static_cast<int>(e.kind),
-          static_cast<double>(e.begin_ns - t0) * 1e-3,
-          static_cast<double>(std::max<int64_t>(0, e.end_ns - e.begin_ns)) * 1e-3, e.layer, e.stage, e.step, e.peer);
+      w.span(fmt::format("{} L{} S{}", kind, e.layer, e.stage), kind, m.world_rank(), static_cast<int>(e.kind),
+             e.begin_ns, e.end_ns,
+             fmt::format("{{\"layer\":{},\"stage\":{},\"step\":{},\"peer\":{}}}", e.layer, e.stage, e.step, e.peer));
     }
   }
-  out += "]}\n";
-  return out;
+  return w.finish();
 }
 
 Status write_chrome_trace(const std::string& path, std::span<const Metrics> ranks) {
-  const std::string json = chrome_trace_json(ranks);
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return unavailable(fmt::format("afd trace: cannot open '{}' for writing", path));
-  const size_t n = std::fwrite(json.data(), 1, json.size(), f);
-  const int rc = std::fclose(f);
-  if (n != json.size() || rc != 0) return unavailable(fmt::format("afd trace: writing '{}' failed", path));
-  return ok_status();
+  return runtime::write_trace_file(path, chrome_trace_json(ranks));
 }
 
 }  // namespace genbridge::afd

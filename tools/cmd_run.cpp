@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <unistd.h>
 
@@ -113,6 +114,8 @@ int run(const RunOptions& o) {
   if (!runner.ok()) return fail(runner.status());
 
   engine::LocalExecutor executor(**runner);
+  std::optional<engine::StepTrace> trace;  // --trace: every phase of every forward
+  if (!o.trace.empty()) executor.set_trace(&trace.emplace());
   engine::Engine eng(executor, *pool,
                      {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()});
   for (auto& r : *reqs) {
@@ -124,6 +127,10 @@ int run(const RunOptions& o) {
     return fail(s);
   }
   progress.clear();
+  if (!o.trace.empty()) {
+    if (Status s = trace->write(o.trace); !s.ok()) return fail(s);
+    if (!o.quiet) fmt::print(stderr, "wrote trace {}\n", o.trace);
+  }
   print_results(eng.results());
   print_metrics(eng.metrics(), *dev, cfg, static_cast<int64_t>(eng.results().size()), 1);
   if (!o.dump_logits.empty()) {
