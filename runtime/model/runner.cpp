@@ -328,7 +328,8 @@ Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
 }
 
 const char* forward_phase_name(ForwardPhase phase) {
-  static constexpr const char* kNames[kNumForwardPhases] = {"embed", "attention", "route", "experts", "combine", "logits"};
+  static constexpr const char* kNames[kNumForwardPhases] = {"embed",   "attention", "route",
+                                                            "experts", "combine",   "logits"};
   return kNames[static_cast<int>(phase)];
 }
 
@@ -351,7 +352,8 @@ Status ModelRunner::forward(ForwardBatch& fb, const ForwardInput& in, std::span<
     GB_RETURN_IF_ERROR(phase(ForwardPhase::kAttention, l, [&] { return attention_block(fb, l); }));
     if (config_.is_moe_layer(l)) {
       GB_RETURN_IF_ERROR(phase(ForwardPhase::kRoute, l, [&] { return route(fb, l); }));
-      GB_RETURN_IF_ERROR(phase(ForwardPhase::kExperts, l, [&] { return local_experts(fb, l, 0, config_.num_experts); }));
+      GB_RETURN_IF_ERROR(
+          phase(ForwardPhase::kExperts, l, [&] { return local_experts(fb, l, 0, config_.num_experts); }));
       GB_RETURN_IF_ERROR(phase(ForwardPhase::kCombine, l, [&] { return finish_moe(fb, l); }));
     }
   }
