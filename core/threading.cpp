@@ -1,8 +1,11 @@
 #include "genbridge/core/threading.h"
 
+#include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,13 +21,11 @@
 namespace genbridge {
 namespace {
 
+// An invalid GENBRIDGE_NUM_THREADS is ignored here (kernels cannot fail on it); the CLI refuses it first.
 int default_threads() {
-  if (const char* env = std::getenv("GENBRIDGE_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
+  if (auto env = num_threads_from_env(); env.ok() && *env > 0) return *env;
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
+  return hw > 0 ? static_cast<int>(std::min<unsigned>(hw, kMaxNumThreads)) : 1;
 }
 std::atomic<int> g_threads{0};
 
@@ -133,7 +134,22 @@ int num_threads() {
   return n;
 }
 
-void set_num_threads(int n) { g_threads.store(n > 0 ? n : default_threads(), std::memory_order_relaxed); }
+void set_num_threads(int n) {
+  g_threads.store(n > 0 ? std::min(n, kMaxNumThreads) : default_threads(), std::memory_order_relaxed);
+}
+
+Result<int> num_threads_from_env() {
+  const char* env = std::getenv(kNumThreadsEnv.data());
+  if (env == nullptr || *env == '\0') return 0;
+  const std::string_view text(env);
+  int n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1 || n > kMaxNumThreads) {
+    return invalid_argument(std::string(kNumThreadsEnv) + "=" + std::string(text) + ": expected an integer in [1, " +
+                            std::to_string(kMaxNumThreads) + "] (unset it to use every core)");
+  }
+  return n;
+}
 
 namespace detail {
 bool pool_try_run(int parts, int64_t n, ChunkFn fn, void* ctx) { return Pool::instance().try_run(parts, n, fn, ctx); }

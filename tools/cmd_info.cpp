@@ -1,8 +1,6 @@
 // genbridge info: what this build was made for.
 #include <fmt/format.h>
 
-#include <cstdlib>
-
 #include "genbridge/build_info.h"
 #include "runtime/device/device_operator.h"
 #include "tools/commands.h"
@@ -10,15 +8,15 @@
 namespace genbridge::tools {
 
 int info(const std::string& soc) {
-  fmt::print("provider target: {}\nSoC: {}\n", ops::build_target(), ops::build_soc());
-  const char* env = std::getenv("GENBRIDGE_SOC");
-  auto dev = runtime::DeviceOperator::create({.soc = !soc.empty() ? soc : (env ? env : "")});
+  // Validate first: nothing of the report is printed for a SoC this build does not run on.
+  auto dev = runtime::DeviceOperator::create(runtime::DeviceConfig::from_flags(soc));
   if (!dev.ok()) {
     fmt::print(stderr, "genbridge info: {}\n", dev.status().to_string());
-    return 1;
+    return kExitFailed;
   }
-  fmt::print("{}\nmanifest:\n{}", dev->log_line(), ops::build_manifest());
-  return 0;
+  fmt::print("provider target: {}\nSoC: {}\n{}\nmanifest:\n{}", ops::build_target(), ops::build_soc(), dev->log_line(),
+             ops::build_manifest());
+  return kExitOk;
 }
 
 }  // namespace genbridge::tools

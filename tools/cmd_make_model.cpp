@@ -3,22 +3,28 @@
 
 #include <chrono>
 
+#include "genbridge/core/threading.h"
 #include "runtime/model/synthetic.h"
 #include "tools/commands.h"
 
 namespace genbridge::tools {
 
 int make_model(const MakeModelOptions& o) {
+  if (auto env = num_threads_from_env(); !env.ok()) {
+    fmt::print(stderr, "genbridge make-model: {}\n", env.status().message());
+    return kExitUsage;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   fmt::print(stderr, "writing synthetic model '{}' (seed {}, {} shard(s)) to {} ...\n", o.preset, o.seed, o.shards,
              o.out_dir);
   const Status st = model::write_synthetic_checkpoint(o.preset, o.seed, o.out_dir, o.shards);
   if (!st.ok()) {
     fmt::print(stderr, "genbridge make-model: {}\n", st.to_string());
-    return 1;
+    return kExitFailed;
   }
-  fmt::print(stderr, "done in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return 0;
+  fmt::print(stderr, "done in {:.1f} s\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return kExitOk;
 }
 
 }  // namespace genbridge::tools

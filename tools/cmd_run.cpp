@@ -1,144 +1,158 @@
-// genbridge run: the main job. Loads (or builds once and caches) a model, decodes a batch of prompts with
-// continuous batching, prints the generated ids and a metrics table.
+// genbridge run, run --afd and afd-worker: the one run path. Whatever the mode, a run goes
+//   check the flags -> device -> model -> check the flags against the model -> requests -> KV pool size
+//   -> engine (monolithic) or AFD job (in-process or this rank of an mpirun job) -> write the output files
+//   -> print the results, the metrics and the AFD report -> exit code
+// and exits with the same codes (tools/commands.h): 0 every request finished, 3 some request was
+// refused, 1 the run failed, 2 the command line is invalid. Nothing is printed as a result before every
+// step that can fail has succeeded (the output files are written before the results are printed).
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
-#include <sstream>
-#include <unistd.h>
 
+#include "afd/engine_job.h"
+#include "afd/job.h"
 #include "genbridge/core/threading.h"
-#include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/npy.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/runner.h"
-#include "runtime/model/synthetic.h"
 #include "tools/commands.h"
+#include "tools/fingerprint.h"
 #include "tools/run_support.h"
 
 namespace genbridge::tools {
-
-std::filesystem::path cache_root() {
-  if (const char* d = std::getenv("GENBRIDGE_CACHE_DIR")) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(x) / "genbridge";
-  if (const char* h = std::getenv("HOME")) return std::filesystem::path(h) / ".cache" / "genbridge";
-  return std::filesystem::temp_directory_path() / "genbridge-cache";
-}
-
-std::filesystem::path synthetic_model_dir(const RunOptions& o) {
-  return cache_root() / "models" / fmt::format("{}-seed{}", o.preset, o.model_seed);
-}
-
-Result<std::filesystem::path> resolve_model_dir(const RunOptions& o) {
-  if (!o.model_dir.empty()) return std::filesystem::path(o.model_dir);
-  const std::filesystem::path dir = synthetic_model_dir(o);
-  if (std::filesystem::exists(dir / "config.json")) return dir;  // config.json is written last: complete
-  if (!o.quiet) fmt::print(stderr, "building synthetic model '{}' (seed {}) once, cached in {} ...\n", o.preset, o.model_seed, dir.string());
-  const auto t0 = std::chrono::steady_clock::now();
-  GB_RETURN_IF_ERROR(model::write_synthetic_checkpoint(o.preset, o.model_seed, dir));
-  if (!o.quiet) {
-    fmt::print(stderr, "  built in {:.1f} s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return dir;
-}
-
-Result<std::vector<engine::Request>> make_requests(const RunOptions& o, int64_t vocab) {
-  std::vector<engine::Request> reqs;
-  engine::SamplingParams sp{.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed};
-  if (!o.prompts.empty()) {
-    for (size_t r = 0; r < o.prompts.size(); ++r) {
-      engine::Request q;
-      std::stringstream ss(o.prompts[r]);
-      std::string item;
-      while (std::getline(ss, item, ',')) {
-        char* end = nullptr;
-        const long v = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0') {
-          return invalid_argument(fmt::format("--prompt {}: '{}' is not a token id (expected comma-separated integers)", r, item));
-        }
-        q.prompt.push_back(static_cast<int32_t>(v));
-      }
-      reqs.push_back(std::move(q));
-    }
-  } else {
-    // Deterministic prompts: a counter-based hash of (request, position), uniform over the vocabulary.
-    for (int r = 0; r < o.num_prompts; ++r) {
-      engine::Request q;
-      for (int i = 0; i < o.prompt_len; ++i) {
-        q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(0x5eedull + static_cast<uint64_t>(r), i) *
-                                                static_cast<double>(vocab)));
-      }
-      reqs.push_back(std::move(q));
-    }
-  }
-  for (size_t r = 0; r < reqs.size(); ++r) {
-    reqs[r].id = static_cast<int64_t>(r);
-    reqs[r].max_new_tokens = o.max_new_tokens;
-    reqs[r].stop_tokens = o.stop_tokens;
-    reqs[r].sampling = sp;
-    reqs[r].sampling.seed = o.seed + r;
-  }
-  return reqs;
-}
-
 namespace {
 
-int fail(const Status& s) {
-  fmt::print(stderr, "genbridge run: {}\n", s.to_string());
-  return 1;
+// What an engine or a job hands back, whatever the mode.
+struct RunOutput {
+  std::vector<engine::RequestResult> results;
+  engine::EngineMetrics metrics;
+  std::optional<afd::AfdReport> report;  // AFD modes
+  int num_ranks = 1;
+  bool prints = true;  // false on every rank of an mpirun job but world rank 0
+};
+
+Result<RunOutput> run_monolithic(const RunOptions& o, const model::Checkpoint& ckpt, const runtime::DeviceOperator& dev,
+                                 std::vector<engine::Request> reqs, int64_t pages) {
+  const model::ModelConfig& c = ckpt.config();
+  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
+                      runtime::KvPagePool::create(
+                          dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), pages));
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool));
+  engine::LocalExecutor executor(*runner);
+  std::optional<engine::StepTrace> trace;  // --trace: every phase of every forward
+  if (!o.trace.empty()) executor.set_trace(&trace.emplace());
+  engine::Engine eng(executor, pool, {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()});
+  for (auto& r : reqs) GB_RETURN_IF_ERROR(eng.submit(std::move(r)));
+  ProgressPrinter progress(o.quiet);
+  const Status s = eng.run_to_completion([&](const engine::Progress& p) { progress.update(p); });
+  progress.clear();
+  GB_RETURN_IF_ERROR(s);
+  if (trace) GB_RETURN_IF_ERROR(trace->write(o.trace));  // an output file: written before anything is printed
+  return RunOutput{.results = eng.results(), .metrics = eng.metrics()};
+}
+
+int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
+  const char* cmd = run_command_name(mode);
+  auto usage = [&](const Status& s) {
+    fmt::print(stderr, "genbridge {}: {}\n", cmd, s.message());
+    return kExitUsage;
+  };
+  auto fail = [&](const Status& s) {
+    fmt::print(stderr, "genbridge {}: {}\n", cmd, s.to_string());
+    return kExitFailed;
+  };
+  const bool afd_mode = mode != RunMode::kMonolithic;
+  const bool mpi = mode == RunMode::kAfdMpi;
+
+  if (Status s = check_run_flags(o, mode); !s.ok()) return usage(s);
+  int declared = afd::kRoleUndeclared;
+  if (!role.empty()) {
+    auto r = afd::parse_role(role);
+    if (!r.ok()) return usage(r.status());
+    declared = *r;
+  }
+  std::optional<afd::AfdConfig> afd_cfg;
+  if (afd_mode) afd_cfg = afd_config_from(o, mode).value();  // checked above
+  if (o.threads > 0) set_num_threads(o.threads);
+
+  auto dev = make_device(o);
+  if (!dev.ok()) return fail(dev.status());
+  // Under mpirun rank 0 prints the header lines with the results; other modes print them as they go.
+  const bool log_now = !o.quiet && !mpi;
+  if (log_now) fmt::print(stderr, "{}\n", dev->log_line());
+
+  auto dir = resolve_model_dir(o, /*build=*/!mpi);
+  if (!dir.ok()) return fail(dir.status());
+  // An FFN rank of an mpirun job reads only the expert weights: do not pre-read every mapped page there.
+  // Without --role, ranks A.. are FFN ranks (Open MPI names this process's world rank before MPI_Init).
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const bool ffn_rank =
+      mpi && (declared == static_cast<int>(afd::Role::kFfn) ||
+              (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= afd_cfg->num_attention));
+  auto ckpt = open_checkpoint(*dir, o, /*populate=*/!ffn_rank);
+  if (!ckpt.ok()) return fail(ckpt.status());
+  const model::ModelConfig& mc = ckpt->config();
+  if (log_now) fmt::print(stderr, "{}\n", describe_model(*ckpt));
+  if (Status s = check_run_flags_against_model(o, mode, mc); !s.ok()) return usage(s);
+
+  std::vector<engine::Request> reqs = make_requests(o, mc.vocab_size);
+  // Each attention rank has its own pool for its requests (r % A); `run --afd` holds all of them.
+  const int pools = afd_mode ? afd_cfg->num_attention : 1;
+  auto pages = kv_pool_pages(o, dev->kv_page_geometry({mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim}),
+                             reqs, pools, mode == RunMode::kAfdInproc ? pools : 1);
+  if (!pages.ok()) return usage(pages.status());
+
+  const std::string afd_line =
+      afd_mode ? fmt::format("AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s)", o.afd,
+                             afd_cfg->num_attention, afd_cfg->num_ffn, mpi ? "mpi" : "in-process",
+                             afd::connector_kind_name(afd_cfg->connector), afd_cfg->num_stages)
+               : std::string();
+  RunOutput out;
+  if (!afd_mode) {
+    auto r = run_monolithic(o, *ckpt, *dev, std::move(reqs), *pages);
+    if (!r.ok()) return fail(r.status());
+    out = std::move(r).value();
+  } else {
+    if (log_now) fmt::print(stderr, "{}\n", afd_line);
+    afd::EngineJobOptions jo{.afd = *afd_cfg,
+                             .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
+                             .warmup_steps = o.afd_warmup_steps,
+                             .trace_path = o.trace};
+    auto fp = run_fingerprint(o, *ckpt, reqs);
+    if (!fp.ok()) return fail(fp.status());
+    jo.fingerprint = std::move(fp).value();
+    auto job = mpi ? afd::run_mpi_engine_rank(*ckpt, *dev, std::move(reqs), *pages, jo, declared)
+                   : afd::run_inproc_engine_job(*ckpt, *dev, std::move(reqs), *pages, jo);
+    if (!job.ok()) return fail(job.status());
+    out = RunOutput{.results = std::move(job->results),
+                    .metrics = std::move(job->metrics),
+                    .report = std::move(job->report),
+                    .num_ranks = job->num_ranks,
+                    .prints = job->num_ranks != 0};
+  }
+  if (!out.prints) return kExitOk;  // not world rank 0: rank 0 writes and prints the job's results
+
+  // Output files first: a failed write must not follow printed results.
+  if (!o.dump_logits.empty()) {
+    if (Status s = dump_logits(o.dump_logits, out.results, mc.vocab_size); !s.ok()) return fail(s);
+  }
+  if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
+  if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n", dev->log_line(), describe_model(*ckpt), afd_line);
+  print_results(out.results);
+  print_metrics(out.metrics, *dev, mc, static_cast<int64_t>(out.results.size()), out.num_ranks);
+  if (out.report) fmt::print("\nAFD transfers and utilisation\n{}", afd::report_text(*out.report));
+  for (const auto& r : out.results) {
+    if (r.reason == engine::FinishReason::kRefused) return kExitRefused;
+  }
+  return kExitOk;
 }
 
 }  // namespace
 
-int run(const RunOptions& o) {
-  if (o.threads > 0) set_num_threads(o.threads);
-  if (!o.afd.empty()) return run_afd(o);
-  auto dev = make_device(o);
-  if (!dev.ok()) return fail(dev.status());
+int run(const RunOptions& o) { return run_job(o, o.afd.empty() ? RunMode::kMonolithic : RunMode::kAfdInproc, ""); }
 
-  auto dir = resolve_model_dir(o);
-  if (!dir.ok()) return fail(dir.status());
-  auto ckpt = model::Checkpoint::open(*dir);
-  if (!ckpt.ok()) return fail(ckpt.status());
-  const model::ModelConfig& cfg = ckpt->config();
-  if (!o.quiet) fmt::print(stderr, "{}\n", describe_model(*ckpt));
-
-  auto reqs = make_requests(o, cfg.vocab_size);
-  if (!reqs.ok()) return fail(reqs.status());
-  auto pool = make_pool(*dev, cfg, *reqs, o.kv_memory_mb);
-  if (!pool.ok()) return fail(pool.status());
-  auto runner = model::ModelRunner::create(*ckpt, *dev, *pool);
-  if (!runner.ok()) return fail(runner.status());
-
-  engine::LocalExecutor executor(**runner);
-  std::optional<engine::StepTrace> trace;  // --trace: every phase of every forward
-  if (!o.trace.empty()) executor.set_trace(&trace.emplace());
-  engine::Engine eng(executor, *pool,
-                     {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()});
-  for (auto& r : *reqs) {
-    if (Status s = eng.submit(std::move(r)); !s.ok()) return fail(s);
-  }
-  ProgressPrinter progress(o.quiet);
-  if (Status s = eng.run_to_completion([&](const engine::Progress& p) { progress.update(p); }); !s.ok()) {
-    progress.clear();
-    return fail(s);
-  }
-  progress.clear();
-  if (!o.trace.empty()) {
-    if (Status s = trace->write(o.trace); !s.ok()) return fail(s);
-    if (!o.quiet) fmt::print(stderr, "wrote trace {}\n", o.trace);
-  }
-  print_results(eng.results());
-  print_metrics(eng.metrics(), *dev, cfg, static_cast<int64_t>(eng.results().size()), 1);
-  if (!o.dump_logits.empty()) {
-    if (Status s = dump_logits(o.dump_logits, eng.results(), cfg.vocab_size); !s.ok()) return fail(s);
-  }
-  int refused = 0;
-  for (const auto& r : eng.results()) refused += r.reason == engine::FinishReason::kRefused;
-  return refused ? 3 : 0;
-}
+int afd_worker(const RunOptions& o, const std::string& role) { return run_job(o, RunMode::kAfdMpi, role); }
 
 }  // namespace genbridge::tools

@@ -2,10 +2,17 @@
 // The `genbridge` subcommands. Each returns the process exit code and prints its own errors.
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace genbridge::tools {
+
+// Exit codes of every subcommand (`run`, `run --afd` and `afd-worker` share one run path).
+inline constexpr int kExitOk = 0;       // every request finished (or the command did its work)
+inline constexpr int kExitFailed = 1;   // the run failed (model, device, job, I/O); nothing printed as a result
+inline constexpr int kExitUsage = 2;    // the command line is invalid: a flag's value or a combination of flags
+inline constexpr int kExitRefused = 3;  // some request was refused (its line says why); the others finished
 
 struct MakeModelOptions {
   std::string preset = "tiny";
@@ -15,12 +22,13 @@ struct MakeModelOptions {
 };
 
 struct RunOptions {
-  std::string model_dir;       // empty: the cached synthetic model of `preset`
+  std::string model_dir;  // empty: the cached synthetic model of `preset`
   std::string preset = "small";
   uint64_t model_seed = 0;
   int num_prompts = 8;
   int prompt_len = 32;
-  std::vector<std::string> prompts;  // explicit prompts: comma-separated token ids
+  std::vector<std::string> prompts;                 // explicit prompts as typed (comma-separated token ids)
+  std::vector<std::vector<int32_t>> prompt_tokens;  // the same, parsed
   int max_new_tokens = 32;
   std::vector<int32_t> stop_tokens;
   float temperature = 0.f;
@@ -34,6 +42,8 @@ struct RunOptions {
   int threads = 0;
   std::string dump_logits;
   bool quiet = false;
+  bool no_mmap = false;        // read the checkpoint into memory instead of mapping it
+  bool check_weights = false;  // scan every weight for NaN / Inf at load
   // AFD
   std::string afd;  // e.g. "2A1F"; empty: monolithic
   std::string afd_connector = "sync";
@@ -42,6 +52,8 @@ struct RunOptions {
   double afd_timeout_s = 30.0;
   int afd_warmup_steps = 2;  // first steps of each attention rank left out of the AFD metrics
   std::string trace;
+  // Flags given on the command line, as their long names ("--afd-stages"): combinations are checked on it.
+  std::set<std::string> given;
 };
 
 int make_model(const MakeModelOptions& o);

@@ -1,73 +1,133 @@
 // genbridge: the command-line tool. `genbridge run` is the main job; see --help of each subcommand.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
+#include <limits>
 
+#include "afd/config.h"
+#include "genbridge/core/threading.h"
 #include "runtime/device/soc.h"
+#include "runtime/model/synthetic.h"
 #include "tools/commands.h"
+#include "tools/flags.h"
 
 namespace {
 
+using genbridge::tools::add_choice_flag;
+using genbridge::tools::add_int64_flag;
+using genbridge::tools::add_int_flag;
+using genbridge::tools::add_int_list_flag;
+using genbridge::tools::add_real_flag;
+using genbridge::tools::add_string_flag;
+using genbridge::tools::add_uint64_flag;
+
+constexpr const char* kExitCodes =
+    "Exit status: 0 every request finished; 3 some request was refused (its line says why, the others\n"
+    "finished); 1 the run failed (nothing is printed as a result); 2 the command line is invalid (a flag's\n"
+    "value or a combination of flags; checked before any work, token ids once the model is known).";
+
 // The flags `run` and `afd-worker` share: model, prompts, sampling, batching, AFD settings.
 void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
-  run->add_option("--model", ro.model_dir,
+  constexpr int kMaxTokens = 1 << 20;
+  constexpr int kMaxInt32 = std::numeric_limits<int32_t>::max();
+  add_string_flag(run, "--model", &ro.model_dir,
                   "Model directory: config.json + model.safetensors or sharded model-*-of-*.safetensors with\n"
-                  "model.safetensors.index.json (Hugging Face layout, Qwen3-MoE family). Default: a synthetic model");
-  run->add_option("--preset", ro.preset, "Synthetic model preset when --model is not given (tiny, tiny-gemma, small)")
-      ->capture_default_str();
-  run->add_option("--model-seed", ro.model_seed, "Seed of the synthetic model's weights")->capture_default_str();
-  run->add_option("--num-prompts", ro.num_prompts, "Number of generated prompts (ignored with --prompt)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  run->add_option("--prompt-len", ro.prompt_len, "Tokens per generated prompt")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  run->add_option("--prompt", ro.prompts, "An explicit prompt as comma-separated token ids (repeatable)");
-  run->add_option("--max-new-tokens", ro.max_new_tokens, "Tokens to generate per request (>= 1)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  run->add_option("--stop-token", ro.stop_tokens, "Token id that ends a request when generated (repeatable)");
-  run->add_option("--temperature", ro.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  run->add_option("--top-k", ro.top_k, "Keep the k most likely tokens; 0 = all")->capture_default_str();
-  run->add_option("--top-p", ro.top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
-  run->add_option("--seed", ro.seed, "Sampling seed (request r uses seed + r)")->capture_default_str();
-  run->add_option("--max-batch", ro.max_batch, "Most sequences decoded together (continuous batching)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  run->add_option("--kv-memory-mb", ro.kv_memory_mb,
-                  "KV cache pool size in MiB; 0 = enough for every request at once. Requests that do not fit wait;\n"
-                  "a request that can never fit is refused with a message")
-      ->capture_default_str();
-  run->add_option("--kv-cache-dtype", ro.kv_cache_dtype,
-                  "auto | bf16 | quantized. Whether KV is quantized; the generation decides how (int8 or fp8)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "bf16", "quantized"}));
-  run->add_option("--soc", ro.soc,
-                  "SoC the run is meant for; must match this build's generation. Default: GENBRIDGE_SOC, else the\n"
-                  "build's SoC. Accepted: " + std::string(genbridge::runtime::accepted_soc_selectors()));
-  run->add_option("--threads", ro.threads, "Kernel threads; 0 = GENBRIDGE_NUM_THREADS or all cores")->capture_default_str();
-  run->add_option("--dump-logits", ro.dump_logits,
+                  "model.safetensors.index.json (Hugging Face layout, Qwen3-MoE family)",
+                  "the synthetic model of --preset and --model-seed (built once, cached)");
+  add_choice_flag(run, "--preset", &ro.preset, genbridge::model::synthetic_preset_names(),
+                  "Synthetic model preset, used when --model is not given (an error with --model)");
+  add_uint64_flag(run, "--model-seed", &ro.model_seed,
+                  "Seed of the synthetic model's weights, used when --model is not given (an error with --model)");
+  add_int_flag(run, "--num-prompts", &ro.num_prompts, 1, 4096, "Number of generated prompts (an error with --prompt)");
+  add_int_flag(run, "--prompt-len", &ro.prompt_len, 1, kMaxTokens,
+               "Tokens per generated prompt (an error with --prompt)");
+  run->add_option_function<std::vector<std::string>>(
+         "--prompt",
+         [&ro](const std::vector<std::string>& values) {
+           ro.prompts.clear();
+           ro.prompt_tokens.clear();
+           for (const auto& v : values) {
+             auto ids = genbridge::tools::parse_token_list("--prompt", v);
+             if (!ids.ok()) throw CLI::ValidationError(ids.status().message());
+             ro.prompts.push_back(v);
+             ro.prompt_tokens.push_back(std::move(ids).value());
+           }
+         },
+         "An explicit prompt as comma-separated token ids, e.g. 1,2,3 (repeatable, at most 4096 prompts).\n"
+         "Each id in [0, 2147483647] and inside the model's vocabulary. Default: --num-prompts generated prompts")
+      ->type_name("IDS");
+  add_int_flag(run, "--max-new-tokens", &ro.max_new_tokens, 1, kMaxTokens,
+               "Tokens to generate per request (prompt + new tokens must fit the model's max_position_embeddings)");
+  add_int_list_flag(run, "--stop-token", &ro.stop_tokens, 0, kMaxInt32,
+                    "Token id that ends a request when generated (repeatable); must be inside the model's vocabulary");
+  add_real_flag(run, "--temperature", &ro.temperature, 0, std::numeric_limits<double>::infinity(), false,
+                "Sampling temperature; 0 = greedy", "a finite number");
+  add_int_flag(run, "--top-k", &ro.top_k, 0, kMaxInt32,
+               "Keep the k most likely tokens; 0 (or the vocabulary size or more) = all");
+  add_real_flag(run, "--top-p", &ro.top_p, 0, 1, true, "Nucleus sampling: keep the most likely tokens up to this mass");
+  add_uint64_flag(run, "--seed", &ro.seed, "Sampling seed; request r uses seed + r (modulo 2^64)");
+  add_int_flag(run, "--max-batch", &ro.max_batch, 1, 4096, "Most sequences decoded together (continuous batching)");
+  add_int64_flag(run, "--kv-memory-mb", &ro.kv_memory_mb, 0, (int64_t{1} << 43) - 1,
+                 "KV cache pool size in MiB (per attention rank with --afd); 0 = room for every request at\n"
+                 "once. Requests that do not fit wait; a request that can never fit is refused with a message.\n"
+                 "Must hold one KV page and fit this machine's physical memory (checked before allocating)");
+  add_choice_flag(run, "--kv-cache-dtype", &ro.kv_cache_dtype, {"auto", "bf16", "quantized"},
+                  "Whether KV is quantized; the generation decides how (int8 or fp8)");
+  add_string_flag(run, "--soc", &ro.soc,
+                  "SoC the run is meant for; must match this build's generation. Accepted: " +
+                      std::string(genbridge::runtime::accepted_soc_selectors()),
+                  "GENBRIDGE_SOC, else none (the build's SoC)");
+  add_int_flag(run, "--threads", &ro.threads, 0, genbridge::kMaxNumThreads,
+               "Kernel threads; 0 = GENBRIDGE_NUM_THREADS (an integer in [1, 255]) or every core");
+  add_string_flag(run, "--dump-logits", &ro.dump_logits,
                   "Write the last-position fp32 logits of every step to FILE.npy, shape (rows, vocab): rows grouped\n"
-                  "by request in request order, one row per generated token");
-  run->add_flag("--quiet", ro.quiet, "No progress output");
-  run->add_option("--afd", ro.afd,
-                  "Attention-FFN disaggregation topology, e.g. 2A1F (2 attention ranks, 1 FFN rank). Empty: monolithic");
-  run->add_option("--afd-connector", ro.afd_connector, "sync (control plane) | async (self-describing messages)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sync", "async"}));
-  run->add_option("--afd-stages", ro.afd_stages, "Micro-batch stages per step (1-3)")->capture_default_str();
-  run->add_option("--afd-transport", ro.afd_transport, "inproc (threads) | mpi (use `genbridge afd-worker` under mpirun)")
-      ->capture_default_str();
-  run->add_option("--afd-timeout", ro.afd_timeout_s, "Deadline in seconds for every AFD wait")->capture_default_str();
-  run->add_option("--afd-warmup-steps", ro.afd_warmup_steps,
-                  "First steps of each attention rank that run as usual but are left out of the AFD metrics")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  run->add_option("--trace", ro.trace, "Write a Chrome/Perfetto trace (JSON) of the run to FILE.json");
+                  "by request in request order, one row per generated token. Checked before decoding; written\n"
+                  "through a temporary file renamed on success (a character device or FIFO is written directly)",
+                  "none");
+  run->add_flag("--quiet", ro.quiet, "No progress or log lines on stderr (errors are still printed)");
+  run->add_flag("--no-mmap", ro.no_mmap,
+                "Read the checkpoint into memory instead of mapping it (for files that may change during the run:\n"
+                "truncating a mapped checkpoint kills the process with SIGBUS)");
+  run->add_flag("--check-weights", ro.check_weights,
+                "Scan every weight at load and refuse the model if one is NaN or infinite, naming it; prints the\n"
+                "scan's cost");
+  add_string_flag(run, "--afd", &ro.afd,
+                  "Attention-FFN disaggregation topology <A>A<F>F, e.g. 2A1F (2 attention ranks, 1 FFN rank);\n"
+                  "A and F in [1, 64]. Every --afd-* flag needs it",
+                  "none (monolithic)");
+  add_choice_flag(run, "--afd-connector", &ro.afd_connector, {"sync", "async"},
+                  "sync (control plane) | async (self-describing messages; attention ranks step independently)");
+  add_int_flag(run, "--afd-stages", &ro.afd_stages, 1, genbridge::afd::kMaxStages, "Micro-batch stages per step");
+  add_choice_flag(run, "--afd-transport", &ro.afd_transport, {"inproc", "mpi"},
+                  "inproc (threads; `run`) | mpi (`genbridge afd-worker` under mpirun)");
+  add_real_flag(run, "--afd-timeout", &ro.afd_timeout_s, 0.001, 86400, false, "Deadline in seconds for every AFD wait",
+                "a number of seconds");
+  add_int_flag(run, "--afd-warmup-steps", &ro.afd_warmup_steps, 0, 1 << 20,
+               "First steps of each attention rank that run as usual but are left out of the AFD metrics");
+  add_string_flag(run, "--trace", &ro.trace,
+                  "Write a Chrome/Perfetto trace (JSON) of the run to FILE.json: the engine's phases per layer and\n"
+                  "step, or with --afd every rank's attention, FFN, transfer and wait spans (checked before decoding)",
+                  "none");
+}
+
+// The long names of the flags given to `app` (combinations are checked on them).
+std::set<std::string> given_flags(const CLI::App* app) {
+  std::set<std::string> given;
+  for (const CLI::Option* opt : app->get_options()) {
+    if (opt->count() > 0) given.insert(opt->get_name());
+  }
+  return given;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  using genbridge::tools::kExitFailed;
+  using genbridge::tools::kExitUsage;
   using genbridge::tools::MakeModelOptions;
   using genbridge::tools::RunOptions;
   CLI::App app{
@@ -83,6 +143,7 @@ int main(int argc, char** argv) {
       "Decode a batch of prompts and print the generated token ids and a metrics table. With no arguments it\n"
       "builds (once, cached) the synthetic 'small' model and decodes 8 prompts of 32 tokens, 32 new tokens each.");
   add_run_options(run, ro);
+  run->footer(kExitCodes);
 
   RunOptions wo;
   wo.afd_transport = "mpi";
@@ -91,36 +152,60 @@ int main(int argc, char** argv) {
       "afd-worker",
       "One process of an attention-FFN disaggregated job under mpirun (Open MPI transport). Every process of\n"
       "the job runs it with the same flags as `run --afd`, e.g.\n"
-      "  mpirun -np 2 genbridge afd-worker --role attention --afd 2A1F : -np 1 genbridge afd-worker --role ffn --afd 2A1F\n"
+      "  mpirun -np 2 genbridge afd-worker --role attention --afd 2A1F : -np 1 genbridge afd-worker --role ffn --afd "
+      "2A1F\n"
       "or without --role (world ranks 0..A-1 attention, the rest FFN). Request r goes to attention rank r % A;\n"
-      "world rank 0 prints every result in request order, the metrics and the AFD report.");
+      "world rank 0 writes the output files and prints every result in request order, the metrics and the\n"
+      "AFD report. --afd is required; --afd-transport is mpi.");
   add_run_options(worker, wo);
-  worker->add_option("--role", worker_role, "attention | ffn (MPMD launch); empty: roles from rank order")
-      ->check(CLI::IsMember({"attention", "ffn"}));
+  add_choice_flag(worker, "--role", &worker_role, {"attention", "ffn"},
+                  "This process's role (MPMD launch). Default: from rank order (world ranks 0..A-1 attention)");
+  worker->footer(std::string(kExitCodes) +
+                 "\nUnder mpirun, world rank 0 returns the job's code; a failed rank ends the whole job.");
 
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
       "make-model", "Write a synthetic Qwen3-MoE checkpoint (config.json + safetensors) with fixed-seed weights.");
-  make->add_option("--preset", mo.preset, "tiny | tiny-gemma | small")->capture_default_str();
-  make->add_option("--seed", mo.seed, "Weight seed")->capture_default_str();
-  make->add_option("--shards", mo.shards, "Number of safetensors shards (> 1 writes an index)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  make->add_option("OUT_DIR", mo.out_dir, "Directory to write (created if needed)")->required();
+  add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
+  add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
+  add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
+  add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
+  make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
 
   std::string info_soc;
-  CLI::App* info = app.add_subcommand("info", "Print the build's provider target, SoC, module manifest and device contract.");
-  info->add_option("--soc", info_soc, "Validate this SoC selector against the build");
+  CLI::App* info =
+      app.add_subcommand("info", "Print the build's provider target, SoC, module manifest and device contract.");
+  add_string_flag(info, "--soc", &info_soc,
+                  "Validate this SoC selector against the build (nothing is printed when it does not match)",
+                  "GENBRIDGE_SOC, else none");
+  info->footer("Exit status: 0 printed; 1 the SoC does not match this build; 2 the command line is invalid.");
 
-  CLI11_PARSE(app, argc, argv);
   try {
-    if (*run) return genbridge::tools::run(ro);
-    if (*worker) return genbridge::tools::afd_worker(wo, worker_role);
-    if (*make) return genbridge::tools::make_model(mo);
-    if (*info) return genbridge::tools::info(info_soc);
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    std::string prefix = "genbridge";
+    for (const CLI::App* sub : app.get_subcommands()) prefix += " " + sub->get_name();
+    fmt::print(stderr, "{}: {}\nRun with --help for more information.\n", prefix, e.what());
+    return kExitUsage;
+  }
+  ro.given = given_flags(run);
+  wo.given = given_flags(worker);
+  int code = kExitUsage;
+  try {
+    if (*run) code = genbridge::tools::run(ro);
+    if (*worker) code = genbridge::tools::afd_worker(wo, worker_role);
+    if (*make) code = genbridge::tools::make_model(mo);
+    if (*info) code = genbridge::tools::info(info_soc);
   } catch (const std::exception& e) {
     fmt::print(stderr, "genbridge: error: {}\n", e.what());
-    return 1;
+    return kExitFailed;
   }
-  return 2;
+  // Results go to stdout: a full disk or a closed pipe there is a failure, not a success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "genbridge: writing to standard output failed: {}\n", std::strerror(errno));
+    return kExitFailed;
+  }
+  return code;
 }

@@ -3,23 +3,255 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <limits>
 
+#include "genbridge/core/threading.h"
 #include "runtime/engine/npy.h"
+#include "runtime/engine/sampler.h"
+#include "runtime/model/synthetic.h"
+#include "tools/flags.h"
 
 namespace genbridge::tools {
 namespace {
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::filesystem::path cache_root() {
+  if (const char* d = std::getenv("GENBRIDGE_CACHE_DIR")) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(x) / "genbridge";
+  if (const char* h = std::getenv("HOME")) return std::filesystem::path(h) / ".cache" / "genbridge";
+  return std::filesystem::temp_directory_path() / "genbridge-cache";
+}
+
+int64_t mib_ceil(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
+
+// Under mpirun, only world rank 0 writes the output files; other ranks (maybe on other nodes) do not
+// check their paths. Open MPI names the world rank in the environment before MPI_Init.
+bool writes_outputs(RunMode mode) {
+  if (mode != RunMode::kAfdMpi) return true;
+  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+  return r == nullptr || std::string_view(r) == "0";
+}
+
 }  // namespace
 
-Result<runtime::DeviceOperator> make_device(const RunOptions& o, bool log) {
-  const char* env_soc = std::getenv("GENBRIDGE_SOC");
-  GB_ASSIGN_OR_RETURN(runtime::DeviceOperator dev,
-                      runtime::DeviceOperator::create(
-                          {.soc = !o.soc.empty() ? o.soc : (env_soc ? env_soc : ""), .kv_cache_dtype = o.kv_cache_dtype}));
-  if (log && !o.quiet) fmt::print(stderr, "{}\n", dev.log_line());
-  return dev;
+const char* run_command_name(RunMode mode) { return mode == RunMode::kAfdMpi ? "afd-worker" : "run"; }
+
+Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode) {
+  afd::AfdConfig cfg;
+  // "<A>A<F>F", e.g. "2A1F".
+  {
+    const std::string_view t = o.afd;
+    int a = 0, f = 0;
+    const char* end = t.data() + t.size();
+    auto r1 = std::from_chars(t.data(), end, a);
+    bool ok = r1.ec == std::errc() && r1.ptr != end && (*r1.ptr == 'A' || *r1.ptr == 'a');
+    if (ok) {
+      auto r2 = std::from_chars(r1.ptr + 1, end, f);
+      ok = r2.ec == std::errc() && r2.ptr + 1 == end && (*r2.ptr == 'F' || *r2.ptr == 'f');
+    }
+    if (!ok || a < 1 || a > afd::kMaxAttentionRanks || f < 1 || f > afd::kMaxFfnRanks) {
+      return invalid_argument(fmt::format(
+          "--afd {}: expected <A>A<F>F with A attention ranks in [1, {}] and F FFN ranks in [1, {}], e.g. 2A1F",
+          o.afd.empty() ? "''" : o.afd, afd::kMaxAttentionRanks, afd::kMaxFfnRanks));
+    }
+    cfg.num_attention = a;
+    cfg.num_ffn = f;
+  }
+  cfg.connector = o.afd_connector == "async" ? afd::ConnectorKind::kAsync : afd::ConnectorKind::kSync;
+  cfg.async_dp = cfg.connector == afd::ConnectorKind::kAsync;
+  cfg.num_stages = o.afd_stages;
+  cfg.timeout_ms = static_cast<int64_t>(std::llround(o.afd_timeout_s * 1000.0));  // range-checked at parse: >= 1 ms
+  const bool mpi = mode == RunMode::kAfdMpi;
+  if (mpi && o.afd_transport != "mpi") {
+    return invalid_argument(fmt::format(
+        "--afd-transport {}: `genbridge afd-worker` is one process of an mpirun job (mpi); for the in-process "
+        "transport use `genbridge run --afd`",
+        o.afd_transport));
+  }
+  if (!mpi && o.afd_transport != "inproc") {
+    return invalid_argument(fmt::format(
+        "--afd-transport {}: `genbridge run` runs every rank in this process (inproc); for MPI launch ranks with "
+        "mpirun and `genbridge afd-worker` (see docs/afd_mpi.md)",
+        o.afd_transport));
+  }
+  cfg.transport = mpi ? afd::TransportKind::kMpi : afd::TransportKind::kInproc;
+  return cfg;
+}
+
+Status check_run_flags(const RunOptions& o, RunMode mode) {
+  auto given = [&](const char* flag) { return o.given.count(flag) > 0; };
+  // A flag that would be ignored is an error: the user meant something by it.
+  if (!o.model_dir.empty()) {
+    for (const char* f : {"--preset", "--model-seed"}) {
+      if (given(f)) {
+        return invalid_argument(fmt::format(
+            "{} chooses the synthetic model, which is not used with --model {}; drop one of them", f, o.model_dir));
+      }
+    }
+  }
+  if (!o.prompts.empty()) {
+    for (const char* f : {"--num-prompts", "--prompt-len"}) {
+      if (given(f)) {
+        return invalid_argument(
+            fmt::format("{} shapes the generated prompts, which are not used with --prompt; drop one of them", f));
+      }
+    }
+    if (o.prompts.size() > 4096) {
+      return invalid_argument(fmt::format("--prompt is given {} times; at most 4096 prompts", o.prompts.size()));
+    }
+  }
+  if (o.afd.empty()) {
+    if (mode == RunMode::kAfdMpi) {
+      return invalid_argument("--afd is required: the job's topology, e.g. 2A1F (2 attention ranks, 1 FFN rank)");
+    }
+    for (const std::string& f : o.given) {
+      if (f.starts_with("--afd-")) {
+        return invalid_argument(
+            fmt::format("{} applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop {}", f, f));
+      }
+    }
+  } else {
+    GB_RETURN_IF_ERROR(afd_config_from(o, mode).status());
+  }
+  GB_RETURN_IF_ERROR(num_threads_from_env().status());
+  if (o.kv_memory_mb > 0) {
+    const int64_t phys_mib = physical_memory_bytes() >> 20;
+    if (phys_mib > 0 && o.kv_memory_mb > phys_mib) {
+      return invalid_argument(fmt::format("--kv-memory-mb {}: more than this machine's physical memory ({} MiB)",
+                                          o.kv_memory_mb, phys_mib));
+    }
+  }
+  if (writes_outputs(mode)) {
+    if (!o.dump_logits.empty()) GB_RETURN_IF_ERROR(engine::check_output_path("--dump-logits", o.dump_logits));
+    if (!o.trace.empty()) GB_RETURN_IF_ERROR(engine::check_output_path("--trace", o.trace));
+    if (!o.dump_logits.empty() && !o.trace.empty() &&
+        std::filesystem::absolute(o.dump_logits).lexically_normal() ==
+            std::filesystem::absolute(o.trace).lexically_normal()) {
+      return invalid_argument(
+          fmt::format("--trace {} and --dump-logits {} name the same file", o.trace, o.dump_logits));
+    }
+  }
+  return ok_status();
+}
+
+Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const model::ModelConfig& cfg) {
+  const int64_t vocab = cfg.vocab_size, max_pos = cfg.max_position_embeddings;
+  for (size_t p = 0; p < o.prompt_tokens.size(); ++p) {
+    for (int32_t t : o.prompt_tokens[p]) {
+      if (t >= vocab) {
+        return invalid_argument(
+            fmt::format("--prompt {}: token {} is outside the model's vocabulary [0, {})", o.prompts[p], t, vocab));
+      }
+    }
+    const int64_t total = static_cast<int64_t>(o.prompt_tokens[p].size()) + o.max_new_tokens;
+    if (total > max_pos) {
+      return invalid_argument(fmt::format(
+          "--prompt {} ({} tokens) + --max-new-tokens {} = {} tokens exceeds the model's max_position_embeddings ({})",
+          o.prompts[p], o.prompt_tokens[p].size(), o.max_new_tokens, total, max_pos));
+    }
+  }
+  if (o.prompts.empty() && int64_t{o.prompt_len} + o.max_new_tokens > max_pos) {
+    return invalid_argument(fmt::format(
+        "--prompt-len {} + --max-new-tokens {} = {} tokens exceeds the model's max_position_embeddings ({})",
+        o.prompt_len, o.max_new_tokens, int64_t{o.prompt_len} + o.max_new_tokens, max_pos));
+  }
+  for (int32_t t : o.stop_tokens) {
+    if (t >= vocab) {
+      return invalid_argument(
+          fmt::format("--stop-token {}: expected a token id in [0, {}) (the model's vocabulary)", t, vocab));
+    }
+  }
+  if (mode != RunMode::kMonolithic) {
+    GB_ASSIGN_OR_RETURN(const afd::AfdConfig a, afd_config_from(o, mode));
+    if (cfg.num_experts == 0) {
+      return invalid_argument(
+          fmt::format("--afd {}: the model has no MoE layer, so there is nothing for FFN ranks to do", o.afd));
+    }
+    if (cfg.num_experts % a.num_ffn != 0) {
+      return invalid_argument(fmt::format("--afd {}: the model's {} experts cannot be split evenly over {} FFN ranks",
+                                          o.afd, cfg.num_experts, a.num_ffn));
+    }
+  }
+  return ok_status();
+}
+
+Result<runtime::DeviceOperator> make_device(const RunOptions& o) {
+  return runtime::DeviceOperator::create(runtime::DeviceConfig::from_flags(o.soc, o.kv_cache_dtype));
+}
+
+std::filesystem::path synthetic_model_dir(const RunOptions& o) {
+  return cache_root() / "models" / fmt::format("{}-seed{}", o.preset, o.model_seed);
+}
+
+Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build) {
+  if (!o.model_dir.empty()) return std::filesystem::path(o.model_dir);
+  const std::filesystem::path dir = synthetic_model_dir(o);
+  if (std::filesystem::exists(dir / "config.json")) return dir;  // config.json is written last: complete
+  if (!build) {
+    // Every process of an mpirun job would race to build it.
+    return invalid_argument(fmt::format(
+        "no --model and the synthetic '{}' model (seed {}) is not built yet at {}; build it once before the mpirun "
+        "job, e.g. `genbridge make-model --preset {} --seed {} DIR` and pass --model DIR",
+        o.preset, o.model_seed, dir.string(), o.preset, o.model_seed));
+  }
+  if (!o.quiet) {
+    fmt::print(stderr, "building synthetic model '{}' (seed {}) once, cached in {} ...\n", o.preset, o.model_seed,
+               dir.string());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  GB_RETURN_IF_ERROR(model::write_synthetic_checkpoint(o.preset, o.model_seed, dir));
+  if (!o.quiet) {
+    fmt::print(stderr, "  built in {:.1f} s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return dir;
+}
+
+std::vector<engine::Request> make_requests(const RunOptions& o, int64_t vocab) {
+  std::vector<engine::Request> reqs;
+  if (!o.prompt_tokens.empty()) {
+    for (const auto& p : o.prompt_tokens) reqs.push_back({.prompt = p});
+  } else {
+    // Deterministic prompts: a counter-based hash of (request, position), uniform over the vocabulary.
+    for (int r = 0; r < o.num_prompts; ++r) {
+      engine::Request q;
+      for (int i = 0; i < o.prompt_len; ++i) {
+        q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(0x5eedull + static_cast<uint64_t>(r), i) *
+                                                static_cast<double>(vocab)));
+      }
+      reqs.push_back(std::move(q));
+    }
+  }
+  const engine::SamplingParams sp{.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .seed = o.seed};
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    reqs[r].id = static_cast<int64_t>(r);
+    reqs[r].max_new_tokens = o.max_new_tokens;
+    reqs[r].stop_tokens = o.stop_tokens;
+    reqs[r].sampling = sp;
+    reqs[r].sampling.seed = o.seed + r;  // wraps modulo 2^64
+  }
+  return reqs;
+}
+
+Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate) {
+  GB_ASSIGN_OR_RETURN(model::Checkpoint ckpt,
+                      model::Checkpoint::open(dir, {.populate = populate, .use_mmap = !o.no_mmap}));
+  if (o.check_weights) {
+    // The cost line is printed even with --quiet: it is what --check-weights was asked for.
+    model::WeightScan scan;
+    const Status finite = ckpt.check_finite(&scan);
+    fmt::print(stderr, "check-weights: {} tensors, {:.1f} MiB scanned in {:.3g} s ({:.1f} GB/s): {}\n", scan.tensors,
+               static_cast<double>(scan.bytes) / (1 << 20), scan.seconds,
+               scan.seconds > 0 ? static_cast<double>(scan.bytes) / scan.seconds / 1e9 : 0.0,
+               finite.ok() ? "all finite" : "a weight is not finite");
+    GB_RETURN_IF_ERROR(finite);
+  }
+  return ckpt;
 }
 
 std::string describe_model(const model::Checkpoint& ckpt) {
@@ -33,17 +265,48 @@ std::string describe_model(const model::Checkpoint& ckpt) {
       static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
 }
 
-Result<runtime::KvPagePool> make_pool(const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,
-                                      const std::vector<engine::Request>& reqs, int64_t kv_memory_mb) {
-  const runtime::KvPageGeometry g =
-      dev.kv_page_geometry({cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim});
-  if (kv_memory_mb > 0) return runtime::KvPagePool::create_for_budget(g, kv_memory_mb << 20);
+Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry& g,
+                              const std::vector<engine::Request>& reqs, int num_pools, int pools_in_process) {
+  const int64_t page_bytes = g.bytes_per_page();
+  if (page_bytes <= 0) return internal_error("kv pool sizing: a KV page of this model has no bytes");
+  // KvPagePool holds fewer than 2^31 pages.
+  constexpr int64_t kMaxPages = std::numeric_limits<int32_t>::max() - 1;
   int64_t pages = 0;
-  for (const auto& r : reqs) {
-    const int64_t tokens = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
-    pages += (tokens + g.page_size - 1) / g.page_size;
+  if (o.kv_memory_mb > 0) {
+    pages = std::min((o.kv_memory_mb << 20) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
+    if (pages < 1) {
+      return invalid_argument(fmt::format(
+          "--kv-memory-mb {}: holds no KV page of this model ({} bytes: {} tokens x {} bytes per token); give at "
+          "least {}",
+          o.kv_memory_mb, page_bytes, g.page_size, g.bytes_per_token(), mib_ceil(page_bytes)));
+    }
+  } else {
+    std::vector<int64_t> per_pool(static_cast<size_t>(std::max(num_pools, 1)), 0);
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      const int64_t tokens = static_cast<int64_t>(reqs[r].prompt.size()) + reqs[r].max_new_tokens - 1;
+      per_pool[r % per_pool.size()] += (tokens + g.page_size - 1) / g.page_size;
+    }
+    pages = std::max<int64_t>(*std::max_element(per_pool.begin(), per_pool.end()), 1);
   }
-  return runtime::KvPagePool::create(g, std::max<int64_t>(pages, 1));
+  const int64_t phys = physical_memory_bytes();
+  const __int128 total = static_cast<__int128>(pages) * page_bytes * std::max(pools_in_process, 1);
+  if ((phys > 0 && total > phys) || pages > kMaxPages) {
+    const int64_t need_mib = total > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                                         : mib_ceil(static_cast<int64_t>(total));
+    const std::string pools = pools_in_process > 1
+                                  ? fmt::format(" for each of the {} attention ranks in this process", pools_in_process)
+                                  : "";
+    if (o.kv_memory_mb > 0) {
+      return invalid_argument(
+          fmt::format("--kv-memory-mb {}{}: {} MiB in all, more than this machine's physical memory ({} MiB)",
+                      o.kv_memory_mb, pools, need_mib, phys >> 20));
+    }
+    return invalid_argument(fmt::format(
+        "--kv-memory-mb 0 (room for every request at once{}): {} MiB of KV cache, more than this machine's physical "
+        "memory ({} MiB); give a budget in MiB (requests then wait for pages)",
+        pools, need_mib, phys >> 20));
+  }
+  return pages;
 }
 
 void print_results(const std::vector<engine::RequestResult>& results) {
@@ -84,7 +347,7 @@ Status dump_logits(const std::string& path, const std::vector<engine::RequestRes
     all.insert(all.end(), r.logits.begin(), r.logits.end());
     rows += static_cast<int64_t>(r.logits.size()) / vocab;
   }
-  GB_RETURN_IF_ERROR(engine::write_npy_f32(path, all, rows, vocab));
+  GB_RETURN_IF_ERROR(engine::write_npy_f32(path, all, rows, vocab, "--dump-logits"));
   fmt::print(stderr, "wrote {} logit rows x {} to {}\n", rows, vocab, path);
   return ok_status();
 }
@@ -97,8 +360,9 @@ void ProgressPrinter::update(const engine::Progress& p) {
   const bool last = p.finished == p.total;
   if (!last && t - last_print_ < (tty_ ? 0.2 : 2.0)) return;
   last_print_ = t;
-  const std::string line = fmt::format("[{:6.1f} s] requests {}/{} finished, {} running, {} waiting; {} tokens generated",
-                                       t - start_, p.finished, p.total, p.running, p.waiting, p.generated_tokens);
+  const std::string line =
+      fmt::format("[{:6.1f} s] requests {}/{} finished, {} running, {} waiting; {} tokens generated", t - start_,
+                  p.finished, p.total, p.running, p.waiting, p.generated_tokens);
   if (tty_) {
     fmt::print(stderr, "\r{:<100}", line);
   } else {

@@ -1,6 +1,6 @@
 #pragma once
-// Shared pieces of `genbridge run` (monolithic and AFD): model resolution, pool sizing, progress and
-// result printing.
+// The pieces of the one run path (tools/cmd_run.cpp) that `run`, `run --afd` and `afd-worker` share:
+// flag checks, model resolution, requests, pool sizing, progress and result printing.
 
 #include <cstdint>
 #include <filesystem>
@@ -17,29 +17,52 @@
 
 namespace genbridge::tools {
 
-// The DeviceOperator for --soc (else GENBRIDGE_SOC) and --kv-cache-dtype; prints its contract line to stderr
-// when `log` and not --quiet.
-Result<runtime::DeviceOperator> make_device(const RunOptions& o, bool log = true);
-// The model directory: --model, or the cached synthetic model of --preset (built on first use).
-Result<std::filesystem::path> resolve_model_dir(const RunOptions& o);
+enum class RunMode {
+  kMonolithic,  // `run`
+  kAfdInproc,   // `run --afd`: every rank a thread of this process
+  kAfdMpi,      // `afd-worker`: this process is one rank of an mpirun job
+};
+// "run" or "afd-worker": the subcommand, as messages name it.
+const char* run_command_name(RunMode mode);
+
+// Every rule on the flags that needs no model, in one place: combinations (a flag that would be ignored
+// is an error), the AFD settings, GENBRIDGE_NUM_THREADS, --kv-memory-mb against this machine's memory,
+// and the output files (--dump-logits, --trace; see runtime/engine/npy.h). InvalidArgument naming the flag
+// as typed and its value (a usage error). Cheap: run it before any work.
+Status check_run_flags(const RunOptions& o, RunMode mode);
+// The rules that need the model's config: token ids inside the vocabulary, prompt + new tokens inside
+// max_position_embeddings, experts divisible over the FFN ranks. InvalidArgument naming the flag.
+Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const model::ModelConfig& cfg);
+
+// The AFD settings of --afd, --afd-connector, --afd-stages, --afd-timeout, --afd-transport (checked by
+// check_run_flags first).
+Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode);
+
+// The DeviceOperator for --soc (else GENBRIDGE_SOC) and --kv-cache-dtype.
+Result<runtime::DeviceOperator> make_device(const RunOptions& o);
+// The model directory: --model, or the cached synthetic model of --preset (built on first use when `build`).
+Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build);
 // Where the cached synthetic model of --preset / --model-seed lives (built or not).
 std::filesystem::path synthetic_model_dir(const RunOptions& o);
-// The AFD settings of --afd, --afd-connector, --afd-stages, --afd-timeout. `mpi`: for `afd-worker`
-// (--afd-transport must be mpi); otherwise for `run` (it must be inproc).
-Result<afd::AfdConfig> afd_config_from(const RunOptions& o, bool mpi);
 // The requests of a run: explicit --prompt ids or deterministic generated prompts.
-Result<std::vector<engine::Request>> make_requests(const RunOptions& o, int64_t vocab);
+std::vector<engine::Request> make_requests(const RunOptions& o, int64_t vocab);
+// Checkpoint::open of `dir` with --no-mmap; with --check-weights also scans every weight (refusing a
+// non-finite one) and prints the scan's cost to stderr. `populate`: LoadOptions::populate.
+Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate = true);
 // One line: architecture, sizes, norm type, weights.
 std::string describe_model(const model::Checkpoint& ckpt);
-// A pool in the DeviceOperator's representation: kv_memory_mb MiB, or (0) enough pages for every request.
-Result<runtime::KvPagePool> make_pool(const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,
-                                      const std::vector<engine::Request>& reqs, int64_t kv_memory_mb);
+// Pages of each KV pool: --kv-memory-mb's budget, or (0) enough for every request of the busiest pool at
+// once, request r going to pool r % num_pools. Refuses from arithmetic, before anything is allocated, a
+// budget that holds no page and `pools_in_process` pools that would not fit in this machine's physical
+// memory (InvalidArgument naming --kv-memory-mb: a usage error).
+Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry& g,
+                              const std::vector<engine::Request>& reqs, int num_pools, int pools_in_process);
 void print_results(const std::vector<engine::RequestResult>& results);
 // `num_ranks`: devices the throughput is divided by (AFD counts every rank).
 void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,
                    int64_t num_requests, int num_ranks);
+// Writes --dump-logits (rows grouped by request, in request order).
 Status dump_logits(const std::string& path, const std::vector<engine::RequestResult>& results, int64_t vocab);
-int run_afd(const RunOptions& o);
 
 // Single-line progress on stderr (only when stderr is a terminal, or always with a final newline otherwise).
 class ProgressPrinter {

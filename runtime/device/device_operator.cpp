@@ -101,6 +101,16 @@ Status check_soc(const SocInfo& build, std::string_view selector, const std::opt
   return ok_status();
 }
 
+DeviceConfig DeviceConfig::from_flags(std::string soc_flag, std::string kv_cache_dtype) {
+  DeviceConfig c;
+  if (soc_flag.empty()) {
+    if (const char* env = std::getenv(kSocEnv.data())) soc_flag = env;
+  }
+  c.soc = std::move(soc_flag);
+  c.kv_cache_dtype = std::move(kv_cache_dtype);
+  return c;
+}
+
 Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   GB_ASSIGN_OR_RETURN(const Generation gen, generation_from_target(ops::build_target()));
   SocInfo build{gen, std::string(ops::build_soc()), 0};

@@ -83,6 +83,12 @@ struct DeviceConfig {
   std::string soc;                      // SoC selector from --soc / GENBRIDGE_SOC; empty = not configured
   std::string kv_cache_dtype = "auto";  // auto | bf16 | quantized (or the generation's own int8 / fp8)
   std::optional<std::string> path_env;  // where to look for npu-smi; nullopt = $PATH
+
+  // The environment variable naming the SoC when no selector is given on the command line.
+  static constexpr std::string_view kSocEnv = "GENBRIDGE_SOC";
+  // The configuration of a command line: soc = `soc_flag` when non-empty, else GENBRIDGE_SOC (the one
+  // place the process reads it; unset or empty = not configured).
+  static DeviceConfig from_flags(std::string soc_flag, std::string kv_cache_dtype = "auto");
 };
 
 // Model dimensions the KV cache depends on.

@@ -1,11 +1,15 @@
 #include "runtime/model/checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
+#include <chrono>
 #include <set>
 
 #include "core/parallel.h"
+#include "runtime/model/file_access.h"
 
 namespace genbridge::model {
 
@@ -42,6 +46,7 @@ class WeightBinder {
     }
     if (options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16) {
       ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;
+      ckpt_.bound_.push_back({name, e->file->path(), v, false});
       return v;
     }
     // Convert F16 / F32 to bf16 into an owned buffer (one rounding, to nearest even), in parallel chunks
@@ -50,7 +55,7 @@ class WeightBinder {
     std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(n)]);  // uninitialised: written once below
     constexpr int64_t kChunk = 1 << 14;
     const bool f32 = v.dtype() == DType::kF32;
-    detail::parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
+    genbridge::detail::parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
       float tmp[kChunk];
       for (int64_t c = b; c < e; ++c) {
         const int64_t i = c * kChunk, m = std::min(kChunk, n - i);
@@ -65,6 +70,7 @@ class WeightBinder {
     ckpt_.converted_weight_bytes_ += static_cast<uint64_t>(n) * sizeof(bf16_t);
     TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
     ckpt_.converted_.push_back(std::move(out));
+    ckpt_.bound_.push_back({name, e->file->path(), bv, true});
     return bv;
   }
 
@@ -160,17 +166,145 @@ class WeightBinder {
 };
 
 Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir, const LoadOptions& options) {
+  GB_ASSIGN_OR_RETURN(const bool dir_exists, detail::entry_exists(dir));
+  if (!dir_exists) return invalid_argument(fmt::format("{}: the model directory does not exist", dir.string()));
+  if (std::error_code ec; !std::filesystem::is_directory(dir, ec)) {
+    return invalid_argument(
+        fmt::format("{}: is not a directory (a model is a directory holding {} and safetensors files)", dir.string(),
+                    kConfigFileName));
+  }
   Checkpoint ckpt;
   ckpt.dir_ = dir;
   ckpt.precision_ = options.precision;
   GB_ASSIGN_OR_RETURN(ckpt.config_, load_model_config(dir / kConfigFileName));
   MapOptions map_options;
+  map_options.use_mmap = options.use_mmap;
   map_options.populate = options.populate;
   GB_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open_dir(dir, map_options));
   ckpt.store_ = std::make_unique<TensorStore>(std::move(store));
   WeightBinder binder(ckpt, options);
   GB_RETURN_IF_ERROR(binder.bind_all());
   return ckpt;
+}
+
+namespace {
+
+// The largest magnitude bit pattern in bits[0, n) (sign cleared). An element is NaN or infinite iff its
+// magnitude bits are >= the all-ones exponent, so one max-reduction answers "any non-finite?" and
+// vectorises (no branch, no early exit).
+template <typename U>
+U max_magnitude_bits(const U* bits, int64_t n) {
+  constexpr U kMagnitude = static_cast<U>(static_cast<U>(~U{0}) >> 1);  // ~ promotes to int
+  U m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max<U>(m, static_cast<U>(bits[i] & kMagnitude));
+  return m;
+}
+
+struct FloatBits {
+  int width;          // bytes per element
+  uint32_t exp_mask;  // the all-ones exponent
+  uint32_t sign_mask;
+};
+
+FloatBits float_bits(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return {4, 0x7f800000u, 0x80000000u};
+    case DType::kF16:
+      return {2, 0x7c00u, 0x8000u};
+    default:  // bf16
+      return {2, 0x7f80u, 0x8000u};
+  }
+}
+
+// Whether any element of `v`'s [begin, end) is non-finite.
+bool any_non_finite(const TensorView& v, int64_t begin, int64_t end) {
+  const FloatBits fb = float_bits(v.dtype());
+  if (fb.width == 4) return max_magnitude_bits(v.data_as<const uint32_t>() + begin, end - begin) >= fb.exp_mask;
+  return max_magnitude_bits(v.data_as<const uint16_t>() + begin, end - begin) >= fb.exp_mask;
+}
+
+uint32_t element_bits(const TensorView& v, int64_t i) {
+  return v.dtype() == DType::kF32 ? v.data_as<const uint32_t>()[i] : v.data_as<const uint16_t>()[i];
+}
+
+// "NaN", "+Inf" or "-Inf" for a non-finite element's bits.
+std::string_view non_finite_name(DType t, uint32_t bits) {
+  const FloatBits fb = float_bits(t);
+  const uint32_t magnitude = bits & ~fb.sign_mask;
+  if (magnitude > fb.exp_mask) return "NaN";
+  return bits & fb.sign_mask ? "-Inf" : "+Inf";
+}
+
+// "[546, 112]": the multi-index of flat index `i` in a row-major tensor.
+std::string multi_index(const TensorView& v, int64_t i) {
+  std::vector<int64_t> idx(static_cast<size_t>(v.rank()));
+  for (int d = v.rank() - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = i % v.dim(d);
+    i /= v.dim(d);
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+}  // namespace
+
+Status Checkpoint::check_finite(WeightScan* scan) const {
+  const auto start = std::chrono::steady_clock::now();
+  // Fixed chunks over every bound tensor, scanned in parallel; the first flagged chunk in order is then
+  // searched element by element, so the answer does not depend on the thread count.
+  constexpr int64_t kChunkElems = int64_t{1} << 15;
+  struct Chunk {
+    size_t tensor;
+    int64_t begin, end;
+  };
+  std::vector<Chunk> chunks;
+  uint64_t bytes = 0;
+  for (size_t t = 0; t < bound_.size(); ++t) {
+    const int64_t n = bound_[t].view.numel();
+    bytes += static_cast<uint64_t>(n) * dtype_size(bound_[t].view.dtype());
+    for (int64_t b = 0; b < n; b += kChunkElems) chunks.push_back({t, b, std::min(n, b + kChunkElems)});
+  }
+  std::vector<uint8_t> flagged(chunks.size(), 0);
+  genbridge::detail::parallel_for(static_cast<int64_t>(chunks.size()), kChunkElems * 2, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const Chunk& k = chunks[static_cast<size_t>(c)];
+      flagged[static_cast<size_t>(c)] = any_non_finite(bound_[k.tensor].view, k.begin, k.end) ? 1 : 0;
+    }
+  });
+  if (scan) {
+    scan->bytes = bytes;
+    scan->tensors = static_cast<int64_t>(bound_.size());
+    scan->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  const auto hit = std::find(flagged.begin(), flagged.end(), uint8_t{1});
+  if (hit == flagged.end()) return ok_status();
+  const Chunk& k = chunks[static_cast<size_t>(hit - flagged.begin())];
+  const BoundTensor& bt = bound_[k.tensor];
+  const FloatBits fb = float_bits(bt.view.dtype());
+  int64_t i = k.begin;
+  while (i < k.end && (element_bits(bt.view, i) & ~fb.sign_mask) < fb.exp_mask) ++i;
+  GB_CHECK(i < k.end, "check_finite: a flagged chunk holds no non-finite element");
+  std::string converted;
+  if (bt.converted) {
+    // The bf16 copy of an F16/F32 tensor: say whether the file holds the value or the conversion made it.
+    const TensorStore::Entry* e = store_->find(bt.name);
+    Result<TensorView> original = e ? e->file->view(*e->tensor) : Result<TensorView>(internal_error("gone"));
+    if (original.ok()) {
+      const uint32_t ob = element_bits(*original, i);
+      const FloatBits ofb = float_bits(original->dtype());
+      if ((ob & ~ofb.sign_mask) < ofb.exp_mask) {
+        const float value = original->dtype() == DType::kF32 ? std::bit_cast<float>(ob)
+                                                             : fp16_to_float(fp16_t{static_cast<uint16_t>(ob)});
+        converted = fmt::format(" after conversion to bf16 (the file holds {} {}, beyond bf16's range)",
+                                safetensors_dtype_name(original->dtype()), value);
+      }
+    }
+  }
+  return invalid_argument(
+      fmt::format("{}: tensor '{}' holds {} at flat index {} (index {} of shape {}){}; every "
+                  "weight must be finite",
+                  bt.file, bt.name, non_finite_name(bt.view.dtype(), element_bits(bt.view, i)), i,
+                  multi_index(bt.view, i), bt.view.shape_string(), converted));
 }
 
 }  // namespace genbridge::model

@@ -75,14 +75,25 @@ enum class WeightPrecision : uint8_t {
 struct LoadOptions {
   WeightPrecision precision = WeightPrecision::kBF16;
   bool populate = true;  // read every mapped page at open so the decode loop never waits on disk
+  // false: read every file into memory the Checkpoint owns instead of mapping it (MapOptions::use_mmap).
+  // For files that may change during the run: truncating a mapped file kills the process with SIGBUS.
+  bool use_mmap = true;
+};
+
+// What Checkpoint::check_finite read.
+struct WeightScan {
+  uint64_t bytes = 0;   // weight bytes read
+  int64_t tensors = 0;  // tensors read
+  double seconds = 0;   // wall time of the scan
 };
 
 class Checkpoint {
  public:
-  // Opens `dir`: parses dir/config.json, maps the safetensors (single or sharded), binds every tensor the
-  // config requires and checks its shape and dtype. Errors (InvalidArgument) name the file, the tensor and
-  // the rule; a tensor the model does not use is also an error (it means config and weights disagree),
-  // except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
+  // Opens `dir`: parses dir/config.json, maps (or reads, LoadOptions::use_mmap) the safetensors (single or
+  // sharded), binds every tensor the config requires and checks its shape and dtype. Every file must be a
+  // regular file (after symbolic links); anything else is refused without blocking. Errors (InvalidArgument) name the
+  // file, the tensor and the rule; a tensor the model does not use is also an error (it means config and weights
+  // disagree), except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
   static Result<Checkpoint> open(const std::filesystem::path& dir, const LoadOptions& options = {});
 
   Checkpoint(Checkpoint&&) noexcept = default;
@@ -97,6 +108,12 @@ class Checkpoint {
   uint64_t mapped_weight_bytes() const { return mapped_weight_bytes_; }
   // Bytes of bf16 buffers made at open by converting F16/F32 tensors (kBF16 only; 0 for a bf16 checkpoint).
   uint64_t converted_weight_bytes() const { return converted_weight_bytes_; }
+  // Reads every weight the model uses, as bound (after any conversion to bf16), and returns InvalidArgument
+  // naming the first NaN, +Inf or -Inf in binding order (embedding, layers in order, final norm, LM head):
+  // file, tensor, flat index and value. Fills `*scan` (when given) either way. Uses the kernel threads;
+  // the result does not depend on their number. Blocks while it reads (pages of a lazily mapped file
+  // are read from disk).
+  Status check_finite(WeightScan* scan = nullptr) const;
 
  private:
   Checkpoint() = default;
@@ -105,6 +122,14 @@ class Checkpoint {
   ModelConfig config_;
   std::unique_ptr<TensorStore> store_;
   std::vector<std::unique_ptr<bf16_t[]>> converted_;  // owned bf16 copies; heap buffers never move
+  // Every bound view with its name, in binding order (for check_finite).
+  struct BoundTensor {
+    std::string name;
+    std::string file;
+    TensorView view;
+    bool converted = false;  // an owned bf16 copy of an F16/F32 tensor
+  };
+  std::vector<BoundTensor> bound_;
   ModelWeights weights_;
   WeightPrecision precision_ = WeightPrecision::kBF16;
   uint64_t mapped_weight_bytes_ = 0;

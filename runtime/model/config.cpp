@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 
+#include "runtime/model/file_access.h"
 #include "runtime/model/json_util.h"
 
 namespace genbridge::model {
@@ -313,13 +312,13 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
 }
 
 Result<ModelConfig> load_model_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  // Regular files only: a FIFO would block the read forever, a directory would read as empty text.
+  GB_ASSIGN_OR_RETURN(const bool exists, detail::entry_exists(path));
+  if (!exists) {
     return invalid_argument(fmt::format("{}: cannot open the model config (does the file exist?)", path.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return invalid_argument(fmt::format("{}: read error", path.string()));
-  return parse_model_config(ss.str(), path.string());
+  }
+  GB_ASSIGN_OR_RETURN(const std::string text, detail::read_regular_file(path));
+  return parse_model_config(text, path.string());
 }
 
 std::string to_config_json(const ModelConfig& c) {

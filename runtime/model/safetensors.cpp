@@ -1,10 +1,7 @@
 #include "runtime/model/safetensors.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "runtime/model/file_access.h"
 #include "runtime/model/json_util.h"
 
 namespace genbridge::model {
@@ -88,52 +86,55 @@ bool as_u64(const json& v, uint64_t* out) {
 
 // ---- MappedFile ----
 
-Result<MappedFile> MappedFile::open(const std::filesystem::path& path, bool populate) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return invalid_argument(fmt::format("{}: cannot open: {}", path.string(), errno_text(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return invalid_argument(fmt::format("{}: cannot stat: {}", path.string(), errno_text(e)));
+Result<MappedFile> MappedFile::open(const std::filesystem::path& path, const MapOptions& options) {
+  GB_ASSIGN_OR_RETURN(detail::RegularFile file, detail::RegularFile::open(path));
+  const uint64_t size = file.size();
+  if (size == 0) return MappedFile(nullptr, 0, options.use_mmap);
+  if (!options.use_mmap) {
+    // Anonymous memory the process owns (page-aligned; pre-faulted in one call, which is cheaper than
+    // faulting page by page during the read), filled from the file, then made read-only like a mapping.
+    // Reading in parallel gains nothing measurable: providing the fresh pages dominates (docs/model_loading.md).
+    void* buf = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (buf == MAP_FAILED) {
+      return resource_exhausted(
+          fmt::format("{}: cannot allocate {} bytes to read the file into: {}", file.path(), size, errno_text(errno)));
+    }
+    MappedFile owned(static_cast<const std::byte*>(buf), size, false);
+    GB_RETURN_IF_ERROR(file.read_exact(0, buf, size));
+    ::mprotect(buf, size, PROT_READ);
+    return owned;
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return invalid_argument(fmt::format("{}: not a regular file", path.string()));
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return MappedFile(nullptr, 0);
-  }
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
-  const int e = errno;
-  ::close(fd);  // the mapping keeps the file referenced
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0), file.fd(), 0);
   if (p == MAP_FAILED) {
-    return resource_exhausted(fmt::format("{}: cannot memory-map {} bytes: {}", path.string(), size, errno_text(e)));
+    return resource_exhausted(fmt::format("{}: cannot memory-map {} bytes: {}", file.path(), size, errno_text(errno)));
   }
-  return MappedFile(static_cast<const std::byte*>(p), size);
+  return MappedFile(static_cast<const std::byte*>(p), size, true);  // the mapping keeps the file referenced
 }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept : data_(other.data_), size_(other.size_) {
+void MappedFile::release() {
+  if (data_) ::munmap(const_cast<std::byte*>(data_), size_);  // a file mapping or the anonymous copy
+  data_ = nullptr;
+  size_ = 0;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept : data_(other.data_), size_(other.size_), mapped_(other.mapped_) {
   other.data_ = nullptr;
   other.size_ = 0;
 }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    release();
     data_ = other.data_;
     size_ = other.size_;
+    mapped_ = other.mapped_;
     other.data_ = nullptr;
     other.size_ = 0;
   }
   return *this;
 }
 
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
-}
+MappedFile::~MappedFile() { release(); }
 
 // ---- reader ----
 
@@ -157,7 +158,7 @@ size_t safetensors_dtype_size(std::string_view name) {
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path, const MapOptions& options) {
   const std::string p = path.string();
-  GB_ASSIGN_OR_RETURN(MappedFile map, MappedFile::open(path, options.populate));
+  GB_ASSIGN_OR_RETURN(MappedFile map, MappedFile::open(path, options));
   const uint64_t size = map.size();
   if (size < 8) {
     return invalid_argument(
@@ -178,7 +179,9 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
     return invalid_argument(fmt::format("{}: the header does not start with '{{' (not a safetensors file?)", p));
   }
   std::string error;
-  std::optional<json> parsed = detail::parse_json_strict(std::string_view(header, header_len), &error);
+  // The format allows only spaces after the JSON (padding); the offsets in messages are file offsets.
+  std::optional<json> parsed = detail::parse_json_strict(std::string_view(header, header_len), &error,
+                                                         {.file_offset = 8, .padding = detail::JsonPadding::kSpaces});
   if (!parsed) return invalid_argument(fmt::format("{}: header: {}", p, error));
   if (!parsed->is_object()) return invalid_argument(fmt::format("{}: header: must be a JSON object", p));
 
@@ -214,7 +217,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
     if (sh->size() > static_cast<size_t>(kMaxRank)) {
       return bad(fmt::format("shape has rank {}; at most {} dimensions are supported", sh->size(), kMaxRank));
     }
-    // numel * element size must not overflow: bound the running product by 2^62.
+    // numel * element size must not overflow: bound the running product of the non-zero dimensions by 2^62,
+    // also when some dimension is 0 (views compute strides from the other dimensions).
     uint64_t bytes = info->size;
     bool overflow = false, empty = false;
     for (const json& d : *sh) {
@@ -229,11 +233,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
         bytes *= v;
       }
     }
-    if (empty) {
-      bytes = 0;
-    } else if (overflow) {
-      return bad(fmt::format("shape {} is too large", shape_string(t.shape)));
-    }
+    if (overflow) return bad(fmt::format("shape {} is too large", shape_string(t.shape)));
+    if (empty) bytes = 0;
     const auto off = entry.find("data_offsets");
     uint64_t begin = 0, end = 0;
     if (off == entry.end() || !off->is_array() || off->size() != 2 || !as_u64((*off)[0], &begin) ||

@@ -23,12 +23,24 @@ namespace genbridge::model {
 // Headers larger than this are refused (the reference implementation's limit).
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = uint64_t{100} << 20;
 
-// A read-only private memory mapping of a whole regular file. Move-only; unmaps on destruction.
-// The mapped bytes are PROT_READ: writing through a pointer into them faults.
+// Options for reading checkpoint files.
+struct MapOptions {
+  // true: map the file (zero-copy; pages are read on first touch, or at open with `populate`). If the file
+  // is truncated while mapped, the next touch of a page past its new end raises SIGBUS and kills the
+  // process (mmap semantics; populating does not prevent it, and no error can be returned). false: read
+  // the whole file into memory the process owns at open, so later changes to the file cannot affect it.
+  bool use_mmap = true;
+  bool populate = false;  // with use_mmap: read every page at open (MAP_POPULATE) instead of on first touch
+};
+
+// A read-only image of a whole regular file: a private memory mapping of the file, or the file read into
+// anonymous memory the process owns (MapOptions::use_mmap = false). Page-aligned either way. Move-only;
+// unmaps on destruction. The bytes are PROT_READ: writing through a pointer into them faults.
 class MappedFile {
  public:
-  // Maps `path`; `populate` pre-faults every page now (MAP_POPULATE) so later reads do no disk I/O.
-  static Result<MappedFile> open(const std::filesystem::path& path, bool populate);
+  // Maps or reads `path`, which must be a regular file after following symbolic links (a FIFO, device,
+  // directory, dangling or looping link is InvalidArgument saying which; nothing blocks on a FIFO).
+  static Result<MappedFile> open(const std::filesystem::path& path, const MapOptions& options);
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
   MappedFile(const MappedFile&) = delete;
@@ -37,11 +49,15 @@ class MappedFile {
 
   const std::byte* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // Whether the bytes are a memory mapping of the file (false: an owned copy read at open).
+  bool is_mapped() const { return mapped_; }
 
  private:
-  MappedFile(const std::byte* data, uint64_t size) : data_(data), size_(size) {}
+  MappedFile(const std::byte* data, uint64_t size, bool mapped) : data_(data), size_(size), mapped_(mapped) {}
+  void release();
   const std::byte* data_ = nullptr;
   uint64_t size_ = 0;
+  bool mapped_ = false;
 };
 
 // One header entry, validated. `offset` is the absolute byte offset of the data in the file.
@@ -54,17 +70,13 @@ struct SafetensorsTensor {
   int64_t numel() const;
 };
 
-// Options for mapping checkpoint files.
-struct MapOptions {
-  bool populate = false;  // read every page at open (MAP_POPULATE) instead of on first touch
-};
-
 // One opened safetensors file. Move-only; views stay valid while the object (moved or not) is alive.
 class SafetensorsFile {
  public:
-  // Maps and validates the file: header length, JSON, dtypes, shapes, and that the tensors' byte ranges
-  // tile the data section exactly (no overlap, no gap, no trailing bytes). InvalidArgument names the file,
-  // the tensor and the rule. Blocking file I/O.
+  // Maps (or reads, see MapOptions) and validates the file: regular file, header length, JSON (nothing but
+  // spaces after it), dtypes, shapes, and that the tensors' byte ranges tile the data section exactly (no
+  // overlap, no gap, no trailing bytes). InvalidArgument names the file, the tensor and the rule. Blocking
+  // file I/O.
   static Result<SafetensorsFile> open(const std::filesystem::path& path, const MapOptions& options = {});
 
   const std::string& path() const { return path_; }
@@ -79,7 +91,7 @@ class SafetensorsFile {
   // The "__metadata__" object (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t file_size() const { return map_->size(); }
-  // The whole mapped file (views point into it).
+  // The whole file image, mapped or read (views point into it).
   const MappedFile& mapping() const { return *map_; }
 
  private:

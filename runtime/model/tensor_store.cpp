@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
+#include "runtime/model/file_access.h"
 #include "runtime/model/json_util.h"
 
 namespace genbridge::model {
@@ -32,10 +31,12 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
   TensorStore store;
   const std::filesystem::path index_path = dir / kIndexFileName;
   const std::filesystem::path single_path = dir / kSingleFileName;
-  std::error_code ec;
-
-  if (!std::filesystem::exists(index_path, ec)) {
-    if (!std::filesystem::exists(single_path, ec)) {
+  // Existence is decided without following symbolic links: a dangling or looping link named like a
+  // checkpoint file is that file, broken (opening it says how), never a reason to look for another file.
+  GB_ASSIGN_OR_RETURN(const bool has_index, detail::entry_exists(index_path));
+  if (!has_index) {
+    GB_ASSIGN_OR_RETURN(const bool has_single, detail::entry_exists(single_path));
+    if (!has_single) {
       return invalid_argument(
           fmt::format("{}: no {} or {} in the checkpoint directory", dir.string(), kSingleFileName, kIndexFileName));
     }
@@ -51,12 +52,9 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
   // Sharded: read and check the index first.
   const std::string ip = index_path.string();
   store.source_ = ip;
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return invalid_argument(fmt::format("{}: cannot open the shard index", ip));
-  std::ostringstream text;
-  text << in.rdbuf();
+  GB_ASSIGN_OR_RETURN(const std::string text, detail::read_regular_file(index_path));
   std::string error;
-  std::optional<json> index = detail::parse_json_strict(text.str(), &error);
+  std::optional<json> index = detail::parse_json_strict(text, &error);
   if (!index) return invalid_argument(fmt::format("{}: {}", ip, error));
   const auto wm = index->is_object() ? index->find("weight_map") : index->end();
   if (!index->is_object() || wm == index->end() || !wm->is_object()) {
@@ -76,13 +74,19 @@ Result<TensorStore> TensorStore::open_dir(const std::filesystem::path& dir, cons
           fmt::format("{}: tensor '{}' maps to '{}': shard names must be plain file names in the checkpoint directory",
                       ip, name, s));
     }
+    if (s.find('\0') != std::string::npos) {
+      // "\u0000" in JSON: the name would be cut at the NUL when opened and could name another file.
+      return invalid_argument(fmt::format("{}: tensor '{}' maps to {}: a shard name cannot contain a NUL character", ip,
+                                          name, detail::json_excerpt(shard)));
+    }
     weight_map.emplace(name, s);
     shard_slot.emplace(s, 0);
   }
   if (weight_map.empty()) return invalid_argument(fmt::format("{}: weight_map lists no tensors", ip));
   for (auto& [shard, slot] : shard_slot) {
     const std::filesystem::path sp = dir / shard;
-    if (!std::filesystem::exists(sp, ec)) {
+    GB_ASSIGN_OR_RETURN(const bool shard_exists, detail::entry_exists(sp));
+    if (!shard_exists) {
       // Name one tensor that needs the missing shard, so the message points at the index entry.
       std::string tensor;
       for (const auto& [n, s] : weight_map) {

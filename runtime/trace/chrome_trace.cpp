@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <span>
+
+#include "runtime/engine/npy.h"
 
 namespace genbridge::runtime {
 
@@ -40,12 +42,8 @@ std::string ChromeTraceWriter::finish() {
 }
 
 Status write_trace_file(const std::string& path, std::string_view text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return unavailable(fmt::format("trace: cannot open '{}' for writing", path));
-  const size_t n = std::fwrite(text.data(), 1, text.size(), f);
-  const int rc = std::fclose(f);
-  if (n != text.size() || rc != 0) return unavailable(fmt::format("trace: writing '{}' failed", path));
-  return ok_status();
+  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(text.data()), text.size());
+  return engine::write_output_file("--trace", path, std::span<const std::span<const std::byte>>(&bytes, 1));
 }
 
 }  // namespace genbridge::runtime

@@ -32,7 +32,8 @@ class ChromeTraceWriter {
   bool first_ = true;
 };
 
-// Writes `text` to `path` (overwriting). Unavailable naming the path when it cannot be opened or written.
+// Writes `text` to `path` as every output file is written (runtime/engine/npy.h: a temporary file renamed
+// on success; devices and FIFOs directly); errors read "--trace <path>: <reason>".
 Status write_trace_file(const std::string& path, std::string_view text);
 
 }  // namespace genbridge::runtime

@@ -1,6 +1,7 @@
 // Model loading costs: writing synthetic checkpoints, opening a bf16 checkpoint (zero-copy: mmap, header
-// parsing, binding; populate on and off, page cache warm), and converting an f32 checkpoint to bf16 at open
-// (memory-bound: reported against the copy kernel).
+// parsing, binding; populate on and off, page cache warm), converting an f32 checkpoint to bf16 at open,
+// reading it into memory (--no-mmap) and scanning every weight for NaN / Inf (--check-weights); the last
+// three are memory-bound and reported against the copy kernel.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -64,6 +65,27 @@ void BM_open_f32_to_bf16(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_open_f32_to_bf16)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// --no-mmap: open reads every file into memory (page cache -> owned buffer: bytes moved = 2 x weights).
+void BM_open_no_mmap(benchmark::State& state) {
+  const std::filesystem::path& dir = checkpoint_dir("small");
+  const size_t bytes = 2 * model::model_weight_bytes(model::synthetic_preset_config("small").value());
+  run_memory_bound(state, bytes, [&] {
+    Result<Checkpoint> ck = Checkpoint::open(dir, LoadOptions{.use_mmap = false});
+    if (!ck.ok()) state.SkipWithError(ck.status().message().c_str());
+    benchmark::DoNotOptimize(ck->weights().lm_head.data());
+  });
+}
+BENCHMARK(BM_open_no_mmap)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+// --check-weights: every weight byte read once (bytes moved = weight bytes, all reads), populated mapping.
+void BM_check_finite(benchmark::State& state) {
+  const Checkpoint ck = Checkpoint::open(checkpoint_dir("small")).value();
+  run_memory_bound(state, ck.mapped_weight_bytes() + ck.converted_weight_bytes(), [&] {
+    if (!ck.check_finite().ok()) state.SkipWithError("non-finite weight");
+  });
+}
+BENCHMARK(BM_check_finite)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace genbridge::bench

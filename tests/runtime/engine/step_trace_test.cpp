@@ -100,8 +100,8 @@ TEST(StepTrace, spans_beyond_the_reserved_capacity_are_counted_as_dropped) {
 TEST(StepTrace, unwritable_path_is_an_error_naming_it) {
   const StepTrace trace(1);
   const Status s = trace.write("/nonexistent-dir/trace.json");
-  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(s.message(), "trace: cannot open '/nonexistent-dir/trace.json' for writing");
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.message().starts_with("--trace /nonexistent-dir/trace.json: ")) << s.message();
 }
 
 }  // namespace

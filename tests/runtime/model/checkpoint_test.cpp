@@ -2,6 +2,7 @@
 // open, tied embeddings, and every validation error (missing / wrong shape / wrong dtype / unused tensor).
 #include "runtime/model/checkpoint.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -274,6 +275,26 @@ TEST_F(CheckpointBroken, unused_tensor_means_config_and_weights_disagree) {
             file() +
                 ": tensor 'model.layers.0.mlp.experts.8.up_proj.weight' is not used by the model config.json "
                 "describes (1 unused tensor; config and weights disagree)");
+}
+
+TEST_F(CheckpointBroken, file_truncated_before_the_run) {
+  // The header promises more bytes than the file has: refused at open, naming the last tensor.
+  const SafetensorsFile f = SafetensorsFile::open(file()).value();
+  const SafetensorsTensor* last = &f.tensors()[0];
+  for (const SafetensorsTensor& t : f.tensors()) {
+    if (t.offset > last->offset) last = &t;
+  }
+  const uint64_t data_begin = f.file_size() - [&] {
+    uint64_t n = 0;
+    for (const SafetensorsTensor& t : f.tensors()) n += t.nbytes;
+    return n;
+  }();
+  const uint64_t begin = last->offset - data_begin, end = begin + last->nbytes;
+  std::filesystem::resize_file(file(), f.file_size() - 1);
+  EXPECT_EQ(open_error(dir_.path()),
+            fmt::format("{}: tensor '{}': data_offsets [{}, {}] run past the end of the data section ({} bytes; "
+                        "truncated file?)",
+                        file(), last->name, begin, end, end - 1));
 }
 
 TEST_F(CheckpointBroken, malformed_weights_file_is_named) {

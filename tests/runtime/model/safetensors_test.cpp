@@ -3,12 +3,14 @@
 #include "runtime/model/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <random>
 
 #include "genbridge/core/formats.h"
+#include "support/deadline.h"
 #include "support/temp_dir.h"
 
 namespace genbridge::model {
@@ -131,7 +133,8 @@ TEST_F(SafetensorsBroken, missing_file) {
 }
 
 TEST_F(SafetensorsBroken, directory_instead_of_file) {
-  EXPECT_EQ(SafetensorsFile::open(dir_.path()).status().message(), dir_.path().string() + ": not a regular file");
+  EXPECT_EQ(SafetensorsFile::open(dir_.path()).status().message(),
+            dir_.path().string() + ": is a directory, not a regular file");
 }
 
 TEST_F(SafetensorsBroken, truncated_before_header_length) {
@@ -167,9 +170,10 @@ TEST_F(SafetensorsBroken, malformed_json) {
   EXPECT_EQ(open_error(craft(R"({"a": {"dtype": "F32", )", "")),
             err("header: malformed JSON: parse error at line 1, column 24: syntax error while parsing object key - "
                 "unexpected end of input; expected string literal"));
+  // A complete object followed by more text: the first byte after it is named with its file offset.
   EXPECT_EQ(open_error(craft("{}}", "")),
-            err("header: malformed JSON: parse error at line 1, column 3: syntax error while parsing value - "
-                "unexpected '}'; expected end of input"));
+            err("header: unexpected '}' (0x7d) at byte offset 10 after the end of the JSON object; only spaces "
+                "(0x20) may follow it"));
 }
 
 TEST_F(SafetensorsBroken, duplicate_tensor_in_header) {
@@ -283,6 +287,97 @@ TEST_F(SafetensorsBroken, populate_maps_the_same_bytes) {
   Result<SafetensorsFile> f = SafetensorsFile::open(path(), MapOptions{.populate = true});
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->view("a")->data_as<const float>()[2], 3.f);
+}
+
+TEST_F(SafetensorsBroken, nul_byte_after_the_header_json) {
+  // nlohmann's parser takes NUL for the end of input: "{...}\0garbage" used to load.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  EXPECT_EQ(open_error(craft(header + std::string("\0garbage", 8), "abcd")),
+            err("header: NUL byte (0x00) at byte offset " + std::to_string(8 + header.size()) +
+                "; JSON text cannot contain one"));
+  // NUL padding is not space padding either.
+  EXPECT_EQ(open_error(craft(header + std::string(3, '\0'), "abcd")),
+            err("header: NUL byte (0x00) at byte offset " + std::to_string(8 + header.size()) +
+                "; JSON text cannot contain one"));
+}
+
+TEST_F(SafetensorsBroken, garbage_after_the_header_json) {
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  const std::string at = std::to_string(8 + header.size() + 2);
+  EXPECT_EQ(open_error(craft(header + "  garbage", "abcd")),
+            err("header: unexpected 'g' (0x67) at byte offset " + at +
+                " after the end of the JSON object; only spaces (0x20) may follow it"));
+  // The format pads with spaces (0x20) only; other JSON whitespace is refused too.
+  EXPECT_EQ(open_error(craft(header + "  \n", "abcd")),
+            err("header: unexpected byte 0x0a at byte offset " + at +
+                " after the end of the JSON object; only spaces (0x20) may follow it"));
+  EXPECT_EQ(open_error(craft(header + "\t", "abcd")),
+            err("header: unexpected byte 0x09 at byte offset " + std::to_string(8 + header.size()) +
+                " after the end of the JSON object; only spaces (0x20) may follow it"));
+  // Space padding is the format's and loads.
+  testing::write_file_bytes(path(), craft(header + "       ", "abcd"));
+  EXPECT_TRUE(SafetensorsFile::open(path()).ok());
+}
+
+TEST_F(SafetensorsBroken, braces_inside_strings_do_not_end_the_header) {
+  // Only brackets outside strings close the object: a name with '}' and an escaped quote still loads.
+  const std::string header = R"({"a}\"]":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}   )";
+  testing::write_file_bytes(path(), craft(header, "abcd"));
+  Result<SafetensorsFile> f = SafetensorsFile::open(path());
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->tensors()[0].name, "a}\"]");
+}
+
+TEST_F(SafetensorsBroken, zero_dimension_does_not_hide_an_overflowing_shape) {
+  // numel is 0, but a view's strides would multiply the other dimensions (signed overflow).
+  EXPECT_EQ(open_error(craft(R"({"t":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})", "")),
+            err("tensor 't': shape [0, 4611686018427387904, 4] is too large"));
+  // A zero dimension with sane others is an empty tensor.
+  testing::write_file_bytes(path(), craft(R"({"t":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]}})", ""));
+  EXPECT_TRUE(SafetensorsFile::open(path()).ok());
+}
+
+TEST_F(SafetensorsBroken, offsets_at_the_integer_limits) {
+  EXPECT_EQ(open_error(craft(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551615]}})", "abcd")),
+            err("tensor 't': data_offsets [0, 18446744073709551615] span 18446744073709551615 bytes but dtype F32 and "
+                "shape [1] need 4"));
+  EXPECT_EQ(open_error(craft(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,)"
+                             R"(18446744073709551616]}})",
+                             "abcd")),
+            err("tensor 't': data_offsets must be two non-negative integers [begin, end]"));
+  EXPECT_EQ(open_error(craft(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551611,)"
+                             R"(18446744073709551615]}})",
+                             "abcd")),
+            err("tensor 't': data_offsets [18446744073709551611, 18446744073709551615] run past the end of the data "
+                "section (4 bytes; truncated file?)"));
+}
+
+TEST_F(SafetensorsBroken, fifo_is_refused_without_blocking) {
+  ASSERT_EQ(::mkfifo(path().c_str(), 0600), 0);
+  // Before the fix open() blocked forever here (no writer); now it is refused after a stat.
+  const Status st = testing::call_with_deadline([&] { return SafetensorsFile::open(path()).status(); }, {path()});
+  EXPECT_EQ(st.message(), err("is a FIFO (named pipe), not a regular file"));
+}
+
+TEST_F(SafetensorsBroken, read_into_memory_gives_the_same_bytes) {
+  std::vector<float> v(1000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.25f;
+  const uint16_t b[3] = {0x3f80, 0x7f80, 0xffc1};
+  ASSERT_TRUE(
+      write_safetensors(path(), {{{"f", DType::kF32, {10, 100}}, v.data()}, {{"b", DType::kBF16, {3}}, b}}).ok());
+  Result<SafetensorsFile> mapped = SafetensorsFile::open(path());
+  Result<SafetensorsFile> read = SafetensorsFile::open(path(), MapOptions{.use_mmap = false});
+  ASSERT_TRUE(mapped.ok() && read.ok()) << read.status().to_string();
+  EXPECT_TRUE(mapped->mapping().is_mapped());
+  EXPECT_FALSE(read->mapping().is_mapped());
+  ASSERT_EQ(read->file_size(), mapped->file_size());
+  EXPECT_EQ(std::memcmp(read->mapping().data(), mapped->mapping().data(), read->file_size()), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(read->mapping().data()) % 64, 0u);
+  EXPECT_EQ(read->view("f")->data_as<const float>()[999], 249.75f);
+  EXPECT_EQ(read->view("b")->data_as<const uint16_t>()[2], 0xffc1);
+  // The copy is the process's own: truncating the file does not touch it.
+  ASSERT_EQ(::truncate(path().c_str(), 0), 0);
+  EXPECT_EQ(read->view("f")->data_as<const float>()[999], 249.75f);
 }
 
 TEST(SafetensorsWriter, refuses_bad_specs_and_sizes) {

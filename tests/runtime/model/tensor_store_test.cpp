@@ -112,6 +112,14 @@ TEST_F(TensorStoreSharded, shard_names_must_be_plain_file_names) {
   }
 }
 
+TEST_F(TensorStoreSharded, shard_name_with_a_nul_character) {
+  // Opened by its C string, "<shard>\u0000junk" would silently open <shard>.
+  shard(kS1, {"a"});
+  index(R"({"weight_map": {"a": ")" + std::string(kS1) + R"(\u0000junk"}})");
+  EXPECT_EQ(open_error(),
+            idx() + ": tensor 'a' maps to \"" + kS1 + "\\u0000junk\": a shard name cannot contain a NUL character");
+}
+
 TEST_F(TensorStoreSharded, malformed_index) {
   index("{\"weight_map\": {");
   EXPECT_EQ(open_error(), idx() +

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# CLI checks of the loader flags, as a user runs them.
+#   no_mmap GENBRIDGE WORK          --no-mmap prints the same results and dumps byte-identical logits as a
+#                                   mapped run (monolithic and in-process AFD)
+#   check_weights GENBRIDGE WRITER WORK   --check-weights passes a clean model printing the scan's cost, and
+#                                   refuses one with +Inf in lm_head naming the tensor, index and value
+#   fifo GENBRIDGE WORK             a FIFO named config.json / model.safetensors is refused at once (it used
+#                                   to block open() forever)
+set -u
+case=$1 genbridge=$2
+shift 2
+fail() { echo "FAIL: $*"; exit 1; }
+
+case $case in
+no_mmap)
+  work=$1
+  rm -rf "$work" && mkdir -p "$work" || exit 1
+  "$genbridge" make-model --preset tiny --seed 3 "$work/m" > /dev/null 2>&1 || fail "make-model failed"
+  common=(--model "$work/m" --num-prompts 3 --prompt-len 9 --max-new-tokens 6 --quiet)
+  for mode in mmap no_mmap afd_no_mmap; do
+    extra=()
+    [ $mode != mmap ] && extra+=(--no-mmap)
+    [ $mode = afd_no_mmap ] && extra+=(--afd 2A1F)
+    "$genbridge" run "${common[@]}" "${extra[@]}" --dump-logits "$work/$mode.npy" > "$work/$mode.txt" 2> "$work/$mode.err" ||
+      { cat "$work/$mode.err"; fail "genbridge run ($mode) failed"; }
+    grep '^request ' "$work/$mode.txt" > "$work/$mode.results"
+  done
+  [ "$(wc -l < "$work/mmap.results")" = 3 ] || fail "expected 3 result lines"
+  for mode in no_mmap afd_no_mmap; do
+    diff "$work/mmap.results" "$work/$mode.results" || fail "$mode results differ from the mapped run"
+    cmp "$work/mmap.npy" "$work/$mode.npy" || fail "$mode logits differ from the mapped run"
+  done
+  echo "PASS: --no-mmap results and logits identical (monolithic and --afd 2A1F)"
+  ;;
+check_weights)
+  writer=$1 work=$2
+  rm -rf "$work" && mkdir -p "$work" || exit 1
+  "$genbridge" make-model --preset tiny --seed 1 "$work/clean" > /dev/null 2>&1 || fail "make-model failed"
+  "$writer" "$work/inf" || fail "write_nonfinite_checkpoint failed"
+  "$genbridge" run --model "$work/clean" --prompt 1,2,3 --max-new-tokens 2 --quiet --check-weights \
+    > "$work/clean.out" 2> "$work/clean.err" || { cat "$work/clean.err"; fail "the clean model was refused"; }
+  cat "$work/clean.err"
+  grep -Eq '^check-weights: 125 tensors, 2\.6 MiB scanned in [0-9.e+-]+ s \([0-9.]+ GB/s\): all finite$' \
+    "$work/clean.err" || fail "no scan cost line for the clean model"
+  "$genbridge" run --model "$work/inf" --prompt 1,2,3 --max-new-tokens 2 --quiet --check-weights \
+    > "$work/inf.out" 2> "$work/inf.err"
+  rc=$?
+  cat "$work/inf.err"
+  [ $rc = 1 ] || fail "exit code $rc for a model with +Inf (expected 1)"
+  want="genbridge run: InvalidArgument: $work/inf/model.safetensors: tensor 'lm_head.weight' holds +Inf at flat index 60000 (index [468, 96] of shape [512, 128]); every weight must be finite"
+  grep -Fxq "$want" "$work/inf.err" || fail "expected the line: $want"
+  grep -q '^request ' "$work/inf.out" && fail "results were printed for a refused model"
+  echo "PASS: --check-weights"
+  ;;
+fifo)
+  work=$1
+  rm -rf "$work" && mkdir -p "$work" || exit 1
+  "$genbridge" make-model --preset tiny --seed 1 "$work/m" > /dev/null 2>&1 || fail "make-model failed"
+  for f in config.json model.safetensors; do
+    mv "$work/m/$f" "$work/$f.saved" && mkfifo "$work/m/$f" || exit 1
+    timeout -k 2 10 "$genbridge" run --model "$work/m" --prompt 1 --max-new-tokens 1 --quiet > /dev/null 2> "$work/err"
+    rc=$?
+    cat "$work/err"
+    [ $rc = 124 ] && fail "genbridge run blocked on a FIFO named $f"
+    [ $rc = 1 ] || fail "exit code $rc (expected 1)"
+    grep -Fxq "genbridge run: InvalidArgument: $work/m/$f: is a FIFO (named pipe), not a regular file" "$work/err" ||
+      fail "no message naming the FIFO $f"
+    rm "$work/m/$f" && mv "$work/$f.saved" "$work/m/$f"
+  done
+  echo "PASS: FIFOs refused without blocking"
+  ;;
+*)
+  fail "unknown case $case"
+  ;;
+esac

@@ -1,0 +1,694 @@
+// Every flag of `genbridge run`, `afd-worker`, `make-model` and `info` at its extremes (0, negative, huge,
+// not a number, empty) and in the combinations that would silently ignore it, run on the built binary:
+// the exit code, the exact message and that nothing was printed as a result. One table; each row is a
+// ctest case (tools.cli_flags_test.Cli/Flags.refused/<row>).
+//
+// Placeholders in arguments and messages: $MODEL (a tiny checkpoint made once per process), $DIR (an
+// empty scratch directory), $PHYS_MIB (this machine's physical memory in MiB).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef GENBRIDGE_CLI
+#error "GENBRIDGE_CLI (the path of the genbridge binary) must be defined by tests/tools/CMakeLists.txt"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
+  return s;
+}
+
+struct Env {
+  std::string name, value;  // value "<unset>" unsets
+};
+
+// Runs the binary with `args` and `env` (GENBRIDGE_NUM_THREADS is unset unless given), optionally with a
+// file size limit (a full disk), within 60 s.
+Outcome run_cli(const std::vector<std::string>& args, const std::vector<Env>& env, const fs::path& scratch,
+                long fsize_limit = -1, const fs::path& stdout_to = {}) {
+  const fs::path out_path = stdout_to.empty() ? scratch / "stdout.txt" : stdout_to, err_path = scratch / "stderr.txt";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | (stdout_to.empty() ? O_TRUNC : 0), 0600);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (out < 0 || err < 0) ::_exit(120);
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+    ::unsetenv("GENBRIDGE_NUM_THREADS");
+    ::unsetenv("GENBRIDGE_SOC");
+    ::setenv("GENBRIDGE_CACHE_DIR", (scratch / "cache").c_str(), 1);
+    for (const Env& e : env) {
+      if (e.value == "<unset>") {
+        ::unsetenv(e.name.c_str());
+      } else {
+        ::setenv(e.name.c_str(), e.value.c_str(), 1);
+      }
+    }
+    if (fsize_limit >= 0) {
+      ::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit r;
+      ::getrlimit(RLIMIT_FSIZE, &r);
+      r.rlim_cur = static_cast<rlim_t>(fsize_limit);
+      ::setrlimit(RLIMIT_FSIZE, &r);
+    }
+    std::vector<char*> argv;
+    // GENBRIDGE_TEST_CLI runs the table against another binary (e.g. an older build, to see what it misses).
+    const char* other = std::getenv("GENBRIDGE_TEST_CLI");
+    std::string prog = other && *other ? other : GENBRIDGE_CLI;
+    argv.push_back(prog.data());
+    std::vector<std::string> copies = args;
+    for (auto& a : copies) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(prog.c_str(), argv.data());
+    ::_exit(127);
+  }
+  Outcome o;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "genbridge did not finish within 60 s";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (stdout_to.empty()) o.out = slurp(out_path);
+  o.err = slurp(err_path);
+  return o;
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> v;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+std::string phys_mib() {
+  return std::to_string(static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20);
+}
+
+// One tiny checkpoint per test process.
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string tmpl = (fs::temp_directory_path() / "genbridge_cli_test_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    model_ = root_ / "tiny";
+    const Outcome o = run_cli({"make-model", "--preset", "tiny", "--seed", "1", model_.string()}, {}, root_);
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  void SetUp() override {
+    scratch_ = root_ / ("case" + std::to_string(++counter_));
+    fs::create_directories(scratch_ / "dir");
+  }
+  std::string expand(const std::string& s) const {
+    return replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR", (scratch_ / "dir").string()),
+                       "$PHYS_MIB", phys_mib());
+  }
+  std::vector<std::string> expand(const std::vector<std::string>& v) const {
+    std::vector<std::string> r;
+    for (const auto& s : v) r.push_back(expand(s));
+    return r;
+  }
+  Outcome run(const std::vector<std::string>& args, const std::vector<Env>& env = {}, long fsize = -1) const {
+    return run_cli(expand(args), env, scratch_, fsize);
+  }
+  static inline fs::path root_, model_;
+  static inline int counter_ = 0;
+  fs::path scratch_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// The table: arguments, environment, exit code and the exact line stderr must hold.
+
+struct Row {
+  const char* name;
+  std::vector<std::string> args;
+  int exit_code;
+  std::string message;
+  std::vector<Env> env = {};
+};
+
+std::ostream& operator<<(std::ostream& os, const Row& r) { return os << r.name; }
+
+const std::string kHelp = "Run with --help for more information.";
+// A run on the tiny model, quiet, small: the flags under test are appended (and replace the small sizes).
+std::vector<std::string> R(std::vector<std::string> more) {
+  std::vector<std::string> a{"run", "--model", "$MODEL", "--quiet"};
+  for (const char* f : {"--max-new-tokens", "--num-prompts", "--prompt-len"}) {
+    if (std::find(more.begin(), more.end(), f) != more.end()) continue;
+    a.push_back(f);
+    a.push_back(std::string(f) == "--prompt-len" ? "3" : "2");
+  }
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+// The same without --num-prompts/--prompt-len (for rows that set them or use --prompt).
+std::vector<std::string> Rbare(std::vector<std::string> more) {
+  std::vector<std::string> a{"run", "--model", "$MODEL", "--quiet", "--max-new-tokens", "2"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+std::vector<std::string> W(std::vector<std::string> more) {
+  std::vector<std::string> a{"afd-worker", "--model", "$MODEL", "--quiet"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+const std::string kIds = "; expected comma-separated token ids in [0, 2147483647]";
+const std::string kU64 = ": expected an integer in [0, 18446744073709551615]";
+
+const std::vector<Row> kRows = {
+    // --model
+    {"model_empty", {"run", "--model", ""}, 2, "genbridge run: --model '': the value is empty"},
+    // --preset, --model-seed: the synthetic model; an error with --model
+    {"preset_empty", R({"--preset", ""}), 2, "genbridge run: --preset '': expected one of tiny | tiny-gemma | small"},
+    {"preset_unknown", R({"--preset", "huge"}), 2,
+     "genbridge run: --preset huge: expected one of tiny | tiny-gemma | small"},
+    {"preset_with_model", R({"--preset", "tiny"}), 2,
+     "genbridge run: --preset chooses the synthetic model, which is not used with --model $MODEL; drop one of them"},
+    {"model_seed_negative", R({"--model-seed", "-1"}), 2, "genbridge run: --model-seed -1" + kU64},
+    {"model_seed_huge", R({"--model-seed", "18446744073709551616"}), 2,
+     "genbridge run: --model-seed 18446744073709551616" + kU64},
+    {"model_seed_not_a_number", R({"--model-seed", "x"}), 2, "genbridge run: --model-seed x" + kU64},
+    {"model_seed_empty", R({"--model-seed", ""}), 2, "genbridge run: --model-seed ''" + kU64},
+    {"model_seed_with_model", R({"--model-seed", "3"}), 2,
+     "genbridge run: --model-seed chooses the synthetic model, which is not used with --model $MODEL; drop one of "
+     "them"},
+    // --num-prompts
+    {"num_prompts_zero", Rbare({"--num-prompts", "0"}), 2,
+     "genbridge run: --num-prompts 0: expected an integer in [1, 4096]"},
+    {"num_prompts_negative", Rbare({"--num-prompts", "-1"}), 2,
+     "genbridge run: --num-prompts -1: expected an integer in [1, 4096]"},
+    {"num_prompts_huge", Rbare({"--num-prompts", "99999999999"}), 2,
+     "genbridge run: --num-prompts 99999999999: expected an integer in [1, 4096]"},
+    {"num_prompts_not_a_number", Rbare({"--num-prompts", "8x"}), 2,
+     "genbridge run: --num-prompts 8x: expected an integer in [1, 4096]"},
+    {"num_prompts_empty", Rbare({"--num-prompts", ""}), 2,
+     "genbridge run: --num-prompts '': expected an integer in [1, 4096]"},
+    {"num_prompts_with_prompt", Rbare({"--num-prompts", "2", "--prompt", "1,2"}), 2,
+     "genbridge run: --num-prompts shapes the generated prompts, which are not used with --prompt; drop one of them"},
+    // --prompt-len
+    {"prompt_len_zero", Rbare({"--prompt-len", "0"}), 2,
+     "genbridge run: --prompt-len 0: expected an integer in [1, 1048576]"},
+    {"prompt_len_negative", Rbare({"--prompt-len", "-5"}), 2,
+     "genbridge run: --prompt-len -5: expected an integer in [1, 1048576]"},
+    {"prompt_len_huge", Rbare({"--prompt-len", "1048577"}), 2,
+     "genbridge run: --prompt-len 1048577: expected an integer in [1, 1048576]"},
+    {"prompt_len_not_a_number", Rbare({"--prompt-len", "1.5"}), 2,
+     "genbridge run: --prompt-len 1.5: expected an integer in [1, 1048576]"},
+    {"prompt_len_empty", Rbare({"--prompt-len", ""}), 2,
+     "genbridge run: --prompt-len '': expected an integer in [1, 1048576]"},
+    {"prompt_len_with_prompt", Rbare({"--prompt-len", "4", "--prompt", "1"}), 2,
+     "genbridge run: --prompt-len shapes the generated prompts, which are not used with --prompt; drop one of them"},
+    {"prompt_len_past_max_positions", Rbare({"--prompt-len", "4095"}), 2,
+     "genbridge run: --prompt-len 4095 + --max-new-tokens 2 = 4097 tokens exceeds the model's max_position_embeddings "
+     "(4096)"},
+    // --prompt (before: 4294967297 decoded as token 1, 99999999999999999999 as -1, "1,2," was accepted)
+    {"prompt_wraps_32_bits", Rbare({"--prompt", "4294967297"}), 2,
+     "genbridge run: --prompt 4294967297: item 1 (4294967297) is not a token id" + kIds},
+    {"prompt_huge", Rbare({"--prompt", "99999999999999999999"}), 2,
+     "genbridge run: --prompt 99999999999999999999: item 1 (99999999999999999999) is not a token id" + kIds},
+    {"prompt_negative", Rbare({"--prompt", "-1"}), 2,
+     "genbridge run: --prompt -1: item 1 (-1) is not a token id" + kIds},
+    {"prompt_trailing_comma", Rbare({"--prompt", "1,2,"}), 2, "genbridge run: --prompt 1,2,: item 3 is empty" + kIds},
+    {"prompt_leading_comma", Rbare({"--prompt", ",1"}), 2, "genbridge run: --prompt ,1: item 1 is empty" + kIds},
+    {"prompt_double_comma", Rbare({"--prompt", "1,,2"}), 2, "genbridge run: --prompt 1,,2: item 2 is empty" + kIds},
+    {"prompt_not_a_number", Rbare({"--prompt", "1,x"}), 2,
+     "genbridge run: --prompt 1,x: item 2 (x) is not a token id" + kIds},
+    {"prompt_spaces", Rbare({"--prompt", "1, 2"}), 2,
+     "genbridge run: --prompt 1, 2: item 2 ( 2) is not a token id" + kIds},
+    {"prompt_empty", Rbare({"--prompt", ""}), 2, "genbridge run: --prompt '': the prompt is empty" + kIds},
+    {"prompt_outside_vocabulary", Rbare({"--prompt", "1,512"}), 2,
+     "genbridge run: --prompt 1,512: token 512 is outside the model's vocabulary [0, 512)"},
+    {"prompt_past_max_positions",
+     {"run", "--model", "$MODEL", "--quiet", "--prompt", "1,2,3", "--max-new-tokens", "4094"},
+     2,
+     "genbridge run: --prompt 1,2,3 (3 tokens) + --max-new-tokens 4094 = 4097 tokens exceeds the model's "
+     "max_position_embeddings (4096)"},
+    // --max-new-tokens
+    {"max_new_tokens_zero", R({"--max-new-tokens", "0"}), 2,
+     "genbridge run: --max-new-tokens 0: expected an integer in [1, 1048576]"},
+    {"max_new_tokens_negative", R({"--max-new-tokens", "-1"}), 2,
+     "genbridge run: --max-new-tokens -1: expected an integer in [1, 1048576]"},
+    {"max_new_tokens_huge", R({"--max-new-tokens", "4294967298"}), 2,
+     "genbridge run: --max-new-tokens 4294967298: expected an integer in [1, 1048576]"},
+    {"max_new_tokens_not_a_number", R({"--max-new-tokens", "two"}), 2,
+     "genbridge run: --max-new-tokens two: expected an integer in [1, 1048576]"},
+    {"max_new_tokens_empty", R({"--max-new-tokens", ""}), 2,
+     "genbridge run: --max-new-tokens '': expected an integer in [1, 1048576]"},
+    // --stop-token (before: -5 and 99999 were accepted)
+    {"stop_token_negative", R({"--stop-token", "-5"}), 2,
+     "genbridge run: --stop-token -5: expected an integer in [0, 2147483647]"},
+    {"stop_token_outside_vocabulary", R({"--stop-token", "99999"}), 2,
+     "genbridge run: --stop-token 99999: expected a token id in [0, 512) (the model's vocabulary)"},
+    {"stop_token_vocabulary_size", R({"--stop-token", "5", "--stop-token", "512"}), 2,
+     "genbridge run: --stop-token 512: expected a token id in [0, 512) (the model's vocabulary)"},
+    {"stop_token_huge", R({"--stop-token", "2147483648"}), 2,
+     "genbridge run: --stop-token 2147483648: expected an integer in [0, 2147483647]"},
+    {"stop_token_not_a_number", R({"--stop-token", "eos"}), 2,
+     "genbridge run: --stop-token eos: expected an integer in [0, 2147483647]"},
+    {"stop_token_empty", R({"--stop-token", ""}), 2,
+     "genbridge run: --stop-token '': expected an integer in [0, 2147483647]"},
+    // --temperature
+    {"temperature_negative", R({"--temperature", "-1"}), 2,
+     "genbridge run: --temperature -1: expected a finite number >= 0"},
+    {"temperature_nan", R({"--temperature", "nan"}), 2,
+     "genbridge run: --temperature nan: expected a finite number >= 0"},
+    {"temperature_inf", R({"--temperature", "inf"}), 2,
+     "genbridge run: --temperature inf: expected a finite number >= 0"},
+    {"temperature_huge", R({"--temperature", "1e400"}), 2,
+     "genbridge run: --temperature 1e400: expected a finite number >= 0"},
+    {"temperature_not_a_number", R({"--temperature", "hot"}), 2,
+     "genbridge run: --temperature hot: expected a finite number >= 0"},
+    {"temperature_empty", R({"--temperature", ""}), 2,
+     "genbridge run: --temperature '': expected a finite number >= 0"},
+    // --top-k
+    {"top_k_negative", R({"--top-k", "-3"}), 2, "genbridge run: --top-k -3: expected an integer in [0, 2147483647]"},
+    {"top_k_huge", R({"--top-k", "2147483648"}), 2,
+     "genbridge run: --top-k 2147483648: expected an integer in [0, 2147483647]"},
+    {"top_k_not_a_number", R({"--top-k", "all"}), 2,
+     "genbridge run: --top-k all: expected an integer in [0, 2147483647]"},
+    {"top_k_empty", R({"--top-k", ""}), 2, "genbridge run: --top-k '': expected an integer in [0, 2147483647]"},
+    // --top-p
+    {"top_p_zero", R({"--top-p", "0"}), 2, "genbridge run: --top-p 0: expected a number in (0, 1]"},
+    {"top_p_negative", R({"--top-p", "-0.5"}), 2, "genbridge run: --top-p -0.5: expected a number in (0, 1]"},
+    {"top_p_above_one", R({"--top-p", "1.5"}), 2, "genbridge run: --top-p 1.5: expected a number in (0, 1]"},
+    {"top_p_nan", R({"--top-p", "nan"}), 2, "genbridge run: --top-p nan: expected a number in (0, 1]"},
+    {"top_p_not_a_number", R({"--top-p", "x"}), 2, "genbridge run: --top-p x: expected a number in (0, 1]"},
+    {"top_p_empty", R({"--top-p", ""}), 2, "genbridge run: --top-p '': expected a number in (0, 1]"},
+    // --seed
+    {"seed_negative", R({"--seed", "-1"}), 2, "genbridge run: --seed -1" + kU64},
+    {"seed_huge", R({"--seed", "18446744073709551616"}), 2, "genbridge run: --seed 18446744073709551616" + kU64},
+    {"seed_not_a_number", R({"--seed", "0x10"}), 2, "genbridge run: --seed 0x10" + kU64},
+    {"seed_empty", R({"--seed", ""}), 2, "genbridge run: --seed ''" + kU64},
+    // --max-batch
+    {"max_batch_zero", R({"--max-batch", "0"}), 2, "genbridge run: --max-batch 0: expected an integer in [1, 4096]"},
+    {"max_batch_negative", R({"--max-batch", "-2"}), 2,
+     "genbridge run: --max-batch -2: expected an integer in [1, 4096]"},
+    {"max_batch_huge", R({"--max-batch", "4097"}), 2,
+     "genbridge run: --max-batch 4097: expected an integer in [1, 4096]"},
+    {"max_batch_not_a_number", R({"--max-batch", "x"}), 2,
+     "genbridge run: --max-batch x: expected an integer in [1, 4096]"},
+    {"max_batch_empty", R({"--max-batch", ""}), 2, "genbridge run: --max-batch '': expected an integer in [1, 4096]"},
+    // --kv-memory-mb (before: -1 meant unlimited, 8796093022208 reported a negative budget, 100000000 took 12 s)
+    {"kv_memory_negative", R({"--kv-memory-mb", "-1"}), 2,
+     "genbridge run: --kv-memory-mb -1: expected an integer in [0, 8796093022207]"},
+    {"kv_memory_overflows_bytes", R({"--kv-memory-mb", "8796093022208"}), 2,
+     "genbridge run: --kv-memory-mb 8796093022208: expected an integer in [0, 8796093022207]"},
+    {"kv_memory_past_physical_memory", R({"--kv-memory-mb", "100000000"}), 2,
+     "genbridge run: --kv-memory-mb 100000000: more than this machine's physical memory ($PHYS_MIB MiB)"},
+    {"kv_memory_not_a_number", R({"--kv-memory-mb", "1G"}), 2,
+     "genbridge run: --kv-memory-mb 1G: expected an integer in [0, 8796093022207]"},
+    {"kv_memory_empty", R({"--kv-memory-mb", ""}), 2,
+     "genbridge run: --kv-memory-mb '': expected an integer in [0, 8796093022207]"},
+    // --kv-cache-dtype
+    {"kv_cache_dtype_unknown", R({"--kv-cache-dtype", "fp4"}), 2,
+     "genbridge run: --kv-cache-dtype fp4: expected one of auto | bf16 | quantized"},
+    {"kv_cache_dtype_empty", R({"--kv-cache-dtype", ""}), 2,
+     "genbridge run: --kv-cache-dtype '': expected one of auto | bf16 | quantized"},
+    // --soc
+    {"soc_empty", R({"--soc", ""}), 2, "genbridge run: --soc '': the value is empty"},
+    // --threads (before: -1 was accepted)
+    {"threads_negative", R({"--threads", "-1"}), 2, "genbridge run: --threads -1: expected an integer in [0, 255]"},
+    {"threads_huge", R({"--threads", "256"}), 2, "genbridge run: --threads 256: expected an integer in [0, 255]"},
+    {"threads_not_a_number", R({"--threads", "many"}), 2,
+     "genbridge run: --threads many: expected an integer in [0, 255]"},
+    {"threads_empty", R({"--threads", ""}), 2, "genbridge run: --threads '': expected an integer in [0, 255]"},
+    // GENBRIDGE_NUM_THREADS (before: abc and -3 were ignored silently)
+    {"num_threads_env_not_a_number",
+     R({}),
+     2,
+     "genbridge run: GENBRIDGE_NUM_THREADS=abc: expected an integer in [1, 255] (unset it to use every core)",
+     {{"GENBRIDGE_NUM_THREADS", "abc"}}},
+    {"num_threads_env_negative",
+     R({}),
+     2,
+     "genbridge run: GENBRIDGE_NUM_THREADS=-3: expected an integer in [1, 255] (unset it to use every core)",
+     {{"GENBRIDGE_NUM_THREADS", "-3"}}},
+    {"num_threads_env_zero",
+     R({}),
+     2,
+     "genbridge run: GENBRIDGE_NUM_THREADS=0: expected an integer in [1, 255] (unset it to use every core)",
+     {{"GENBRIDGE_NUM_THREADS", "0"}}},
+    // --dump-logits and --trace: checked before decoding
+    {"dump_logits_empty", R({"--dump-logits", ""}), 2, "genbridge run: --dump-logits '': the value is empty"},
+    {"dump_logits_directory", R({"--dump-logits", "$DIR"}), 2,
+     "genbridge run: --dump-logits $DIR: is a directory; expected a file name"},
+    {"dump_logits_missing_directory", R({"--dump-logits", "$DIR/missing/x.npy"}), 2,
+     "genbridge run: --dump-logits $DIR/missing/x.npy: the directory $DIR/missing does not exist"},
+    {"trace_empty", R({"--afd", "1A1F", "--trace", ""}), 2, "genbridge run: --trace '': the value is empty"},
+    {"trace_directory", R({"--afd", "1A1F", "--trace", "$DIR"}), 2,
+     "genbridge run: --trace $DIR: is a directory; expected a file name"},
+    {"trace_missing_directory", R({"--afd", "1A1F", "--trace", "$DIR/missing/t.json"}), 2,
+     "genbridge run: --trace $DIR/missing/t.json: the directory $DIR/missing does not exist"},
+    {"trace_and_dump_same_file", R({"--afd", "1A1F", "--trace", "$DIR/x", "--dump-logits", "$DIR/x"}), 2,
+     "genbridge run: --trace $DIR/x and --dump-logits $DIR/x name the same file"},
+    // --afd
+    {"afd_empty", R({"--afd", ""}), 2, "genbridge run: --afd '': the value is empty"},
+    {"afd_malformed", R({"--afd", "2X"}), 2,
+     "genbridge run: --afd 2X: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. "
+     "2A1F"},
+    {"afd_zero_ranks", R({"--afd", "0A1F"}), 2,
+     "genbridge run: --afd 0A1F: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. "
+     "2A1F"},
+    {"afd_negative_ranks", R({"--afd", "2A-1F"}), 2,
+     "genbridge run: --afd 2A-1F: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. "
+     "2A1F"},
+    {"afd_too_many_ranks", R({"--afd", "65A1F"}), 2,
+     "genbridge run: --afd 65A1F: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, 64], e.g. "
+     "2A1F"},
+    {"afd_huge", R({"--afd", "99999999999A1F"}), 2,
+     "genbridge run: --afd 99999999999A1F: expected <A>A<F>F with A attention ranks in [1, 64] and F FFN ranks in [1, "
+     "64], e.g. 2A1F"},
+    {"afd_experts_not_divisible", R({"--afd", "1A3F"}), 2,
+     "genbridge run: --afd 1A3F: the model's 8 experts cannot be split evenly over 3 FFN ranks"},
+    // --afd-* flags: ranges, and an error without --afd (before: --afd-stages 4 without --afd was ignored)
+    {"afd_stages_zero", R({"--afd", "1A1F", "--afd-stages", "0"}), 2,
+     "genbridge run: --afd-stages 0: expected an integer in [1, 3]"},
+    {"afd_stages_huge", R({"--afd", "1A1F", "--afd-stages", "4"}), 2,
+     "genbridge run: --afd-stages 4: expected an integer in [1, 3]"},
+    {"afd_stages_negative", R({"--afd", "1A1F", "--afd-stages", "-1"}), 2,
+     "genbridge run: --afd-stages -1: expected an integer in [1, 3]"},
+    {"afd_stages_not_a_number", R({"--afd", "1A1F", "--afd-stages", "two"}), 2,
+     "genbridge run: --afd-stages two: expected an integer in [1, 3]"},
+    {"afd_stages_empty", R({"--afd", "1A1F", "--afd-stages", ""}), 2,
+     "genbridge run: --afd-stages '': expected an integer in [1, 3]"},
+    {"afd_stages_without_afd", R({"--afd-stages", "2"}), 2,
+     "genbridge run: --afd-stages applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop --afd-stages"},
+    {"afd_connector_unknown", R({"--afd", "1A1F", "--afd-connector", "rdma"}), 2,
+     "genbridge run: --afd-connector rdma: expected one of sync | async"},
+    {"afd_connector_without_afd", R({"--afd-connector", "async"}), 2,
+     "genbridge run: --afd-connector applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
+     "--afd-connector"},
+    {"afd_transport_mpi_in_run", R({"--afd", "1A1F", "--afd-transport", "mpi"}), 2,
+     "genbridge run: --afd-transport mpi: `genbridge run` runs every rank in this process (inproc); for MPI launch "
+     "ranks with mpirun and `genbridge afd-worker` (see docs/afd_mpi.md)"},
+    {"afd_transport_unknown", R({"--afd", "1A1F", "--afd-transport", "tcp"}), 2,
+     "genbridge run: --afd-transport tcp: expected one of inproc | mpi"},
+    {"afd_transport_without_afd", R({"--afd-transport", "inproc"}), 2,
+     "genbridge run: --afd-transport applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
+     "--afd-transport"},
+    // --afd-timeout (before: nan, inf and 1e300 reported "'timeout_ms' is -9223372036854775808")
+    {"afd_timeout_nan", R({"--afd", "1A1F", "--afd-timeout", "nan"}), 2,
+     "genbridge run: --afd-timeout nan: expected a number of seconds in [0.001, 86400]"},
+    {"afd_timeout_inf", R({"--afd", "1A1F", "--afd-timeout", "inf"}), 2,
+     "genbridge run: --afd-timeout inf: expected a number of seconds in [0.001, 86400]"},
+    {"afd_timeout_huge", R({"--afd", "1A1F", "--afd-timeout", "1e300"}), 2,
+     "genbridge run: --afd-timeout 1e300: expected a number of seconds in [0.001, 86400]"},
+    {"afd_timeout_zero", R({"--afd", "1A1F", "--afd-timeout", "0"}), 2,
+     "genbridge run: --afd-timeout 0: expected a number of seconds in [0.001, 86400]"},
+    {"afd_timeout_negative", R({"--afd", "1A1F", "--afd-timeout", "-1"}), 2,
+     "genbridge run: --afd-timeout -1: expected a number of seconds in [0.001, 86400]"},
+    {"afd_timeout_not_a_number", R({"--afd", "1A1F", "--afd-timeout", "30s"}), 2,
+     "genbridge run: --afd-timeout 30s: expected a number of seconds in [0.001, 86400]"},
+    {"afd_timeout_empty", R({"--afd", "1A1F", "--afd-timeout", ""}), 2,
+     "genbridge run: --afd-timeout '': expected a number of seconds in [0.001, 86400]"},
+    {"afd_timeout_without_afd", R({"--afd-timeout", "5"}), 2,
+     "genbridge run: --afd-timeout applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
+     "--afd-timeout"},
+    // CLI11's own checks keep exit code 2
+    {"unknown_flag", R({"--temprature", "1"}), 2,
+     "genbridge run: The following arguments were not expected: 1 --temprature"},
+    {"missing_value", R({"--threads"}), 2, "genbridge run: --threads: 1 required INT missing"},
+    {"no_subcommand", {}, 2, "genbridge: A subcommand is required"},
+
+    // afd-worker: the same flags and checks, plus its own
+    {"worker_without_afd", W({}), 2,
+     "genbridge afd-worker: --afd is required: the job's topology, e.g. 2A1F (2 attention ranks, 1 FFN rank)"},
+    {"worker_inproc_transport", W({"--afd", "1A1F", "--afd-transport", "inproc"}), 2,
+     "genbridge afd-worker: --afd-transport inproc: `genbridge afd-worker` is one process of an mpirun job (mpi); for "
+     "the in-process transport use `genbridge run --afd`"},
+    {"worker_role_unknown", W({"--afd", "1A1F", "--role", "router"}), 2,
+     "genbridge afd-worker: --role router: expected one of attention | ffn"},
+    {"worker_role_empty", W({"--afd", "1A1F", "--role", ""}), 2,
+     "genbridge afd-worker: --role '': expected one of attention | ffn"},
+    {"worker_threads_negative", W({"--afd", "1A1F", "--threads", "-1"}), 2,
+     "genbridge afd-worker: --threads -1: expected an integer in [0, 255]"},
+    {"worker_timeout_nan", W({"--afd", "1A1F", "--afd-timeout", "nan"}), 2,
+     "genbridge afd-worker: --afd-timeout nan: expected a number of seconds in [0.001, 86400]"},
+    {"worker_kv_memory_negative", W({"--afd", "1A1F", "--kv-memory-mb", "-1"}), 2,
+     "genbridge afd-worker: --kv-memory-mb -1: expected an integer in [0, 8796093022207]"},
+    {"worker_stop_token_outside_vocabulary", W({"--afd", "1A1F", "--stop-token", "600"}), 2,
+     "genbridge afd-worker: --stop-token 600: expected a token id in [0, 512) (the model's vocabulary)"},
+    {"worker_prompt_trailing_comma", W({"--afd", "1A1F", "--prompt", "7,"}), 2,
+     "genbridge afd-worker: --prompt 7,: item 2 is empty" + kIds},
+    {"worker_dump_logits_directory", W({"--afd", "1A1F", "--dump-logits", "$DIR"}), 2,
+     "genbridge afd-worker: --dump-logits $DIR: is a directory; expected a file name"},
+    {"worker_env_threads",
+     W({"--afd", "1A1F"}),
+     2,
+     "genbridge afd-worker: GENBRIDGE_NUM_THREADS=abc: expected an integer in [1, 255] (unset it to use every core)",
+     {{"GENBRIDGE_NUM_THREADS", "abc"}}},
+
+    // make-model
+    {"make_preset_unknown",
+     {"make-model", "--preset", "huge", "$DIR/m"},
+     2,
+     "genbridge make-model: --preset huge: expected one of tiny | tiny-gemma | small"},
+    {"make_preset_empty",
+     {"make-model", "--preset", "", "$DIR/m"},
+     2,
+     "genbridge make-model: --preset '': expected one of tiny | tiny-gemma | small"},
+    {"make_seed_negative", {"make-model", "--seed", "-1", "$DIR/m"}, 2, "genbridge make-model: --seed -1" + kU64},
+    {"make_seed_huge",
+     {"make-model", "--seed", "18446744073709551616", "$DIR/m"},
+     2,
+     "genbridge make-model: --seed 18446744073709551616" + kU64},
+    {"make_seed_not_a_number", {"make-model", "--seed", "x", "$DIR/m"}, 2, "genbridge make-model: --seed x" + kU64},
+    {"make_seed_empty", {"make-model", "--seed", "", "$DIR/m"}, 2, "genbridge make-model: --seed ''" + kU64},
+    {"make_shards_zero",
+     {"make-model", "--shards", "0", "$DIR/m"},
+     2,
+     "genbridge make-model: --shards 0: expected an integer in [1, 64]"},
+    {"make_shards_negative",
+     {"make-model", "--shards", "-1", "$DIR/m"},
+     2,
+     "genbridge make-model: --shards -1: expected an integer in [1, 64]"},
+    {"make_shards_huge",
+     {"make-model", "--shards", "65", "$DIR/m"},
+     2,
+     "genbridge make-model: --shards 65: expected an integer in [1, 64]"},
+    {"make_shards_not_a_number",
+     {"make-model", "--shards", "two", "$DIR/m"},
+     2,
+     "genbridge make-model: --shards two: expected an integer in [1, 64]"},
+    {"make_shards_empty",
+     {"make-model", "--shards", "", "$DIR/m"},
+     2,
+     "genbridge make-model: --shards '': expected an integer in [1, 64]"},
+    {"make_out_dir_empty", {"make-model", ""}, 2, "genbridge make-model: OUT_DIR '': the value is empty"},
+    {"make_out_dir_missing", {"make-model"}, 2, "genbridge make-model: OUT_DIR is required"},
+    {"make_env_threads",
+     {"make-model", "$DIR/m"},
+     2,
+     "genbridge make-model: GENBRIDGE_NUM_THREADS=-3: expected an integer in [1, 255] (unset it to use every core)",
+     {{"GENBRIDGE_NUM_THREADS", "-3"}}},
+
+    // info (before: `info --soc foo` printed part of its report, then the error)
+    {"info_soc_empty", {"info", "--soc", ""}, 2, "genbridge info: --soc '': the value is empty"},
+    {"info_soc_unknown",
+     {"info", "--soc", "foo"},
+     1,
+     "genbridge info: InvalidArgument: DeviceOperator: configured SoC selector 'foo' is not known; accepted selectors: "
+     "910B, Ascend910B1..Ascend910B4, 910, 910C, Ascend910_93xx (e.g. Ascend910_9382, Ascend910_9392), 950, "
+     "Ascend950, Ascend950PR_xxxx, Ascend950DT_xxxx"},
+    {"info_soc_env_unknown",
+     {"info"},
+     1,
+     "genbridge info: InvalidArgument: DeviceOperator: configured SoC selector 'foo' is not known; accepted selectors: "
+     "910B, Ascend910B1..Ascend910B4, 910, 910C, Ascend910_93xx (e.g. Ascend910_9382, Ascend910_9392), 950, "
+     "Ascend950, Ascend950PR_xxxx, Ascend950DT_xxxx",
+     {{"GENBRIDGE_SOC", "foo"}}},
+};
+
+class Flags : public CliTest, public ::testing::WithParamInterface<Row> {};
+
+TEST_P(Flags, refused) {
+  const Row& row = GetParam();
+  const Outcome o = run(row.args, row.env);
+  EXPECT_EQ(o.exit_code, row.exit_code) << o.err;
+  const std::string want = expand(row.message);
+  const auto err = lines(o.err);
+  EXPECT_NE(std::find(err.begin(), err.end(), want), err.end()) << "stderr:\n"
+                                                                << o.err << "\nwanted the line:\n"
+                                                                << want;
+  if (row.exit_code == 2 && !err.empty() && err[0].find(": The following") == std::string::npos) {
+    // Flag-value errors come alone (or with the help hint), never after a log line.
+    EXPECT_EQ(err[0], want);
+  }
+  EXPECT_EQ(o.out, "") << "nothing may be printed as a result";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cli, Flags, ::testing::ValuesIn(kRows),
+                         [](const ::testing::TestParamInfo<Row>& i) { return std::string(i.param.name); });
+
+// ---------------------------------------------------------------------------------------------------
+// Exit codes of the one run path: 0, 3 (a request refused), 1 (failed), 2 (usage), the same for `run`
+// and `run --afd` (before: `run --afd` returned 0 with refused requests). afd-worker: tests/tools/CMakeLists.txt.
+
+int count_results(const std::string& out) {
+  int n = 0;
+  for (const auto& l : lines(out)) n += l.rfind("request ", 0) == 0;
+  return n;
+}
+
+TEST_F(CliTest, exit_codes_of_run_and_run_afd_agree) {
+  for (const std::vector<std::string> afd :
+       {std::vector<std::string>{}, {"--afd", "2A1F"}, {"--afd", "1A2F", "--afd-connector", "async"}}) {
+    auto args = [&](std::vector<std::string> more) {
+      std::vector<std::string> a = R(std::move(more));
+      a.insert(a.end(), afd.begin(), afd.end());
+      return a;
+    };
+    const std::string mode = afd.empty() ? "run" : "run " + afd[1];
+    const Outcome ok = run(args({}));
+    EXPECT_EQ(ok.exit_code, 0) << mode << ok.err;
+    EXPECT_EQ(count_results(ok.out), 2) << mode;
+    // 600 prompt tokens need 5 pages of 128; 1 MiB holds 4 pages of this model: every request is refused.
+    const Outcome refused = run(args({"--kv-memory-mb", "1", "--prompt-len", "600"}));
+    EXPECT_EQ(refused.exit_code, 3) << mode << refused.err;
+    EXPECT_EQ(count_results(refused.out), 2) << mode;
+    EXPECT_NE(refused.out.find("request 0: refused: request 0 needs 5 KV pages"), std::string::npos) << refused.out;
+    const Outcome failed = run({"run", "--model", (scratch_ / "no-model").string(), "--quiet"});
+    EXPECT_EQ(failed.exit_code, 1) << mode << failed.err;
+    EXPECT_EQ(failed.out, "");
+    const Outcome usage = run(args({"--threads", "-1"}));
+    EXPECT_EQ(usage.exit_code, 2) << mode;
+  }
+}
+
+// A refused request among finished ones still makes the exit code 3; the others' results are printed.
+TEST_F(CliTest, one_refused_request_among_finished_ones_exits_3) {
+  std::string long_prompt = "1";
+  for (int i = 1; i < 600; ++i) long_prompt += ",1";
+  for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "2A1F"}}) {
+    std::vector<std::string> a = {"run", "--model",  "$MODEL", "--quiet",  "--max-new-tokens", "2", "--kv-memory-mb",
+                                  "1",   "--prompt", "5,6",    "--prompt", long_prompt};
+    a.insert(a.end(), afd.begin(), afd.end());
+    const Outcome o = run(a);
+    EXPECT_EQ(o.exit_code, 3) << o.err;
+    EXPECT_NE(o.out.find("request 0 (length, 2 tokens)"), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("request 1: refused:"), std::string::npos) << o.out;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Output files: a bad path fails before anything is decoded or printed; a failed write fails before the
+// results are printed and leaves no file; a good one leaves exactly the file.
+
+TEST_F(CliTest, dump_logits_is_written_before_the_results_and_leaves_no_temporary_file) {
+  for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "2A1F"}}) {
+    const fs::path dir = scratch_ / "dir" / (afd.empty() ? "mono" : "afd");
+    fs::create_directories(dir);
+    std::vector<std::string> a = R({"--dump-logits", (dir / "x.npy").string()});
+    a.insert(a.end(), afd.begin(), afd.end());
+    const Outcome o = run(a);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(count_results(o.out), 2);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    EXPECT_EQ(names, std::vector<std::string>{"x.npy"});
+    // 2 requests x 2 generated tokens = 4 rows of 512 fp32 logits after a 128-byte header.
+    EXPECT_EQ(fs::file_size(dir / "x.npy"), 128u + 4u * 512u * 4u);
+  }
+}
+
+TEST_F(CliTest, dump_logits_to_dev_full_fails_before_printing_results) {
+  for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "2A1F"}}) {
+    std::vector<std::string> a = R({"--dump-logits", "/dev/full"});
+    a.insert(a.end(), afd.begin(), afd.end());
+    const Outcome o = run(a);
+    EXPECT_EQ(o.exit_code, 1);
+    EXPECT_EQ(o.err, "genbridge run: Unavailable: --dump-logits /dev/full: writing failed: No space left on device\n");
+    EXPECT_EQ(o.out, "");
+  }
+}
+
+// A full disk (a file size limit) before: a truncated or 0-byte file after all results were printed.
+TEST_F(CliTest, dump_logits_on_a_full_disk_fails_before_printing_and_leaves_no_file) {
+  const fs::path dir = scratch_ / "dir";
+  const std::string path = (dir / "x.npy").string();
+  const Outcome o = run(R({"--dump-logits", path}), {}, /*fsize=*/1000);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(o.err, "genbridge run: Unavailable: --dump-logits " + path + ": writing failed: File too large\n");
+  EXPECT_EQ(o.out, "");
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
+// /dev/null is a character device: written directly (the run succeeds and the device stays one).
+TEST_F(CliTest, dump_logits_to_dev_null_succeeds) {
+  const Outcome o = run(R({"--dump-logits", "/dev/null"}));
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
+// Results that cannot be written to stdout (a full disk) are a failure (before: exit 0).
+TEST_F(CliTest, a_failed_write_to_stdout_exits_1) {
+  const Outcome o = run_cli(expand(R({})), {}, scratch_, -1, "/dev/full");
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_EQ(o.err, "genbridge: writing to standard output failed: No space left on device\n");
+}
+
+// `info` validates the SoC before printing anything; a good selector prints the whole report.
+TEST_F(CliTest, info_prints_the_whole_report_or_nothing) {
+  const Outcome good = run({"info"});
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_EQ(good.out.rfind("provider target: ", 0), 0u) << good.out;
+  EXPECT_NE(good.out.find("manifest:"), std::string::npos);
+  const Outcome bad = run({"info", "--soc", "foo"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.out, "");
+}
+
+// Every flag of `run` states its range or choices and its default in --help.
+TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
+  const Outcome o = run({"run", "--help"});
+  ASSERT_EQ(o.exit_code, 0);
+  for (const char* s :
+       {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
+        "Integer in [0, 8796093022207]. Default: 0", "A number in (0, 1]. Default: 1",
+        "A finite number >= 0. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
+        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request"}) {
+    EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;
+  }
+}
+
+}  // namespace
