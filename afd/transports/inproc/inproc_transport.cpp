@@ -119,7 +119,9 @@ class InprocTransport final : public Transport {
     }
     std::unique_lock lock(world_->mu);
     closed_ = true;
-    // Withdraw everything still queued; wait for copies that read or write our memory.
+    // Withdraw everything still queued; wait for copies that read or write our memory. (The one wait here
+    // without a deadline, and in cancel(): it waits for a memcpy another thread of this process is doing
+    // between two lock sections, never for a peer to act, so it is bounded by that copy.)
     for (int ch = 0; ch < kNumChannels; ++ch) {
       std::erase_if(world_->recvs_[rank_ * kNumChannels + ch],
                     [&](const InprocWorld::Pending& p) { return p.rank == rank_; });
