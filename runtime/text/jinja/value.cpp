@@ -1,0 +1,379 @@
+#include "runtime/text/jinja/value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/text/utf8.h"
+
+namespace genbridge::text::jinja {
+
+Value Value::new_list(List items) {
+  Value x = with_kind(Kind::kList);
+  x.list = std::make_shared<List>(std::move(items));
+  return x;
+}
+Value Value::new_dict() {
+  Value x = with_kind(Kind::kDict);
+  x.dict = std::make_shared<Dict>();
+  return x;
+}
+Value Value::new_namespace() {
+  Value x = with_kind(Kind::kNamespace);
+  x.dict = std::make_shared<Dict>();
+  return x;
+}
+
+const Value* Dict::find(std::string_view key) const {
+  for (const auto& [k, v] : items) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+void Dict::set(std::string key, Value v) {
+  for (auto& [k, old] : items) {
+    if (k == key) {
+      old = std::move(v);
+      return;
+    }
+  }
+  items.emplace_back(std::move(key), std::move(v));
+}
+
+bool truthy(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.b;
+    case Value::Kind::kInt:
+      return v.i != 0;
+    case Value::Kind::kFloat:
+      return v.f != 0;
+    case Value::Kind::kString:
+      return !v.s.empty();
+    case Value::Kind::kList:
+      return !v.list->empty();
+    case Value::Kind::kDict:
+      return !v.dict->items.empty();
+    case Value::Kind::kNamespace:
+    case Value::Kind::kMacro:
+      return true;
+  }
+  return false;
+}
+
+bool equal(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.kind != Value::Kind::kFloat && b.kind != Value::Kind::kFloat) {
+      const int64_t x = a.kind == Value::Kind::kBool ? a.b : a.i, y = b.kind == Value::Kind::kBool ? b.b : b.i;
+      return x == y;
+    }
+    return a.as_double() == b.as_double();
+  }
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.s == b.s;
+    case Value::Kind::kList:
+      if (a.list->size() != b.list->size()) return false;
+      for (size_t i = 0; i < a.list->size(); ++i) {
+        if (!equal((*a.list)[i], (*b.list)[i])) return false;
+      }
+      return true;
+    case Value::Kind::kDict:
+      if (a.dict->items.size() != b.dict->items.size()) return false;
+      for (const auto& [k, v] : a.dict->items) {
+        const Value* o = b.dict->find(k);
+        if (!o || !equal(v, *o)) return false;
+      }
+      return true;
+    default:
+      return a.dict == b.dict && a.macro == b.macro;
+  }
+}
+
+const char* type_name(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+      return "undefined";
+    case Value::Kind::kNone:
+      return "NoneType";
+    case Value::Kind::kBool:
+      return "bool";
+    case Value::Kind::kInt:
+      return "int";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "str";
+    case Value::Kind::kList:
+      return "list";
+    case Value::Kind::kDict:
+      return "dict";
+    case Value::Kind::kNamespace:
+      return "Namespace";
+    case Value::Kind::kMacro:
+      return "Macro";
+  }
+  return "?";
+}
+
+std::string float_repr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return std::signbit(v) ? "-0.0" : "0.0";
+  // Shortest round-trip digits, then Python's layout: fixed for exponents in [-4, 16), else scientific.
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);
+  const size_t e = sci.find('e');
+  std::string mant = sci.substr(0, e);
+  const int exp = std::stoi(sci.substr(e + 1));
+  const bool neg = mant[0] == '-';
+  if (neg) mant.erase(0, 1);
+  std::string digits;
+  for (char c : mant) {
+    if (c != '.') digits += c;
+  }
+  std::string out = neg ? "-" : "";
+  if (exp >= -4 && exp < 16) {
+    if (exp < 0) {
+      out += "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+    } else if (static_cast<size_t>(exp) + 1 >= digits.size()) {
+      out += digits + std::string(static_cast<size_t>(exp) + 1 - digits.size(), '0') + ".0";
+    } else {
+      out += digits.substr(0, static_cast<size_t>(exp) + 1) + "." + digits.substr(static_cast<size_t>(exp) + 1);
+    }
+    return out;
+  }
+  out += digits.substr(0, 1);
+  if (digits.size() > 1) out += "." + digits.substr(1);
+  char ebuf[16];
+  std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
+  return out + ebuf;
+}
+
+namespace {
+
+std::string repr_string(const std::string& s) {
+  // Python picks single quotes unless the string holds ' and no ".
+  const bool dq = s.find('\'') != std::string::npos && s.find('"') == std::string::npos;
+  const char q = dq ? '"' : '\'';
+  std::string out(1, q);
+  for (char c : s) {
+    if (c == q || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += c;
+    }
+  }
+  return out + q;
+}
+
+void json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+Status json_value(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
+  const auto newline = [&](int d) {
+    if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
+  };
+  const char* sep = indent >= 0 ? "," : ", ";
+  switch (v.kind) {
+    case Value::Kind::kNone:
+      out += "null";
+      return ok_status();
+    case Value::Kind::kBool:
+      out += v.b ? "true" : "false";
+      return ok_status();
+    case Value::Kind::kInt:
+      out += std::to_string(v.i);
+      return ok_status();
+    case Value::Kind::kFloat:
+      if (std::isnan(v.f)) {
+        out += "NaN";
+      } else if (std::isinf(v.f)) {
+        out += v.f > 0 ? "Infinity" : "-Infinity";
+      } else {
+        out += float_repr(v.f);
+      }
+      return ok_status();
+    case Value::Kind::kString:
+      json_string(out, v.s);
+      return ok_status();
+    case Value::Kind::kList:
+      out += '[';
+      if (v.list->empty()) return out += ']', ok_status();
+      for (size_t i = 0; i < v.list->size(); ++i) {
+        if (i) out += sep;
+        newline(depth + 1);
+        GB_RETURN_IF_ERROR(json_value(out, (*v.list)[i], indent, sort_keys, depth + 1));
+      }
+      newline(depth);
+      out += ']';
+      return ok_status();
+    case Value::Kind::kDict:
+    case Value::Kind::kNamespace: {
+      out += '{';
+      if (v.dict->items.empty()) return out += '}', ok_status();
+      std::vector<const std::pair<std::string, Value>*> items;
+      for (const auto& kv : v.dict->items) items.push_back(&kv);
+      if (sort_keys) std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += sep;
+        newline(depth + 1);
+        json_string(out, items[i]->first);
+        out += ": ";
+        GB_RETURN_IF_ERROR(json_value(out, items[i]->second, indent, sort_keys, depth + 1));
+      }
+      newline(depth);
+      out += '}';
+      return ok_status();
+    }
+    default:
+      return invalid_argument(std::string("tojson: a value of type ") + type_name(v) + " is not JSON serializable");
+  }
+}
+
+}  // namespace
+
+std::string repr(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kString:
+      return repr_string(v.s);
+    case Value::Kind::kList: {
+      std::string out = "[";
+      for (size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + repr((*v.list)[i]);
+      return out + "]";
+    }
+    case Value::Kind::kDict: {
+      std::string out = "{";
+      for (size_t i = 0; i < v.dict->items.size(); ++i) {
+        out += (i ? ", " : "") + repr_string(v.dict->items[i].first) + ": " + repr(v.dict->items[i].second);
+      }
+      return out + "}";
+    }
+    default:
+      return to_output(v);
+  }
+}
+
+std::string to_output(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.b ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.i);
+    case Value::Kind::kFloat:
+      return float_repr(v.f);
+    case Value::Kind::kString:
+      return v.s;
+    case Value::Kind::kList:
+    case Value::Kind::kDict:
+      return repr(v);
+    case Value::Kind::kNamespace:
+      return "<Namespace>";
+    case Value::Kind::kMacro:
+      return "<Macro>";
+  }
+  return "";
+}
+
+Result<std::string> to_json_text(const Value& v, int indent, bool sort_keys) {
+  std::string out;
+  GB_RETURN_IF_ERROR(json_value(out, v, indent, sort_keys, 0));
+  return out;
+}
+
+Value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value::number(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      Value l = Value::new_list();
+      for (const auto& e : j) l.list->push_back(from_json(e));
+      return l;
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Value d = Value::new_dict();
+      for (const auto& [k, e] : j.items()) d.dict->items.emplace_back(k, from_json(e));
+      return d;
+    }
+    default:
+      return Value();
+  }
+}
+
+std::vector<std::string_view> code_points(std::string_view s) {
+  std::vector<std::string_view> out;
+  for (size_t pos = 0; pos < s.size();) {
+    const Utf8Step st = utf8_step(s, pos);
+    const size_t n = st.length == 0 ? 1 : st.length;
+    out.push_back(s.substr(pos, n));
+    pos += n;
+  }
+  return out;
+}
+
+}  // namespace genbridge::text::jinja
