@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "afd/connector_base.h"
@@ -70,24 +71,17 @@ class AsyncConnector final : public ConnectorBase {
             "afd recv_work_item: every receive slot is held by a work item that was not handed back with "
             "send_ffn_output()");
       }
-      // A slot is due when its attention rank is in the middle of a step on that stage.
-      int due = -1;
-      for (size_t i = 0; i < slots_.size() && due < 0; ++i) {
-        if (!slots_[i].closed && last_index_[i] >= 0 && last_index_[i] < num_moe - 1) due = static_cast<int>(i);
-      }
-      const int64_t timeout = due >= 0 ? cfg_.timeout_ms : cfg_.idle_timeout_ms;
-      const Deadline deadline = deadline_after_ms(timeout);
       for (;;) {
-        Completion c;
-        Result<int> r = transport_->wait_any(wait_ids_, deadline, &c);
-        if (!r.ok()) {
-          if (due >= 0) {
-            const RecvSlot& slot = slots_[due];
-            return wait_error(r.status(), "the hidden states", topo_.attention_world[slot.peer],
-                              moe_layers_[last_index_[due] + 1], slot.stage, last_step_[due], timeout);
-          }
-          return wait_error(r.status(), "the next transfer", -1, -1, 0, 0, timeout);
+        // Every attention rank that has not finished owes its next transfer by its own deadline (see
+        // peer_deadline): the wait ends at the earliest one, so a stopped rank is caught even while the
+        // others keep this rank busy.
+        int late = -1;
+        for (int a = 0; a < A; ++a) {
+          if (!peer_finished_[a] && (late < 0 || peer_deadline(a) < peer_deadline(late))) late = a;
         }
+        Completion c;
+        Result<int> r = transport_->wait_any(wait_ids_, peer_deadline(late), &c);
+        if (!r.ok()) return late_peer_error(r.status(), late);
         complete_slot_request(*r, c);
         const int i = wait_slots_[*r / 2];
         RecvSlot& slot = slots_[i];
@@ -136,6 +130,7 @@ class AsyncConnector final : public ConnectorBase {
     last_index_.assign(slots_.size(), -1);
     for (size_t i = 0; i < slots_.size(); ++i) all_slots_.push_back(static_cast<int>(i));
     last_step_.assign(slots_.size(), -1);
+    peer_finished_.assign(cfg_.num_attention, false);
     return ok_status();
   }
 
@@ -145,6 +140,24 @@ class AsyncConnector final : public ConnectorBase {
   }
 
  private:
+  // The error of a wait that ended at attention rank a's deadline (or failed): names a and what it owed.
+  Status late_peer_error(const Status& s, int a) const {
+    const int num_moe = static_cast<int>(moe_layers_.size());
+    const int64_t timeout = peer_timeout_ms(a);
+    // Mid-step on some stage: its next MoE layer there is due.
+    for (int st = 0; st < cfg_.num_stages; ++st) {
+      const int i = slot_index(a, st);
+      if (last_index_[i] >= 0 && last_index_[i] < num_moe - 1) {
+        return wait_error(s, "the hidden states", topo_.attention_world[a], moe_layers_[last_index_[i] + 1], st,
+                          last_step_[i], timeout);
+      }
+    }
+    int64_t last = -1;
+    for (int st = 0; st < cfg_.num_stages; ++st) last = std::max(last, last_step_[slot_index(a, st)]);
+    if (!peer_started(a)) return wait_error(s, "the first step", topo_.attention_world[a], -1, 0, 0, timeout);
+    return wait_error(s, "the next step", topo_.attention_world[a], -1, 0, last + 1, timeout);
+  }
+
   Status peer_done(int a) {
     const int num_moe = static_cast<int>(moe_layers_.size());
     for (int s = 0; s < cfg_.num_stages; ++s) {
@@ -162,6 +175,7 @@ class AsyncConnector final : public ConnectorBase {
       slot.pending = 0;
       slot.closed = true;
     }
+    peer_finished_[a] = true;
     ++peers_done_;
     return ok_status();
   }
@@ -171,6 +185,7 @@ class AsyncConnector final : public ConnectorBase {
   std::vector<int> last_index_;     // per slot: index in moe_layers_ of the last received layer, -1 before any
   std::vector<int64_t> last_step_;  // per slot
   int peers_done_ = 0;
+  std::vector<bool> peer_finished_;  // per attention rank: its done message arrived
   std::vector<int> all_slots_;
 };
 

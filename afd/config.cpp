@@ -52,8 +52,8 @@ Status validate(const AfdConfig& c) {
   }
   if (c.timeout_ms < 1) return rule("timeout_ms", std::to_string(c.timeout_ms), "must be >= 1");
   if (c.init_timeout_ms < 1) return rule("init_timeout_ms", std::to_string(c.init_timeout_ms), "must be >= 1");
-  if (c.idle_timeout_ms < 0) {
-    return rule("idle_timeout_ms", std::to_string(c.idle_timeout_ms), "must be >= 0 (0 waits without a deadline)");
+  if (c.idle_timeout_ms < 1) {
+    return rule("idle_timeout_ms", std::to_string(c.idle_timeout_ms), "must be >= 1 (every wait has a deadline)");
   }
   if (c.num_experts < 1) return rule("num_experts", std::to_string(c.num_experts), "must be >= 1");
   if (c.num_experts % c.num_ffn != 0) {

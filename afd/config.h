@@ -34,12 +34,17 @@ struct AfdConfig {
   bool async_dp = false;  // "async_dp": attention ranks step independently (async connector only)
   // Buffers are registered once for this many tokens per attention rank per stage.
   int max_tokens_per_stage = 256;  // "max_tokens_per_stage" >= 1
-  // Deadline of every wait inside a step (a transfer, a control message, init, close).
+  // Deadline of every wait for something a peer owes: a transfer or control message inside a step, the
+  // next step of an attention rank that has started and not finished (attention ranks step back to back
+  // until they finish), the lockstep step agreement, close.
   int64_t timeout_ms = 30000;  // "timeout_ms" >= 1
-  // Deadline of an FFN rank waiting for the next step to begin; 0 waits until close() or a peer fails.
-  int64_t idle_timeout_ms = 0;  // "idle_timeout_ms" >= 0
-  // Deadline of the collective phases outside steps: init() (ranks may finish loading their weights at
-  // different times before calling it) and gather().
+  // Deadline of a rank waiting for peers that may still be busy with their own work: an attention rank that
+  // finished waiting for the other attention ranks to finish (async_dp), world rank 0 gathering metrics
+  // from ranks that finish at different times, and the MPI transport's close. A stuck busy rank is caught
+  // sooner by the ranks it owes data (timeout_ms). Finite: every wait has a deadline.
+  int64_t idle_timeout_ms = 600000;  // "idle_timeout_ms" >= 1
+  // Deadline of the phases where ranks arrive far apart because each loads its weights or builds its
+  // engine first: init() and an FFN rank waiting for an attention rank's first step.
   int64_t init_timeout_ms = 300000;  // "init_timeout_ms" >= 1
   // Model shape the transfers are sized from (the engine fills these from the model config).
   int num_experts = 0;            // "num_experts": E >= 1, divisible by F

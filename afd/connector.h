@@ -57,6 +57,7 @@ struct TransferMeta {
   int64_t step = 0;
   int num_seq_lens = 0;
   std::array<int32_t, kMaxAttentionRanks> seq_lens{};
+  bool warmup = false;  // the step is warm-up (not measured); travels in the transfer's header
 
   // Attention-side metadata: one entry, the tokens of this stage.
   static TransferMeta attention(int layer, int stage, int64_t step, int num_tokens);
@@ -134,18 +135,33 @@ class ControlPlane {
   // announcement must have been received, which waits at most the deadline).
   virtual Status send_step(int64_t step, std::span<const int> stage_tokens, bool warmup) = 0;
   // FFN: blocks until every attention rank has announced its next step (or finished; then `stop`). The
-  // wait uses idle_timeout_ms (0: no deadline; close() or a failed peer still end it).
+  // first step is due within init_timeout_ms, a later one within 2 x timeout_ms (attention ranks step back
+  // to back until they finish, agreeing among themselves first), the rest of a step's announcements within
+  // timeout_ms of the first; a timeout names the attention rank(s) whose announcement is missing.
   virtual Result<StepControl> recv_step() = 0;
 };
+
+// One setting that every rank of a job must agree on, as the user gave it: `name` is the flag as typed
+// ("--max-new-tokens") or a derived item ("number of requests"), `value` its printable value or a digest.
+struct FingerprintItem {
+  std::string name;
+  std::string value;
+};
+
+// 16 hex digits (FNV-1a, 64 bit) of `bytes`: a printable digest for fingerprint values (prompts, ...).
+std::string fingerprint_digest(std::string_view bytes);
 
 class Connector {
  public:
   virtual ~Connector() = default;
 
   // Collective over all ranks: initialises the transport, builds the topology, checks that every rank has
-  // the same settings (the error names the first key that differs and the two ranks), registers buffers.
-  // Bounded by timeout_ms. Returns Unavailable naming what is missing when the transport is not usable.
-  virtual Status init() = 0;
+  // the same settings (the error names the first key that differs and the two ranks), then that every
+  // rank has the same `fingerprint` (the error names the first item that differs, both values and both
+  // ranks; an item only one rank has differs too), registers buffers. Every rank returns the same error.
+  // Bounded by init_timeout_ms. Returns Unavailable naming what is missing when the transport is not usable.
+  virtual Status init(std::span<const FingerprintItem> fingerprint) = 0;
+  Status init() { return init({}); }
   // Waits (bounded) for this rank's own sends to finish, then releases the transport; unblocks waiters.
   virtual Status close() = 0;
 
@@ -165,8 +181,9 @@ class Connector {
   // recv_ffn_output() of this stage returns. At most 2 transfers per stage may be outstanding (FIFO).
   virtual Status send_attn_output(TensorView hidden, const TransferMeta& meta, const Routing& routing) = 0;
   // Blocks until every FFN rank's outputs of this stage's oldest outstanding transfer arrived (or the
-  // deadline passed) and writes them into out bf16 [n, k, H] (unit stride along H): out[t, j] = output of
-  // expert topk_ids[t, j] for token t. Returns the transfer's metadata.
+  // deadline passed: timeout_ms, twice that with a control plane and several attention ranks, as an FFN
+  // rank may then itself be waiting for another attention rank) and writes them into out bf16 [n, k, H] (unit stride
+  // along H): out[t, j] = output of expert topk_ids[t, j] for token t. Returns the transfer's metadata.
   virtual Result<TransferMeta> recv_ffn_output(TensorView out, int stage) = 0;
   // Tells the FFN ranks this rank sends nothing more (sync: via the control plane; async: a done message).
   virtual Status finish() = 0;
@@ -176,7 +193,9 @@ class Connector {
   // current step arrived (deadline), and returns them as one item (segments in attention-rank order).
   virtual Result<FfnWorkItem> recv_attn_output(int stage) = 0;
   // Async only: blocks until any attention rank's next transfer arrives; nullopt once every attention
-  // rank finished. Waits with timeout_ms while a transfer is due, idle_timeout_ms otherwise.
+  // rank finished. Every attention rank that has not finished owes its next transfer within timeout_ms of
+  // the last exchange with it (init_timeout_ms before its first): the wait ends at the earliest such
+  // deadline with an error naming that rank and what it owes.
   virtual Result<std::optional<FfnWorkItem>> recv_work_item() = 0;
   // Sends the item's expert outputs (out bf16 [R, H]; the item's own `out` is sent without a copy, any
   // other view is copied first) to the attention rank(s) it came from. Does not block.
@@ -184,8 +203,13 @@ class Connector {
 
   // ---- both ----
   // Collective: every rank passes a blob; world rank 0 gets all of them (indexed by world rank), the
-  // others an empty vector. Bounded by timeout_ms. For metrics and traces, not for the hot path.
-  virtual Result<std::vector<std::string>> gather(std::string_view blob) = 0;
+  // others an empty vector. Each rank waits at most `timeout_ms` (the caller picks: timeout_ms when every
+  // rank is due at once, idle_timeout_ms when ranks may arrive far apart). For metrics, traces and
+  // results, not for the hot path.
+  virtual Result<std::vector<std::string>> gather(std::string_view blob, int64_t timeout_ms) = 0;
+  // The transport under the connector, for collectives outside the data path (StepAgreement). Valid
+  // after init(); owned by the connector.
+  virtual Transport& transport() = 0;
   // Transfers are recorded into `metrics` (may be nullptr; not owned; must outlive the connector's use).
   virtual void set_metrics(Metrics* metrics) = 0;
   // Ends the whole job because this rank failed (see Transport::abort_job).

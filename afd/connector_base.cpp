@@ -1,9 +1,14 @@
+// ConnectorBase, the part both sides share: the contract types, init (settings check, topology, registered
+// buffers), gather, close and the wording of wait errors. The attention side is in connector_attention.cpp,
+// the FFN side in connector_ffn.cpp.
+
 #include "afd/connector_base.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "genbridge/core/formats.h"
 
@@ -61,6 +66,15 @@ Status validate_meta(const TransferMeta& m, Role side, const AfdConfig& cfg) {
   return ok_status();
 }
 
+std::string fingerprint_digest(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : bytes) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
 BackendState& BackendState::operator=(BackendState&& o) noexcept {
   if (this != &o) {
     if (owner_) owner_->release_state(slot_, generation_);
@@ -111,8 +125,34 @@ Status ConnectorBase::require_role(Role r, const char* call) const {
 
 Status ConnectorBase::wait_error(const Status& s, std::string_view what, int peer_world, int layer, int stage,
                                  int64_t step, int64_t timeout_ms) const {
+  return wait_error(s, what, peer_world >= 0 ? topo_.rank_name(peer_world) : std::string("any attention rank"), layer,
+                    stage, step, timeout_ms);
+}
+
+std::string ConnectorBase::attention_names(const std::vector<bool>& missing) const {
+  std::string out;
+  for (size_t a = 0; a < missing.size(); ++a) {
+    if (missing[a]) out += (out.empty() ? "" : ", ") + topo_.rank_name(topo_.attention_world[a]);
+  }
+  return out;
+}
+
+void ConnectorBase::heard_from(int a) {
+  peer_heard_ns_[a] = now_ns();
+  peer_started_[a] = true;
+}
+
+int64_t ConnectorBase::peer_timeout_ms(int a) const {
+  return peer_started_[a] ? cfg_.timeout_ms : cfg_.init_timeout_ms;
+}
+
+Deadline ConnectorBase::peer_deadline(int a) const {
+  return Deadline(std::chrono::nanoseconds(peer_heard_ns_[a]) + std::chrono::milliseconds(peer_timeout_ms(a)));
+}
+
+Status ConnectorBase::wait_error(const Status& s, std::string_view what, const std::string& peer, int layer, int stage,
+                                 int64_t step, int64_t timeout_ms) const {
   const std::string me = topo_.rank_name(world_rank_);
-  const std::string peer = peer_world >= 0 ? topo_.rank_name(peer_world) : std::string("any attention rank");
   const std::string where =
       layer >= 0 ? fmt::format(" of layer {}, stage {}, step {}", layer, stage, step) : fmt::format(" (step {})", step);
   // A `what` starting with "send:" is something this rank sent and the peer has not taken yet.
@@ -156,7 +196,99 @@ Status ConnectorBase::send_small(int peer_world, Channel ch, int tag, std::span<
   return ok_status();
 }
 
-Status ConnectorBase::init() {
+Status ConnectorBase::check_at_root(const std::string& mine,
+                                    const std::function<std::string(const std::vector<std::string>&)>& compare,
+                                    const char* what) {
+  GB_ASSIGN_OR_RETURN(std::vector<std::string> all, gather(mine, cfg_.init_timeout_ms));
+  std::string verdict = world_rank_ == 0 ? compare(all) : std::string();
+  // Scatter the verdict from rank 0 (size, then text).
+  const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
+  if (world_rank_ == 0) {
+    const int n = transport_->world_size();
+    std::vector<RequestId> ids;
+    int64_t size = static_cast<int64_t>(verdict.size());
+    for (int r = 1; r < n; ++r) {
+      const ConstSegment s{&size, sizeof(size)};
+      GB_ASSIGN_OR_RETURN(RequestId id, transport_->isend(r, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
+      ids.push_back(id);
+      if (size > 0) {
+        const ConstSegment d{verdict.data(), verdict.size()};
+        GB_ASSIGN_OR_RETURN(RequestId id2, transport_->isend(r, Channel::kControl, wire::kTagScatterData, {&d, 1}));
+        ids.push_back(id2);
+      }
+    }
+    Completion c;
+    for (RequestId& id : ids) {
+      GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id, 1}, deadline, &c));
+      (void)idx;
+    }
+  } else {
+    int64_t size = 0;
+    const MutSegment s{&size, sizeof(size)};
+    GB_ASSIGN_OR_RETURN(RequestId id, transport_->irecv(0, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
+    Completion c;
+    Result<int> r = transport_->wait_any({&id, 1}, deadline, &c);
+    if (!r.ok()) {
+      return Status(r.status().code(),
+                    fmt::format("afd: world rank {} waiting for the {} of world rank 0 during init: {}", world_rank_,
+                                what, r.status().message()));
+    }
+    if (size > 0) {
+      verdict.resize(static_cast<size_t>(size));
+      const MutSegment d{verdict.data(), verdict.size()};
+      GB_ASSIGN_OR_RETURN(RequestId id2, transport_->irecv(0, Channel::kControl, wire::kTagScatterData, {&d, 1}));
+      GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id2, 1}, deadline, &c));
+      (void)idx;
+    }
+  }
+  if (!verdict.empty()) return invalid_argument(verdict);
+  return ok_status();
+}
+
+namespace {
+
+// Length-prefixed name/value pairs.
+std::string serialize_fingerprint(std::span<const FingerprintItem> items) {
+  std::string out;
+  auto put = [&](const std::string& v) {
+    const uint64_t n = v.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out += v;
+  };
+  for (const FingerprintItem& i : items) {
+    put(i.name);
+    put(i.value);
+  }
+  return out;
+}
+
+std::vector<FingerprintItem> parse_fingerprint(std::string_view in) {
+  std::vector<FingerprintItem> out;
+  auto get = [&](std::string* v) {
+    uint64_t n = 0;
+    if (in.size() < sizeof(n)) return false;
+    std::memcpy(&n, in.data(), sizeof(n));
+    in.remove_prefix(sizeof(n));
+    if (in.size() < n) return false;
+    v->assign(in.substr(0, n));
+    in.remove_prefix(n);
+    return true;
+  };
+  FingerprintItem i;
+  while (get(&i.name) && get(&i.value)) out.push_back(i);
+  return out;
+}
+
+const std::string* find_item(const std::vector<FingerprintItem>& items, const std::string& name) {
+  for (const FingerprintItem& i : items) {
+    if (i.name == name) return &i.value;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Status ConnectorBase::init(std::span<const FingerprintItem> fingerprint) {
   if (initialized_) return ok_status();
   GB_RETURN_IF_ERROR(validate(cfg_));
   GB_RETURN_IF_ERROR(transport_->init());
@@ -164,67 +296,51 @@ Status ConnectorBase::init() {
   // Settings first (they decide everything else): rank 0 compares, then tells every rank the verdict.
   // The topology is not known yet, so this uses world ranks only.
   topo_ = Topology{};
-  {
-    const std::string mine = canonical_settings(cfg_);
-    GB_ASSIGN_OR_RETURN(std::vector<std::string> all, gather(mine));
-    std::string verdict;
-    if (world_rank_ == 0) {
-      for (size_t r = 1; r < all.size() && verdict.empty(); ++r) {
-        std::string va, vb;
-        const std::string key = first_differing_key(mine, all[r], &va, &vb);
-        if (!key.empty()) {
-          verdict = fmt::format(
-              "afd config mismatch: '{}' is {} on world rank 0 but {} on world rank {}; every rank of the job must be "
-              "started with the same AFD settings",
-              key, va, vb, r);
+  const std::string settings = canonical_settings(cfg_);
+  GB_RETURN_IF_ERROR(check_at_root(
+      settings,
+      [&](const std::vector<std::string>& all) -> std::string {
+        for (size_t r = 1; r < all.size(); ++r) {
+          std::string va, vb;
+          const std::string key = first_differing_key(settings, all[r], &va, &vb);
+          if (!key.empty()) {
+            return fmt::format(
+                "afd config mismatch: '{}' is {} on world rank 0 but {} on world rank {}; every rank of the job "
+                "must be started with the same AFD settings",
+                key, va, vb, r);
+          }
         }
-      }
-    }
-    // Scatter the verdict from rank 0 (size, then text).
-    const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
-    if (world_rank_ == 0) {
-      const int n = transport_->world_size();
-      std::vector<RequestId> ids;
-      int64_t size = static_cast<int64_t>(verdict.size());
-      for (int r = 1; r < n; ++r) {
-        const ConstSegment s{&size, sizeof(size)};
-        GB_ASSIGN_OR_RETURN(RequestId id, transport_->isend(r, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
-        ids.push_back(id);
-        if (size > 0) {
-          const ConstSegment d{verdict.data(), verdict.size()};
-          GB_ASSIGN_OR_RETURN(RequestId id2, transport_->isend(r, Channel::kControl, wire::kTagScatterData, {&d, 1}));
-          ids.push_back(id2);
-        }
-      }
-      Completion c;
-      for (RequestId& id : ids) {
-        GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id, 1}, deadline, &c));
-        (void)idx;
-      }
-    } else {
-      int64_t size = 0;
-      const MutSegment s{&size, sizeof(size)};
-      GB_ASSIGN_OR_RETURN(RequestId id, transport_->irecv(0, Channel::kControl, wire::kTagScatterSize, {&s, 1}));
-      Completion c;
-      Result<int> r = transport_->wait_any({&id, 1}, deadline, &c);
-      if (!r.ok()) {
-        return Status(r.status().code(),
-                      fmt::format("afd: world rank {} waiting for the settings check of world rank 0 "
-                                  "during init: {}",
-                                  world_rank_, r.status().message()));
-      }
-      if (size > 0) {
-        verdict.resize(static_cast<size_t>(size));
-        const MutSegment d{verdict.data(), verdict.size()};
-        GB_ASSIGN_OR_RETURN(RequestId id2, transport_->irecv(0, Channel::kControl, wire::kTagScatterData, {&d, 1}));
-        GB_ASSIGN_OR_RETURN(int idx, transport_->wait_any({&id2, 1}, deadline, &c));
-        (void)idx;
-      }
-    }
-    if (!verdict.empty()) return invalid_argument(verdict);
-  }
+        return std::string();
+      },
+      "settings check"));
   GB_ASSIGN_OR_RETURN(topo_, make_topology(cfg_, transport_->declared_roles()));
   transport_->set_rank_names(topo_.rank_names());
+  // Then everything else that must agree (what the job was started with: model, requests, flags), in the
+  // order given: the first item that differs is named, with both values and both ranks.
+  GB_RETURN_IF_ERROR(check_at_root(
+      serialize_fingerprint(fingerprint),
+      [&](const std::vector<std::string>& all) -> std::string {
+        const std::vector<FingerprintItem> root = parse_fingerprint(all[0]);
+        for (size_t r = 1; r < all.size(); ++r) {
+          const std::vector<FingerprintItem> other = parse_fingerprint(all[r]);
+          auto verdict = [&](const std::string& name, const std::string* a, const std::string* b) {
+            return fmt::format(
+                "afd: the ranks of the job were started with different settings: {} is {} on {} but {} on {}; every "
+                "rank of the job must be started with the same model, requests and flags",
+                name, a ? *a : "(not given)", topo_.rank_name(0), b ? *b : "(not given)",
+                topo_.rank_name(static_cast<int>(r)));
+          };
+          for (const FingerprintItem& i : root) {
+            const std::string* v = find_item(other, i.name);
+            if (!v || *v != i.value) return verdict(i.name, &i.value, v);
+          }
+          for (const FingerprintItem& i : other) {
+            if (!find_item(root, i.name)) return verdict(i.name, nullptr, &i.value);
+          }
+        }
+        return std::string();
+      },
+      "fingerprint check"));
   role_ = topo_.roles[world_rank_];
   rank_ = topo_.role_rank[world_rank_];
   const int A = cfg_.num_attention, F = cfg_.num_ffn, S = cfg_.num_stages;
@@ -267,6 +383,8 @@ Status ConnectorBase::init() {
         GB_ASSIGN_OR_RETURN(slot.rows, transport_->alloc_buffer(wire::rows_bytes(max_tokens, hidden_)));
       }
     }
+    peer_heard_ns_.assign(A, now_ns());
+    peer_started_.assign(A, false);
     GB_RETURN_IF_ERROR(init_ffn());
     for (size_t i = 0; i < slots_.size(); ++i) GB_RETURN_IF_ERROR(post_slot(static_cast<int>(i)));
   }
@@ -277,472 +395,22 @@ Status ConnectorBase::init() {
   return ok_status();
 }
 
-Status ConnectorBase::post_slot(int i) {
-  RecvSlot& slot = slots_[i];
-  if (slot.closed) return ok_status();
-  const int src = topo_.attention_world[slot.peer];
-  // Posted in this order, the two receives match the transfer's two messages in order.
-  const MutSegment meta{slot.meta.data(), slot.meta.size()};
-  GB_ASSIGN_OR_RETURN(slot.meta_id, transport_->irecv(src, Channel::kDispatch, slot.stage, {&meta, 1}));
-  const MutSegment rows{slot.rows.data(), slot.rows.size()};
-  GB_ASSIGN_OR_RETURN(slot.rows_id, transport_->irecv(src, Channel::kDispatch, slot.stage, {&rows, 1}));
-  slot.pending = 2;
-  return ok_status();
-}
-
-void ConnectorBase::collect_slot_ids(std::span<const int> slot_indices) {
-  wait_ids_.clear();
-  wait_slots_.clear();
-  for (int i : slot_indices) {
-    wait_ids_.push_back(slots_[i].meta_id);
-    wait_ids_.push_back(slots_[i].rows_id);
-    wait_slots_.push_back(i);
-  }
-}
-
-void ConnectorBase::complete_slot_request(int index, const Completion& c) {
-  RecvSlot& slot = slots_[wait_slots_[index / 2]];
-  if (index % 2 == 0) {
-    slot.meta_id = kNoRequest;
-    slot.meta_done = c;
-  } else {
-    slot.rows_id = kNoRequest;
-    slot.rows_done = c;
-  }
-  --slot.pending;
-  wait_ids_[index] = kNoRequest;
-}
-
-// ---- attention side ----
-
-Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& meta, const Routing& routing) {
-  GB_RETURN_IF_ERROR(require_role(Role::kAttention, "send_attn_output"));
-  if (finished_) return invalid_argument(fmt::format("afd {} connector: send_attn_output() after finish()", name()));
-  GB_RETURN_IF_ERROR(validate_meta(meta, Role::kAttention, cfg_));
-  const int n = meta.seq_lens[0];
-  const int stage = meta.stage;
-  if (hidden.dtype() != DType::kBF16 || hidden.rank() != 2 || hidden.dim(0) != n || hidden.dim(1) != hidden_ ||
-      (n > 0 && hidden_ > 1 && hidden.stride(1) != 1)) {
-    return invalid_argument(
-        fmt::format("afd send_attn_output: hidden must be bf16 [{}, {}] with unit stride along hidden, got {} {} "
-                    "(layer {}, stage {})",
-                    n, hidden_, dtype_name(hidden.dtype()), hidden.shape_string(), meta.layer, stage));
-  }
-  const TensorView& ids = routing.topk_ids;
-  const TensorView& w = routing.topk_weights;
-  if (ids.dtype() != DType::kI32 || ids.rank() != 2 || ids.dim(0) != n || ids.dim(1) != k_) {
-    return invalid_argument(fmt::format("afd send_attn_output: topk_ids must be i32 [{}, {}], got {} {}", n, k_,
-                                        dtype_name(ids.dtype()), ids.shape_string()));
-  }
-  if (w.dtype() != DType::kF32 || w.rank() != 2 || w.dim(0) != n || w.dim(1) != k_) {
-    return invalid_argument(fmt::format("afd send_attn_output: topk_weights must be f32 [{}, {}], got {} {}", n, k_,
-                                        dtype_name(w.dtype()), w.shape_string()));
-  }
-  StageFifo& fifo = fifos_[stage];
-  if (fifo.count == kFifoDepth) {
-    return invalid_argument(
-        fmt::format("afd send_attn_output: stage {} already has {} outstanding transfers (layers {} and {}); call "
-                    "recv_ffn_output({}) first",
-                    stage, kFifoDepth, fifo.entries[fifo.head].meta.layer,
-                    fifo.entries[(fifo.head + 1) % kFifoDepth].meta.layer, stage));
-  }
-  const int expect_layer = moe_layers_[fifo.next_layer_index];
-  if (meta.layer != expect_layer) {
-    return invalid_argument(fmt::format(
-        "afd send_attn_output: stage {} expects MoE layer {} next (each step sends the MoE layers in order) but got "
-        "layer {}",
-        stage, expect_layer, meta.layer));
-  }
-  if (fifo.next_layer_index == 0 ? meta.step <= fifo.step : meta.step != fifo.step) {
-    return invalid_argument(fmt::format(
-        "afd send_attn_output: step {} for layer {} of stage {}, but {}", meta.step, meta.layer, stage,
-        fifo.next_layer_index == 0 ? fmt::format("a new step must be numbered above the previous step {}", fifo.step)
-                                   : fmt::format("the stage is in the middle of step {}", fifo.step)));
-  }
-  GB_RETURN_IF_ERROR(check_dispatch(meta));
-
-  Dispatch& d = fifo.entries[(fifo.head + fifo.count) % kFifoDepth];
-  GB_RETURN_IF_ERROR(compute_dispatch_layout(ids, topo_, &d.layout));
-  d.meta = meta;
-  d.num_tokens = n;
-  d.send_ns = now_ns();
-  const size_t row_bytes = static_cast<size_t>(hidden_) * 2;
-  const int64_t hs0 = hidden.stride(0);
-  const std::byte* hbase = static_cast<const std::byte*>(hidden.data());
-  for (int f = 0; f < cfg_.num_ffn; ++f) {
-    const int m = d.layout.num_tokens_to(f);
-    const int32_t* toks = d.layout.tokens.data() + d.layout.token_offsets[f];
-    std::byte* mb = d.meta_buf[f].data();
-    wire::Header h{};
-    h.magic = wire::kMagic;
-    h.version = wire::kVersion;
-    h.kind = wire::Kind::kWork;
-    h.layer = meta.layer;
-    h.stage = stage;
-    h.source = rank_;
-    h.step = meta.step;
-    h.num_tokens = m;
-    h.top_k = k_;
-    h.hidden = hidden_;
-    h.send_ns = d.send_ns;
-    std::memcpy(mb, &h, sizeof(h));
-    int32_t* out_ids = reinterpret_cast<int32_t*>(mb + wire::kHeaderBytes);
-    float* out_w = reinterpret_cast<float*>(out_ids + static_cast<size_t>(m) * k_);
-    const int32_t* ib = ids.data_as<const int32_t>();
-    const float* wb = w.data_as<const float>();
-    for (int i = 0; i < m; ++i) {
-      const int t = toks[i];
-      for (int j = 0; j < k_; ++j) {
-        out_ids[i * k_ + j] = ib[t * ids.stride(0) + j * ids.stride(1)];
-        out_w[i * k_ + j] = wb[t * w.stride(0) + j * w.stride(1)];
-      }
-    }
-    const ConstSegment meta_seg{mb, wire::work_meta_bytes(m, k_)};
-    GB_ASSIGN_OR_RETURN(d.send_ids[2 * f],
-                        transport_->isend(topo_.ffn_world[f], Channel::kDispatch, stage, {&meta_seg, 1}));
-    // The rows, read in place: one segment per run of consecutive rows (one for the whole stage when
-    // every token goes to this FFN rank and the rows are contiguous).
-    send_segs_.clear();
-    for (int i = 0; i < m; ++i) {
-      const std::byte* row = hbase + static_cast<size_t>(toks[i]) * hs0 * 2;
-      if (!send_segs_.empty() &&
-          static_cast<const std::byte*>(send_segs_.back().data) + send_segs_.back().bytes == row) {
-        send_segs_.back().bytes += row_bytes;
-      } else {
-        send_segs_.push_back({row, row_bytes});
-      }
-    }
-    GB_ASSIGN_OR_RETURN(d.send_ids[2 * f + 1],
-                        transport_->isend(topo_.ffn_world[f], Channel::kDispatch, stage, send_segs_));
-  }
-  ++fifo.count;
-  fifo.next_layer_index = (fifo.next_layer_index + 1) % static_cast<int>(moe_layers_.size());
-  fifo.step = meta.step;
-  return ok_status();
-}
-
-Result<TransferMeta> ConnectorBase::recv_ffn_output(TensorView out, int stage) {
-  GB_RETURN_IF_ERROR(require_role(Role::kAttention, "recv_ffn_output"));
-  if (stage < 0 || stage >= cfg_.num_stages) {
-    return invalid_argument(fmt::format("afd recv_ffn_output: stage {} is outside 0..{}", stage, cfg_.num_stages - 1));
-  }
-  StageFifo& fifo = fifos_[stage];
-  if (fifo.count == 0) {
-    return invalid_argument(fmt::format("afd recv_ffn_output: stage {} has no outstanding transfer", stage));
-  }
-  Dispatch& d = fifo.entries[fifo.head];
-  const int n = d.num_tokens;
-  if (out.dtype() != DType::kBF16 || out.rank() != 3 || out.dim(0) != n || out.dim(1) != k_ || out.dim(2) != hidden_ ||
-      (n > 0 && hidden_ > 1 && out.stride(2) != 1)) {
-    return invalid_argument(
-        fmt::format("afd recv_ffn_output: out must be bf16 [{}, {}, {}] with unit stride along hidden, got {} {} "
-                    "(layer {}, stage {})",
-                    n, k_, hidden_, dtype_name(out.dtype()), out.shape_string(), d.meta.layer, stage));
-  }
-  const size_t row_bytes = static_cast<size_t>(hidden_) * 2;
-  std::byte* obase = static_cast<std::byte*>(out.data());
-  const int64_t os0 = out.stride(0), os1 = out.stride(1);
-  const int F = cfg_.num_ffn;
-  for (int f = 0; f < F; ++f) {
-    const MutSegment hdr{d.hdr_buf[f].data(), wire::kHeaderBytes};
-    GB_ASSIGN_OR_RETURN(d.recv_ids[2 * f], transport_->irecv(topo_.ffn_world[f], Channel::kCombine, stage, {&hdr, 1}));
-    // Rows land straight in out[t, j]; runs of adjacent rows form one segment.
-    recv_segs_.clear();
-    for (int r = d.layout.row_offsets[f]; r < d.layout.row_offsets[f + 1]; ++r) {
-      std::byte* row =
-          obase +
-          (static_cast<size_t>(d.layout.rows_token[r]) * os0 + static_cast<size_t>(d.layout.rows_slot[r]) * os1) * 2;
-      if (!recv_segs_.empty() && static_cast<std::byte*>(recv_segs_.back().data) + recv_segs_.back().bytes == row) {
-        recv_segs_.back().bytes += row_bytes;
-      } else {
-        recv_segs_.push_back({row, row_bytes});
-      }
-    }
-    GB_ASSIGN_OR_RETURN(d.recv_ids[2 * f + 1],
-                        transport_->irecv(topo_.ffn_world[f], Channel::kCombine, stage, recv_segs_));
-  }
-  const Deadline deadline = deadline_after_ms(cfg_.timeout_ms);
-  Status failure;
-  for (int remaining = 2 * F; remaining > 0 && failure.ok(); --remaining) {
-    Completion c;
-    Result<int> r = transport_->wait_any(d.recv_ids, deadline, &c);
-    if (!r.ok()) {
-      int peer = 0;
-      while (peer < 2 * F && d.recv_ids[peer] == kNoRequest) ++peer;
-      failure = wait_error(r.status(), "the expert outputs", topo_.ffn_world[std::min(peer / 2, F - 1)], d.meta.layer,
-                           stage, d.meta.step, cfg_.timeout_ms);
-      break;
-    }
-    d.recv_ids[*r] = kNoRequest;
-    const int f = *r / 2;
-    const int rows = d.layout.num_rows_from(f);
-    if (*r % 2 == 0) {
-      wire::Header h;
-      std::memcpy(&h, d.hdr_buf[f].data(), sizeof(h));
-      if (c.bytes != wire::kHeaderBytes || h.magic != wire::kMagic || h.kind != wire::Kind::kResult ||
-          h.layer != d.meta.layer || h.stage != stage || h.step != d.meta.step || h.source != f || h.num_rows != rows) {
-        failure = internal_error(fmt::format(
-            "afd: {} expected the expert outputs of layer {}, stage {}, step {} ({} rows) from {} but got a {} "
-            "message of {} bytes for layer {}, stage {}, step {} with {} rows from ffn rank {}",
-            topo_.rank_name(world_rank_), d.meta.layer, stage, d.meta.step, rows, topo_.rank_name(topo_.ffn_world[f]),
-            wire::kind_name(h.kind), c.bytes, h.layer, h.stage, h.step, h.num_rows, h.source));
-        break;
-      }
-      d.result_send_ns[f] = h.send_ns;
-    } else {
-      if (c.bytes != wire::rows_bytes(rows, hidden_)) {
-        failure =
-            internal_error(fmt::format("afd: {} expected {} bytes of expert outputs of layer {}, stage {}, step "
-                                       "{} from {} but got {}",
-                                       topo_.rank_name(world_rank_), wire::rows_bytes(rows, hidden_), d.meta.layer,
-                                       stage, d.meta.step, topo_.rank_name(topo_.ffn_world[f]), c.bytes));
-        break;
-      }
-      d.result_done_ns[f] = c.done_ns;
-    }
-  }
-  if (!failure.ok()) {
-    // Withdraw the receives still posted into the caller's buffer before reporting.
-    for (RequestId& id : d.recv_ids) {
-      if (id != kNoRequest) transport_->cancel(id).ignore();
-      id = kNoRequest;
-    }
-    return failure;
-  }
-  if (metrics_) {
-    for (int f = 0; f < F; ++f) {
-      const int64_t bytes =
-          static_cast<int64_t>(wire::kHeaderBytes + wire::rows_bytes(d.layout.num_rows_from(f), hidden_));
-      metrics_->record_transfer(Direction::kFfnToAttn, d.meta.layer, stage, d.result_done_ns[f] - d.result_send_ns[f],
-                                bytes);
-      metrics_->span(SpanKind::kTransfer, d.result_send_ns[f], d.result_done_ns[f], d.meta.layer, stage, d.meta.step,
-                     topo_.ffn_world[f]);
-    }
-  }
-  // The hidden rows were read in place: their sends must be done before the caller may reuse them.
-  GB_RETURN_IF_ERROR(
-      wait_all(d.send_ids, deadline, "send:the hidden states", ffn_world_pairs_, d.meta.layer, stage, d.meta.step));
-  const TransferMeta meta = d.meta;
-  fifo.head = (fifo.head + 1) % kFifoDepth;
-  --fifo.count;
-  return meta;
-}
-
-// ---- FFN side ----
-
-Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int64_t expect_step) {
-  const wire::Header* h = slot.header();
-  const size_t got = slot.meta_done.bytes;
-  const std::string from = topo_.rank_name(topo_.attention_world[slot.peer]);
-  if (got < wire::kHeaderBytes || h->magic != wire::kMagic || h->version != wire::kVersion) {
-    return internal_error(fmt::format("afd: {} received a malformed message of {} bytes from {} on stage {}",
-                                      topo_.rank_name(world_rank_), got, from, slot.stage));
-  }
-  if (h->kind != wire::Kind::kWork || h->stage != slot.stage || h->source != slot.peer || h->top_k != k_ ||
-      h->hidden != hidden_ || h->num_tokens < 0 || h->num_tokens > cfg_.max_tokens_per_stage ||
-      got != wire::work_meta_bytes(h->num_tokens, k_) ||
-      slot.rows_done.bytes != wire::rows_bytes(h->num_tokens, hidden_) ||
-      (expect_step >= 0 && h->step != expect_step)) {
-    return internal_error(fmt::format(
-        "afd: {} expected a work transfer for stage {}{} from {} but got a {} message of {} + {} bytes (layer {}, "
-        "stage "
-        "{}, step {}, {} tokens, source {})",
-        topo_.rank_name(world_rank_), slot.stage, expect_step >= 0 ? fmt::format(", step {}", expect_step) : "", from,
-        wire::kind_name(h->kind), got, slot.rows_done.bytes, h->layer, h->stage, h->step, h->num_tokens, h->source));
-  }
-  if (h->layer < 0 || h->layer >= cfg_.num_layers || moe_index_of_layer_[h->layer] < 0) {
-    return internal_error(fmt::format("afd: {} received work for layer {} from {}, which is not a MoE layer",
-                                      topo_.rank_name(world_rank_), h->layer, from));
-  }
-  if (metrics_) {
-    const int64_t done = std::max(slot.meta_done.done_ns, slot.rows_done.done_ns);
-    metrics_->record_transfer(Direction::kAttnToFfn, h->layer, h->stage, done - h->send_ns,
-                              static_cast<int64_t>(got + slot.rows_done.bytes));
-    metrics_->span(SpanKind::kTransfer, h->send_ns, done, h->layer, h->stage, h->step,
-                   topo_.attention_world[slot.peer]);
-  }
-  return h;
-}
-
-Status ConnectorBase::wait_group_sends(Group& g, int layer, int stage, int64_t step) {
-  wait_peers_.clear();
-  for (int s : g.slots) {
-    wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
-    wait_peers_.push_back(topo_.attention_world[slots_[s].peer]);
-  }
-  return wait_all(g.send_ids, deadline_after_ms(cfg_.timeout_ms), "send:the previous expert outputs", wait_peers_,
-                  layer, stage, step);
-}
-
-Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
-  Group& g = groups_[gi];
-  const int nslots = static_cast<int>(g.slots.size());
-  FfnWorkItem item;
-  const wire::Header* first = slots_[g.slots[0]].header();
-  item.meta.layer = first->layer;
-  item.meta.stage = first->stage;
-  item.meta.step = first->step;
-  item.meta.num_seq_lens = nslots;
-  int64_t total = 0;
-  int nonempty = 0, last_nonempty = 0;
-  for (int i = 0; i < nslots; ++i) {
-    const wire::Header* h = slots_[g.slots[i]].header();
-    if (h->layer != first->layer) {
-      return internal_error(fmt::format(
-          "afd: {} received layer {} from {} but layer {} from {} for the same stage {} of step {}",
-          topo_.rank_name(world_rank_), first->layer, topo_.rank_name(topo_.attention_world[slots_[g.slots[0]].peer]),
-          h->layer, topo_.rank_name(topo_.attention_world[slots_[g.slots[i]].peer]), first->stage, first->step));
-    }
-    item.meta.seq_lens[i] = h->num_tokens;
-    total += h->num_tokens;
-    if (h->num_tokens > 0) {
-      ++nonempty;
-      last_nonempty = i;
-    }
-  }
-  const int64_t H = hidden_;
-  g.row_token.clear();
-  g.row_slot.clear();
-  g.seg_rows.assign(nslots, 0);
-  auto slot_ids = [&](int i) {
-    return reinterpret_cast<const int32_t*>(slots_[g.slots[i]].meta.data() + wire::kHeaderBytes);
-  };
-  int64_t base = 0;
-  for (int i = 0; i < nslots; ++i) {
-    const int m = item.meta.seq_lens[i];
-    const size_t before = g.row_token.size();
-    append_owned_rows(slot_ids(i), m, k_, topo_, rank_, static_cast<int>(base), &g.row_token, &g.row_slot);
-    g.seg_rows[i] = static_cast<int32_t>(g.row_token.size() - before);
-    base += m;
-  }
-  if (nonempty <= 1) {
-    // One segment holds every token: compute straight from the receive buffer.
-    const int i = nonempty == 1 ? last_nonempty : 0;
-    const RecvSlot& slot = slots_[g.slots[i]];
-    const int m = item.meta.seq_lens[i];
-    int32_t* ids = reinterpret_cast<int32_t*>(slot.meta.data() + wire::kHeaderBytes);
-    item.topk_ids = TensorView(ids, DType::kI32, {total, k_});
-    item.topk_weights = TensorView(ids + static_cast<size_t>(m) * k_, DType::kF32, {total, k_});
-    item.hidden = TensorView(slot.rows.data(), DType::kBF16, {total, H});
-    // Every other segment is empty, so this segment's tokens (and the rows' token indices) start at 0.
-  } else {
-    g.pack_hidden.resize(static_cast<size_t>(total * H * 2));
-    g.pack_ids.resize(static_cast<size_t>(total * k_));
-    g.pack_weights.resize(static_cast<size_t>(total * k_));
-    int64_t off = 0;
-    for (int i = 0; i < nslots; ++i) {
-      const int m = item.meta.seq_lens[i];
-      if (m == 0) continue;
-      const std::byte* meta = slots_[g.slots[i]].meta.data();
-      std::memcpy(g.pack_ids.data() + off * k_, meta + wire::kHeaderBytes, static_cast<size_t>(m) * k_ * 4);
-      std::memcpy(g.pack_weights.data() + off * k_, meta + wire::kHeaderBytes + static_cast<size_t>(m) * k_ * 4,
-                  static_cast<size_t>(m) * k_ * 4);
-      std::memcpy(g.pack_hidden.data() + off * H * 2, slots_[g.slots[i]].rows.data(), static_cast<size_t>(m * H * 2));
-      off += m;
-    }
-    item.topk_ids = TensorView(g.pack_ids.data(), DType::kI32, {total, k_});
-    item.topk_weights = TensorView(g.pack_weights.data(), DType::kF32, {total, k_});
-    item.hidden = TensorView(g.pack_hidden.data(), DType::kBF16, {total, H});
-  }
-  const int64_t rows = static_cast<int64_t>(g.row_token.size());
-  if (rows > g.rows_capacity) {
-    return internal_error(fmt::format("afd: {} got {} expert-output rows but registered {}",
-                                      topo_.rank_name(world_rank_), rows, g.rows_capacity));
-  }
-  item.expert_begin = topo_.expert_begin(rank_);
-  item.expert_end = topo_.expert_end(rank_);
-  item.row_token = g.row_token;
-  item.row_slot = g.row_slot;
-  item.out = TensorView(g.out_buf.data(), DType::kBF16, {rows, H});
-  item.source = nslots == 1 ? slots_[g.slots[0]].peer : -1;
-  item.warmup = (first->flags & wire::kFlagWarmup) != 0;
-  g.held = true;
-  g.meta = item.meta;
-  item.state = BackendState(this, gi, g.generation);
-  return item;
-}
-
-void ConnectorBase::release_state(int gi, uint64_t generation) {
-  if (gi < 0 || gi >= static_cast<int>(groups_.size())) return;
-  Group& g = groups_[gi];
-  if (!g.held || g.generation != generation) return;
-  g.held = false;
-  ++g.generation;
-  if (closed_) return;
-  for (int s : g.slots) post_slot(s).ignore();
-}
-
-Status ConnectorBase::send_ffn_output(TensorView out, BackendState&& state) {
-  GB_RETURN_IF_ERROR(require_role(Role::kFfn, "send_ffn_output"));
-  if (state.owner_ != this || state.slot_ < 0 || state.slot_ >= static_cast<int>(groups_.size()) ||
-      !groups_[state.slot_].held || groups_[state.slot_].generation != state.generation_) {
-    return invalid_argument(
-        "afd send_ffn_output: the state was not handed out by this connector's last receive of that work, or was "
-        "already given back");
-  }
-  const int gi = state.slot_;
-  Group& g = groups_[gi];
-  const int64_t rows = static_cast<int64_t>(g.row_token.size());
-  const int64_t H = hidden_;
-  if (out.dtype() != DType::kBF16 || out.rank() != 2 || out.dim(0) != rows || out.dim(1) != H ||
-      (rows > 0 && H > 1 && out.stride(1) != 1)) {
-    return invalid_argument(
-        fmt::format("afd send_ffn_output: out must be bf16 [{}, {}] (one row per owned (token, slot)), got {} {} "
-                    "(layer {}, stage {})",
-                    rows, H, dtype_name(out.dtype()), out.shape_string(), g.meta.layer, g.meta.stage));
-  }
-  std::byte* ob = g.out_buf.data();
-  if (rows > 0 && out.data() != ob) {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(ob + r * H * 2, static_cast<const std::byte*>(out.data()) + r * out.stride(0) * 2,
-                  static_cast<size_t>(H * 2));
-    }
-  }
-  const int64_t send_ns = now_ns();
-  int64_t r0 = 0;
-  for (size_t i = 0; i < g.slots.size(); ++i) {
-    const RecvSlot& slot = slots_[g.slots[i]];
-    const int nrows = g.seg_rows[i];
-    wire::Header h{};
-    h.magic = wire::kMagic;
-    h.version = wire::kVersion;
-    h.kind = wire::Kind::kResult;
-    h.layer = g.meta.layer;
-    h.stage = g.meta.stage;
-    h.source = rank_;
-    h.step = g.meta.step;
-    h.num_rows = nrows;
-    h.top_k = k_;
-    h.hidden = hidden_;
-    h.send_ns = send_ns;
-    std::memcpy(g.hdr_buf[i].data(), &h, sizeof(h));
-    const int dst = topo_.attention_world[slot.peer];
-    const ConstSegment hdr{g.hdr_buf[i].data(), wire::kHeaderBytes};
-    GB_ASSIGN_OR_RETURN(g.send_ids[2 * i], transport_->isend(dst, Channel::kCombine, g.meta.stage, {&hdr, 1}));
-    const ConstSegment rows{ob + r0 * H * 2, static_cast<size_t>(nrows * H * 2)};
-    GB_ASSIGN_OR_RETURN(g.send_ids[2 * i + 1],
-                        transport_->isend(dst, Channel::kCombine, g.meta.stage,
-                                          std::span<const ConstSegment>(&rows, nrows > 0 ? 1 : 0)));
-    r0 += nrows;
-  }
-  g.held = false;
-  ++g.generation;
-  state.owner_ = nullptr;
-  for (int s : g.slots) GB_RETURN_IF_ERROR(post_slot(s));
-  return ok_status();
-}
-
 // ---- both ----
 
-Result<std::vector<std::string>> ConnectorBase::gather(std::string_view blob) {
+Result<std::vector<std::string>> ConnectorBase::gather(std::string_view blob, int64_t timeout_ms) {
   if (closed_) return unavailable(fmt::format("afd {} connector: gather() after close()", name()));
-  const Deadline deadline = deadline_after_ms(cfg_.init_timeout_ms);
+  const Deadline deadline = deadline_after_ms(timeout_ms);
   const int n = transport_->world_size();
   const int me = transport_->world_rank();
   std::vector<std::string> all;
+  auto name = [&](int w) { return topo_.roles.empty() ? fmt::format("world rank {}", w) : topo_.rank_name(w); };
   auto fail = [&](const Status& s, int peer) {
-    return Status(s.code(), fmt::format("afd: world rank {} gathering at world rank 0 (peer world rank {}): {}", me,
-                                        peer, s.message()));
+    if (s.code() == StatusCode::kDeadlineExceeded) {
+      return deadline_exceeded(fmt::format("afd: {} timed out after {} ms in a gather at world rank 0, waiting for {}",
+                                           name(me), timeout_ms, name(peer)));
+    }
+    return Status(s.code(),
+                  fmt::format("afd: {} gathering at world rank 0 (peer {}): {}", name(me), name(peer), s.message()));
   };
   if (me == 0) {
     all.resize(n);
@@ -820,34 +488,6 @@ Status ConnectorBase::close() {
   closed_ = true;
   Status t = transport_->close();
   return first.ok() ? t : first;
-}
-
-}  // namespace genbridge::afd
-
-namespace genbridge::afd {
-
-Status ConnectorBase::add_group(std::vector<int> slots) {
-  Group g;
-  g.slots = std::move(slots);
-  const int64_t per_token = std::min(k_, topo_.experts_per_ffn);
-  const int64_t tokens = static_cast<int64_t>(g.slots.size()) * cfg_.max_tokens_per_stage;
-  g.rows_capacity = tokens * per_token;
-  GB_ASSIGN_OR_RETURN(g.out_buf, transport_->alloc_buffer(static_cast<size_t>(g.rows_capacity * hidden_ * 2)));
-  for (size_t i = 0; i < g.slots.size(); ++i) {
-    GB_ASSIGN_OR_RETURN(std::span<std::byte> h, transport_->alloc_buffer(wire::kHeaderBytes));
-    g.hdr_buf.push_back(h);
-  }
-  g.send_ids.assign(2 * g.slots.size(), kNoRequest);
-  g.row_token.reserve(static_cast<size_t>(g.rows_capacity));
-  g.row_slot.reserve(static_cast<size_t>(g.rows_capacity));
-  g.seg_rows.reserve(g.slots.size());
-  if (g.slots.size() > 1) {
-    g.pack_hidden.reserve(static_cast<size_t>(tokens * hidden_ * 2));
-    g.pack_ids.reserve(static_cast<size_t>(tokens * k_));
-    g.pack_weights.reserve(static_cast<size_t>(tokens * k_));
-  }
-  groups_.push_back(std::move(g));
-  return ok_status();
 }
 
 }  // namespace genbridge::afd

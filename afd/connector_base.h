@@ -2,10 +2,12 @@
 // Internal: what the sync and async connectors share. The attention side (dispatch with a per-stage
 // FIFO, result receive straight into the caller's [n, k, H] buffer), the FFN side's receive slots and
 // output groups, send_ffn_output, init (settings check, topology, registered buffers), gather, close,
-// and the wording of wait errors. Subclasses add the FFN receive loop and the control plane.
+// and the wording of wait errors. Subclasses add the FFN receive loop and the control plane. Definitions:
+// connector_base.cpp (both sides), connector_attention.cpp, connector_ffn.cpp.
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,7 +22,8 @@ class ConnectorBase : public Connector {
   ConnectorBase(const AfdConfig& cfg, std::unique_ptr<Transport> transport);
   ~ConnectorBase() override;
 
-  Status init() override;
+  using Connector::init;
+  Status init(std::span<const FingerprintItem> fingerprint) override;
   Status close() override;
   const AfdConfig& config() const override { return cfg_; }
   const Topology& topology() const override { return topo_; }
@@ -31,7 +34,8 @@ class ConnectorBase : public Connector {
   Status send_attn_output(TensorView hidden, const TransferMeta& meta, const Routing& routing) override;
   Result<TransferMeta> recv_ffn_output(TensorView out, int stage) override;
   Status send_ffn_output(TensorView out, BackendState&& state) override;
-  Result<std::vector<std::string>> gather(std::string_view blob) override;
+  Result<std::vector<std::string>> gather(std::string_view blob, int64_t timeout_ms) override;
+  Transport& transport() override { return *transport_; }
   void set_metrics(Metrics* m) override { metrics_ = m; }
   void abort_job(const Status& why) override;
 
@@ -128,7 +132,25 @@ class ConnectorBase : public Connector {
   // Status of a failed wait in words: waiting rank, peer, layer, stage, step.
   Status wait_error(const Status& s, std::string_view what, int peer_world, int layer, int stage, int64_t step,
                     int64_t timeout_ms) const;
+  // Same, with the peer(s) already in words ("attention rank 1 (world rank 1)").
+  Status wait_error(const Status& s, std::string_view what, const std::string& peers, int layer, int stage,
+                    int64_t step, int64_t timeout_ms) const;
+  // "a (world rank x), b (world rank y)" for the attention ranks a with missing[a].
+  std::string attention_names(const std::vector<bool>& missing) const;
+
+  // ---- FFN side: liveness of the attention ranks ----
+  // An attention rank that has started (sent anything) and not finished owes this FFN rank its next
+  // message within timeout_ms of the last exchange with it (attention ranks step back to back); before
+  // its first message, within init_timeout_ms of init (it may still be building its engine).
+  void heard_from(int attention_rank);
+  Deadline peer_deadline(int attention_rank) const;
+  int64_t peer_timeout_ms(int attention_rank) const;
+  bool peer_started(int attention_rank) const { return peer_started_[attention_rank]; }
   Status require_role(Role r, const char* call) const;
+  // Init: every rank passes `mine`; world rank 0 runs `compare` over all of them (indexed by world rank)
+  // and every rank returns InvalidArgument with its non-empty verdict. `what` names the check in errors.
+  Status check_at_root(const std::string& mine,
+                       const std::function<std::string(const std::vector<std::string>&)>& compare, const char* what);
   Status require_init(const char* call) const;
   Status send_small(int peer_world, Channel ch, int tag, std::span<std::byte> buf, RequestId* id);
   // Creates a group over `slots` with output rows for every token of every slot.
@@ -157,8 +179,10 @@ class ConnectorBase : public Connector {
   std::vector<int> wait_slots_;  // slot of each pair of wait_ids_
   std::vector<int> wait_peers_;
 
-  std::vector<RecvSlot> slots_;  // FFN
-  std::vector<Group> groups_;    // FFN
+  std::vector<RecvSlot> slots_;         // FFN
+  std::vector<Group> groups_;           // FFN
+  std::vector<int64_t> peer_heard_ns_;  // FFN, per attention rank: last message from it or result sent to it
+  std::vector<bool> peer_started_;      // FFN, per attention rank
 };
 
 }  // namespace genbridge::afd

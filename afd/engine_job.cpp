@@ -1,117 +1,18 @@
 #include "afd/engine_job.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <type_traits>
 
-#include <fmt/format.h>
-
 #include "afd/job.h"
+#include "afd/transports/step_agreement.h"
+#include "runtime/model/config.h"
 
 namespace genbridge::afd {
-
-AfdExecutor::AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages,
-                         StepAgreement* agreement)
-    : runner_(runner),
-      attention_(attention),
-      agreement_(agreement),
-      batches_(static_cast<size_t>(stages)),
-      planned_tokens_(static_cast<size_t>(stages), 0),
-      planned_seqs_(static_cast<size_t>(stages), 0) {}
-
-Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logits) {
-  if (agreement_) GB_RETURN_IF_ERROR(agreement_->any_active(true).status());
-  const int S = static_cast<int>(batches_.size());
-  const int64_t num_seqs = static_cast<int64_t>(in.seq_ids.size()), T = static_cast<int64_t>(in.tokens.size());
-  const int64_t vocab = runner_.config().vocab_size;
-  // Contiguous groups of whole sequences, balanced by tokens: stage s ends once the running total reaches
-  // (s + 1) * T / S (a stage may stay empty when there are fewer sequences than stages).
-  std::vector<int64_t> seq_end(static_cast<size_t>(S)), tok_begin(static_cast<size_t>(S + 1), 0),
-      seq_begin(static_cast<size_t>(S + 1), 0);
-  {
-    int64_t s_idx = 0, tokens = 0;
-    for (int s = 0; s < S; ++s) {
-      seq_begin[s] = s_idx;
-      tok_begin[s] = tokens;
-      const int64_t goal = (s + 1) * T / S;
-      while (s_idx < num_seqs && (tokens < goal || s == S - 1)) tokens += in.q_lens[s_idx++];
-      seq_end[s] = s_idx;
-    }
-    tok_begin[S] = tokens;
-    seq_begin[S] = s_idx;
-  }
-  std::vector<int> stage_tokens(static_cast<size_t>(S), 0);
-  for (int s = 0; s < S; ++s) {
-    const int64_t n = seq_end[s] - seq_begin[s], t = tok_begin[s + 1] - tok_begin[s];
-    stage_tokens[s] = static_cast<int>(t);
-    if (n == 0) continue;
-    if (t > planned_tokens_[s] || n > planned_seqs_[s]) {
-      planned_tokens_[s] = std::max(planned_tokens_[s], t);
-      planned_seqs_[s] = std::max(planned_seqs_[s], n);
-      batches_[s] = runner_.make_batch(planned_tokens_[s], planned_seqs_[s]);
-    }
-    const model::ForwardInput sub{in.tokens.subspan(tok_begin[s], t), in.seq_ids.subspan(seq_begin[s], n),
-                                  in.q_lens.subspan(seq_begin[s], n)};
-    GB_RETURN_IF_ERROR(runner_.begin(batches_[s], sub));
-  }
-  AttentionLayerFns fns;
-  fns.attend = [&](int layer, int stage, MoeInput* moe) -> Status {
-    model::ForwardBatch& b = batches_[stage];
-    GB_RETURN_IF_ERROR(runner_.attention_block(b, layer));
-    if (moe) {
-      GB_RETURN_IF_ERROR(runner_.route(b, layer));
-      *moe = MoeInput{b.moe_input(), b.topk_ids(), b.topk_weights()};
-    }
-    return ok_status();
-  };
-  fns.combine = [&](int layer, int stage, const MoeInput&, TensorView expert_out) -> Status {
-    return runner_.finish_moe(batches_[stage], layer, &expert_out);
-  };
-  GB_RETURN_IF_ERROR(attention_.step(++step_, stage_tokens, false, fns));
-  for (int s = 0; s < S; ++s) {
-    const int64_t n = seq_end[s] - seq_begin[s];
-    if (n == 0) continue;
-    GB_RETURN_IF_ERROR(runner_.logits(batches_[s], logits.subspan(seq_begin[s] * vocab, n * vocab)));
-  }
-  return ok_status();
-}
-
-Status AfdExecutor::finish() {
-  if (agreement_) {
-    const std::vector<int> idle(batches_.size(), 0);
-    const AttentionLayerFns none;
-    for (;;) {
-      GB_ASSIGN_OR_RETURN(const bool any, agreement_->any_active(false));
-      if (!any) break;
-      GB_RETURN_IF_ERROR(attention_.step(++step_, idle, false, none));
-    }
-  }
-  return attention_.finish();
-}
-
-ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden) {
-  auto scratch = std::make_shared<std::vector<bf16_t>>();
-  return [&experts, scratch, top_k, hidden](const FfnWorkItem& item) -> Status {
-    const int64_t M = item.hidden.rank() == 2 ? item.hidden.dim(0) : 0;
-    if (M == 0 || item.row_token.empty()) return ok_status();
-    scratch->resize(static_cast<size_t>(M * top_k * hidden));
-    const TensorView all(scratch->data(), DType::kBF16, {M, top_k, hidden});
-    GB_RETURN_IF_ERROR(
-        experts.compute(item.meta.layer, item.hidden, item.topk_ids, item.expert_begin, item.expert_end, all));
-    auto* out = item.out.data_as<bf16_t>();
-    const int64_t out_stride = item.out.stride(0);
-    for (size_t r = 0; r < item.row_token.size(); ++r) {
-      std::memcpy(out + static_cast<int64_t>(r) * out_stride,
-                  scratch->data() + (item.row_token[r] * top_k + item.row_slot[r]) * hidden,
-                  static_cast<size_t>(hidden) * sizeof(bf16_t));
-    }
-    return ok_status();
-  };
-}
 
 Status fill_model_shape(const model::ModelConfig& c, int64_t max_tokens_per_stage, AfdConfig* afd) {
   if (c.num_experts < 1) {
@@ -131,62 +32,6 @@ Status fill_model_shape(const model::ModelConfig& c, int64_t max_tokens_per_stag
 
 namespace {
 
-// Lockstep agreement among the attention threads of one process.
-class InprocAgreementGroup {
- public:
-  InprocAgreementGroup(int n, int64_t timeout_ms) : n_(n), timeout_ms_(timeout_ms) {}
-
-  Result<bool> any_active(int rank, bool mine) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!abort_.ok()) return abort_;
-    any_ = any_ || mine;
-    const uint64_t gen = generation_;
-    if (++arrived_ == n_) {
-      result_ = any_;
-      any_ = false;
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return result_;
-    }
-    const bool done = cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms_),
-                                   [&] { return generation_ != gen || !abort_.ok(); });
-    if (!abort_.ok()) return abort_;
-    if (!done) {
-      return deadline_exceeded(fmt::format("afd: attention rank {} waited {} ms for the other attention ranks to agree "
-                                           "on the next step ({} of {} arrived)",
-                                           rank, timeout_ms_, arrived_, n_));
-    }
-    return result_;
-  }
-
-  void abort(const Status& why) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (abort_.ok()) abort_ = Status(why.code(), "afd: another attention rank failed: " + why.message());
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int n_;
-  int64_t timeout_ms_;
-  int arrived_ = 0;
-  bool any_ = false, result_ = false;
-  uint64_t generation_ = 0;
-  Status abort_;
-};
-
-class InprocAgreement final : public StepAgreement {
- public:
-  InprocAgreement(InprocAgreementGroup& g, int rank) : g_(g), rank_(rank) {}
-  Result<bool> any_active(bool mine) override { return g_.any_active(rank_, mine); }
-
- private:
-  InprocAgreementGroup& g_;
-  int rank_;
-};
-
 void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) {
   into.prefill_tokens += m.prefill_tokens;
   into.decode_tokens += m.decode_tokens;
@@ -199,12 +44,14 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
   into.requests_refused += m.requests_refused;
 }
 
-
 // The job's config and engine options: model-shape keys from the checkpoint, the prefill budget raised
 // to the longest prompt (every rank computes the same values from the same requests).
 Status prepare_job(const model::ModelConfig& c, const std::vector<engine::Request>& requests,
                    const EngineJobOptions& options, TransportKind transport, AfdConfig* cfg,
                    engine::EngineOptions* eopt) {
+  if (options.warmup_steps < 0) {
+    return invalid_argument(fmt::format("afd: warm-up steps is {} but must be >= 0", options.warmup_steps));
+  }
   *cfg = options.afd;
   cfg->transport = transport;
   *eopt = options.engine;
@@ -212,6 +59,45 @@ Status prepare_job(const model::ModelConfig& c, const std::vector<engine::Reques
   for (const auto& r : requests) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
   eopt->max_prefill_tokens = std::max(eopt->max_prefill_tokens, longest);
   return fill_model_shape(c, std::max(eopt->max_prefill_tokens, eopt->max_batch), cfg);
+}
+
+// What every rank must agree on: the tool's items first (named as the user typed them), then what the job
+// itself knows must agree, so that a mismatch is caught even when the tool passed nothing: every key of the
+// model config, the weights' size, the requests (count and a digest of prompts, lengths, stop tokens and
+// sampling), the engine options and the KV pool. (Topology, connector and stages are AfdConfig settings,
+// compared before.)
+std::vector<FingerprintItem> job_fingerprint(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
+                                             const std::vector<engine::Request>& requests, int64_t pool_pages,
+                                             const engine::EngineOptions& eopt, const EngineJobOptions& options) {
+  std::vector<FingerprintItem> items = options.fingerprint;
+  const nlohmann::json config = nlohmann::json::parse(model::to_config_json(checkpoint.config()));
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    items.push_back({fmt::format("model config '{}'", it.key()), it.value().dump()});
+  }
+  items.push_back({"model weights (bytes mapped)", std::to_string(checkpoint.mapped_weight_bytes())});
+  items.push_back({"number of requests", std::to_string(requests.size())});
+  std::string bytes;
+  auto put = [&](const auto& v) { bytes.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  for (const engine::Request& r : requests) {
+    put(r.id);
+    put(r.prompt.size());
+    for (int32_t t : r.prompt) put(t);
+    put(r.max_new_tokens);
+    put(r.stop_tokens.size());
+    for (int32_t t : r.stop_tokens) put(t);
+    put(r.sampling.temperature);
+    put(r.sampling.top_k);
+    put(r.sampling.top_p);
+    put(r.sampling.seed);
+  }
+  items.push_back({"requests (prompts, max_new_tokens, stop tokens, sampling)", fingerprint_digest(bytes)});
+  items.push_back({"warm-up steps", std::to_string(options.warmup_steps)});
+  items.push_back({"engine max_batch", std::to_string(eopt.max_batch)});
+  items.push_back({"engine max_prefill_tokens", std::to_string(eopt.max_prefill_tokens)});
+  items.push_back({"engine record_logits", eopt.record_logits ? "true" : "false"});
+  items.push_back({"KV pages per attention rank", std::to_string(pool_pages)});
+  items.push_back({"KV cache format", std::string(ops::kv_cache_format_name(dev.kv_format()))});
+  return items;
 }
 
 ExpertComputeFn expert_compute_with_hook(const model::ExpertBank& experts, const model::ModelConfig& c,
@@ -337,6 +223,67 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
 
 }  // namespace
 
+namespace {
+
+// One attention rank's engine over its requests (request r goes to attention rank r % A).
+struct AttentionRankRun {
+  std::vector<size_t> mine;  // request indices, in submission order
+  std::vector<engine::RequestResult> results;
+  engine::EngineMetrics metrics;
+};
+
+Result<AttentionRankRun> run_attention_rank(Connector& conn, Metrics& metrics, const model::Checkpoint& checkpoint,
+                                            const runtime::DeviceOperator& dev,
+                                            const std::vector<engine::Request>& requests, int64_t pool_pages,
+                                            const AfdConfig& cfg, const engine::EngineOptions& eopt,
+                                            const EngineJobOptions& options, bool meet_at_end) {
+  const model::ModelConfig& c = checkpoint.config();
+  const int a = conn.rank(), A = cfg.num_attention;
+  auto agreement_options = [&](int id, int64_t timeout_ms, std::string purpose) {
+    return StepAgreementOptions{.attention_world = conn.topology().attention_world,
+                                .rank_names = conn.topology().rank_names(),
+                                .attention_rank = a,
+                                .timeout_ms = timeout_ms,
+                                .id = id,
+                                .purpose = std::move(purpose)};
+  };
+  std::unique_ptr<StepAgreement> lockstep, all_done;
+  if (!cfg.async_dp && A > 1) {
+    GB_ASSIGN_OR_RETURN(lockstep, make_step_agreement(conn.transport(),
+                                                      agreement_options(0, cfg.timeout_ms, "agree on the next step")));
+  }
+  if (meet_at_end && A > 1) {
+    // Attention ranks that step independently (async_dp) may finish far apart: they meet here before the
+    // results are gathered. A rank still decoding may take long (idle_timeout_ms); one that stopped is
+    // caught sooner by the FFN ranks, which it owes its next step within timeout_ms.
+    GB_ASSIGN_OR_RETURN(
+        all_done, make_step_agreement(conn.transport(), agreement_options(1, cfg.idle_timeout_ms, "finish decoding")));
+  }
+  const runtime::KvPageGeometry geometry =
+      dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
+  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages));
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool));
+  AttentionRunner attention(conn, &metrics);
+  AfdExecutor executor(*runner, attention, cfg.num_stages, lockstep.get(), options.warmup_steps);
+  if (options.attention_hook) {
+    executor.set_before_step([&options, a](int64_t step) { return options.attention_hook(a, step); });
+  }
+  engine::Engine eng(executor, pool, eopt);
+  AttentionRankRun out;
+  for (size_t r = static_cast<size_t>(a); r < requests.size(); r += static_cast<size_t>(A)) {
+    out.mine.push_back(r);
+    GB_RETURN_IF_ERROR(eng.submit(requests[r]));
+  }
+  GB_RETURN_IF_ERROR(eng.run_to_completion());
+  GB_RETURN_IF_ERROR(executor.finish());
+  if (all_done) GB_RETURN_IF_ERROR(all_done->any_active(false).status());
+  out.results = eng.results();
+  out.metrics = eng.metrics();
+  return out;
+}
+
+}  // namespace
+
 Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                                               std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
                                               const EngineJobOptions& options) {
@@ -344,40 +291,17 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
   AfdConfig cfg;
   engine::EngineOptions eopt;
   GB_RETURN_IF_ERROR(prepare_job(c, requests, options, TransportKind::kInproc, &cfg, &eopt));
-  const int A = cfg.num_attention, S = cfg.num_stages;
-  const bool lockstep = !cfg.async_dp && A > 1;
-
-  std::vector<std::vector<size_t>> mine(static_cast<size_t>(A));
-  for (size_t r = 0; r < requests.size(); ++r) mine[r % A].push_back(r);
+  const int A = cfg.num_attention;
   std::vector<engine::RequestResult> results(requests.size());
   std::vector<engine::EngineMetrics> rank_metrics(static_cast<size_t>(A));
-  InprocAgreementGroup group(A, cfg.timeout_ms);
   const model::ExpertBank experts(checkpoint);
-  const runtime::KvPageGeometry geometry =
-      dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
 
   RankFns fns;
   fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
-    const int a = conn.rank();
-    auto fail = [&](const Status& s) {
-      group.abort(s);
-      return s;
-    };
-    auto pool = runtime::KvPagePool::create(geometry, pool_pages_per_rank);
-    if (!pool.ok()) return fail(pool.status());
-    auto runner = model::ModelRunner::create(checkpoint, dev, *pool);
-    if (!runner.ok()) return fail(runner.status());
-    AttentionRunner attention(conn, &metrics);
-    InprocAgreement agreement(group, a);
-    AfdExecutor executor(**runner, attention, S, lockstep ? &agreement : nullptr);
-    engine::Engine eng(executor, *pool, eopt);
-    for (size_t r : mine[a]) {
-      if (Status s = eng.submit(requests[r]); !s.ok()) return fail(s);
-    }
-    if (Status s = eng.run_to_completion(); !s.ok()) return fail(s);
-    if (Status s = executor.finish(); !s.ok()) return fail(s);
-    for (size_t i = 0; i < mine[a].size(); ++i) results[mine[a][i]] = eng.results()[i];
-    rank_metrics[a] = eng.metrics();
+    GB_ASSIGN_OR_RETURN(AttentionRankRun run, run_attention_rank(conn, metrics, checkpoint, dev, requests,
+                                                                 pool_pages_per_rank, cfg, eopt, options, false));
+    for (size_t i = 0; i < run.mine.size(); ++i) results[run.mine[i]] = std::move(run.results[i]);
+    rank_metrics[conn.rank()] = std::move(run.metrics);
     return ok_status();
   };
   fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
@@ -390,6 +314,7 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
   jo.trace_path = options.trace_path;
   jo.trace_events = options.trace_path.empty() ? 0 : (size_t{1} << 18);
   jo.report = &out.report;
+  jo.fingerprint = job_fingerprint(checkpoint, dev, requests, pool_pages_per_rank, eopt, options);
   GB_RETURN_IF_ERROR(run_inproc_job(cfg, fns, jo));
   out.results = std::move(results);
   for (const auto& m : rank_metrics) merge_metrics(m, out.metrics);
@@ -404,15 +329,15 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
   AfdConfig cfg;
   engine::EngineOptions eopt;
   GB_RETURN_IF_ERROR(prepare_job(c, requests, options, TransportKind::kMpi, &cfg, &eopt));
-  const int A = cfg.num_attention, S = cfg.num_stages;
-  const bool lockstep = !cfg.async_dp && A > 1;
   const size_t num_requests = requests.size();
 
   EngineJobResult out;
   bool root = false;
   // Every rank gathers once, after its role's work: attention ranks their results, FFN ranks nothing.
+  // Every rank is due at once (the attention ranks met in all_done; the FFN ranks end when they all
+  // finished), so the deadline is timeout_ms.
   auto gather_results = [&](Connector& conn, std::string blob) -> Status {
-    GB_ASSIGN_OR_RETURN(std::vector<std::string> blobs, conn.gather(blob));
+    GB_ASSIGN_OR_RETURN(std::vector<std::string> blobs, conn.gather(blob, cfg.timeout_ms));
     if (conn.world_rank() != 0) return ok_status();
     root = true;
     out.results.assign(num_requests, {});
@@ -429,32 +354,9 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
 
   RankFns fns;
   fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
-    const int a = conn.rank();
-    std::unique_ptr<StepAgreement> agreement, all_done;
-    if (lockstep) {
-      GB_ASSIGN_OR_RETURN(agreement, make_mpi_step_agreement(conn.topology().attention_world, a, cfg.timeout_ms));
-    }
-    if (A > 1) {
-      // Attention ranks that step independently (async_dp) may finish far apart; they meet here, waiting
-      // like an idle FFN rank (idle_timeout_ms), before the gather, whose deadline is timeout_ms.
-      GB_ASSIGN_OR_RETURN(all_done, make_mpi_step_agreement(conn.topology().attention_world, a, cfg.idle_timeout_ms));
-    }
-    const runtime::KvPageGeometry geometry =
-        dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
-    GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages_per_rank));
-    GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool));
-    AttentionRunner attention(conn, &metrics);
-    AfdExecutor executor(*runner, attention, S, agreement.get());
-    engine::Engine eng(executor, pool, eopt);
-    std::vector<size_t> mine;
-    for (size_t r = static_cast<size_t>(a); r < num_requests; r += static_cast<size_t>(A)) {
-      mine.push_back(r);
-      GB_RETURN_IF_ERROR(eng.submit(requests[r]));
-    }
-    GB_RETURN_IF_ERROR(eng.run_to_completion());
-    GB_RETURN_IF_ERROR(executor.finish());
-    if (all_done) GB_RETURN_IF_ERROR(all_done->any_active(false).status());
-    return gather_results(conn, serialize_rank(mine, eng.results(), eng.metrics()));
+    GB_ASSIGN_OR_RETURN(AttentionRankRun run, run_attention_rank(conn, metrics, checkpoint, dev, requests,
+                                                                 pool_pages_per_rank, cfg, eopt, options, true));
+    return gather_results(conn, serialize_rank(run.mine, run.results, run.metrics));
   };
   std::unique_ptr<model::ExpertBank> experts;
   fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
@@ -468,16 +370,11 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
   jo.trace_path = options.trace_path;
   jo.trace_events = options.trace_path.empty() ? 0 : (size_t{1} << 18);
   jo.report = &out.report;
+  jo.fingerprint = job_fingerprint(checkpoint, dev, requests, pool_pages_per_rank, eopt, options);
   GB_RETURN_IF_ERROR(run_mpi_rank(cfg, declared_role, fns, jo));
   if (!root) return EngineJobResult{};
   out.num_ranks = cfg.num_attention + cfg.num_ffn;
   return out;
 }
-
-#ifndef GENBRIDGE_HAVE_MPI
-Result<std::unique_ptr<StepAgreement>> make_mpi_step_agreement(std::span<const int>, int, int64_t) {
-  return unavailable("afd: this build of genbridge has no MPI, so attention ranks cannot agree on steps over MPI");
-}
-#endif
 
 }  // namespace genbridge::afd

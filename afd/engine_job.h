@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "afd/config.h"
+#include "afd/engine_attention.h"
+#include "afd/engine_ffn.h"
 #include "afd/metrics.h"
 #include "afd/runner.h"
 #include "runtime/device/device_operator.h"
@@ -23,61 +25,29 @@
 
 namespace genbridge::afd {
 
-// Attention ranks that run in lockstep (sync connector) agree before every step whether any of them still
-// has work; idle ones then send an empty step. Blocks until every attention rank has called.
-class StepAgreement {
- public:
-  virtual ~StepAgreement() = default;
-  virtual Result<bool> any_active(bool mine) = 0;
-};
-
-// ForwardExecutor of an attention rank: one forward = one AFD step over `stages` micro-batches.
-class AfdExecutor final : public engine::ForwardExecutor {
- public:
-  // None of the references are owned; all must outlive the executor. `agreement` may be nullptr (the
-  // attention ranks step independently: async connector with async_dp, or a single attention rank).
-  AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages, StepAgreement* agreement);
-  const model::ModelConfig& config() const override { return runner_.config(); }
-  Status forward(const model::ForwardInput& input, std::span<float> logits) override;
-  // After the engine finished: keeps sending empty steps while another lockstep rank has work, then tells
-  // the FFN ranks this rank is done.
-  Status finish();
-  int64_t steps() const { return step_; }
-
- private:
-  const model::ModelRunner& runner_;
-  AttentionRunner& attention_;
-  StepAgreement* agreement_;
-  std::vector<model::ForwardBatch> batches_;
-  std::vector<int64_t> planned_tokens_, planned_seqs_;
-  int64_t step_ = 0;
-};
-
-// FFN-side work item computation with the model's experts (reuses one scratch buffer; single-threaded
-// caller, as FfnRunner is).
-ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden);
-
-// One setting that every rank of a job must agree on, as the user gave it: `name` is the flag as typed
-// ("--max-new-tokens") or a derived item ("model weights"), `value` its printable value or a digest.
-struct FingerprintItem {
-  std::string name;
-  std::string value;
-};
-
 struct EngineJobOptions {
   AfdConfig afd;  // topology, connector, stages, deadlines; model-shape keys are filled from the checkpoint
-  // Compared across every rank at init; a mismatch ends the job naming the item and both values.
+  // What the tool knows must agree across ranks (flags as typed, a prompt digest, ...). Compared across every
+  // rank at init, before what the job adds itself (model config, requests, engine options: see
+  // job_fingerprint in engine_job.cpp); a mismatch ends the job on every rank naming the item, both values
+  // and both ranks, before any decoding.
   std::vector<FingerprintItem> fingerprint;
   engine::EngineOptions engine;
+  // The first steps of every attention rank are warm-up: computed as any other (results unchanged), left
+  // out of the AFD metrics and announced as warm-up on the sync connector's control plane.
+  int warmup_steps = 2;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
   // Tests only (fault injection): called on an FFN rank before each work item's expert compute; an error
   // fails that FFN rank. Empty: none.
   std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;
+  // Tests only (fault injection): called on an attention rank before each step (numbered from 1); an error
+  // fails that attention rank. Empty: none.
+  std::function<Status(int attention_rank, int64_t step)> attention_hook;
 };
 
 struct EngineJobResult {
   std::vector<engine::RequestResult> results;  // in the order the requests were given
-  engine::EngineMetrics metrics;              // merged over attention ranks
+  engine::EngineMetrics metrics;               // merged over attention ranks
   AfdReport report;
   int num_ranks = 0;
 };
@@ -102,12 +72,5 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
 Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                                             std::vector<engine::Request> requests, int64_t pool_pages_per_rank,
                                             const EngineJobOptions& options, int declared_role);
-
-// StepAgreement among the attention ranks of an MPI job: a logical-or all-reduce on a communicator of the
-// attention ranks (`attention_world_ranks`, in attention-rank order), polled against `timeout_ms`.
-// Collective over the attention ranks only; call after the connector's init(). Unavailable in a build
-// without MPI.
-Result<std::unique_ptr<StepAgreement>> make_mpi_step_agreement(std::span<const int> attention_world_ranks,
-                                                               int attention_rank, int64_t timeout_ms);
 
 }  // namespace genbridge::afd

@@ -27,7 +27,8 @@ Status run_rank(Connector& c, const AfdConfig& cfg, const RankFns& fns, const Jo
   GB_RETURN_IF_ERROR(fn(c, metrics));
   c.set_metrics(nullptr);
   if (options.report == nullptr && options.trace_path.empty()) return ok_status();
-  GB_ASSIGN_OR_RETURN(std::vector<std::string> blobs, c.gather(metrics.serialize()));
+  // Ranks finish far apart (e.g. async_dp attention ranks with different amounts of work).
+  GB_ASSIGN_OR_RETURN(std::vector<std::string> blobs, c.gather(metrics.serialize(), cfg.idle_timeout_ms));
   if (c.world_rank() != 0) return ok_status();
   std::vector<Metrics> all;
   for (const std::string& b : blobs) {
@@ -55,7 +56,7 @@ Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions
       std::unique_ptr<Connector> c;
       Status s = [&]() -> Status {
         GB_ASSIGN_OR_RETURN(c, make_connector(cfg, make_inproc_transport(world, r)));
-        GB_RETURN_IF_ERROR(c->init());
+        GB_RETURN_IF_ERROR(c->init(options.fingerprint));
         GB_RETURN_IF_ERROR(run_rank(*c, cfg, fns, options));
         return c->close();
       }();
@@ -93,15 +94,19 @@ Status run_mpi_rank(const AfdConfig& cfg, int declared_role, const RankFns& fns,
   GB_RETURN_IF_ERROR(validate(cfg));
   MpiOptions mo;
   mo.declared_role = declared_role;
+  mo.init_timeout_ms = cfg.init_timeout_ms;
+  mo.close_timeout_ms = cfg.idle_timeout_ms;
   GB_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, make_connector(cfg, make_mpi_transport(mo)));
-  Status st = c->init();
+  Status st = c->init(options.fingerprint);
   if (st.ok()) st = run_rank(*c, cfg, fns, options);
   if (!st.ok()) {
     // Does not return once MPI is up; before that (e.g. not under mpirun) it returns and so do we.
     c->abort_job(st);
     return st;
   }
-  return c->close();
+  st = c->close();
+  if (!st.ok()) c->abort_job(st);  // e.g. a rank never reached the end: the others must not hang in MPI_Finalize
+  return st;
 }
 
 }  // namespace genbridge::afd

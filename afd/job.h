@@ -35,6 +35,9 @@ struct JobOptions {
   std::string trace_path;
   // When set, world rank 0 stores the job-wide metrics here (others leave it untouched).
   AfdReport* report = nullptr;
+  // This rank's fingerprint, compared across every rank by Connector::init (the same for every thread of an
+  // in-process job).
+  std::vector<FingerprintItem> fingerprint;
 };
 
 // Runs all A + F ranks of `cfg` as threads over the in-process transport and joins them. Returns OK when

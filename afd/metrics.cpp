@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/trace/chrome_trace.h"
+
 namespace genbridge::afd {
 
 int64_t now_ns() {
@@ -164,10 +166,15 @@ std::string Metrics::serialize() const {
   w.put(static_cast<int32_t>(num_stages_));
   w.put(busy_ns_);
   w.put(idle_ns_);
-  w.put(tokens_);
+  w.put(prefill_tokens_);
+  w.put(decode_tokens_);
+  w.put(warmup_steps_);
+  w.put(warmup_prefill_tokens_);
+  w.put(warmup_decode_tokens_);
   w.put(wall_begin_ns_);
   w.put(wall_end_ns_);
-  w.put_hist(step_, step_.count_, step_.sum_ns_, step_.min_ns_, step_.max_ns_);
+  for (const LatencyHistogram* h : {&prefill_step_, &decode_step_})
+    w.put_hist(*h, h->count_, h->sum_ns_, h->min_ns_, h->max_ns_);
   for (const TransferStats& t : transfers_) {
     w.put(t.bytes);
     w.put(t.messages);
@@ -194,7 +201,11 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
   }
   m.busy_ns_ = r.get<int64_t>();
   m.idle_ns_ = r.get<int64_t>();
-  m.tokens_ = r.get<int64_t>();
+  m.prefill_tokens_ = r.get<int64_t>();
+  m.decode_tokens_ = r.get<int64_t>();
+  m.warmup_steps_ = r.get<int64_t>();
+  m.warmup_prefill_tokens_ = r.get<int64_t>();
+  m.warmup_decode_tokens_ = r.get<int64_t>();
   m.wall_begin_ns_ = r.get<int64_t>();
   m.wall_end_ns_ = r.get<int64_t>();
   auto get_hist = [&](LatencyHistogram* h) {
@@ -213,7 +224,8 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
       h->buckets_[idx] = c;
     }
   };
-  get_hist(&m.step_);
+  get_hist(&m.prefill_step_);
+  get_hist(&m.decode_step_);
   m.transfers_.resize(static_cast<size_t>(2 * m.num_layers_ * m.num_stages_));
   for (TransferStats& t : m.transfers_) {
     t.bytes = r.get<int64_t>();
@@ -240,7 +252,8 @@ AfdReport summarize(std::span<const Metrics> ranks) {
   const int L = ranks[0].num_layers(), S = ranks[0].num_stages();
   int64_t begin = 0, end = 0;
   int64_t ffn_busy = 0, ffn_wall = 0, attn_idle = 0, attn_wall = 0;
-  LatencyHistogram tpot;
+  LatencyHistogram tpot, prefill;
+  int64_t decode_ns = 0;
   int num_attention = 0, num_ffn = 0;
   for (const Metrics& m : ranks) (m.role() == Role::kAttention ? num_attention : num_ffn)++;
   rep.ffn_busy.assign(num_ffn, 0.0);
@@ -260,18 +273,29 @@ AfdReport summarize(std::span<const Metrics> ranks) {
     } else {
       attn_idle += m.idle_ns();
       attn_wall += m.wall_ns();
-      rep.decode_tokens += m.tokens();
-      tpot.merge(m.step_latency());
+      rep.prefill_tokens += m.prefill_tokens();
+      rep.decode_tokens += m.decode_tokens();
+      rep.warmup_steps += m.warmup_steps();
+      rep.warmup_prefill_tokens += m.warmup_prefill_tokens();
+      rep.warmup_decode_tokens += m.warmup_decode_tokens();
+      tpot.merge(m.decode_step_latency());
+      prefill.merge(m.prefill_step_latency());
+      decode_ns = std::max(decode_ns, m.decode_step_latency().sum_ns());
       if (m.role_rank() >= 0 && m.role_rank() < num_attention) rep.attention_idle[m.role_rank()] = frac;
     }
   }
   rep.ffn_busy_fraction = ffn_wall > 0 ? static_cast<double>(ffn_busy) / static_cast<double>(ffn_wall) : 0.0;
   rep.attention_idle_fraction = attn_wall > 0 ? static_cast<double>(attn_idle) / static_cast<double>(attn_wall) : 0.0;
   rep.wall_s = static_cast<double>(end - begin) * 1e-9;
+  rep.decode_s = static_cast<double>(decode_ns) * 1e-9;
   rep.tokens_per_s_per_rank =
-      rep.wall_s > 0 ? static_cast<double>(rep.decode_tokens) / rep.wall_s / static_cast<double>(rep.num_ranks) : 0.0;
+      rep.decode_s > 0 ? static_cast<double>(rep.decode_tokens) / rep.decode_s / static_cast<double>(rep.num_ranks)
+                       : 0.0;
+  rep.prefill_steps = prefill.count();
+  rep.decode_steps = tpot.count();
   rep.tpot_mean_ms = tpot.mean_ns() * 1e-6;
   rep.tpot_p99_ms = tpot.percentile_ns(99) * 1e-6;
+  rep.prefill_step_mean_ms = prefill.mean_ns() * 1e-6;
   for (int d = 0; d < 2; ++d) {
     for (int l = 0; l < L; ++l) {
       for (int s = 0; s < S; ++s) {
@@ -308,19 +332,27 @@ std::string report_json(const AfdReport& r) {
     return s;
   };
   return fmt::format(
-      "{{\"ranks\":{},\"decode_tokens\":{},\"wall_s\":{:.6f},\"decode_tokens_per_s_per_rank\":{:.3f},"
+      "{{\"ranks\":{},\"prefill_tokens\":{},\"prefill_steps\":{},\"decode_tokens\":{},\"decode_steps\":{},"
+      "\"warmup_steps\":{},\"warmup_prefill_tokens\":{},\"warmup_decode_tokens\":{},"
+      "\"wall_s\":{:.6f},\"decode_s\":{:.6f},\"decode_tokens_per_s_per_rank\":{:.3f},\"prefill_step_mean_ms\":{:.4f},"
       "\"tpot_mean_ms\":{:.4f},\"tpot_p99_ms\":{:.4f},\"ffn_busy_fraction\":{:.4f},\"attention_idle_fraction\":{:.4f},"
       "\"ffn_busy\":[{}],\"attention_idle\":[{}],\"links\":[{}]}}",
-      r.num_ranks, r.decode_tokens, r.wall_s, r.tokens_per_s_per_rank, r.tpot_mean_ms, r.tpot_p99_ms,
-      r.ffn_busy_fraction, r.attention_idle_fraction, list(r.ffn_busy), list(r.attention_idle), links);
+      r.num_ranks, r.prefill_tokens, r.prefill_steps, r.decode_tokens, r.decode_steps, r.warmup_steps,
+      r.warmup_prefill_tokens, r.warmup_decode_tokens, r.wall_s, r.decode_s, r.tokens_per_s_per_rank,
+      r.prefill_step_mean_ms, r.tpot_mean_ms, r.tpot_p99_ms, r.ffn_busy_fraction, r.attention_idle_fraction,
+      list(r.ffn_busy), list(r.attention_idle), links);
 }
 
 std::string report_text(const AfdReport& r) {
   std::string s = fmt::format(
-      "AFD: {} ranks, {} decode tokens in {:.3f} s = {:.1f} tokens/s per rank (all ranks counted); TPOT mean {:.3f} "
+      "AFD: {} ranks; {} prefill + {} decode tokens, of which {} + {} in {} warm-up steps (not measured)\n"
+      "measured: {} prefill tokens in {} steps (mean {:.3f} ms), {} decode tokens in {} steps\n"
+      "decode {:.1f} tokens/s per rank (all ranks counted; {:.3f} s in decode steps); TPOT (decode step) mean {:.3f} "
       "ms, p99 {:.3f} ms\nFFN busy fraction {:.3f}, attention idle fraction {:.3f}\n",
-      r.num_ranks, r.decode_tokens, r.wall_s, r.tokens_per_s_per_rank, r.tpot_mean_ms, r.tpot_p99_ms,
-      r.ffn_busy_fraction, r.attention_idle_fraction);
+      r.num_ranks, r.prefill_tokens + r.warmup_prefill_tokens, r.decode_tokens + r.warmup_decode_tokens,
+      r.warmup_prefill_tokens, r.warmup_decode_tokens, r.warmup_steps, r.prefill_tokens, r.prefill_steps,
+      r.prefill_step_mean_ms, r.decode_tokens, r.decode_steps, r.tokens_per_s_per_rank, r.decode_s, r.tpot_mean_ms,
+      r.tpot_p99_ms, r.ffn_busy_fraction, r.attention_idle_fraction);
   s += "direction        layer stage   p50_us   p99_us        bytes  messages\n";
   for (const AfdReport::Link& k : r.links) {
     s += fmt::format("{:<16} {:>5} {:>5} {:>8.2f} {:>8.2f} {:>12} {:>9}\n",
@@ -338,46 +370,23 @@ std::string chrome_trace_json(std::span<const Metrics> ranks) {
       if (t0 == 0 || e.begin_ns < t0) t0 = e.begin_ns;
     }
   }
-  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) out += ",\n";
-    first = false;
-  };
+  runtime::ChromeTraceWriter w(t0);
   for (const Metrics& m : ranks) {
-    sep();
-    out += fmt::format(
-        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"{} rank {} (world "
-        "rank {})\"}}}}",
-        m.world_rank(), role_name(m.role()), m.role_rank(), m.world_rank());
-    for (int k = 0; k < 4; ++k) {
-      sep();
-      out += fmt::format("{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
-                         m.world_rank(), k, kKindName[k]);
-    }
+    w.process(m.world_rank(),
+              fmt::format("{} rank {} (world rank {})", role_name(m.role()), m.role_rank(), m.world_rank()));
+    for (int k = 0; k < 4; ++k) w.thread(m.world_rank(), k, kKindName[k]);
     for (const TraceEvent& e : m.events()) {
-      sep();
       const char* kind = kKindName[static_cast<int>(e.kind)];
-      out += fmt::format(
-          "{{\"name\":\"{} L{} S{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
-          "\"args\":{{\"layer\":{},\"stage\":{},\"step\":{},\"peer\":{}}}}}",
-          kind, e.layer, e.stage, kind, m.world_rank(), static_cast<int>(e.kind),
-          static_cast<double>(e.begin_ns - t0) * 1e-3,
-          static_cast<double>(std::max<int64_t>(0, e.end_ns - e.begin_ns)) * 1e-3, e.layer, e.stage, e.step, e.peer);
+      w.span(fmt::format("{} L{} S{}", kind, e.layer, e.stage), kind, m.world_rank(), static_cast<int>(e.kind),
+             e.begin_ns, e.end_ns,
+             fmt::format("{{\"layer\":{},\"stage\":{},\"step\":{},\"peer\":{}}}", e.layer, e.stage, e.step, e.peer));
     }
   }
-  out += "]}\n";
-  return out;
+  return w.finish();
 }
 
 Status write_chrome_trace(const std::string& path, std::span<const Metrics> ranks) {
-  const std::string json = chrome_trace_json(ranks);
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return unavailable(fmt::format("afd trace: cannot open '{}' for writing", path));
-  const size_t n = std::fwrite(json.data(), 1, json.size(), f);
-  const int rc = std::fclose(f);
-  if (n != json.size() || rc != 0) return unavailable(fmt::format("afd trace: writing '{}' failed", path));
-  return ok_status();
+  return runtime::write_trace_file(path, chrome_trace_json(ranks));
 }
 
 }  // namespace genbridge::afd

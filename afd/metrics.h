@@ -5,8 +5,11 @@
 //    host share it, across hosts the value includes the clocks' offset);
 //  * FFN busy fraction: time in the expert compute callback / the FFN rank's wall time;
 //  * attention idle fraction: time blocked waiting for expert outputs / the attention rank's wall time;
-//  * decode tokens/s per rank: tokens produced by all attention ranks / wall time / (A + F), so every
-//    rank is counted; TPOT (step time) mean and p99;
+//  * prefill and decode steps counted apart, with the engine's token counts (a prefill step's tokens are
+//    prompt tokens, a decode step's one per running request); decode tokens/s per rank: decode tokens of
+//    all attention ranks / the longest attention rank's time in decode steps / (A + F), so every rank is
+//    counted (the engine's table divides its decode tokens by its decode time the same way); TPOT = decode
+//    step time, mean and p99 (prefill steps are reported apart);
 //  * a Chrome/Perfetto trace of attention, FFN, transfer and wait spans per rank.
 // Each rank records into its own Metrics (no locking, no allocation except trace events beyond the
 // reserved capacity); rank 0 merges them after Connector::gather().
@@ -54,6 +57,9 @@ class LatencyHistogram {
 };
 
 enum class Direction : uint8_t { kAttnToFfn = 0, kFfnToAttn = 1 };
+// What an attention rank's step does: prefill (prompts of newly admitted requests) or decode (one token
+// per running request).
+enum class StepPhase : uint8_t { kPrefill = 0, kDecode = 1 };
 enum class SpanKind : uint8_t { kAttention = 0, kFfn = 1, kTransfer = 2, kWait = 3 };
 
 struct TraceEvent {
@@ -91,11 +97,18 @@ class Metrics {
   void add_idle_ns(int64_t ns) {
     if (recording_) idle_ns_ += ns;
   }
-  void add_tokens(int64_t n) {
-    if (recording_) tokens_ += n;
-  }
-  void record_step_ns(int64_t ns) {
-    if (recording_) step_.record(ns);
+  // One attention step of `tokens` tokens (an empty step, e.g. an idle lockstep rank's, is not counted). A
+  // warm-up step (recording paused) is only counted as such, so that the report still adds up to the
+  // engine's token counts.
+  void record_step(StepPhase phase, int64_t tokens, int64_t ns) {
+    if (tokens <= 0) return;
+    if (!recording_) {
+      ++warmup_steps_;
+      (phase == StepPhase::kPrefill ? warmup_prefill_tokens_ : warmup_decode_tokens_) += tokens;
+      return;
+    }
+    (phase == StepPhase::kPrefill ? prefill_tokens_ : decode_tokens_) += tokens;
+    (phase == StepPhase::kPrefill ? prefill_step_ : decode_step_).record(ns);
   }
   // Extends the measured wall-time window [begin, end] of this rank.
   void mark_window(int64_t begin_ns, int64_t end_ns);
@@ -109,11 +122,16 @@ class Metrics {
   const TransferStats& transfer(Direction d, int layer, int stage) const;
   int64_t busy_ns() const { return busy_ns_; }
   int64_t idle_ns() const { return idle_ns_; }
-  int64_t tokens() const { return tokens_; }
+  int64_t prefill_tokens() const { return prefill_tokens_; }
+  int64_t decode_tokens() const { return decode_tokens_; }
+  int64_t warmup_steps() const { return warmup_steps_; }
+  int64_t warmup_prefill_tokens() const { return warmup_prefill_tokens_; }
+  int64_t warmup_decode_tokens() const { return warmup_decode_tokens_; }
   int64_t wall_begin_ns() const { return wall_begin_ns_; }
   int64_t wall_end_ns() const { return wall_end_ns_; }
   int64_t wall_ns() const { return wall_end_ns_ > wall_begin_ns_ ? wall_end_ns_ - wall_begin_ns_ : 0; }
-  const LatencyHistogram& step_latency() const { return step_; }
+  const LatencyHistogram& prefill_step_latency() const { return prefill_step_; }
+  const LatencyHistogram& decode_step_latency() const { return decode_step_; }
   std::span<const TraceEvent> events() const { return events_; }
   int64_t dropped_events() const { return dropped_events_; }
 
@@ -134,10 +152,15 @@ class Metrics {
   std::vector<TransferStats> transfers_;
   int64_t busy_ns_ = 0;
   int64_t idle_ns_ = 0;
-  int64_t tokens_ = 0;
+  int64_t prefill_tokens_ = 0;
+  int64_t decode_tokens_ = 0;
+  int64_t warmup_steps_ = 0;
+  int64_t warmup_prefill_tokens_ = 0;
+  int64_t warmup_decode_tokens_ = 0;
   int64_t wall_begin_ns_ = 0;
   int64_t wall_end_ns_ = 0;
-  LatencyHistogram step_;
+  LatencyHistogram prefill_step_;
+  LatencyHistogram decode_step_;
   size_t trace_capacity_ = 0;
   std::vector<TraceEvent> events_;
   int64_t dropped_events_ = 0;
@@ -156,10 +179,16 @@ struct AfdReport {
   std::vector<double> attention_idle;  // per attention rank
   double ffn_busy_fraction = 0;        // over all FFN ranks: sum busy / sum wall
   double attention_idle_fraction = 0;  // over all attention ranks: sum idle / sum wall
-  int64_t decode_tokens = 0;
-  double wall_s = 0;                 // job window: earliest begin to latest end
-  double tokens_per_s_per_rank = 0;  // decode_tokens / wall_s / (A + F)
-  double tpot_mean_ms = 0, tpot_p99_ms = 0;
+  // Measured steps only (warm-up steps excluded); empty steps are not counted.
+  int64_t prefill_tokens = 0, prefill_steps = 0;
+  int64_t decode_tokens = 0, decode_steps = 0;
+  // Warm-up steps (not measured) with tokens, and their tokens: measured + warm-up = the engine's counts.
+  int64_t warmup_steps = 0, warmup_prefill_tokens = 0, warmup_decode_tokens = 0;
+  double wall_s = 0;                         // job window: earliest begin to latest end
+  double decode_s = 0;                       // the longest attention rank's time in decode steps
+  double tokens_per_s_per_rank = 0;          // decode_tokens / decode_s / (A + F)
+  double tpot_mean_ms = 0, tpot_p99_ms = 0;  // decode step time
+  double prefill_step_mean_ms = 0;
   int num_ranks = 0;
 };
 

@@ -57,6 +57,7 @@ Status FfnRunner::run() {
   for (;;) {
     GB_ASSIGN_OR_RETURN(std::optional<FfnWorkItem> item, connector_.recv_work_item());
     if (!item) return ok_status();
+    if (metrics_) metrics_->set_recording(!item->warmup);  // each transfer says whether its step is warm-up
     GB_RETURN_IF_ERROR(serve(*item));
   }
 }
@@ -92,8 +93,9 @@ Status AttentionRunner::dispatch(int layer, int stage, int64_t step, int n, cons
     in.topk_ids = TensorView(nullptr, DType::kI32, {0, cfg.top_k});
     in.topk_weights = TensorView(nullptr, DType::kF32, {0, cfg.top_k});
   }
-  return connector_.send_attn_output(in.hidden, TransferMeta::attention(layer, stage, step, n),
-                                     Routing{in.topk_ids, in.topk_weights});
+  TransferMeta meta = TransferMeta::attention(layer, stage, step, n);
+  meta.warmup = warmup_;
+  return connector_.send_attn_output(in.hidden, meta, Routing{in.topk_ids, in.topk_weights});
 }
 
 Status AttentionRunner::collect(int layer, int stage, int n, const AttentionLayerFns& fns) {
@@ -120,8 +122,8 @@ Status AttentionRunner::collect(int layer, int stage, int n, const AttentionLaye
   return ok_status();
 }
 
-Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bool warmup,
-                             const AttentionLayerFns& fns) {
+Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bool warmup, const AttentionLayerFns& fns,
+                             StepPhase phase) {
   const AfdConfig& cfg = connector_.config();
   const int S = cfg.num_stages;
   if (static_cast<int>(stage_tokens.size()) != S) {
@@ -137,6 +139,7 @@ Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bo
     }
   }
   step_ = step;
+  warmup_ = warmup;
   if (metrics_) metrics_->set_recording(!warmup);
   const int64_t begin = now_ns();
   ControlPlane* cp = connector_.control_plane();
@@ -178,8 +181,7 @@ Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bo
     const int64_t end = now_ns();
     int64_t tokens = 0;
     for (int n : stage_tokens) tokens += n;
-    metrics_->add_tokens(tokens);
-    metrics_->record_step_ns(end - begin);
+    metrics_->record_step(phase, tokens, end - begin);
     metrics_->mark_window(begin, end);
   }
   return ok_status();

@@ -69,10 +69,13 @@ class AttentionRunner {
   // Does not own `connector` or `metrics` (may be nullptr). Allocates the per-stage expert-output
   // buffers once (S x max_tokens_per_stage x k x H bf16).
   AttentionRunner(Connector& connector, Metrics* metrics = nullptr);
-  // One decode step: stage s has stage_tokens[s] tokens (size S; may be 0, an idle stage still sends
-  // well-formed empty messages and its callbacks are not called). `step` must increase. Blocks until
+  // One step: stage s has stage_tokens[s] tokens (size S; may be 0, an idle stage still sends
+  // well-formed empty messages and its callbacks are not called). `step` must increase. A warm-up step is
+  // not measured, here nor on the FFN ranks (its transfers carry the warm-up flag; the sync connector
+  // also announces it on the control plane). `phase` says which metrics the step counts in. Blocks until
   // every layer of every stage is done.
-  Status step(int64_t step, std::span<const int> stage_tokens, bool warmup, const AttentionLayerFns& fns);
+  Status step(int64_t step, std::span<const int> stage_tokens, bool warmup, const AttentionLayerFns& fns,
+              StepPhase phase = StepPhase::kDecode);
   // No more steps from this rank (tells the FFN ranks).
   Status finish();
 
@@ -85,6 +88,7 @@ class AttentionRunner {
   std::vector<std::vector<bf16_t>> expert_out_;  // per stage
   std::vector<MoeInput> moe_;                    // per stage
   int64_t step_ = 0;
+  bool warmup_ = false;
 };
 
 }  // namespace genbridge::afd

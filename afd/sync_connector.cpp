@@ -64,25 +64,32 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
         }
       }
     }
-    // Idle until the first announcement arrives; the others are then due within timeout_ms.
-    Deadline deadline = deadline_after_ms(cfg_.idle_timeout_ms);
-    int64_t timeout = cfg_.idle_timeout_ms;
+    // Attention ranks step back to back. The first announcement of the first step is due within
+    // init_timeout_ms (the attention ranks may still be building their engines), of a later step within
+    // 2 x timeout_ms (before announcing, the attention ranks agree among themselves, a wait of at most
+    // timeout_ms whose timeout names the rank that did not answer: that error should come first); the rest
+    // of a step's announcements within timeout_ms of the first.
+    int64_t timeout = seen_step_ ? 2 * cfg_.timeout_ms : cfg_.init_timeout_ms;
+    Deadline deadline = deadline_after_ms(timeout);
     for (int got = 0; got < A; ++got) {
       Completion c;
       Result<int> r = transport_->wait_any(ctrl_recv_ids_, deadline, &c);
       if (!r.ok()) {
-        int peer = 0;
-        while (peer < A && ctrl_recv_ids_[peer] == kNoRequest) ++peer;
-        return wait_error(r.status(), "the next step's control message", topo_.attention_world[std::min(peer, A - 1)],
-                          -1, 0, step_active_ ? control_.step + 1 : 0, timeout);
+        std::vector<bool> missing(A);
+        for (int a = 0; a < A; ++a) missing[a] = ctrl_recv_ids_[a] != kNoRequest;
+        return wait_error(r.status(),
+                          seen_step_ ? "the next step's control message" : "the first step's control message",
+                          attention_names(missing), -1, 0, seen_step_ ? control_.step + 1 : 0, timeout);
       }
       ctrl_recv_ids_[*r] = kNoRequest;
       ctrl_bytes_[*r] = c.bytes;
+      heard_from(*r);
       if (got == 0) {
-        deadline = deadline_after_ms(cfg_.timeout_ms);
         timeout = cfg_.timeout_ms;
+        deadline = deadline_after_ms(timeout);
       }
     }
+    seen_step_ = true;
     StepControl ctl;
     ctl.num_attention = A;
     ctl.num_stages = S;
@@ -176,10 +183,10 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
       Completion c;
       Result<int> r = transport_->wait_any(wait_ids_, deadline, &c);
       if (!r.ok()) {
-        int peer = 0;
-        while (peer < A && slots_[slot_index(peer, stage)].pending == 0) ++peer;
-        return wait_error(r.status(), "the hidden states", topo_.attention_world[std::min(peer, A - 1)], layer, stage,
-                          control_.step, cfg_.timeout_ms);
+        std::vector<bool> missing(A);
+        for (int a = 0; a < A; ++a) missing[a] = slots_[slot_index(a, stage)].pending > 0;
+        return wait_error(r.status(), "the hidden states", attention_names(missing), layer, stage, control_.step,
+                          cfg_.timeout_ms);
       }
       complete_slot_request(*r, c);
       const int a = *r / 2;
@@ -329,6 +336,7 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
   std::vector<size_t> ctrl_bytes_;
   StepControl control_;
   bool step_active_ = false;
+  bool seen_step_ = false;  // a control message arrived before (the attention ranks are stepping)
   bool stopped_ = false;
   std::array<int, kMaxStages> next_layer_{};
 };

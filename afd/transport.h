@@ -28,10 +28,9 @@ namespace genbridge::afd {
 
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
-inline Deadline no_deadline() { return Deadline::max(); }
-inline Deadline deadline_after_ms(int64_t ms) {
-  return ms <= 0 ? no_deadline() : Clock::now() + std::chrono::milliseconds(ms);
-}
+// Every wait of an AFD job has a finite deadline: there is no "wait forever" (a stopped or stuck peer must
+// end the job, not hang it). A non-positive `ms` is a deadline that has already passed.
+inline Deadline deadline_after_ms(int64_t ms) { return Clock::now() + std::chrono::milliseconds(ms > 0 ? ms : 0); }
 
 enum class Role : int8_t { kAttention = 0, kFfn = 1 };
 inline std::string_view role_name(Role r) { return r == Role::kAttention ? "attention" : "ffn"; }
@@ -117,6 +116,10 @@ struct MpiOptions {
   // Role this process was started with (`--role attention|ffn` in an MPMD launch), or kRoleUndeclared
   // to take roles from rank order (world ranks 0..A-1 attention, A..A+F-1 FFN).
   int declared_role = kRoleUndeclared;
+  // Deadline of init()'s collectives (the ranks may arrive far apart: each loads its weights first).
+  int64_t init_timeout_ms = 300000;
+  // Deadline of close()'s barrier before MPI_Finalize (ranks may finish their work far apart).
+  int64_t close_timeout_ms = 600000;
 };
 
 // The Open MPI transport. Available in every build; init() fails with Unavailable in a build without

@@ -48,6 +48,8 @@ inline constexpr int kTagGatherSize = 2;
 inline constexpr int kTagGatherData = 3;
 inline constexpr int kTagScatterSize = 4;
 inline constexpr int kTagScatterData = 5;
+// StepAgreement instance i uses tags kTagStepAgreement + 2i (to the coordinator) and + 2i + 1 (its answer).
+inline constexpr int kTagStepAgreement = 16;
 
 struct Header {
   uint32_t magic;

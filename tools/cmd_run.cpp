@@ -42,12 +42,15 @@ Result<RunOutput> run_monolithic(const RunOptions& o, const model::Checkpoint& c
                           dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), pages));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool));
   engine::LocalExecutor executor(*runner);
+  std::optional<engine::StepTrace> trace;  // --trace: every phase of every forward
+  if (!o.trace.empty()) executor.set_trace(&trace.emplace());
   engine::Engine eng(executor, pool, {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()});
   for (auto& r : reqs) GB_RETURN_IF_ERROR(eng.submit(std::move(r)));
   ProgressPrinter progress(o.quiet);
   const Status s = eng.run_to_completion([&](const engine::Progress& p) { progress.update(p); });
   progress.clear();
   GB_RETURN_IF_ERROR(s);
+  if (trace) GB_RETURN_IF_ERROR(trace->write(o.trace));  // an output file: written before anything is printed
   return RunOutput{.results = eng.results(), .metrics = eng.metrics()};
 }
 
@@ -116,6 +119,7 @@ int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
     if (log_now) fmt::print(stderr, "{}\n", afd_line);
     afd::EngineJobOptions jo{.afd = *afd_cfg,
                              .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
+                             .warmup_steps = o.afd_warmup_steps,
                              .trace_path = o.trace};
     auto fp = run_fingerprint(o, *ckpt, reqs);
     if (!fp.ok()) return fail(fp.status());
@@ -135,7 +139,7 @@ int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
   if (!o.dump_logits.empty()) {
     if (Status s = dump_logits(o.dump_logits, out.results, mc.vocab_size); !s.ok()) return fail(s);
   }
-  if (!o.trace.empty() && afd_mode) fmt::print(stderr, "wrote trace {}\n", o.trace);
+  if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
   if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n", dev->log_line(), describe_model(*ckpt), afd_line);
   print_results(out.results);
   print_metrics(out.metrics, *dev, mc, static_cast<int64_t>(out.results.size()), out.num_ranks);

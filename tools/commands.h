@@ -51,6 +51,7 @@ struct RunOptions {
   int afd_stages = 1;
   std::string afd_transport = "inproc";
   double afd_timeout_s = 30.0;
+  int afd_warmup_steps = 2;  // first steps of each attention rank left out of the AFD metrics
   std::string trace;
   // Flags given on the command line, as their long names ("--afd-stages"): combinations are checked on it.
   std::set<std::string> given;

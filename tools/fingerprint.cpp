@@ -177,6 +177,7 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
       {"--afd-connector", o.afd_connector},
       {"--afd-stages", std::to_string(o.afd_stages)},
       {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
+      {"--afd-warmup-steps", std::to_string(o.afd_warmup_steps)},
       {"--afd-transport", o.afd_transport},
   };
 }

@@ -107,8 +107,12 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                   "inproc (threads; `run`) | mpi (`genbridge afd-worker` under mpirun)");
   add_real_flag(run, "--afd-timeout", &ro.afd_timeout_s, 0.001, 86400, false, "Deadline in seconds for every AFD wait",
                 "a number of seconds");
+  add_int_flag(run, "--afd-warmup-steps", &ro.afd_warmup_steps, 0, 1 << 20,
+               "First steps of each attention rank that run as usual but are left out of the AFD metrics");
   add_string_flag(run, "--trace", &ro.trace,
-                  "Write a Chrome/Perfetto trace (JSON) of an AFD run to FILE.json (checked before decoding)", "none");
+                  "Write a Chrome/Perfetto trace (JSON) of the run to FILE.json: the engine's phases per layer and\n"
+                  "step, or with --afd every rank's attention, FFN, transfer and wait spans (checked before decoding)",
+                  "none");
 }
 
 // The long names of the flags given to `app` (combinations are checked on them).

@@ -12,7 +12,11 @@ Status LocalExecutor::forward(const model::ForwardInput& input, std::span<float>
     planned_seqs_ = std::max(planned_seqs_, seqs);
     batch_ = runner_.make_batch(planned_tokens_, planned_seqs_);
   }
-  return runner_.forward(batch_, input, logits);
+  if (!trace_) return runner_.forward(batch_, input, logits);
+  const int64_t step = ++step_;
+  const model::ForwardPhaseObserver observer = [this, step](model::ForwardPhase p, int64_t layer, int64_t b,
+                                                            int64_t e) { trace_->add(p, layer, step, b, e); };
+  return runner_.forward(batch_, input, logits, &observer);
 }
 
 }  // namespace genbridge::engine

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "genbridge/core/status.h"
+#include "runtime/engine/step_trace.h"
 #include "runtime/model/runner.h"
 
 namespace genbridge::engine {
@@ -26,11 +27,15 @@ class LocalExecutor final : public ForwardExecutor {
   explicit LocalExecutor(const model::ModelRunner& runner) : runner_(runner) {}
   const model::ModelConfig& config() const override { return runner_.config(); }
   Status forward(const model::ForwardInput& input, std::span<float> logits) override;
+  // Records every phase of every following forward into `trace` (not owned; nullptr: none).
+  void set_trace(StepTrace* trace) { trace_ = trace; }
 
  private:
   const model::ModelRunner& runner_;
   model::ForwardBatch batch_;
   int64_t planned_tokens_ = 0, planned_seqs_ = 0;
+  StepTrace* trace_ = nullptr;
+  int64_t step_ = 0;
 };
 
 }  // namespace genbridge::engine

@@ -1,6 +1,7 @@
 #include "runtime/model/runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -326,17 +327,37 @@ Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
   return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
 }
 
-Status ModelRunner::forward(ForwardBatch& fb, const ForwardInput& in, std::span<float> out) const {
-  GB_RETURN_IF_ERROR(begin(fb, in));
+const char* forward_phase_name(ForwardPhase phase) {
+  static constexpr const char* kNames[kNumForwardPhases] = {"embed",   "attention", "route",
+                                                            "experts", "combine",   "logits"};
+  return kNames[static_cast<int>(phase)];
+}
+
+Status ModelRunner::forward(ForwardBatch& fb, const ForwardInput& in, std::span<float> out,
+                            const ForwardPhaseObserver* observer) const {
+  // Runs one phase, telling the observer (when there is one) how long it took.
+  auto phase = [observer](ForwardPhase p, int64_t layer, auto&& run) -> Status {
+    if (!observer) return run();
+    const auto now = [] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+    const int64_t t0 = now();
+    Status s = run();
+    (*observer)(p, layer, t0, now());
+    return s;
+  };
+  GB_RETURN_IF_ERROR(phase(ForwardPhase::kEmbed, -1, [&] { return begin(fb, in); }));
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
-    GB_RETURN_IF_ERROR(attention_block(fb, l));
+    GB_RETURN_IF_ERROR(phase(ForwardPhase::kAttention, l, [&] { return attention_block(fb, l); }));
     if (config_.is_moe_layer(l)) {
-      GB_RETURN_IF_ERROR(route(fb, l));
-      GB_RETURN_IF_ERROR(local_experts(fb, l, 0, config_.num_experts));
-      GB_RETURN_IF_ERROR(finish_moe(fb, l));
+      GB_RETURN_IF_ERROR(phase(ForwardPhase::kRoute, l, [&] { return route(fb, l); }));
+      GB_RETURN_IF_ERROR(
+          phase(ForwardPhase::kExperts, l, [&] { return local_experts(fb, l, 0, config_.num_experts); }));
+      GB_RETURN_IF_ERROR(phase(ForwardPhase::kCombine, l, [&] { return finish_moe(fb, l); }));
     }
   }
-  return logits(fb, out);
+  return phase(ForwardPhase::kLogits, -1, [&] { return logits(fb, out); });
 }
 
 }  // namespace genbridge::model

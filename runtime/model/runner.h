@@ -10,6 +10,7 @@
 // kernel is batch-invariant and moe_combine sums slots in a fixed order, both paths give the same bits.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -67,6 +68,16 @@ class ExpertBank {
   int64_t num_experts_ = 0;
 };
 
+// The phases of a forward, for tracing: embedding lookup (begin), attention block, router, expert
+// outputs, combine (moe_combine + residual), final norm and LM head (logits).
+enum class ForwardPhase : uint8_t { kEmbed, kAttention, kRoute, kExperts, kCombine, kLogits };
+inline constexpr int kNumForwardPhases = 6;
+// "embed", "attention", "route", "experts", "combine", "logits".
+const char* forward_phase_name(ForwardPhase phase);
+// Told each phase of a forward once it finished: its layer (-1 for embed and logits) and steady-clock
+// begin and end in nanoseconds.
+using ForwardPhaseObserver = std::function<void(ForwardPhase phase, int64_t layer, int64_t begin_ns, int64_t end_ns)>;
+
 class ModelRunner {
  public:
   // Binds the runner to a checkpoint (bf16 weights), the DeviceOperator in force and the KV pool sized
@@ -79,8 +90,9 @@ class ModelRunner {
   ForwardBatch make_batch(int64_t max_tokens, int64_t max_seqs) const;
 
   // Monolithic forward: writes the new tokens' K/V and the last position's logits of every sequence
-  // (fp32 [S, vocab] row-major into `logits`).
-  Status forward(ForwardBatch& batch, const ForwardInput& input, std::span<float> logits) const;
+  // (fp32 [S, vocab] row-major into `logits`). `observer` (optional) is told every phase (tracing).
+  Status forward(ForwardBatch& batch, const ForwardInput& input, std::span<float> logits,
+                 const ForwardPhaseObserver* observer = nullptr) const;
 
   // Phases (see the file comment). Layers are 0-based; calls must follow the order above.
   Status begin(ForwardBatch& batch, const ForwardInput& input) const;

@@ -11,7 +11,7 @@ namespace {
 
 constexpr const char* kValid =
     R"({"attention_ranks": 2, "ffn_ranks": 2, "stages": 2, "connector": "async", "transport": "mpi",
-        "async_dp": true, "max_tokens_per_stage": 64, "timeout_ms": 5000, "idle_timeout_ms": 0, "init_timeout_ms": 9000,
+        "async_dp": true, "max_tokens_per_stage": 64, "timeout_ms": 5000, "idle_timeout_ms": 7000, "init_timeout_ms": 9000,
         "num_experts": 8, "top_k": 2, "hidden_size": 128, "num_layers": 4, "dense_layers": [0, 2]})";
 
 std::string error_of(std::string_view json) {
@@ -41,6 +41,7 @@ TEST(AfdConfig, parses_every_key) {
   EXPECT_EQ(c.max_tokens_per_stage, 64);
   EXPECT_EQ(c.timeout_ms, 5000);
   EXPECT_EQ(c.init_timeout_ms, 9000);
+  EXPECT_EQ(c.idle_timeout_ms, 7000);
   EXPECT_EQ(c.experts_per_ffn(), 4);
   EXPECT_EQ(c.moe_layers(), (std::vector<int>{1, 3}));
 }
@@ -72,6 +73,13 @@ TEST(AfdConfig, async_dp_with_the_sync_connector) {
             "afd config: 'async_dp' is true but 'connector' is \"sync\"");
 }
 
+TEST(AfdConfig, every_default_deadline_is_finite) {
+  const AfdConfig c;
+  EXPECT_GE(c.timeout_ms, 1);
+  EXPECT_GE(c.init_timeout_ms, 1);
+  EXPECT_GE(c.idle_timeout_ms, 1) << "an FFN or attention rank would wait forever for a stopped peer";
+}
+
 TEST(AfdConfig, wrong_types_and_values) {
   EXPECT_EQ(error_of(with("stages", "\"2\"")), "afd config: 'stages' must be an integer, got \"2\"");
   EXPECT_EQ(error_of(with("connector", "\"fast\"")),
@@ -81,8 +89,11 @@ TEST(AfdConfig, wrong_types_and_values) {
   EXPECT_EQ(error_of(with("async_dp", "1")), "afd config: 'async_dp' must be true or false, got 1");
   EXPECT_EQ(error_of(with("timeout_ms", "0")), "afd config: 'timeout_ms' is 0 but must be >= 1");
   EXPECT_EQ(error_of(with("init_timeout_ms", "0")), "afd config: 'init_timeout_ms' is 0 but must be >= 1");
+  // Every wait has a deadline: 0 no longer means "wait forever".
+  EXPECT_EQ(error_of(with("idle_timeout_ms", "0")),
+            "afd config: 'idle_timeout_ms' is 0 but must be >= 1 (every wait has a deadline)");
   EXPECT_EQ(error_of(with("idle_timeout_ms", "-1")),
-            "afd config: 'idle_timeout_ms' is -1 but must be >= 0 (0 waits without a deadline)");
+            "afd config: 'idle_timeout_ms' is -1 but must be >= 1 (every wait has a deadline)");
   EXPECT_EQ(error_of(with("top_k", "9")),
             "afd config: 'top_k' is 9 but must be in 1..8 (at most num_experts and at most 16)");
   EXPECT_EQ(error_of("[1, 2]"), "afd config: must be a JSON object, got array");

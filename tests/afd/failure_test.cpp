@@ -101,12 +101,15 @@ TEST(AfdFailure, hung_ffn_worker_hits_the_deadline_naming_rank_peer_layer_stage_
     EXPECT_EQ(r.status.code(), StatusCode::kDeadlineExceeded) << msg;
     // Sync: the attention ranks are in lockstep and block on layer 1 or 2 of step 2 (the FFN rank stops at
     // layer 2 of step 2). Async: a rank may lag behind and time out on its own earlier layer and step.
+    // Sync with two attention ranks: the FFN rank may itself wait for the other attention rank, so the
+    // attention ranks wait twice the deadline for expert outputs.
     const std::string where =
         kind == ConnectorKind::kSync ? "layer [12], stage [01], step 2" : "layer [1-3], stage [01], step [0-2]";
-    EXPECT_THAT(msg,
-                ::testing::ContainsRegex("attention rank [01] \\(world rank [01]\\) timed out after 600 ms waiting "
-                                         "for the expert outputs of " +
-                                         where + " from ffn rank 0 \\(world rank 2\\)$"));
+    const std::string waited = kind == ConnectorKind::kSync ? "1200" : "600";
+    EXPECT_THAT(msg, ::testing::ContainsRegex("attention rank [01] \\(world rank [01]\\) timed out after " + waited +
+                                              " ms waiting "
+                                              "for the expert outputs of " +
+                                              where + " from ffn rank 0 \\(world rank 2\\)$"));
     EXPECT_EQ(r.attention_finished, 0);
     EXPECT_GE(r.ms, 600);
     EXPECT_LT(r.ms, 5000);
@@ -117,7 +120,7 @@ TEST(AfdFailure, failed_attention_worker_unblocks_the_ffn_ranks) {
   for (ConnectorKind kind : {ConnectorKind::kSync, ConnectorKind::kAsync}) {
     AfdConfig cfg = testing::toy_config(kind, 2, 1, 1);
     cfg.timeout_ms = 20000;
-    cfg.idle_timeout_ms = 0;  // the FFN rank would wait forever for the next step without the failure
+    cfg.init_timeout_ms = 20000;  // the FFN rank would wait this long for attention rank 1's first step
     const ToyModel model(cfg);
     RankFns fns;
     fns.attention = [&](Connector& c, Metrics&) -> Status {
@@ -136,6 +139,51 @@ TEST(AfdFailure, failed_attention_worker_unblocks_the_ffn_ranks) {
               std::string::npos)
         << s.message();
     EXPECT_LT(ms, 2000);
+  }
+}
+
+// An attention rank that stops between two steps (a stopped process, a stuck scheduler) while the other
+// keeps decoding: the FFN rank it owes its next step ends the job within the deadline, naming it, instead
+// of waiting without a deadline for a step that never comes.
+TEST(AfdFailure, attention_rank_stalled_between_steps_ends_the_job_naming_it) {
+  for (ConnectorKind kind : {ConnectorKind::kSync, ConnectorKind::kAsync}) {
+    AfdConfig cfg = testing::toy_config(kind, 2, 1, 1);
+    cfg.timeout_ms = 500;
+    const ToyModel model(cfg);
+    const Workload w;
+    std::atomic<bool> failed{false};
+    RankFns fns;
+    fns.attention = [&](Connector& c, Metrics&) -> Status {
+      AttentionRunner runner(c);
+      if (c.rank() == 1) {
+        // One empty step, then silence until the job failed (or 10 s: then it finishes normally).
+        const std::vector<int> idle(cfg.num_stages, 0);
+        GB_RETURN_IF_ERROR(runner.step(0, idle, false, AttentionLayerFns{}));
+        for (int i = 0; i < 10000 && !failed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (failed) return internal_error("released after the job failed");
+        return runner.finish();
+      }
+      ToyAttention att(model, w, cfg, c.rank());
+      Status s = att.run(runner, 0);
+      if (!s.ok()) failed = true;
+      return s;
+    };
+    fns.ffn = [&](Connector& c, Metrics&) -> Status {
+      Status s = FfnRunner(c, testing::toy_expert_compute(model)).run();
+      if (!s.ok()) failed = true;
+      return s;
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status s = run_inproc_job(cfg, fns);
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(s.ok()) << connector_kind_name(kind);
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.message();
+    const std::string what = kind == ConnectorKind::kSync ? "the next step's control message" : "the next step";
+    EXPECT_THAT(s.message(), ::testing::HasSubstr("ffn rank 0 (world rank 2) timed out after 500 ms waiting for " +
+                                                  what + " (step 1) from attention rank 1 (world rank 1)"))
+        << connector_kind_name(kind);
+    EXPECT_LT(ms, 3000) << connector_kind_name(kind);
   }
 }
 

@@ -40,6 +40,8 @@ TEST(Metrics, serialize_round_trip) {
   m.record_transfer(Direction::kAttnToFfn, 1, 1, 1500, 4096);
   m.record_transfer(Direction::kFfnToAttn, 3, 0, 2500, 8192);
   m.add_busy_ns(100);
+  m.record_step(StepPhase::kPrefill, 5, 700);
+  m.record_step(StepPhase::kDecode, 2, 300);
   m.mark_window(1000, 3000);
   m.span(SpanKind::kFfn, 1000, 1100, 1, 1, 7, -1);
   m.set_recording(false);
@@ -53,6 +55,10 @@ TEST(Metrics, serialize_round_trip) {
   EXPECT_EQ(r->transfer(Direction::kAttnToFfn, 1, 1).messages, 1);
   EXPECT_EQ(r->transfer(Direction::kFfnToAttn, 3, 0).latency.percentile_ns(50), 2500.0);
   EXPECT_EQ(r->busy_ns(), 100);
+  EXPECT_EQ(r->prefill_tokens(), 5);
+  EXPECT_EQ(r->decode_tokens(), 2);
+  EXPECT_EQ(r->prefill_step_latency().sum_ns(), 700);
+  EXPECT_EQ(r->decode_step_latency().sum_ns(), 300);
   EXPECT_EQ(r->wall_ns(), 2000);
   ASSERT_EQ(r->events().size(), 1u);
   EXPECT_EQ(r->events()[0].step, 7);
@@ -62,15 +68,20 @@ TEST(Metrics, serialize_round_trip) {
   EXPECT_EQ(Metrics::deserialize(truncated).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(Metrics, summary_counts_every_rank_in_tokens_per_second) {
+TEST(Metrics, summary_counts_every_rank_in_tokens_per_second_and_prefill_apart) {
   AfdConfig cfg = testing::toy_config(ConnectorKind::kSync, 2, 1, 1);
   std::vector<Metrics> ranks;
   for (int a = 0; a < 2; ++a) {
     Metrics m(cfg, a, Role::kAttention, a);
-    m.add_tokens(300);
+    m.set_recording(false);
+    m.record_step(StepPhase::kDecode, 999, 999'000'000);  // warm-up: not measured
+    m.set_recording(true);
+    m.record_step(StepPhase::kPrefill, 100, 40'000'000);
+    m.record_step(StepPhase::kDecode, 150, 10'000'000);
+    m.record_step(StepPhase::kDecode, 150, 10'000'000 + a * 2'000'000);
+    m.record_step(StepPhase::kDecode, 0, 5'000'000);  // an idle lockstep step: not a decode step
     m.add_idle_ns(250'000'000);
     m.mark_window(1'000'000'000, 2'000'000'000);
-    m.record_step_ns(10'000'000);
     ranks.push_back(std::move(m));
   }
   Metrics f(cfg, 2, Role::kFfn, 0);
@@ -79,18 +90,34 @@ TEST(Metrics, summary_counts_every_rank_in_tokens_per_second) {
   f.record_transfer(Direction::kAttnToFfn, 1, 0, 5000, 100);
   ranks.push_back(std::move(f));
   const AfdReport r = summarize(ranks);
+  EXPECT_EQ(r.prefill_tokens, 200);
+  EXPECT_EQ(r.prefill_steps, 2);
   EXPECT_EQ(r.decode_tokens, 600);
+  EXPECT_EQ(r.decode_steps, 4);
   EXPECT_DOUBLE_EQ(r.wall_s, 1.0);
-  EXPECT_DOUBLE_EQ(r.tokens_per_s_per_rank, 200.0);  // 600 tokens / 1 s / 3 ranks
+  EXPECT_DOUBLE_EQ(r.decode_s, 0.022);                          // the longest attention rank's decode steps
+  EXPECT_NEAR(r.tokens_per_s_per_rank, 600 / 0.022 / 3, 1e-6);  // every rank in the denominator
   EXPECT_DOUBLE_EQ(r.ffn_busy_fraction, 0.6);
   EXPECT_DOUBLE_EQ(r.attention_idle_fraction, 0.25);
-  EXPECT_NEAR(r.tpot_mean_ms, 10.0, 1e-9);
+  EXPECT_NEAR(r.tpot_mean_ms, 10.5, 1e-9);  // decode steps only: the 40 ms prefill steps do not count
+  EXPECT_NEAR(r.prefill_step_mean_ms, 40.0, 1e-9);
   ASSERT_EQ(r.links.size(), 1u);
   EXPECT_EQ(r.links[0].bytes, 100);
   const nlohmann::json j = nlohmann::json::parse(report_json(r));
+  EXPECT_EQ(j["prefill_tokens"], 200);
   EXPECT_EQ(j["decode_tokens"], 600);
+  EXPECT_EQ(j["decode_steps"], 4);
   EXPECT_EQ(j["links"][0]["direction"], "attention_to_ffn");
-  EXPECT_NE(report_text(r).find("200.0 tokens/s per rank (all ranks counted)"), std::string::npos);
+  EXPECT_EQ(r.warmup_steps, 2);
+  EXPECT_EQ(r.warmup_decode_tokens, 2 * 999);
+  EXPECT_EQ(r.warmup_prefill_tokens, 0);
+  EXPECT_NE(report_text(r).find("200 prefill + 2598 decode tokens, of which 0 + 1998 in 2 warm-up steps"),
+            std::string::npos)
+      << report_text(r);
+  EXPECT_NE(report_text(r).find("200 prefill tokens in 2 steps (mean 40.000 ms), 600 decode tokens in 4 steps"),
+            std::string::npos)
+      << report_text(r);
+  EXPECT_NE(report_text(r).find("9090.9 tokens/s per rank (all ranks counted"), std::string::npos) << report_text(r);
 }
 
 // A whole in-process job with the report and the trace on.

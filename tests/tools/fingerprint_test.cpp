@@ -99,7 +99,8 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
           "build",          "--model",      "--preset",        "--model-seed", "model config",     "model weights",
           "--num-prompts",  "--prompt-len", "--prompt",        "prompts",      "--max-new-tokens", "--stop-token",
           "--temperature",  "--top-k",      "--top-p",         "--seed",       "--max-batch",      "--kv-cache-dtype",
-          "--kv-memory-mb", "--afd",        "--afd-connector", "--afd-stages", "--afd-timeout",    "--afd-transport"}));
+          "--kv-memory-mb", "--afd",        "--afd-connector", "--afd-stages", "--afd-timeout",    "--afd-warmup-steps",
+          "--afd-transport"}));
   EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt", "prompts"}));
   EXPECT_EQ(b[8].value, "2 prompts, 4 tokens, digest " + b[8].value.substr(b[8].value.size() - 16));
   EXPECT_EQ(a[6].value, "8");

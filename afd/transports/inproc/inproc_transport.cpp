@@ -119,7 +119,9 @@ class InprocTransport final : public Transport {
     }
     std::unique_lock lock(world_->mu);
     closed_ = true;
-    // Withdraw everything still queued; wait for copies that read or write our memory.
+    // Withdraw everything still queued; wait for copies that read or write our memory. (The one wait here
+    // without a deadline, and in cancel(): it waits for a memcpy another thread of this process is doing
+    // between two lock sections, never for a peer to act, so it is bounded by that copy.)
     for (int ch = 0; ch < kNumChannels; ++ch) {
       std::erase_if(world_->recvs_[rank_ * kNumChannels + ch],
                     [&](const InprocWorld::Pending& p) { return p.rank == rank_; });
@@ -249,9 +251,7 @@ class InprocTransport final : public Transport {
       }
       if (!world_->failure_.ok()) return unavailable(world_->failure_.message());
       if (closed_) return unavailable(fmt::format("{}: transport closed while waiting", world_->names_[rank_]));
-      if (deadline == no_deadline()) {
-        cv_.wait(lock);
-      } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
         // Re-check once: a completion may have raced the timeout.
         bool done = false;
         for (RequestId id : ids) {

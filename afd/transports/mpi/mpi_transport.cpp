@@ -7,9 +7,13 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "afd/transport.h"
@@ -24,6 +28,47 @@ std::string mpi_error_string(int code) {
   MPI_Error_string(code, buf, &len);
   return std::string(buf, len);
 }
+
+// Tag of the join handshake on MPI_COMM_WORLD (before the channel communicators exist).
+constexpr int kJoinTag = 0x4a4e;
+
+// The launcher's rank of this process before MPI_Init (for messages), or -1.
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return -1;
+}
+
+// Bounds a blocking MPI call that has no deadline of its own (MPI_Init, MPI_Finalize wait for every rank):
+// when the call has not returned by the deadline, prints `message` and ends this process with exit status
+// 1, and mpirun then ends the job. The watchdog thread makes no MPI call.
+class Watchdog {
+ public:
+  Watchdog(int64_t timeout_ms, std::string message)
+      : thread_([this, timeout_ms, message = std::move(message)] {
+          std::unique_lock lock(mu_);
+          if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done_; })) {
+            std::fprintf(stderr, "genbridge afd: %s\n", message.c_str());
+            std::fflush(stderr);
+            std::_Exit(1);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
 
 // Environment variables set by mpirun/mpiexec launchers (Open MPI, PMIx, Hydra/PMI).
 bool started_by_launcher() {
@@ -52,6 +97,12 @@ class MpiTransport final : public Transport {
             "afd-worker --role ffn`, or use the inproc transport");
       }
       int provided = 0;
+      // MPI_Init waits for every rank of the job to start it, without a deadline.
+      const Watchdog watchdog(
+          options_.init_timeout_ms,
+          fmt::format("mpi transport: world rank {} waited {} ms in MPI_Init for the other ranks of the job to start "
+                      "MPI (a rank that never does was not started, crashed or is stopped); ending the job",
+                      launcher_rank(), options_.init_timeout_ms));
       const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
       if (rc != MPI_SUCCESS) return unavailable("mpi transport: MPI_Init_thread failed: " + mpi_error_string(rc));
       owns_mpi_ = true;
@@ -59,20 +110,29 @@ class MpiTransport final : public Transport {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return unavailable("mpi transport: MPI was already finalized in this process");
+    mpi_up_ = true;  // from here on abort_job() can end the whole job
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    for (int c = 0; c < kNumChannels; ++c) {
-      const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comms_[c]);
-      if (rc != MPI_SUCCESS) return unavailable("mpi transport: MPI_Comm_dup failed: " + mpi_error_string(rc));
-      MPI_Comm_set_errhandler(comms_[c], MPI_ERRORS_RETURN);
-    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    roles_.assign(size_, kRoleUndeclared);
-    int mine = options_.declared_role;
-    const int rc = MPI_Allgather(&mine, 1, MPI_INT, roles_.data(), 1, MPI_INT, comms_[0]);
-    if (rc != MPI_SUCCESS) return unavailable("mpi transport: exchanging roles failed: " + mpi_error_string(rc));
     names_.resize(size_);
     for (int r = 0; r < size_; ++r) names_[r] = fmt::format("world rank {}", r);
+    // The collectives of init are non-blocking and polled against a deadline: ranks arrive far apart (each
+    // loads its weights first), and one that never arrives (stopped, stuck) must end the job, not hang it.
+    const Deadline deadline = deadline_after_ms(options_.init_timeout_ms);
+    GB_RETURN_IF_ERROR(join(deadline));
+    for (int c = 0; c < kNumChannels; ++c) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      const int rc = MPI_Comm_idup(MPI_COMM_WORLD, &comms_[c], &req);
+      if (rc != MPI_SUCCESS) return unavailable("mpi transport: MPI_Comm_idup failed: " + mpi_error_string(rc));
+      GB_RETURN_IF_ERROR(poll_collective(&req, deadline, options_.init_timeout_ms, "join the job"));
+      MPI_Comm_set_errhandler(comms_[c], MPI_ERRORS_RETURN);
+    }
+    roles_.assign(size_, kRoleUndeclared);
+    int mine = options_.declared_role;
+    MPI_Request req = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallgather(&mine, 1, MPI_INT, roles_.data(), 1, MPI_INT, comms_[0], &req);
+    if (rc != MPI_SUCCESS) return unavailable("mpi transport: exchanging roles failed: " + mpi_error_string(rc));
+    GB_RETURN_IF_ERROR(poll_collective(&req, deadline, options_.init_timeout_ms, "exchange their roles"));
     initialized_ = true;
     return ok_status();
   }
@@ -80,6 +140,15 @@ class MpiTransport final : public Transport {
   Status close() override {
     if (!initialized_ || closed_) return ok_status();
     closed_ = true;
+    // MPI_Finalize waits for every rank without a deadline: meet in a barrier that has one first, so that a
+    // rank that never gets here (stopped, stuck) ends the job instead of hanging it.
+    if (owns_mpi_) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      int rc = MPI_Ibarrier(comms_[0], &req);
+      if (rc != MPI_SUCCESS) return internal_error("mpi transport: MPI_Ibarrier failed: " + mpi_error_string(rc));
+      GB_RETURN_IF_ERROR(poll_collective(&req, deadline_after_ms(options_.close_timeout_ms), options_.close_timeout_ms,
+                                         "close the job"));
+    }
     for (size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] != MPI_REQUEST_NULL) {
         if (is_recv_[i]) {
@@ -98,7 +167,13 @@ class MpiTransport final : public Transport {
     if (owns_mpi_) {
       int finalized = 0;
       MPI_Finalized(&finalized);
-      if (!finalized) MPI_Finalize();
+      if (!finalized) {
+        const Watchdog watchdog(options_.close_timeout_ms,
+                                fmt::format("mpi transport: world rank {} waited {} ms in MPI_Finalize for the other "
+                                            "ranks; ending the job",
+                                            rank_, options_.close_timeout_ms));
+        MPI_Finalize();
+      }
     }
     return ok_status();
   }
@@ -241,7 +316,7 @@ class MpiTransport final : public Transport {
   }
 
   void abort_job(const Status& why) override {
-    if (!initialized_) return;  // MPI never started: nothing to abort, the caller returns the error
+    if (!mpi_up_) return;  // MPI never started: nothing to abort, the caller returns the error
     std::fprintf(stderr, "genbridge afd: %s ends the job: %s\n", names_[rank_].c_str(), why.to_string().c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -250,6 +325,81 @@ class MpiTransport final : public Transport {
 
  private:
   MPI_Comm comm(Channel ch) const { return comms_[static_cast<int>(ch)]; }
+
+  // The join handshake on MPI_COMM_WORLD: world rank 0 hears from every rank, then lets them go. Unlike a
+  // collective, it tells rank 0 which rank did not arrive. The other ranks wait twice as long, so that rank 0
+  // (when it is there) is the one that reports the missing rank.
+  Status join(Deadline deadline) {
+    int32_t token = 1;
+    if (rank_ == 0) {
+      std::vector<int32_t> in(size_);
+      std::vector<MPI_Request> reqs(size_, MPI_REQUEST_NULL);
+      for (int r = 1; r < size_; ++r) MPI_Irecv(&in[r], 1, MPI_INT32_T, r, kJoinTag, MPI_COMM_WORLD, &reqs[r]);
+      for (int64_t polls = 0;; ++polls) {
+        int done = 0;
+        MPI_Testall(size_, reqs.data(), &done, MPI_STATUSES_IGNORE);
+        if (done) break;
+        if ((polls & 63) == 63 && Clock::now() >= deadline) {
+          std::string missing;
+          for (int r = 1; r < size_; ++r) {
+            int flag = 0;
+            if (reqs[r] != MPI_REQUEST_NULL) MPI_Test(&reqs[r], &flag, MPI_STATUS_IGNORE);
+            if (reqs[r] != MPI_REQUEST_NULL && !flag)
+              missing += fmt::format("{}world rank {}", missing.empty() ? "" : ", ", r);
+          }
+          return deadline_exceeded(fmt::format(
+              "mpi transport: world rank 0 timed out after {} ms waiting for {} to join the job (not started, "
+              "crashed or stopped)",
+              options_.init_timeout_ms, missing));
+        }
+        if (polls > 2000) sched_yield();
+      }
+      for (int r = 1; r < size_; ++r) MPI_Isend(&token, 1, MPI_INT32_T, r, kJoinTag, MPI_COMM_WORLD, &reqs[r]);
+      return poll_all(reqs, deadline, "confirm to the other ranks that every rank joined the job");
+    }
+    int32_t go = 0;
+    std::vector<MPI_Request> reqs(2, MPI_REQUEST_NULL);
+    MPI_Irecv(&go, 1, MPI_INT32_T, 0, kJoinTag, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Isend(&token, 1, MPI_INT32_T, 0, kJoinTag, MPI_COMM_WORLD, &reqs[1]);
+    return poll_all(reqs, deadline + (deadline - Clock::now()),
+                    "hear from world rank 0 that every rank joined the job");
+  }
+
+  Status poll_all(std::vector<MPI_Request>& reqs, Deadline deadline, const char* what) {
+    const auto start = Clock::now();
+    for (int64_t polls = 0;; ++polls) {
+      int done = 0;
+      MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
+      if (done) return ok_status();
+      if ((polls & 63) == 63 && Clock::now() >= deadline) {
+        return deadline_exceeded(
+            fmt::format("mpi transport: world rank {} timed out after {} ms waiting to {}", rank_,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count(), what));
+      }
+      if (polls > 2000) sched_yield();
+    }
+  }
+
+  // Polls a non-blocking collective until it completes or `deadline` passes (then it stays pending; the
+  // caller ends the job). `what` completes "waited N ms for the other ranks to ...".
+  Status poll_collective(MPI_Request* req, Deadline deadline, int64_t timeout_ms, const char* what) {
+    for (int64_t polls = 0;; ++polls) {
+      int done = 0;
+      const int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        return unavailable(fmt::format("mpi transport: world rank {} failed waiting for the other ranks to {}: {}",
+                                       rank_, what, mpi_error_string(rc)));
+      }
+      if (done) return ok_status();
+      if ((polls & 63) == 63 && Clock::now() >= deadline) {
+        return deadline_exceeded(fmt::format(
+            "mpi transport: world rank {} timed out after {} ms waiting for the other {} ranks to {} (a rank that "
+            "never arrives was not started, crashed or is stopped)",
+            rank_, timeout_ms, size_ - 1, what));
+      }
+      if (polls > 2000) sched_yield();
+    }
+  }
 
   Status check_usable(const char* what) const {
     if (!initialized_) return unavailable(fmt::format("mpi transport: {} before init()", what));
@@ -320,6 +470,7 @@ class MpiTransport final : public Transport {
   bool initialized_ = false;
   bool closed_ = false;
   bool owns_mpi_ = false;
+  bool mpi_up_ = false;
   int rank_ = 0;
   int size_ = 0;
   MPI_Comm comms_[kNumChannels] = {MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};

@@ -2,8 +2,11 @@
 // afd::run_mpi_engine_rank (what `genbridge afd-worker` runs). World rank 0 then runs the monolithic
 // engine in-process on the same checkpoint and requests and compares every token and every logit bit;
 // any difference prints MISMATCH and exits 1. Fault injection: an FFN rank can be killed (SIGKILL) or
-// fail its expert compute at a given step. Exit status 0 only when rank 0 verified every result.
+// fail its expert compute at a given step; an attention rank can stop (SIGSTOP, as `kill -STOP` does)
+// before a given step (0: before the job starts, i.e. before MPI_Init). Exit status 0 only when rank 0
+// verified every result.
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,8 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "afd/engine_job.h"
 #include "afd/job.h"
@@ -29,7 +30,9 @@ struct Options {
   ConnectorKind connector = ConnectorKind::kSync;
   int stages = 1;
   int64_t timeout_ms = 20000;
-  enum class Fault { kNone, kKill, kFail } fault = Fault::kNone;
+  int64_t init_timeout_ms = 0;  // 0: the config's default
+  bool extra_request = false;   // this process adds a 6th request (ranks disagree on the requests)
+  enum class Fault { kNone, kKill, kFail, kStop } fault = Fault::kNone;
   int fault_rank = 0;
   int fault_step = 1;
 };
@@ -37,7 +40,9 @@ struct Options {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "afd_engine_mpi: %s\nusage: afd_engine_mpi --model DIR [--role attention|ffn] [--afd 2A1F] "
-               "[--connector sync|async] [--stages N] [--timeout-ms N] [--kill|--fail FFN_RANK STEP]\n",
+               "[--connector sync|async] [--stages N] [--timeout-ms N] [--init-timeout-ms N] [--extra-request] "
+               "[--kill|--fail FFN_RANK STEP] "
+               "[--stop ATTENTION_RANK STEP]\n",
                why.c_str());
   std::exit(2);
 }
@@ -66,8 +71,12 @@ Options parse(int argc, char** argv) {
       o.stages = std::atoi(next().c_str());
     } else if (a == "--timeout-ms") {
       o.timeout_ms = std::atoll(next().c_str());
-    } else if (a == "--kill" || a == "--fail") {
-      o.fault = a == "--kill" ? Options::Fault::kKill : Options::Fault::kFail;
+    } else if (a == "--extra-request") {
+      o.extra_request = true;
+    } else if (a == "--init-timeout-ms") {
+      o.init_timeout_ms = std::atoll(next().c_str());
+    } else if (a == "--kill" || a == "--fail" || a == "--stop") {
+      o.fault = a == "--kill" ? Options::Fault::kKill : a == "--fail" ? Options::Fault::kFail : Options::Fault::kStop;
       o.fault_rank = std::atoi(next().c_str());
       o.fault_step = std::atoi(next().c_str());
     } else {
@@ -98,9 +107,10 @@ constexpr int64_t kPagesPerRank = 16;
 Result<std::vector<engine::RequestResult>> monolithic(const model::Checkpoint& ckpt,
                                                       const runtime::DeviceOperator& dev) {
   const model::ModelConfig& c = ckpt.config();
-  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
-                      runtime::KvPagePool::create(
-                          dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), kPagesPerRank));
+  GB_ASSIGN_OR_RETURN(
+      runtime::KvPagePool pool,
+      runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}),
+                                  kPagesPerRank));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool));
   engine::LocalExecutor ex(*runner);
   engine::Engine eng(ex, pool, {.record_logits = true});
@@ -111,8 +121,19 @@ Result<std::vector<engine::RequestResult>> monolithic(const model::Checkpoint& c
 
 }  // namespace
 
+[[maybe_unused]] void stop_self(const char* where) {
+  std::fprintf(stderr, "afd_engine_mpi: stopping (SIGSTOP) pid %d %s\n", static_cast<int>(getpid()), where);
+  std::fflush(stderr);
+  raise(SIGSTOP);
+}
+
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  // Attention ranks are world ranks 0..A-1 in both launches (rank order, and MPMD with attention first).
+  const char* world = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (o.fault == Options::Fault::kStop && o.fault_step == 0 && world && std::atoi(world) == o.fault_rank) {
+    stop_self(fmt::format("as attention rank {}, before the job starts", o.fault_rank).c_str());
+  }
   auto die = [](const Status& s) {
     std::fprintf(stderr, "afd_engine_mpi: %s\n", s.to_string().c_str());
     return 1;
@@ -128,8 +149,16 @@ int main(int argc, char** argv) {
   jo.afd.async_dp = o.connector == ConnectorKind::kAsync;
   jo.afd.num_stages = o.stages;
   jo.afd.timeout_ms = o.timeout_ms;
+  if (o.init_timeout_ms > 0) jo.afd.init_timeout_ms = o.init_timeout_ms;
   jo.engine.record_logits = true;
-  if (o.fault != Options::Fault::kNone) {
+  if (o.fault == Options::Fault::kStop) {
+    jo.attention_hook = [&o](int attention_rank, int64_t step) -> Status {
+      if (attention_rank == o.fault_rank && step == o.fault_step) {
+        stop_self(fmt::format("as attention rank {}, before step {}", attention_rank, step).c_str());
+      }
+      return ok_status();
+    };
+  } else if (o.fault != Options::Fault::kNone) {
     jo.ffn_hook = [&o](int ffn_rank, const FfnWorkItem& item) -> Status {
       if (ffn_rank != o.fault_rank || item.meta.step < o.fault_step) return ok_status();
       if (o.fault == Options::Fault::kKill) {
@@ -142,7 +171,12 @@ int main(int argc, char** argv) {
     };
   }
 
-  auto job = run_mpi_engine_rank(*ckpt, *dev, requests(ckpt->config().vocab_size), kPagesPerRank, jo, o.role);
+  std::vector<engine::Request> reqs = requests(ckpt->config().vocab_size);
+  if (o.extra_request) {
+    reqs.push_back(reqs.back());
+    reqs.back().id = static_cast<int64_t>(reqs.size()) - 1;
+  }
+  auto job = run_mpi_engine_rank(*ckpt, *dev, std::move(reqs), kPagesPerRank, jo, o.role);
   if (!job.ok()) return die(job.status());
   if (job->num_ranks == 0) return 0;  // not world rank 0
 
@@ -159,16 +193,17 @@ int main(int argc, char** argv) {
                              std::memcmp(w.logits.data(), g.logits.data(), w.logits.size() * sizeof(float)) == 0;
     if (w.id != g.id || w.tokens != g.tokens || !same_logits || g.logits.empty()) {
       std::printf("MISMATCH: request %zu: AFD tokens [%s] vs monolithic [%s]; logits %s\n", r,
-                  fmt::format("{}", fmt::join(g.tokens, " ")).c_str(), fmt::format("{}", fmt::join(w.tokens, " ")).c_str(),
-                  same_logits ? "equal" : "differ");
+                  fmt::format("{}", fmt::join(g.tokens, " ")).c_str(),
+                  fmt::format("{}", fmt::join(w.tokens, " ")).c_str(), same_logits ? "equal" : "differ");
       return 1;
     }
     tokens += static_cast<int64_t>(w.tokens.size());
     logits += static_cast<int64_t>(w.logits.size());
   }
-  std::printf("all %zu requests: %lld tokens and %lld logits bit-identical to the monolithic engine (%s connector, "
-              "%s, S=%d, %d ranks)\n",
-              want->size(), static_cast<long long>(tokens), static_cast<long long>(logits),
-              std::string(connector_kind_name(o.connector)).c_str(), o.topology.c_str(), o.stages, job->num_ranks);
+  std::printf(
+      "all %zu requests: %lld tokens and %lld logits bit-identical to the monolithic engine (%s connector, "
+      "%s, S=%d, %d ranks)\n",
+      want->size(), static_cast<long long>(tokens), static_cast<long long>(logits),
+      std::string(connector_kind_name(o.connector)).c_str(), o.topology.c_str(), o.stages, job->num_ranks);
   return 0;
 }

@@ -1,3 +1,6 @@
+// Stand-in for builds without MPI (CMake did not find Open MPI): the MPI transport exists in every build
+// and says why it cannot start.
+
 #include "afd/transport.h"
 
 #ifndef GENBRIDGE_HAVE_MPI

@@ -1,0 +1,49 @@
+#pragma once
+// The attention side of the real engine on an AFD topology (see engine_job.h).
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <unordered_set>
+#include <vector>
+
+#include "afd/runner.h"
+#include "afd/transports/step_agreement.h"
+#include "runtime/engine/executor.h"
+#include "runtime/model/runner.h"
+
+namespace genbridge::afd {
+
+// ForwardExecutor of an attention rank: one forward = one AFD step over `stages` micro-batches.
+class AfdExecutor final : public engine::ForwardExecutor {
+ public:
+  // None of the references are owned; all must outlive the executor. `agreement` may be nullptr (the
+  // attention ranks step independently: async connector with async_dp, or a single attention rank). Steps
+  // 1..warmup_steps are warm-up: computed as any other, not measured (AttentionRunner::step).
+  AfdExecutor(const model::ModelRunner& runner, AttentionRunner& attention, int stages, StepAgreement* agreement,
+              int warmup_steps = 0);
+  const model::ModelConfig& config() const override { return runner_.config(); }
+  Status forward(const model::ForwardInput& input, std::span<float> logits) override;
+  // After the engine finished: keeps sending empty steps while another lockstep rank has work, then tells
+  // the FFN ranks this rank is done.
+  Status finish();
+  int64_t steps() const { return step_; }
+  // Tests only (fault injection): called with the step number before each step's forward; an error fails
+  // the forward.
+  void set_before_step(std::function<Status(int64_t step)> hook) { before_step_ = std::move(hook); }
+
+ private:
+  const model::ModelRunner& runner_;
+  AttentionRunner& attention_;
+  StepAgreement* agreement_;
+  std::vector<model::ForwardBatch> batches_;
+  std::vector<int64_t> planned_tokens_, planned_seqs_;
+  int64_t step_ = 0;
+  int warmup_steps_ = 0;
+  // Sequences seen in an earlier forward: a forward whose sequences are new is a prefill (the engine never
+  // mixes prefill and decode in one forward, and prefills a prompt in one forward).
+  std::unordered_set<runtime::SeqId> seen_;
+  std::function<Status(int64_t step)> before_step_;
+};
+
+}  // namespace genbridge::afd

@@ -1,0 +1,31 @@
+// The FFN side of the engine on an AFD topology: the expert computation of a work item.
+
+#include "afd/engine_ffn.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace genbridge::afd {
+
+ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden) {
+  auto scratch = std::make_shared<std::vector<bf16_t>>();
+  return [&experts, scratch, top_k, hidden](const FfnWorkItem& item) -> Status {
+    const int64_t M = item.hidden.rank() == 2 ? item.hidden.dim(0) : 0;
+    if (M == 0 || item.row_token.empty()) return ok_status();
+    scratch->resize(static_cast<size_t>(M * top_k * hidden));
+    const TensorView all(scratch->data(), DType::kBF16, {M, top_k, hidden});
+    GB_RETURN_IF_ERROR(
+        experts.compute(item.meta.layer, item.hidden, item.topk_ids, item.expert_begin, item.expert_end, all));
+    auto* out = item.out.data_as<bf16_t>();
+    const int64_t out_stride = item.out.stride(0);
+    for (size_t r = 0; r < item.row_token.size(); ++r) {
+      std::memcpy(out + static_cast<int64_t>(r) * out_stride,
+                  scratch->data() + (item.row_token[r] * top_k + item.row_slot[r]) * hidden,
+                  static_cast<size_t>(hidden) * sizeof(bf16_t));
+    }
+    return ok_status();
+  };
+}
+
+}  // namespace genbridge::afd
