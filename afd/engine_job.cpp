@@ -42,6 +42,7 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
   into.kv_bytes_per_token = m.kv_bytes_per_token;
   into.requests_finished += m.requests_finished;
   into.requests_refused += m.requests_refused;
+  into.requests_failed += m.requests_failed;
 }
 
 // The job's config and engine options: model-shape keys from the checkpoint, the prefill budget raised
@@ -180,6 +181,7 @@ std::string serialize_rank(const std::vector<size_t>& indices, const std::vector
   w.put(m.kv_bytes_per_token);
   w.put(m.requests_finished);
   w.put(m.requests_refused);
+  w.put(m.requests_failed);
   return w.take();
 }
 
@@ -217,6 +219,7 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
   GB_RETURN_IF_ERROR(rd.get(&m.kv_bytes_per_token));
   GB_RETURN_IF_ERROR(rd.get(&m.requests_finished));
   GB_RETURN_IF_ERROR(rd.get(&m.requests_refused));
+  GB_RETURN_IF_ERROR(rd.get(&m.requests_failed));
   if (!rd.done()) return internal_error("afd: a gathered engine result has trailing bytes");
   return m;
 }

@@ -149,8 +149,10 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
 
   return std::vector<afd::FingerprintItem>{
       {"build", fmt::format("{} ({})", ops::build_target(), ops::build_soc())},
+      // Whether --model was given, not its path: nodes may mount the same checkpoint at different paths; the
+      // config and weight identity below decide whether two checkpoints are the same.
       {"--model", o.model_dir.empty() ? std::string("(not given: the synthetic model of --preset)")
-                                      : std::filesystem::absolute(o.model_dir).lexically_normal().string()},
+                                      : std::string("(given: a checkpoint directory)")},
       {"--preset", o.model_dir.empty() ? o.preset : not_given},
       {"--model-seed", o.model_dir.empty() ? std::to_string(o.model_seed) : not_given},
       {"model config",

@@ -337,7 +337,8 @@ void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator
   fmt::print("{:<34} {} ({} bytes per token, all {} layers)\n", "KV representation",
              ops::kv_cache_format_name(dev.kv_format()), m.kv_bytes_per_token, cfg.num_hidden_layers);
   fmt::print("{:<34} {} prefill + {} decode\n", "tokens", m.prefill_tokens, m.decode_tokens);
-  fmt::print("{:<34} {} finished, {} refused\n", "requests", num_requests - m.requests_refused, m.requests_refused);
+  fmt::print("{:<34} {} finished, {} refused, {} failed\n", "requests",
+             num_requests - m.requests_refused - m.requests_failed, m.requests_refused, m.requests_failed);
 }
 
 Status dump_logits(const std::string& path, const std::vector<engine::RequestResult>& results, int64_t vocab) {

@@ -114,6 +114,7 @@ Status Engine::sample_into(Active& a, const float* logits) {
         "was ended. The forward pass overflowed or the model's weights are not finite (genbridge run "
         "--check-weights scans them)",
         a.request.id, step, bad.count, bad.count == 1 ? "" : "s", vocab, bad.first, logits[bad.first]);
+    ++metrics_.requests_failed;
     finish(a, FinishReason::kError);
     return ok_status();
   }

@@ -20,6 +20,7 @@ struct EngineMetrics {
   int64_t kv_bytes_per_token = 0;    // all layers, K and V, as the DeviceOperator's contract sizes them
   int64_t requests_finished = 0;
   int64_t requests_refused = 0;
+  int64_t requests_failed = 0;  // ended with FinishReason::kError (e.g. non-finite logits)
 };
 
 }  // namespace genbridge::engine
