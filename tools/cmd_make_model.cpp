@@ -6,6 +6,7 @@
 #include "genbridge/core/threading.h"
 #include "runtime/model/synthetic.h"
 #include "tools/commands.h"
+#include "tools/run_support.h"
 
 namespace genbridge::tools {
 
@@ -17,7 +18,9 @@ int make_model(const MakeModelOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   fmt::print(stderr, "writing synthetic model '{}' (seed {}, {} shard(s)) to {} ...\n", o.preset, o.seed, o.shards,
              o.out_dir);
-  const Status st = model::write_synthetic_checkpoint(o.preset, o.seed, o.out_dir, o.shards);
+  Status st = model::write_synthetic_checkpoint(o.preset, o.seed, o.out_dir, o.shards);
+  // tokenizer.json + tokenizer_config.json sized to the preset's vocabulary: text in, text out.
+  if (st.ok()) st = write_preset_tokenizer(o.preset, o.out_dir);
   if (!st.ok()) {
     fmt::print(stderr, "genbridge make-model: {}\n", st.to_string());
     return kExitFailed;

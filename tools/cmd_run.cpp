@@ -18,6 +18,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/runner.h"
+#include "runtime/text/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/fingerprint.h"
 #include "tools/run_support.h"
@@ -54,7 +55,7 @@ Result<RunOutput> run_monolithic(const RunOptions& o, const model::Checkpoint& c
   return RunOutput{.results = eng.results(), .metrics = eng.metrics()};
 }
 
-int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
+int run_job(RunOptions o, RunMode mode, const std::string& role) {
   const char* cmd = run_command_name(mode);
   auto usage = [&](const Status& s) {
     fmt::print(stderr, "genbridge {}: {}\n", cmd, s.message());
@@ -96,6 +97,15 @@ int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (log_now) fmt::print(stderr, "{}\n", describe_model(*ckpt));
+  // --prompt-text: encoded with the model's own tokenizer; the results are decoded with it too.
+  std::optional<text::Tokenizer> tokenizer;
+  if (!o.prompt_texts.empty()) {
+    if (Status s = check_model_has_tokenizer(*dir); !s.ok()) return usage(s);
+    auto tok = text::Tokenizer::load(*dir / "tokenizer.json");
+    if (!tok.ok()) return fail(tok.status());
+    if (Status s = encode_prompt_texts(*tok, &o); !s.ok()) return usage(s);
+    tokenizer = std::move(tok).value();
+  }
   if (Status s = check_run_flags_against_model(o, mode, mc); !s.ok()) return usage(s);
 
   std::vector<engine::Request> reqs = make_requests(o, mc.vocab_size);
@@ -141,7 +151,7 @@ int run_job(const RunOptions& o, RunMode mode, const std::string& role) {
   }
   if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
   if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n", dev->log_line(), describe_model(*ckpt), afd_line);
-  print_results(out.results);
+  print_results(out.results, tokenizer ? &*tokenizer : nullptr);
   print_metrics(out.metrics, *dev, mc, static_cast<int64_t>(out.results.size()), out.num_ranks);
   if (out.report) fmt::print("\nAFD transfers and utilisation\n{}", afd::report_text(*out.report));
   for (const auto& r : out.results) {

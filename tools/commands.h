@@ -30,6 +30,9 @@ struct RunOptions {
   int prompt_len = 32;
   std::vector<std::string> prompts;                 // explicit prompts as typed (comma-separated token ids)
   std::vector<std::vector<int32_t>> prompt_tokens;  // the same, parsed
+  std::vector<std::string> prompt_texts;            // --prompt-text as typed
+  // --prompt-text's ids: filled by the run path once the model directory's tokenizer.json is loaded.
+  std::vector<std::vector<int32_t>> prompt_text_tokens;
   int max_new_tokens = 32;
   std::vector<int32_t> stop_tokens;
   float temperature = 0.f;

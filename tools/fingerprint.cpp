@@ -141,9 +141,11 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
   config_hash.add(model::to_config_json(c));
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& r : requests) prompts.push_back(r.prompt);
-  int64_t tokens = 0, typed_tokens = 0;
+  int64_t tokens = 0, typed_tokens = 0, text_tokens = 0;
   const std::string prompts_digest = digest_of_prompts(prompts, &tokens);
   const std::string typed_digest = digest_of_prompts(o.prompt_tokens, &typed_tokens);
+  const std::string text_digest = digest_of_prompts(o.prompt_text_tokens, &text_tokens);
+  const bool generated = o.prompts.empty() && o.prompt_texts.empty();
   const std::string not_given = "(not given)";
   auto or_not_given = [&](const std::string& v) { return v.empty() ? not_given : v; };
 
@@ -160,11 +162,16 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
                    c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                    c.num_experts, c.num_experts_per_tok, c.vocab_size, config_hash.hex())},
       {"model weights", weights},
-      {"--num-prompts", o.prompts.empty() ? std::to_string(o.num_prompts) : not_given},
-      {"--prompt-len", o.prompts.empty() ? std::to_string(o.prompt_len) : not_given},
+      {"--num-prompts", generated ? std::to_string(o.num_prompts) : not_given},
+      {"--prompt-len", generated ? std::to_string(o.prompt_len) : not_given},
       {"--prompt", o.prompts.empty() ? not_given
                                      : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompts.size(),
                                                    o.prompts.size() == 1 ? "" : "s", typed_tokens, typed_digest)},
+      // The ids the model's tokenizer gave (ranks with different tokenizer.json files disagree here).
+      {"--prompt-text", o.prompt_texts.empty()
+                            ? not_given
+                            : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompt_texts.size(),
+                                          o.prompt_texts.size() == 1 ? "" : "s", text_tokens, text_digest)},
       {"prompts", fmt::format("{} requests, {} tokens, digest {}", requests.size(), tokens, prompts_digest)},
       {"--max-new-tokens", std::to_string(o.max_new_tokens)},
       {"--stop-token", o.stop_tokens.empty() ? not_given : fmt::format("{}", fmt::join(o.stop_tokens, ","))},

@@ -43,9 +43,10 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                   "Synthetic model preset, used when --model is not given (an error with --model)");
   add_uint64_flag(run, "--model-seed", &ro.model_seed,
                   "Seed of the synthetic model's weights, used when --model is not given (an error with --model)");
-  add_int_flag(run, "--num-prompts", &ro.num_prompts, 1, 4096, "Number of generated prompts (an error with --prompt)");
+  add_int_flag(run, "--num-prompts", &ro.num_prompts, 1, 4096,
+               "Number of generated prompts (an error with --prompt, --prompt-text)");
   add_int_flag(run, "--prompt-len", &ro.prompt_len, 1, kMaxTokens,
-               "Tokens per generated prompt (an error with --prompt)");
+               "Tokens per generated prompt (an error with --prompt, --prompt-text)");
   run->add_option_function<std::vector<std::string>>(
          "--prompt",
          [&ro](const std::vector<std::string>& values) {
@@ -61,6 +62,20 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
          "An explicit prompt as comma-separated token ids, e.g. 1,2,3 (repeatable, at most 4096 prompts).\n"
          "Each id in [0, 2147483647] and inside the model's vocabulary. Default: --num-prompts generated prompts")
       ->type_name("IDS");
+  run->add_option_function<std::vector<std::string>>(
+         "--prompt-text",
+         [&ro](const std::vector<std::string>& values) {
+           ro.prompt_texts.clear();
+           for (const auto& v : values) {
+             if (v.empty()) throw CLI::ValidationError("--prompt-text '': the prompt is empty");
+             ro.prompt_texts.push_back(v);
+           }
+         },
+         "An explicit prompt as text, encoded with the model directory's tokenizer.json (repeatable, at most\n"
+         "4096 prompts; an error with --prompt). Each result is also printed decoded, as a JSON string:\n"
+         "  request N text: \"...\"\n"
+         "Default: none")
+      ->type_name("TEXT");
   add_int_flag(run, "--max-new-tokens", &ro.max_new_tokens, 1, kMaxTokens,
                "Tokens to generate per request (prompt + new tokens must fit the model's max_position_embeddings)");
   add_int_list_flag(run, "--stop-token", &ro.stop_tokens, 0, kMaxInt32,
@@ -166,7 +181,9 @@ int main(int argc, char** argv) {
 
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
-      "make-model", "Write a synthetic Qwen3-MoE checkpoint (config.json + safetensors) with fixed-seed weights.");
+      "make-model",
+      "Write a synthetic Qwen3-MoE checkpoint (config.json + safetensors) with fixed-seed weights, and a\n"
+      "tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");

@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "genbridge/core/threading.h"
 #include "runtime/engine/npy.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/model/synthetic.h"
+#include "runtime/text/synthetic_tokenizer.h"
 #include "tools/flags.h"
 
 namespace genbridge::tools {
@@ -94,16 +96,19 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
       }
     }
   }
-  if (!o.prompts.empty()) {
+  if (!o.prompts.empty() && !o.prompt_texts.empty()) {
+    return invalid_argument("--prompt and --prompt-text both give the prompts; use one of them");
+  }
+  if (has_explicit_prompts(o)) {
+    const char* source = o.prompts.empty() ? "--prompt-text" : "--prompt";
     for (const char* f : {"--num-prompts", "--prompt-len"}) {
       if (given(f)) {
         return invalid_argument(
-            fmt::format("{} shapes the generated prompts, which are not used with --prompt; drop one of them", f));
+            fmt::format("{} shapes the generated prompts, which are not used with {}; drop one of them", f, source));
       }
     }
-    if (o.prompts.size() > 4096) {
-      return invalid_argument(fmt::format("--prompt is given {} times; at most 4096 prompts", o.prompts.size()));
-    }
+    const size_t n = o.prompts.size() + o.prompt_texts.size();
+    if (n > 4096) return invalid_argument(fmt::format("{} is given {} times; at most 4096 prompts", source, n));
   }
   if (o.afd.empty()) {
     if (mode == RunMode::kAfdMpi) {
@@ -141,21 +146,24 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
 
 Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const model::ModelConfig& cfg) {
   const int64_t vocab = cfg.vocab_size, max_pos = cfg.max_position_embeddings;
-  for (size_t p = 0; p < o.prompt_tokens.size(); ++p) {
-    for (int32_t t : o.prompt_tokens[p]) {
+  const auto& prompts = explicit_prompt_tokens(o);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    // The prompt as typed: --prompt 1,2,3 or --prompt-text "hello" (JSON-quoted: one line whatever the text).
+    const std::string typed =
+        o.prompts.empty() ? "--prompt-text " + json_quoted(o.prompt_texts[p]) : "--prompt " + o.prompts[p];
+    for (int32_t t : prompts[p]) {
       if (t >= vocab) {
-        return invalid_argument(
-            fmt::format("--prompt {}: token {} is outside the model's vocabulary [0, {})", o.prompts[p], t, vocab));
+        return invalid_argument(fmt::format("{}: token {} is outside the model's vocabulary [0, {})", typed, t, vocab));
       }
     }
-    const int64_t total = static_cast<int64_t>(o.prompt_tokens[p].size()) + o.max_new_tokens;
+    const int64_t total = static_cast<int64_t>(prompts[p].size()) + o.max_new_tokens;
     if (total > max_pos) {
       return invalid_argument(fmt::format(
-          "--prompt {} ({} tokens) + --max-new-tokens {} = {} tokens exceeds the model's max_position_embeddings ({})",
-          o.prompts[p], o.prompt_tokens[p].size(), o.max_new_tokens, total, max_pos));
+          "{} ({} tokens) + --max-new-tokens {} = {} tokens exceeds the model's max_position_embeddings ({})", typed,
+          prompts[p].size(), o.max_new_tokens, total, max_pos));
     }
   }
-  if (o.prompts.empty() && int64_t{o.prompt_len} + o.max_new_tokens > max_pos) {
+  if (!has_explicit_prompts(o) && int64_t{o.prompt_len} + o.max_new_tokens > max_pos) {
     return invalid_argument(fmt::format(
         "--prompt-len {} + --max-new-tokens {} = {} tokens exceeds the model's max_position_embeddings ({})",
         o.prompt_len, o.max_new_tokens, int64_t{o.prompt_len} + o.max_new_tokens, max_pos));
@@ -191,7 +199,13 @@ std::filesystem::path synthetic_model_dir(const RunOptions& o) {
 Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build) {
   if (!o.model_dir.empty()) return std::filesystem::path(o.model_dir);
   const std::filesystem::path dir = synthetic_model_dir(o);
-  if (std::filesystem::exists(dir / "config.json")) return dir;  // config.json is written last: complete
+  if (std::filesystem::exists(dir / "config.json")) {  // config.json is written last: complete
+    // A model cached before make-model wrote tokenizers gets its tokenizer now (deterministic, renamed into place).
+    if (build && !std::filesystem::exists(dir / "tokenizer.json")) {
+      GB_RETURN_IF_ERROR(write_preset_tokenizer(o.preset, dir));
+    }
+    return dir;
+  }
   if (!build) {
     // Every process of an mpirun job would race to build it.
     return invalid_argument(fmt::format(
@@ -204,6 +218,7 @@ Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build)
                dir.string());
   }
   const auto t0 = std::chrono::steady_clock::now();
+  GB_RETURN_IF_ERROR(write_preset_tokenizer(o.preset, dir));  // before config.json, which marks the cache complete
   GB_RETURN_IF_ERROR(model::write_synthetic_checkpoint(o.preset, o.model_seed, dir));
   if (!o.quiet) {
     fmt::print(stderr, "  built in {:.1f} s\n",
@@ -212,10 +227,49 @@ Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build)
   return dir;
 }
 
+Status write_preset_tokenizer(std::string_view preset, const std::filesystem::path& dir) {
+  GB_ASSIGN_OR_RETURN(const model::ModelConfig c, model::synthetic_preset_config(preset));
+  return text::write_synthetic_tokenizer(dir, c.vocab_size);
+}
+
+const std::vector<std::vector<int32_t>>& explicit_prompt_tokens(const RunOptions& o) {
+  return o.prompts.empty() ? o.prompt_text_tokens : o.prompt_tokens;
+}
+
+bool has_explicit_prompts(const RunOptions& o) { return !o.prompts.empty() || !o.prompt_texts.empty(); }
+
+std::string json_quoted(std::string_view text) {
+  return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Status check_model_has_tokenizer(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / "tokenizer.json";
+  if (!std::filesystem::exists(file)) {
+    return invalid_argument(fmt::format(
+        "--prompt-text needs the model's tokenizer, but {} does not exist (make-model writes one; for a Hugging "
+        "Face checkpoint, put its tokenizer.json next to the weights)",
+        file.string()));
+  }
+  return ok_status();
+}
+
+Status encode_prompt_texts(const text::Tokenizer& tok, RunOptions* o) {
+  o->prompt_text_tokens.clear();
+  for (const std::string& t : o->prompt_texts) {
+    auto ids = tok.encode(t);
+    if (!ids.ok()) return invalid_argument(fmt::format("--prompt-text {}: {}", json_quoted(t), ids.status().message()));
+    if (ids->empty()) {
+      return invalid_argument(fmt::format("--prompt-text {}: the text encodes to no token", json_quoted(t)));
+    }
+    o->prompt_text_tokens.push_back(std::move(ids).value());
+  }
+  return ok_status();
+}
+
 std::vector<engine::Request> make_requests(const RunOptions& o, int64_t vocab) {
   std::vector<engine::Request> reqs;
-  if (!o.prompt_tokens.empty()) {
-    for (const auto& p : o.prompt_tokens) reqs.push_back({.prompt = p});
+  if (has_explicit_prompts(o)) {
+    for (const auto& p : explicit_prompt_tokens(o)) reqs.push_back({.prompt = p});
   } else {
     // Deterministic prompts: a counter-based hash of (request, position), uniform over the vocabulary.
     for (int r = 0; r < o.num_prompts; ++r) {
@@ -309,7 +363,7 @@ Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry
   return pages;
 }
 
-void print_results(const std::vector<engine::RequestResult>& results) {
+void print_results(const std::vector<engine::RequestResult>& results, const text::Tokenizer* tokenizer) {
   for (const auto& r : results) {
     if (!engine::completed(r)) {  // refused, or ended by an error: the message says why
       fmt::print("request {}: {}: {}\n", r.id, engine::finish_reason_name(r.reason), r.message);
@@ -317,6 +371,7 @@ void print_results(const std::vector<engine::RequestResult>& results) {
     }
     fmt::print("request {} ({}, {} tokens): {}\n", r.id, engine::finish_reason_name(r.reason), r.tokens.size(),
                fmt::join(r.tokens, " "));
+    if (tokenizer) fmt::print("request {} text: {}\n", r.id, json_quoted(tokenizer->decode(r.tokens)));
   }
 }
 

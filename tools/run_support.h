@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "afd/config.h"
@@ -13,6 +14,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/model/checkpoint.h"
+#include "runtime/text/tokenizer.h"
 #include "tools/commands.h"
 
 namespace genbridge::tools {
@@ -44,7 +46,21 @@ Result<runtime::DeviceOperator> make_device(const RunOptions& o);
 Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build);
 // Where the cached synthetic model of --preset / --model-seed lives (built or not).
 std::filesystem::path synthetic_model_dir(const RunOptions& o);
-// The requests of a run: explicit --prompt ids or deterministic generated prompts.
+// tokenizer.json + tokenizer_config.json for a synthetic preset (text::write_synthetic_tokenizer with the
+// preset's vocabulary) into `dir`.
+Status write_preset_tokenizer(std::string_view preset, const std::filesystem::path& dir);
+// The explicit prompts' ids: --prompt's, else --prompt-text's (once encoded); empty: generated prompts.
+const std::vector<std::vector<int32_t>>& explicit_prompt_tokens(const RunOptions& o);
+// Whether the prompts are explicit (--prompt or --prompt-text) rather than generated.
+bool has_explicit_prompts(const RunOptions& o);
+// `text` as a JSON string literal ("..." with control characters, quotes and backslashes escaped): one line.
+std::string json_quoted(std::string_view text);
+// --prompt-text needs `dir`/tokenizer.json: InvalidArgument (a usage error) naming the file when it is missing.
+Status check_model_has_tokenizer(const std::filesystem::path& dir);
+// --prompt-text: encodes every prompt with `tokenizer` into o->prompt_text_tokens. InvalidArgument naming the
+// prompt when its text cannot be encoded (invalid UTF-8) or encodes to no token.
+Status encode_prompt_texts(const text::Tokenizer& tokenizer, RunOptions* o);
+// The requests of a run: explicit --prompt / --prompt-text ids or deterministic generated prompts.
 std::vector<engine::Request> make_requests(const RunOptions& o, int64_t vocab);
 // Checkpoint::open of `dir` with --no-mmap; with --check-weights also scans every weight (refusing a
 // non-finite one) and prints the scan's cost to stderr. `populate`: LoadOptions::populate.
@@ -57,8 +73,9 @@ std::string describe_model(const model::Checkpoint& ckpt);
 // memory (InvalidArgument naming --kv-memory-mb: a usage error).
 Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry& g,
                               const std::vector<engine::Request>& reqs, int num_pools, int pools_in_process);
-// One line per request: its tokens, or why it was refused or ended by an error.
-void print_results(const std::vector<engine::RequestResult>& results);
+// One line per request: its tokens, or why it was refused or ended by an error. With `tokenizer`, each
+// finished request gets a second line `request N text: "..."`: its tokens decoded, as a JSON string.
+void print_results(const std::vector<engine::RequestResult>& results, const text::Tokenizer* tokenizer = nullptr);
 // `num_ranks`: devices the throughput is divided by (AFD counts every rank).
 void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,
                    int64_t num_requests, int num_ranks);

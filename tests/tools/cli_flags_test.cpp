@@ -18,10 +18,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "runtime/text/tokenizer.h"
 
 #ifndef GENBRIDGE_CLI
 #error "GENBRIDGE_CLI (the path of the genbridge binary) must be defined by tests/tools/CMakeLists.txt"
@@ -192,6 +195,16 @@ std::vector<std::string> W(std::vector<std::string> more) {
   return a;
 }
 
+// `flag value` n times.
+std::vector<std::string> repeated(const std::string& flag, const std::string& value, int n) {
+  std::vector<std::string> a;
+  for (int i = 0; i < n; ++i) {
+    a.push_back(flag);
+    a.push_back(value);
+  }
+  return a;
+}
+
 const std::string kIds = "; expected comma-separated token ids in [0, 2147483647]";
 const std::string kU64 = ": expected an integer in [0, 18446744073709551615]";
 
@@ -263,6 +276,30 @@ const std::vector<Row> kRows = {
      2,
      "genbridge run: --prompt 1,2,3 (3 tokens) + --max-new-tokens 4094 = 4097 tokens exceeds the model's "
      "max_position_embeddings (4096)"},
+    // --prompt-text (encoded with the model's tokenizer.json; one line per message whatever the text)
+    {"prompt_text_empty", Rbare({"--prompt-text", ""}), 2, "genbridge run: --prompt-text '': the prompt is empty"},
+    {"prompt_text_empty_after_a_good_one", Rbare({"--prompt-text", "hi", "--prompt-text", ""}), 2,
+     "genbridge run: --prompt-text '': the prompt is empty"},
+    {"prompt_text_with_prompt", Rbare({"--prompt-text", "hi", "--prompt", "1,2"}), 2,
+     "genbridge run: --prompt and --prompt-text both give the prompts; use one of them"},
+    {"prompt_text_with_num_prompts", Rbare({"--prompt-text", "hi", "--num-prompts", "2"}), 2,
+     "genbridge run: --num-prompts shapes the generated prompts, which are not used with --prompt-text; drop one of "
+     "them"},
+    {"prompt_text_with_prompt_len", Rbare({"--prompt-text", "hi", "--prompt-len", "3"}), 2,
+     "genbridge run: --prompt-len shapes the generated prompts, which are not used with --prompt-text; drop one of "
+     "them"},
+    {"prompt_text_too_many", Rbare(repeated("--prompt-text", "hi", 4097)), 2,
+     "genbridge run: --prompt-text is given 4097 times; at most 4096 prompts"},
+    {"prompt_text_invalid_utf8", Rbare({"--prompt-text", "ok\xff"}), 2,
+     "genbridge run: --prompt-text \"ok\xef\xbf\xbd\": encode: input is not valid UTF-8: byte 0xff at byte offset 2 "
+     "starts not a valid first byte here"},
+    {"prompt_text_past_max_positions",
+     {"run", "--model", "$MODEL", "--quiet", "--prompt-text", "hello world\n\t\"x\"", "--max-new-tokens", "4094"},
+     2,
+     "genbridge run: --prompt-text \"hello world\\n\\t\\\"x\\\"\" (9 tokens) + --max-new-tokens 4094 = 4103 tokens "
+     "exceeds the model's max_position_embeddings (4096)"},
+    {"worker_prompt_text_empty", W({"--prompt-text", ""}), 2,
+     "genbridge afd-worker: --prompt-text '': the prompt is empty"},
     // --max-new-tokens
     {"max_new_tokens_zero", R({"--max-new-tokens", "0"}), 2,
      "genbridge run: --max-new-tokens 0: expected an integer in [1, 1048576]"},
@@ -678,15 +715,116 @@ TEST_F(CliTest, info_prints_the_whole_report_or_nothing) {
   EXPECT_EQ(bad.out, "");
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Text in, text out: make-model writes the tokenizer files; --prompt-text runs exactly the ids the model's
+// tokenizer gives (the same results as --prompt with those ids) and prints each result decoded.
+
+std::vector<std::string> result_lines(const std::string& out, bool text) {
+  std::vector<std::string> v;
+  for (const auto& l : lines(out)) {
+    if (l.rfind("request ", 0) == 0 && (l.find(" text: ") != std::string::npos) == text) v.push_back(l);
+  }
+  return v;
+}
+
+TEST_F(CliTest, make_model_writes_a_tokenizer_of_the_model_vocabulary) {
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) EXPECT_TRUE(fs::is_regular_file(model_ / f)) << f;
+  auto tok = genbridge::text::Tokenizer::load(model_ / "tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  // The tiny preset's vocabulary is 512: the last id is a token, the next is not.
+  EXPECT_NE(tok->token_bytes(511), nullptr);
+  EXPECT_EQ(tok->token_bytes(512), nullptr);
+  EXPECT_EQ(tok->decode(*tok->encode("hello world")), "hello world");
+}
+
+TEST_F(CliTest, prompt_text_runs_the_tokenizer_ids_and_prints_the_decoded_text) {
+  auto tok = genbridge::text::Tokenizer::load(model_ / "tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const std::vector<std::string> texts = {"hello world", "line one\nline \"two\"\t\x01 <|im_start|>"};
+  std::vector<std::string> text_args, id_args;
+  for (const auto& t : texts) {
+    auto ids = tok->encode(t);
+    ASSERT_TRUE(ids.ok());
+    std::string csv;
+    for (int32_t id : *ids) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+    text_args.insert(text_args.end(), {"--prompt-text", t});
+    id_args.insert(id_args.end(), {"--prompt", csv});
+  }
+  for (const std::vector<std::string>& afd : {std::vector<std::string>{}, {"--afd", "2A1F"}}) {
+    auto args = [&](const std::vector<std::string>& prompts) {
+      std::vector<std::string> a = {"run", "--model", "$MODEL", "--quiet", "--max-new-tokens", "6"};
+      a.insert(a.end(), prompts.begin(), prompts.end());
+      a.insert(a.end(), afd.begin(), afd.end());
+      return a;
+    };
+    const Outcome by_text = run(args(text_args)), by_ids = run(args(id_args));
+    ASSERT_EQ(by_text.exit_code, 0) << by_text.err;
+    ASSERT_EQ(by_ids.exit_code, 0) << by_ids.err;
+    const auto ids_lines = result_lines(by_ids.out, false);
+    ASSERT_EQ(ids_lines.size(), texts.size());
+    EXPECT_EQ(result_lines(by_text.out, false), ids_lines);
+    EXPECT_TRUE(result_lines(by_ids.out, true).empty()) << "--prompt prints no text lines";
+    // Each text line follows its ids line and holds the decoded tokens as a JSON string (one line).
+    const auto all = lines(by_text.out);
+    for (size_t r = 0; r < texts.size(); ++r) {
+      const auto it = std::find(all.begin(), all.end(), ids_lines[r]);
+      ASSERT_NE(it, all.end());
+      ASSERT_NE(it + 1, all.end());
+      const std::string prefix = "request " + std::to_string(r) + " text: ";
+      ASSERT_EQ(it[1].rfind(prefix, 0), 0u) << it[1];
+      std::vector<int32_t> generated;
+      std::istringstream in(ids_lines[r].substr(ids_lines[r].find("): ") + 3));
+      for (int32_t id; in >> id;) generated.push_back(id);
+      ASSERT_EQ(generated.size(), 6u) << ids_lines[r];
+      EXPECT_EQ(nlohmann::json::parse(it[1].substr(prefix.size())).get<std::string>(), tok->decode(generated));
+    }
+  }
+}
+
+TEST_F(CliTest, prompt_text_on_a_checkpoint_without_a_tokenizer_names_the_file) {
+  const fs::path bare = scratch_ / "dir" / "bare";
+  fs::create_directories(bare);
+  for (const auto& e : fs::directory_iterator(model_)) {
+    if (e.path().filename().string().rfind("tokenizer", 0) != 0) fs::copy(e.path(), bare / e.path().filename());
+  }
+  const Outcome o = run({"run", "--model", bare.string(), "--quiet", "--prompt-text", "hi"});
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err, "genbridge run: --prompt-text needs the model's tokenizer, but " +
+                       (bare / "tokenizer.json").string() +
+                       " does not exist (make-model writes one; for a Hugging Face checkpoint, put its tokenizer.json "
+                       "next to the weights)\n");
+  EXPECT_EQ(o.out, "");
+  // The same checkpoint runs token ids as before.
+  const Outcome ids = run({"run", "--model", bare.string(), "--quiet", "--prompt", "1,2", "--max-new-tokens", "2"});
+  EXPECT_EQ(ids.exit_code, 0) << ids.err;
+}
+
+// The cached synthetic model (no --model) has a tokenizer too, even one cached before tokenizers were written.
+TEST_F(CliTest, prompt_text_on_the_cached_synthetic_model) {
+  const std::vector<std::string> a = {"run", "--preset",      "tiny", "--quiet", "--max-new-tokens",
+                                      "2",   "--prompt-text", "hi"};
+  const Outcome first = run(a);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(result_lines(first.out, true).size(), 1u) << first.out;
+  const fs::path cached = scratch_ / "cache" / "models" / "tiny-seed0";
+  ASSERT_TRUE(fs::is_regular_file(cached / "tokenizer.json"));
+  fs::remove(cached / "tokenizer.json");
+  fs::remove(cached / "tokenizer_config.json");
+  const Outcome again = run(a);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out.substr(0, again.out.find("\n\n")), first.out.substr(0, first.out.find("\n\n")));
+  EXPECT_TRUE(fs::is_regular_file(cached / "tokenizer_config.json"));
+}
+
 // Every flag of `run` states its range or choices and its default in --help.
 TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
   const Outcome o = run({"run", "--help"});
   ASSERT_EQ(o.exit_code, 0);
-  for (const char* s :
-       {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
-        "Integer in [0, 8796093022207]. Default: 0", "A number in (0, 1]. Default: 1",
-        "A finite number >= 0. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
-        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request"}) {
+  for (const char* s : {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
+                        "Integer in [0, 8796093022207]. Default: 0", "A number in (0, 1]. Default: 1",
+                        "A finite number >= 0. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
+                        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request",
+                        "--prompt-text TEXT", "request N text: \"...\""}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;
   }
 }

@@ -93,18 +93,34 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
   const auto a = items(generated, root_ / "seed1"), b = items(typed, root_ / "seed1");
   std::vector<std::string> names;
   for (const auto& i : a) names.push_back(i.name);
-  EXPECT_EQ(
-      names,
-      (std::vector<std::string>{
-          "build",          "--model",      "--preset",        "--model-seed", "model config",     "model weights",
-          "--num-prompts",  "--prompt-len", "--prompt",        "prompts",      "--max-new-tokens", "--stop-token",
-          "--temperature",  "--top-k",      "--top-p",         "--seed",       "--max-batch",      "--kv-cache-dtype",
-          "--kv-memory-mb", "--afd",        "--afd-connector", "--afd-stages", "--afd-timeout",    "--afd-warmup-steps",
-          "--afd-transport"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "build",          "--model",          "--preset",     "--model-seed",     "model config",
+                       "model weights",  "--num-prompts",    "--prompt-len", "--prompt",         "--prompt-text",
+                       "prompts",        "--max-new-tokens", "--stop-token", "--temperature",    "--top-k",
+                       "--top-p",        "--seed",           "--max-batch",  "--kv-cache-dtype", "--kv-memory-mb",
+                       "--afd",          "--afd-connector",  "--afd-stages", "--afd-timeout",    "--afd-warmup-steps",
+                       "--afd-transport"}));
   EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt", "prompts"}));
   EXPECT_EQ(b[8].value, "2 prompts, 4 tokens, digest " + b[8].value.substr(b[8].value.size() - 16));
   EXPECT_EQ(a[6].value, "8");
   EXPECT_EQ(b[6].value, "(not given)");
+}
+
+// --prompt-text: the ids the tokenizer gave take part (ranks whose tokenizer.json differ disagree there).
+TEST_F(Fingerprint, prompt_text_compares_the_encoded_ids) {
+  RunOptions generated;
+  generated.model_dir = (root_ / "seed1").string();
+  RunOptions text = generated;
+  text.prompt_texts = {"hello", "world"};
+  text.prompt_text_tokens = {{104, 101}, {119}};
+  const auto a = items(generated, root_ / "seed1"), b = items(text, root_ / "seed1");
+  EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt-text", "prompts"}));
+  EXPECT_EQ(b[9].name, "--prompt-text");
+  EXPECT_EQ(b[9].value, "2 prompts, 3 tokens, digest " + b[9].value.substr(b[9].value.size() - 16));
+  EXPECT_EQ(a[9].value, "(not given)");
+  RunOptions other = text;  // the same text, another tokenizer's ids
+  other.prompt_text_tokens = {{104, 101}, {120}};
+  EXPECT_EQ(differing(b, items(other, root_ / "seed1")), (std::vector<std::string>{"--prompt-text", "prompts"}));
 }
 
 TEST_F(Fingerprint, each_setting_changes_its_own_item) {
