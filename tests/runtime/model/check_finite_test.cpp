@@ -12,6 +12,7 @@
 #include "genbridge/core/threading.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/synthetic.h"
+#include "support/checkpoint_edit.h"
 #include "support/temp_dir.h"
 
 namespace genbridge::model {
@@ -19,32 +20,8 @@ namespace {
 
 using testing::TempDir;
 
-struct RawTensor {
-  SafetensorsTensorSpec spec;
-  std::vector<char> bytes;
-};
-
-DType dtype_of(const std::string& st) {
-  if (st == "BF16") return DType::kBF16;
-  if (st == "F16") return DType::kF16;
-  return DType::kF32;
-}
-
-// Rewrites model.safetensors of `dir` after `edit` changed its tensors.
-void rewrite(const std::filesystem::path& dir, const std::function<void(std::vector<RawTensor>&)>& edit) {
-  std::vector<RawTensor> tensors;
-  {
-    SafetensorsFile f = SafetensorsFile::open(dir / "model.safetensors").value();
-    for (const SafetensorsTensor& t : f.tensors()) {
-      const char* p = reinterpret_cast<const char*>(f.mapping().data() + t.offset);
-      tensors.push_back({{t.name, dtype_of(t.dtype), t.shape}, std::vector<char>(p, p + t.nbytes)});
-    }
-  }
-  edit(tensors);
-  std::vector<SafetensorsTensorData> data;
-  for (const RawTensor& t : tensors) data.push_back({t.spec, t.bytes.data()});
-  ASSERT_TRUE(write_safetensors(dir / "model.safetensors", data).ok());
-}
+using testing::RawTensor;
+using testing::rewrite;
 
 // Sets element `i` of tensor `name` to the bit pattern `bits` (of the tensor's element width).
 void poke(std::vector<RawTensor>& tensors, const std::string& name, int64_t i, uint32_t bits) {

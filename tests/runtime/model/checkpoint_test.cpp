@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "runtime/model/synthetic.h"
+#include "support/checkpoint_edit.h"
 #include "support/temp_dir.h"
 #include "support/tensor_util.h"
 
@@ -17,32 +18,8 @@ namespace {
 
 using testing::TempDir;
 
-struct RawTensor {
-  SafetensorsTensorSpec spec;
-  std::vector<char> bytes;
-};
-
-DType dtype_of(const std::string& st) {
-  if (st == "BF16") return DType::kBF16;
-  if (st == "F16") return DType::kF16;
-  return DType::kF32;
-}
-
-// Reads every tensor of a single-file checkpoint, lets `edit` change the list, writes it back.
-void rewrite(const std::filesystem::path& dir, const std::function<void(std::vector<RawTensor>&)>& edit) {
-  std::vector<RawTensor> tensors;
-  {
-    SafetensorsFile f = SafetensorsFile::open(dir / "model.safetensors").value();
-    for (const SafetensorsTensor& t : f.tensors()) {
-      const char* p = reinterpret_cast<const char*>(f.mapping().data() + t.offset);
-      tensors.push_back({{t.name, dtype_of(t.dtype), t.shape}, std::vector<char>(p, p + t.nbytes)});
-    }
-  }
-  edit(tensors);
-  std::vector<SafetensorsTensorData> data;
-  for (const RawTensor& t : tensors) data.push_back({t.spec, t.bytes.data()});
-  ASSERT_TRUE(write_safetensors(dir / "model.safetensors", data).ok());
-}
+using testing::RawTensor;
+using testing::rewrite;
 
 RawTensor* find(std::vector<RawTensor>& v, const std::string& name) {
   for (RawTensor& t : v) {
