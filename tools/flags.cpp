@@ -95,8 +95,12 @@ int64_t physical_memory_bytes() {
   return static_cast<int64_t>(pages) * page;
 }
 
-CLI::Option* add_int64_flag(CLI::App* app, const std::string& name, int64_t* target, int64_t lo, int64_t hi,
-                            std::string help, std::string default_text) {
+namespace {
+
+// One integer flag of any width: parsed as int64 with the range check, then stored in `T` (the range fits T).
+template <typename T>
+CLI::Option* add_integer_flag(CLI::App* app, const std::string& name, T* target, int64_t lo, int64_t hi,
+                              std::string help, std::string default_text) {
   if (default_text.empty()) default_text = std::to_string(*target);
   return app
       ->add_option_function<std::string>(
@@ -104,25 +108,22 @@ CLI::Option* add_int64_flag(CLI::App* app, const std::string& name, int64_t* tar
           [name, target, lo, hi](const std::string& s) {
             auto v = parse_int(name, s, lo, hi);
             if (!v.ok()) throw_usage(v.status());
-            *target = *v;
+            *target = static_cast<T>(*v);
           },
           with_default(std::move(help), fmt::format("Integer in [{}, {}]", lo, hi), default_text))
       ->type_name("INT");
 }
 
+}  // namespace
+
+CLI::Option* add_int64_flag(CLI::App* app, const std::string& name, int64_t* target, int64_t lo, int64_t hi,
+                            std::string help, std::string default_text) {
+  return add_integer_flag(app, name, target, lo, hi, std::move(help), std::move(default_text));
+}
+
 CLI::Option* add_int_flag(CLI::App* app, const std::string& name, int* target, int lo, int hi, std::string help,
                           std::string default_text) {
-  if (default_text.empty()) default_text = std::to_string(*target);
-  return app
-      ->add_option_function<std::string>(
-          name,
-          [name, target, lo, hi](const std::string& s) {
-            auto v = parse_int(name, s, lo, hi);
-            if (!v.ok()) throw_usage(v.status());
-            *target = static_cast<int>(*v);
-          },
-          with_default(std::move(help), fmt::format("Integer in [{}, {}]", lo, hi), default_text))
-      ->type_name("INT");
+  return add_integer_flag(app, name, target, lo, hi, std::move(help), std::move(default_text));
 }
 
 CLI::Option* add_uint64_flag(CLI::App* app, const std::string& name, uint64_t* target, std::string help) {

@@ -338,7 +338,7 @@ Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry
     std::vector<int64_t> per_pool(static_cast<size_t>(std::max(num_pools, 1)), 0);
     for (size_t r = 0; r < reqs.size(); ++r) {
       const int64_t tokens = static_cast<int64_t>(reqs[r].prompt.size()) + reqs[r].max_new_tokens - 1;
-      per_pool[r % per_pool.size()] += (tokens + g.page_size - 1) / g.page_size;
+      per_pool[r % per_pool.size()] += g.pages_for(tokens);
     }
     pages = std::max<int64_t>(*std::max_element(per_pool.begin(), per_pool.end()), 1);
   }

@@ -31,6 +31,8 @@ struct KvPageGeometry {
   // Bytes one token occupies over all layers: K and V rows plus their side entries.
   int64_t bytes_per_token() const { return num_layers * 2 * num_kv_heads * (row_bytes + side_row_bytes); }
   int64_t bytes_per_page() const { return bytes_per_token() * page_size; }
+  // Pages that hold `tokens` tokens.
+  int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
 };
 
 using SeqId = int64_t;
@@ -65,7 +67,7 @@ class KvPagePool {
   // Cache bytes of the pages currently held by sequences.
   int64_t bytes_in_use() const { return used_pages() * geometry_.bytes_per_page(); }
   // Pages needed to hold `tokens` tokens.
-  int64_t pages_for(int64_t tokens) const { return (tokens + geometry_.page_size - 1) / geometry_.page_size; }
+  int64_t pages_for(int64_t tokens) const { return geometry_.pages_for(tokens); }
 
   // Whether a new sequence of max(num_tokens, reserve_tokens) tokens fits now.
   bool can_admit(int64_t num_tokens, int64_t reserve_tokens = 0) const;

@@ -1,6 +1,6 @@
 #pragma once
-// Test helper: rewrites the tensors of a single-file safetensors checkpoint in place (to plant a broken
-// shape, a non-finite value, a renamed tensor, ...).
+// Test helpers over checkpoints: rewrite the tensors of a single-file safetensors checkpoint in place (to
+// plant a broken shape, a non-finite value, a renamed tensor, ...) and list every weight view of a model.
 
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/model/checkpoint.h"
 #include "runtime/model/safetensors.h"
 
 namespace genbridge::testing {
@@ -38,6 +39,27 @@ inline void rewrite(const std::filesystem::path& dir, const std::function<void(s
   std::vector<model::SafetensorsTensorData> data;
   for (const RawTensor& t : tensors) data.push_back({t.spec, t.bytes.data()});
   ASSERT_TRUE(model::write_safetensors(dir / "model.safetensors", data).ok());
+}
+
+// Every view of the model, in a fixed order, for checks over all of them.
+inline std::vector<TensorView> all_views(const model::ModelWeights& w) {
+  std::vector<TensorView> out = {w.embed_tokens, w.final_norm, w.lm_head};
+  const auto mlp = [&](const model::MlpWeights& m) { out.insert(out.end(), {m.gate_proj, m.up_proj, m.down_proj}); };
+  for (const model::LayerWeights& l : w.layers) {
+    out.insert(out.end(), {l.input_layernorm, l.post_attention_layernorm, l.attn.q_proj, l.attn.k_proj, l.attn.v_proj,
+                           l.attn.o_proj, l.attn.q_norm, l.attn.k_norm});
+    if (l.is_moe) {
+      out.push_back(l.moe.router);
+      for (const model::MlpWeights& e : l.moe.experts) mlp(e);
+      if (l.moe.shared_expert_gate.data()) {
+        mlp(l.moe.shared_expert);
+        out.push_back(l.moe.shared_expert_gate);
+      }
+    } else {
+      mlp(l.dense);
+    }
+  }
+  return out;
 }
 
 }  // namespace genbridge::testing

@@ -44,26 +44,7 @@ bool points_into(const TensorView& v, const Checkpoint& ck) {
   return false;
 }
 
-// Every view of the model, for checks over all of them.
-std::vector<TensorView> all_views(const ModelWeights& w) {
-  std::vector<TensorView> out = {w.embed_tokens, w.final_norm, w.lm_head};
-  const auto mlp = [&](const MlpWeights& m) { out.insert(out.end(), {m.gate_proj, m.up_proj, m.down_proj}); };
-  for (const LayerWeights& l : w.layers) {
-    out.insert(out.end(), {l.input_layernorm, l.post_attention_layernorm, l.attn.q_proj, l.attn.k_proj, l.attn.v_proj,
-                           l.attn.o_proj, l.attn.q_norm, l.attn.k_norm});
-    if (l.is_moe) {
-      out.push_back(l.moe.router);
-      for (const MlpWeights& e : l.moe.experts) mlp(e);
-      if (l.moe.shared_expert_gate.data()) {
-        mlp(l.moe.shared_expert);
-        out.push_back(l.moe.shared_expert_gate);
-      }
-    } else {
-      mlp(l.dense);
-    }
-  }
-  return out;
-}
+using testing::all_views;
 
 TEST(Checkpoint, binds_every_weight_of_tiny_zero_copy) {
   TempDir dir;
