@@ -1,6 +1,6 @@
 # Sourced by the README's commands: installs the Debian packages genbridge needs when they are missing.
 GB_DEBIAN_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-                    nlohmann-json3-dev libfmt-dev libcli11-dev ccache libpcre2-dev libutf8proc-dev)
+                    nlohmann-json3-dev libfmt-dev libcli11-dev ccache libpcre2-dev libutf8proc-dev libhwy-dev)
 
 # ccache: hits across the three builds and across clones (paths relative to the clone).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"

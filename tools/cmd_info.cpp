@@ -1,6 +1,7 @@
 // genbridge info: what this build was made for.
 #include <fmt/format.h>
 
+#include "genbridge/core/cpu_target.h"
 #include "genbridge/build_info.h"
 #include "runtime/device/device_operator.h"
 #include "tools/commands.h"
@@ -14,8 +15,12 @@ int info(const std::string& soc) {
     fmt::print(stderr, "genbridge info: {}\n", dev.status().to_string());
     return kExitFailed;
   }
-  fmt::print("provider target: {}\nSoC: {}\n{}\nmanifest:\n{}", ops::build_target(), ops::build_soc(), dev->log_line(),
-             ops::build_manifest());
+  if (auto env = cpu_target_from_env(); !env.ok()) {
+    fmt::print(stderr, "genbridge info: {}\n", env.status().message());
+    return kExitUsage;
+  }
+  fmt::print("provider target: {}\nSoC: {}\n{}\n{}\nmanifest:\n{}", ops::build_target(), ops::build_soc(), dev->log_line(),
+             cpu_target_line(), ops::build_manifest());
   return kExitOk;
 }
 

@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
 #include "runtime/model/synthetic.h"
 #include "tools/commands.h"
@@ -12,6 +13,10 @@ namespace genbridge::tools {
 
 int make_model(const MakeModelOptions& o) {
   if (auto env = num_threads_from_env(); !env.ok()) {
+    fmt::print(stderr, "genbridge make-model: {}\n", env.status().message());
+    return kExitUsage;
+  }
+  if (auto env = cpu_target_from_env(); !env.ok()) {
     fmt::print(stderr, "genbridge make-model: {}\n", env.status().message());
     return kExitUsage;
   }

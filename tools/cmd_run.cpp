@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "genbridge/core/cpu_target.h"
 #include "afd/engine_job.h"
 #include "afd/job.h"
 #include "genbridge/core/threading.h"
@@ -83,7 +84,7 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
   if (!dev.ok()) return fail(dev.status());
   // Under mpirun rank 0 prints the header lines with the results; other modes print them as they go.
   const bool log_now = !o.quiet && !mpi;
-  if (log_now) fmt::print(stderr, "{}\n", dev->log_line());
+  if (log_now) fmt::print(stderr, "{}\n{}\n", dev->log_line(), cpu_target_line());
 
   auto dir = resolve_model_dir(o, /*build=*/!mpi);
   if (!dir.ok()) return fail(dir.status());
@@ -150,7 +151,7 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
     if (Status s = dump_logits(o.dump_logits, out.results, mc.vocab_size); !s.ok()) return fail(s);
   }
   if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
-  if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n", dev->log_line(), describe_model(*ckpt), afd_line);
+  if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n{}\n", dev->log_line(), cpu_target_line(), describe_model(*ckpt), afd_line);
   print_results(out.results, tokenizer ? &*tokenizer : nullptr);
   print_metrics(out.metrics, *dev, mc, static_cast<int64_t>(out.results.size()), out.num_ranks);
   if (out.report) fmt::print("\nAFD transfers and utilisation\n{}", afd::report_text(*out.report));

@@ -1,3 +1,4 @@
+#include "genbridge/core/cpu_target.h"
 #include "tools/run_support.h"
 
 #include <fmt/format.h>
@@ -124,6 +125,7 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
     GB_RETURN_IF_ERROR(afd_config_from(o, mode).status());
   }
   GB_RETURN_IF_ERROR(num_threads_from_env().status());
+  GB_RETURN_IF_ERROR(cpu_target_from_env().status());
   if (o.kv_memory_mb > 0) {
     const int64_t phys_mib = physical_memory_bytes() >> 20;
     if (phys_mib > 0 && o.kv_memory_mb > phys_mib) {

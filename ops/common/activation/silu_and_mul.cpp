@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/detail/rows.h"
-#include "ops/detail/swiglu.h"
-#include "ops/detail/tensor_checks.h"
+#include "ops/detail/common/rows.h"
+#include "ops/detail/activation/swiglu.h"
+#include "ops/detail/common/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/detail/rows.h"
+#include "ops/detail/common/rows.h"
 
 namespace genbridge::ops {
 namespace {

@@ -1,6 +1,6 @@
 #include "genbridge/ops/kv_cache/bf16_kv_write.h"
 
-#include "ops/detail/kv_write.h"
+#include "ops/detail/kv_cache/kv_write.h"
 
 namespace genbridge::ops {
 

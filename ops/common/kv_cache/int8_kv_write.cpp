@@ -1,7 +1,7 @@
 // Every generation has an INT8 data path, so the int8 writer is common.
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 
-#include "ops/detail/kv_write.h"
+#include "ops/detail/kv_cache/kv_write.h"
 
 namespace genbridge::ops {
 

@@ -1,11 +1,11 @@
-// linear/linear, one implementation for every target: the host tile kernel in ops/detail/dot_kernel.h.
+// linear/linear, one implementation for every target: the host tile kernel in ops/detail/linear/dot_kernel.h.
 #include "genbridge/ops/linear/linear.h"
 
 #include <vector>
 
-#include "ops/detail/dot_kernel.h"
-#include "ops/detail/rows.h"
-#include "ops/detail/tensor_checks.h"
+#include "ops/detail/linear/dot_kernel.h"
+#include "ops/detail/common/rows.h"
+#include "ops/detail/common/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/detail/dot_kernel.h"
-#include "ops/detail/rows.h"
-#include "ops/detail/swiglu.h"
-#include "ops/detail/tensor_checks.h"
+#include "ops/detail/linear/dot_kernel.h"
+#include "ops/detail/common/rows.h"
+#include "ops/detail/activation/swiglu.h"
+#include "ops/detail/common/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {

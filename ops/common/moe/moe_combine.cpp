@@ -5,9 +5,9 @@
 
 #include "core/parallel.h"
 #include "core/vec.h"
-#include "ops/detail/rows.h"
-#include "ops/detail/swiglu.h"
-#include "ops/detail/tensor_checks.h"
+#include "ops/detail/common/rows.h"
+#include "ops/detail/activation/swiglu.h"
+#include "ops/detail/common/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {

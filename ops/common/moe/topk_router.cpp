@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/detail/rows.h"
-#include "ops/detail/tensor_checks.h"
+#include "ops/detail/common/rows.h"
+#include "ops/detail/common/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {

@@ -1,6 +1,6 @@
 #include "genbridge/ops/norm/add_rms_norm.h"
 
-#include "ops/detail/norm_kernel.h"
+#include "ops/detail/norm/norm_kernel.h"
 
 namespace genbridge::ops {
 

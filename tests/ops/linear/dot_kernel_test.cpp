@@ -1,6 +1,6 @@
 // Internal kernel checks behind linear/linear and moe/expert_ffn: the vectorised lane reduction gives
 // vec::reduce_add's bits, and the tile kernel's arithmetic does not depend on the tile shape.
-#include "ops/detail/dot_kernel.h"
+#include "ops/detail/linear/dot_kernel.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // other check: the op does not exist for that representation here).
 #include "genbridge/ops/attention/paged_decode.h"
 
-#include "ops/detail/paged_attention.h"
+#include "ops/detail/attention/paged_attention.h"
 
 namespace genbridge::ops {
 

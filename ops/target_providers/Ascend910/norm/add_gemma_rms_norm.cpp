@@ -1,7 +1,7 @@
 // Ascend910 (A2/A3) provider: fused add + native Gemma RMSNorm, (1 + w) formed in fp32.
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
 
-#include "ops/detail/norm_kernel.h"
+#include "ops/detail/norm/norm_kernel.h"
 
 namespace genbridge::ops {
 

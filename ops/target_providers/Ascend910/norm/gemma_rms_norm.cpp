@@ -2,7 +2,7 @@
 // (1 + w) in fp32 inside the kernel, without rounding it to w's dtype.
 #include "genbridge/ops/norm/gemma_rms_norm.h"
 
-#include "ops/detail/norm_kernel.h"
+#include "ops/detail/norm/norm_kernel.h"
 
 namespace genbridge::ops {
 

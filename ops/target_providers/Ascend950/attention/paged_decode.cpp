@@ -1,7 +1,7 @@
 // Ascend950 (A5) provider: reads every KV representation, fp8 e4m3fn with packed fp32 scales included.
 #include "genbridge/ops/attention/paged_decode.h"
 
-#include "ops/detail/paged_attention.h"
+#include "ops/detail/attention/paged_attention.h"
 
 namespace genbridge::ops {
 

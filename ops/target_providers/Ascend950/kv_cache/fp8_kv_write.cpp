@@ -2,7 +2,7 @@
 // with the fp32 scale packed at the end of each row, addressed by flat slots.
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 
-#include "ops/detail/kv_write.h"
+#include "ops/detail/kv_cache/kv_write.h"
 
 namespace genbridge::ops {
 

@@ -1,6 +1,6 @@
-#include "ops/detail/kv_layout.h"
+#include "ops/detail/kv_cache/kv_layout.h"
 
-#include "ops/detail/rows.h"
+#include "ops/detail/common/rows.h"
 
 namespace genbridge::ops::detail {
 namespace {

@@ -1,6 +1,6 @@
-#include "ops/detail/tensor_checks.h"
+#include "ops/detail/common/tensor_checks.h"
 
-#include "ops/detail/rows.h"
+#include "ops/detail/common/rows.h"
 
 namespace genbridge::ops::detail {
 

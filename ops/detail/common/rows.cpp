@@ -1,4 +1,4 @@
-#include "ops/detail/rows.h"
+#include "ops/detail/common/rows.h"
 
 #include <cmath>
 #include <string>

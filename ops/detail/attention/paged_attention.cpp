@@ -1,4 +1,4 @@
-#include "ops/detail/paged_attention.h"
+#include "ops/detail/attention/paged_attention.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,9 +11,9 @@
 #include "core/vec.h"
 #include "genbridge/core/formats.h"
 #include "genbridge/core/threading.h"
-#include "ops/detail/kv_layout.h"
-#include "ops/detail/rows.h"
-#include "ops/detail/vec_math.h"
+#include "ops/detail/kv_cache/kv_layout.h"
+#include "ops/detail/common/rows.h"
+#include "ops/detail/attention/vec_math.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>

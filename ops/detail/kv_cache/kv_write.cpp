@@ -1,4 +1,4 @@
-#include "ops/detail/kv_write.h"
+#include "ops/detail/kv_cache/kv_write.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,8 +9,8 @@
 #include "genbridge/core/formats.h"
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
-#include "ops/detail/kv_layout.h"
-#include "ops/detail/rows.h"
+#include "ops/detail/kv_cache/kv_layout.h"
+#include "ops/detail/common/rows.h"
 
 namespace genbridge::ops::detail {
 namespace {

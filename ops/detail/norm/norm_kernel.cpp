@@ -1,4 +1,4 @@
-#include "ops/detail/norm_kernel.h"
+#include "ops/detail/norm/norm_kernel.h"
 
 #include <cmath>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "core/parallel.h"
 #include "core/vec.h"
-#include "ops/detail/rows.h"
+#include "ops/detail/common/rows.h"
 
 namespace genbridge::ops::detail {
 namespace {

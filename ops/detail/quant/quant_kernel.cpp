@@ -1,4 +1,4 @@
-#include "ops/detail/quant_kernel.h"
+#include "ops/detail/quant/quant_kernel.h"
 
 #include <algorithm>
 #include <bit>
@@ -14,7 +14,7 @@
 #include "core/parallel.h"
 #include "core/vec.h"
 #include "core/vec_formats.h"
-#include "ops/detail/rows.h"
+#include "ops/detail/common/rows.h"
 
 namespace genbridge::ops::detail {
 namespace {

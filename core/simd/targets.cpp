@@ -1,0 +1,146 @@
+// CPU target selection for the Highway-dispatched kernels (include/genbridge/core/cpu_target.h).
+#include <hwy/highway.h>
+#include <hwy/targets.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/simd/dispatch.h"
+#include "genbridge/core/cpu_target.h"
+
+namespace genbridge {
+namespace {
+
+// Our names for Highway's targets: what users type in GENBRIDGE_CPU_TARGET and read in logs.
+const char* name_of(int64_t t) {
+  switch (t) {
+#if HWY_ARCH_X86
+    case HWY_AVX3_DL: return "avx512_dl";
+    case HWY_AVX3: return "avx512";
+    case HWY_AVX2: return "avx2";
+    case HWY_SSE4: return "sse4";
+    case HWY_SSSE3: return "ssse3";
+#endif
+#if HWY_ARCH_ARM
+    case HWY_SVE2_128: return "sve2_128";
+    case HWY_SVE_256: return "sve_256";
+    case HWY_SVE2: return "sve2";
+    case HWY_SVE: return "sve";
+    case HWY_NEON: return "neon";
+#endif
+    case HWY_EMU128: return "scalar";
+    case HWY_SCALAR: return "scalar";
+    default: return "unknown";
+  }
+}
+
+// Single target bits of `mask`, best (lowest bit) first.
+std::vector<int64_t> bits_of(int64_t mask) {
+  std::vector<int64_t> out;
+  for (int64_t m = mask; m != 0; m &= m - 1) out.push_back(m & -m);
+  return out;
+}
+
+std::mutex g_mu;
+int64_t g_real = 0;  // what the CPU supports among the compiled targets (before any restriction)
+
+int64_t real_targets_locked() {
+  if (g_real == 0) {
+    hwy::SetSupportedTargetsForTest(0);  // no restriction while we read the CPU's own set
+    g_real = hwy::SupportedTargets() & HWY_TARGETS;
+  }
+  return g_real;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+// Restricts to `target` and everything below it (numerically higher bits); 0 lifts the restriction.
+void restrict_locked(int64_t target) {
+  const int64_t real = real_targets_locked();
+  const int64_t allowed = target == 0 ? real : real & ~(target - 1);
+  hwy::SetSupportedTargetsForTest(allowed == real ? 0 : allowed);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+Result<int64_t> parse(std::string_view name) {
+  if (name == "best") return int64_t{0};
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (int64_t t : bits_of(real_targets_locked()))
+    if (name == name_of(t)) return t;
+  return invalid_argument("");
+}
+
+}  // namespace
+
+std::vector<std::string> cpu_targets_compiled() {
+  std::vector<std::string> out;
+  for (int64_t t : bits_of(HWY_TARGETS)) out.push_back(name_of(t));
+  return out;
+}
+
+std::vector<std::string> cpu_targets_available() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::vector<std::string> out;
+  for (int64_t t : bits_of(real_targets_locked())) out.push_back(name_of(t));
+  return out;
+}
+
+std::string cpu_target() {
+  simd::ensure_cpu_target();
+  const int64_t chosen = hwy::SupportedTargets() & HWY_TARGETS;
+  return chosen == 0 ? "scalar" : name_of(chosen & -chosen);
+}
+
+Status set_cpu_target(std::string_view name) {
+  auto t = parse(name);
+  if (!t.ok()) {
+    return invalid_argument("CPU target '" + std::string(name) + "' is not available here; available: " +
+                            join(cpu_targets_available()) + " (or best); compiled into this build: " +
+                            join(cpu_targets_compiled()));
+  }
+  simd::ensure_cpu_target();  // the environment's choice first, so that this call overrides it
+  std::lock_guard<std::mutex> lock(g_mu);
+  restrict_locked(*t);
+  return ok_status();
+}
+
+Result<std::string> cpu_target_from_env() {
+  const char* env = std::getenv(kCpuTargetEnv.data());
+  if (env == nullptr || *env == '\0') return std::string();
+  if (!parse(env).ok()) {
+    return invalid_argument(std::string(kCpuTargetEnv) + "=" + env + ": not a CPU target this machine can run; available: " +
+                            join(cpu_targets_available()) + " (or best); compiled into this build: " +
+                            join(cpu_targets_compiled()));
+  }
+  return std::string(env);
+}
+
+std::string cpu_target_line() {
+  return "cpu target: " + cpu_target() + " (available: " + join(cpu_targets_available()) + ")";
+}
+
+namespace simd {
+
+void ensure_cpu_target() {
+  static const bool applied = [] {
+    auto env = cpu_target_from_env();
+    std::lock_guard<std::mutex> lock(g_mu);
+    int64_t t = 0;
+    if (env.ok() && !env->empty()) {
+      for (int64_t b : bits_of(real_targets_locked()))
+        if (*env == name_of(b)) t = b;
+    }
+    restrict_locked(t);
+    return true;
+  }();
+  (void)applied;
+}
+
+}  // namespace simd
+}  // namespace genbridge
