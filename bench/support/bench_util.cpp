@@ -167,7 +167,12 @@ int cold_copies(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>((want + bytes - 1) / std::max<size_t>(bytes, 1), 1, 64));
 }
 
+// Cold bandwidth does not depend on the size once the LLC is out of play: larger requests are measured at
+// 8 x LLC (an engine step's gigabyte of weights need not be copied to know the DRAM bandwidth).
+static size_t measured_size(size_t bytes, bool cold) { return cold ? std::min(bytes, 8 * llc_bytes()) : bytes; }
+
 double copy_gbps(size_t bytes, bool cold) {
+  bytes = measured_size(bytes, cold);
   std::lock_guard<std::mutex> lock(g_mu);
   static std::map<Key, double> cache;
   const Key key{bytes, cold, num_threads()};
@@ -185,6 +190,7 @@ double copy_gbps(size_t bytes, bool cold) {
 }
 
 double read_gbps(size_t bytes, bool cold) {
+  bytes = measured_size(bytes, cold);
   std::lock_guard<std::mutex> lock(g_mu);
   static std::map<Key, double> cache;
   const Key key{bytes, cold, num_threads()};

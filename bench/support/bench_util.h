@@ -41,7 +41,8 @@ inline bool is_cold(size_t bytes) { return bytes >= llc_bytes() / 2; }
 
 // Memory roofs (GB/s) at `bytes` (copy: bytes moved, half read and half written; read: bytes read),
 // warm or cold as above, on num_threads() threads; best of several repetitions, cached per
-// (bytes, cold, threads).
+// (bytes, cold, threads). Cold roofs of more than 8 x LLC are measured at 8 x LLC (the bandwidth no longer
+// depends on the size there).
 double copy_gbps(size_t bytes, bool cold);
 double read_gbps(size_t bytes, bool cold);
 // Compute roof: GFLOP/s of a register-only fp32 multiply-add loop (2 FLOPs per lane) on the CPU target in
