@@ -29,6 +29,16 @@ COLUMNS = [  # (counter, heading, format)
 ]
 
 
+# Issue 10's "done when" figures for the other engine, and the engine_bench rows with the same configuration.
+REFERENCE = [
+    ("prefill, one 32-token prompt", "engine_prefill/prompt:32", 283),
+    ("prefill, one 256-token prompt", "engine_prefill/prompt:256", 280),
+    ("decode, batch 1 (32-token prompts, 32 new tokens)", "engine_decode/batch:1/prompt:32/new:32/afd_stages:0", 101),
+    ("decode, batch 8 (32-token prompts, 32 new tokens)", "engine_decode/batch:8/prompt:32/new:32/afd_stages:0", 190),
+    ("decode, batch 32 (32-token prompts, 32 new tokens)", "engine_decode/batch:32/prompt:32/new:32/afd_stages:0", 242),
+]
+
+
 def row_name(b):
     name = b.get("run_name", b["name"])
     return re.sub(r"/(manual_time|iterations:\d+|real_time)", "", name)
@@ -65,6 +75,17 @@ def table(path):
         cells += [f"{min(fr):.2f}–{max(fr):.2f} ({len(fr)})" if len(fr) > 1 else "1", best.get("label", "")]
         print("| " + " | ".join(cells) + " |")
     print()
+    best = {k: max(rows[k], key=lambda b: b.get("roof_frac", 0)) for k in order}
+    if any(k.startswith("engine_") for k in order):
+        print(f"Issue 10's comparison (a widely used CPU engine, same weights, 2-core AVX2 machine) next to this run "
+              f"(CPU target {ctx.get('cpu_target', '?')}):\n")
+        print("| configuration | reference tok/s | genbridge tok/s | genbridge / reference |")
+        print("|---|---:|---:|---:|")
+        for label, key, ref in REFERENCE:
+            if key in best and "tok/s" in best[key]:
+                g = best[key]["tok/s"]
+                print(f"| {label} | {ref} | {g:.1f} | {g / ref:.2f} |")
+        print()
 
 
 if __name__ == "__main__":
