@@ -1,6 +1,6 @@
 #include "ops/detail/quant/quant_checks.h"
 
-namespace genbridge::ops::detail {
+namespace genbridge::ops::detail::quant_checks {
 
 std::string dims_string(const std::vector<int64_t>& d) {
   std::string s = "[";
@@ -38,4 +38,4 @@ Status check_rank_at_least_1(const char* op, const char* name, const TensorView&
                           " has rank 0 but must have rank >= 1 (the op works along the last dimension)");
 }
 
-}  // namespace genbridge::ops::detail
+}  // namespace genbridge::ops::detail::quant_checks

@@ -13,6 +13,10 @@
 #include "ops/detail/common/rows.h"
 #include "ops/detail/quant/quant_checks.h"
 
+namespace genbridge::ops::detail {
+using namespace quant_checks;  // NOLINT: the quant ops' argument checks
+}  // namespace genbridge::ops::detail
+
 // ---- per CPU target: one row's int8 codes and scale (every target gives the same bits) ----
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/detail/quant/quant_kernel.cpp"

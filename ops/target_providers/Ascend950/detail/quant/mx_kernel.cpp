@@ -11,6 +11,10 @@
 #include "ops/detail/common/rows.h"
 #include "ops/detail/quant/quant_checks.h"
 
+namespace genbridge::ops::detail {
+using namespace quant_checks;  // NOLINT: the quant ops' argument checks
+}  // namespace genbridge::ops::detail
+
 #ifndef GENBRIDGE_MX_KERNEL_ONCE_
 #define GENBRIDGE_MX_KERNEL_ONCE_
 namespace genbridge::ops::detail {
