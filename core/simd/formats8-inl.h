@@ -90,21 +90,21 @@ HWY_INLINE VU MinifloatMagnitude(VU a) {
 }
 
 // Minifloat codes (low bits of each lane) of 16 fp32 lanes. kNaNCode < 0: NaN encodes as +0 (fp4);
-// else NaN encodes as sign | kNaNCode. kSignShift moves the fp32 sign bit to the code's sign bit.
+// else NaN encodes as sign | kNaNCode. The code's sign bit is bit 31 - kSignShift.
 template <int M, int B, uint32_t kMaxBits, int kSignShift, int32_t kNaNCode, bool kFinite>
 HWY_INLINE U16 EncodeMinifloat16(V16 v) {
   const DU du;
-  const DI di;
   U16 r;
   GB_UNROLL for (int i = 0; i < kParts; ++i) {
     const VU u = hn::BitCast(du, v.p[i]);
     const VU a = hn::And(u, hn::Set(du, 0x7fffffffu));
-    const VU sign = hn::And(hn::ShiftRight<kSignShift>(u), hn::Set(du, 0x80000000u >> kSignShift));
+    // The code's sign bit, 31 - kSignShift, from the fp32 sign by two shifts (no constant register).
+    const VU sign = hn::ShiftLeft<31 - kSignShift>(hn::ShiftRight<31>(u));
     const VU mag = MinifloatMagnitude<M, B, kMaxBits>(a);
     if constexpr (kFinite) {
       r.p[i] = hn::Or(sign, mag);
     } else {
-      const auto nan = hn::RebindMask(du, hn::Gt(hn::BitCast(di, a), hn::Set(di, 0x7f800000)));
+      const auto nan = hn::RebindMask(du, hn::IsNaN(v.p[i]));
       if constexpr (kNaNCode < 0) {
         r.p[i] = hn::IfThenZeroElse(nan, hn::Or(sign, mag));
       } else {
