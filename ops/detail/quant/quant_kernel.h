@@ -1,7 +1,8 @@
 #pragma once
 // Internal: the shared host kernels behind the quant/* stable operators (the MX kernels, which one
-// generation uses, live under ops/target_providers/Ascend950/detail/quant/). Generic: no target knowledge; a provider
-// that implements an op on its generation calls these, one that cannot returns Unimplemented itself.
+// generation uses, live under that generation's ops/target_providers/<Target>/detail/quant/). Generic: no
+// target knowledge; a provider that implements an op on its generation calls these, one that cannot
+// returns Unimplemented itself.
 // Every run_* validates all arguments first (InvalidArgument naming op, value and rule) and writes
 // nothing unless they are all valid. Work is split over rows, so results never depend on the thread count.
 
