@@ -55,6 +55,21 @@ void FloatToInt8N(const float* src, float div, int8_t* dst, size_t n) {
   for (; i < n; ++i) dst[i] = float_to_int8(src[i] / div);
 }
 
+// dst[i] = table[src[i]] * mul: a gather from the 256-entry decode table, so every code decodes to exactly
+// the table's value on every target.
+void Fp8ToFloatN(const uint8_t* src, const float* table, float mul, float* dst, size_t n) {
+  const hn::Rebind<uint8_t, DI> d8;
+  const VF m = hn::Set(DF(), mul);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    GB_UNROLL for (int j = 0; j < kParts; ++j) {
+      const VI idx = hn::PromoteTo(DI(), hn::LoadU(d8, src + i + j * kPart));
+      hn::StoreU(hn::Mul(hn::GatherIndex(DF(), table, idx), m), DF(), dst + i + j * kPart);
+    }
+  }
+  for (; i < n; ++i) dst[i] = table[src[i]] * mul;
+}
+
 }  // namespace genbridge::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -69,6 +84,7 @@ HWY_EXPORT(FloatToFp8E4M3FNN);
 HWY_EXPORT(FloatToFp8E5M2N);
 HWY_EXPORT(FloatToFp4E2M1x2N);
 HWY_EXPORT(FloatToInt8N);
+HWY_EXPORT(Fp8ToFloatN);
 }  // namespace simd
 
 void bf16_to_float_n(const bf16_t* src, float* dst, size_t n) { GB_DISPATCH(simd::Bf16ToFloatN)(src, dst, n); }
@@ -88,14 +104,14 @@ void float_to_int8_n(const float* src, float div, int8_t* dst, size_t n) {
   GB_DISPATCH(simd::FloatToInt8N)(src, div, dst, n);
 }
 
+static_assert(sizeof(fp8_e4m3fn_t) == 1 && sizeof(fp8_e5m2_t) == 1, "fp8 codes are single bytes");
+
 void fp8_e4m3fn_to_float_n(const fp8_e4m3fn_t* src, float mul, float* dst, size_t n) {
-  const float* t = detail::fp8_e4m3fn_decode_table();
-  for (size_t i = 0; i < n; ++i) dst[i] = t[src[i].bits] * mul;
+  GB_DISPATCH(simd::Fp8ToFloatN)(reinterpret_cast<const uint8_t*>(src), detail::fp8_e4m3fn_decode_table(), mul, dst, n);
 }
 
 void fp8_e5m2_to_float_n(const fp8_e5m2_t* src, float mul, float* dst, size_t n) {
-  const float* t = detail::fp8_e5m2_decode_table();
-  for (size_t i = 0; i < n; ++i) dst[i] = t[src[i].bits] * mul;
+  GB_DISPATCH(simd::Fp8ToFloatN)(reinterpret_cast<const uint8_t*>(src), detail::fp8_e5m2_decode_table(), mul, dst, n);
 }
 
 void fp4_e2m1x2_to_float_n(const uint8_t* src, float mul, float* dst, size_t n) {
