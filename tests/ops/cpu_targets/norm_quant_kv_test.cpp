@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -223,6 +224,15 @@ void expect_same_on_every_target(void (*run)(Outputs&)) {
   for (const std::string& t : targets) names += " " + t;
   std::printf("cpu targets:%s; %zu calls, %zu output bytes each\n", names.c_str(), outs[0].log.size(),
               outs[0].bytes.size());
+  // GENBRIDGE_TEST_DUMP_DIR: write the first target's bytes there (to compare builds of other commits).
+  if (const char* dir = std::getenv("GENBRIDGE_TEST_DUMP_DIR")) {
+    const std::string path = std::string(dir) + "/" +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".bin";
+    if (FILE* f = std::fopen(path.c_str(), "wb")) {
+      std::fwrite(outs[0].bytes.data(), 1, outs[0].bytes.size(), f);
+      std::fclose(f);
+    }
+  }
   for (size_t i = 1; i < outs.size(); ++i) {
     EXPECT_EQ(outs[i].log, outs[0].log) << targets[i] << " vs " << targets[0];
     ASSERT_EQ(outs[i].bytes.size(), outs[0].bytes.size()) << targets[i];
