@@ -29,30 +29,29 @@ void FloatToFp8E4M3FNN(const float* src, float mul, fp8_e4m3fn_t* dst, size_t n)
   const V16 m = Set16(mul);
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) StoreBytes16(&dst[i].bits, EncodeFp8E4M3FN16(Load16(src + i) * m));
-  for (; i < n; ++i) dst[i] = float_to_fp8_e4m3fn(src[i] * mul);
+  if (i < n) StoreBytesTail16(&dst[i].bits, EncodeFp8E4M3FN16(LoadTail16(src + i, n - i) * m), n - i);
 }
 
 void FloatToFp8E5M2N(const float* src, float mul, fp8_e5m2_t* dst, size_t n) {
   const V16 m = Set16(mul);
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) StoreBytes16(&dst[i].bits, EncodeFp8E5M2_16(Load16(src + i) * m));
-  for (; i < n; ++i) dst[i] = float_to_fp8_e5m2(src[i] * mul);
+  if (i < n) StoreBytesTail16(&dst[i].bits, EncodeFp8E5M2_16(LoadTail16(src + i, n - i) * m), n - i);
 }
 
 void FloatToFp4E2M1x2N(const float* src, float mul, uint8_t* dst, size_t n) {
   const V16 m = Set16(mul);
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) StoreNibblePairs16(dst + i / 2, EncodeFp4E2M1_16(Load16(src + i) * m));
-  for (; i + 1 < n; i += 2) {
-    dst[i / 2] = pack_fp4_e2m1x2(float_to_fp4_e2m1(src[i] * mul), float_to_fp4_e2m1(src[i + 1] * mul));
-  }
+  const size_t rest = (n - i) & ~size_t{1};  // an odd last value has no byte
+  if (rest) StoreNibblePairsTail16(dst + i / 2, EncodeFp4E2M1_16(LoadTail16(src + i, rest) * m), rest);
 }
 
 void FloatToInt8N(const float* src, float div, int8_t* dst, size_t n) {
   const V16 d = Set16(div);
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) StoreBytes16(dst + i, EncodeInt8_16(Load16(src + i) / d));
-  for (; i < n; ++i) dst[i] = float_to_int8(src[i] / div);
+  if (i < n) StoreBytesTail16(dst + i, EncodeInt8_16(LoadTail16(src + i, n - i) / d), n - i);
 }
 
 // dst[i] = table[src[i]] * mul: a gather from the 256-entry decode table, so every code decodes to exactly

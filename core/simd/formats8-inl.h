@@ -167,6 +167,24 @@ HWY_INLINE void StoreNibblePairs16(uint8_t* p, U16 nibbles) {
   }
 }
 
+// Tails (n < 16 values): the same 16-lane encoders on a zero-padded vector (LoadTail16), then the first n
+// codes. Lanes are independent, so the codes are those of the full-vector path; one code path for every
+// length, and no scalar loop for the compiler to vectorize again.
+HWY_INLINE void StoreBytesTail16(uint8_t* p, U16 codes, int64_t n) {
+  alignas(16) uint8_t t[kLanes];
+  StoreBytes16(t, codes);
+  std::memcpy(p, t, static_cast<size_t>(n));
+}
+HWY_INLINE void StoreBytesTail16(int8_t* p, U16 codes, int64_t n) {
+  StoreBytesTail16(reinterpret_cast<uint8_t*>(p), codes, n);
+}
+// n (even, < 16) nibbles packed into n / 2 bytes.
+HWY_INLINE void StoreNibblePairsTail16(uint8_t* p, U16 nibbles, int64_t n) {
+  alignas(16) uint8_t t[kLanes / 2];
+  StoreNibblePairs16(t, nibbles);
+  std::memcpy(p, t, static_cast<size_t>(n / 2));
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace genbridge::simd
 HWY_AFTER_NAMESPACE();

@@ -89,7 +89,7 @@ HWY_INLINE void StoreRow(const KvWriteCall& c, const float* x, int64_t d, const 
       const V16 vs = Set16(scale);
       int64_t i = 0;
       for (; i + kLanes <= d; i += kLanes) StoreBytes16(out + i, EncodeInt8_16(Load16(x + i) / vs));
-      for (; i < d; ++i) out[i] = float_to_int8(x[i] / scale);
+      if (i < d) StoreBytesTail16(out + i, EncodeInt8_16(LoadTail16(x + i, d - i) / vs), d - i);
       scales.data_as<fp16_t>()[r] = stored;
       return;
     }

@@ -41,7 +41,7 @@ HWY_INLINE void Int8QuantRowT(const T* x, int64_t k, float eps, int8_t* q, float
   const V16 d = Set16(s);
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) StoreBytes16(q + i, EncodeInt8_16(Load16(x + i) / d));
-  for (; i < k; ++i) q[i] = float_to_int8(to_f32(x[i]) / s);
+  if (i < k) StoreBytesTail16(q + i, EncodeInt8_16(LoadTail16(x + i, k - i) / d), k - i);
 }
 
 void Int8QuantRow(DType d, const void* x, int64_t k, float eps, int8_t* q, float* scale) {

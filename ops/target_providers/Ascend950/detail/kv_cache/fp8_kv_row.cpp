@@ -26,7 +26,7 @@ void EncodeFp8KvRow(const float* x, int64_t d, uint8_t* row) {
   const V16 vs = Set16(scale);
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes) StoreBytes16(row + i, EncodeFp8E4M3FN16(Load16(x + i) / vs));
-  for (; i < d; ++i) row[i] = float_to_fp8_e4m3fn(x[i] / scale).bits;
+  if (i < d) StoreBytesTail16(row + i, EncodeFp8E4M3FN16(LoadTail16(x + i, d - i) / vs), d - i);
   std::memcpy(row + d, &scale, sizeof scale);
 }
 

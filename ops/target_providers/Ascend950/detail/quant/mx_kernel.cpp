@@ -186,7 +186,7 @@ HWY_INLINE U16 MxEncodeFinite16(V16 v) {
   if constexpr (D == DType::kFp4E2M1x2) return EncodeFp4E2M1Finite16(v);
 }
 
-// Encodes n finite values (x / 2^s = x * mul) into q: 16 at a time, then scalar. q receives n codes
+// Encodes n finite values (x / 2^s = x * mul) into q: 16 at a time, then the tail. q receives n codes
 // (fp4: n / 2 bytes, n even).
 template <typename T, DType D>
 HWY_INLINE void MxEncode(const T* x, int64_t n, float mul, uint8_t* q) {
@@ -200,14 +200,12 @@ HWY_INLINE void MxEncode(const T* x, int64_t n, float mul, uint8_t* q) {
       StoreBytes16(q + i, codes);
     }
   }
-  if constexpr (D == DType::kFp4E2M1x2) {
-    for (; i + 1 < n; i += 2) {
-      q[i / 2] = pack_fp4_e2m1x2(float_to_fp4_e2m1(to_f32(x[i]) * mul), float_to_fp4_e2m1(to_f32(x[i + 1]) * mul));
-    }
-  } else {
-    for (; i < n; ++i) {
-      const float v = to_f32(x[i]) * mul;
-      q[i] = D == DType::kFp8E4M3FN ? float_to_fp8_e4m3fn(v).bits : float_to_fp8_e5m2(v).bits;
+  if (i < n) {
+    const U16 codes = MxEncodeFinite16<D>(LoadTail16(x + i, n - i) * m);
+    if constexpr (D == DType::kFp4E2M1x2) {
+      StoreNibblePairsTail16(q + i / 2, codes, n - i);
+    } else {
+      StoreBytesTail16(q + i, codes, n - i);
     }
   }
 }
