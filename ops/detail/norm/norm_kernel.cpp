@@ -199,10 +199,14 @@ Status run_norm(const NormCall& c) {
   const int64_t rows = c.x.numel() / cols;
   if (rows == 0) return ok_status();
 
-  std::vector<float> w(static_cast<size_t>(cols));
-  load_row_f32(c.weight, k, 0, cols, w.data());
+  // The effective weight in fp32, in a per-thread buffer that grows once (decode calls are small and
+  // frequent; a fresh zero-filled vector per call showed up in profiles).
+  thread_local std::vector<float> w_buffer;
+  if (w_buffer.size() < static_cast<size_t>(cols)) w_buffer.resize(static_cast<size_t>(cols));
+  float* const w = w_buffer.data();  // workers use this thread's buffer through the pointer
+  load_row_f32(c.weight, k, 0, cols, w);
   if (c.form == WeightForm::kOnePlusInFp32) {
-    for (float& v : w) v = 1.0f + v;
+    for (int64_t i = 0; i < cols; ++i) w[i] = 1.0f + w[i];
   }
 
   bool contiguous = trailing_contiguous(c.x, k) && trailing_contiguous(c.y, k);
@@ -213,10 +217,10 @@ Status run_norm(const NormCall& c) {
   auto* strided_rows = &GB_DISPATCH(NormRowsStrided);
   genbridge::detail::parallel_for(rows, cols, [&](int64_t r0, int64_t r1) {
     if (contiguous) {
-      contiguous_rows(c, k, cols, w.data(), r0, r1);
+      contiguous_rows(c, k, cols, w, r0, r1);
     } else {
       std::vector<float> buf(static_cast<size_t>(cols)), tmp(static_cast<size_t>(cols));
-      strided_rows(c, k, cols, w.data(), r0, r1, buf.data(), tmp.data());
+      strided_rows(c, k, cols, w, r0, r1, buf.data(), tmp.data());
     }
   });
   return ok_status();
