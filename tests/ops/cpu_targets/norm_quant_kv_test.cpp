@@ -252,13 +252,12 @@ TEST(CrossTarget, dynamic_quant_per_token_gives_the_same_bits_on_every_cpu_targe
 TEST(CrossTarget, mx_ops_give_the_same_bits_on_every_cpu_target) { expect_same_on_every_target(run_mx); }
 TEST(CrossTarget, kv_writers_give_the_same_bits_on_every_cpu_target) { expect_same_on_every_target(run_kv); }
 
-// The comparison above needs more than one target to mean anything on x86-64 (this test's CI machines).
-TEST(CrossTarget, x86_64_offers_several_cpu_targets) {
-#if defined(__x86_64__)
-  EXPECT_GE(cpu_targets_available().size(), 3u) << "expected at least sse4, avx2 and scalar";
-#else
-  GTEST_SKIP() << "target count checked on x86-64 only";
-#endif
+// The comparisons above mean something only with several targets: the default build compiles scalar, sse4,
+// avx2 and avx512 on x86-64 (neon and scalar on aarch64), and every machine runs at least two of them. A
+// build for one machine (GENBRIDGE_ARCH_FLAGS=-march=native) may compile fewer; then there is nothing to ask.
+TEST(CrossTarget, the_comparison_covers_several_cpu_targets) {
+  if (cpu_targets_compiled().size() < 3) GTEST_SKIP() << "this build compiles fewer than three CPU targets";
+  EXPECT_GE(cpu_targets_available().size(), 2u);
 }
 
 }  // namespace
