@@ -41,14 +41,15 @@ inline bool is_cold(size_t bytes) { return bytes >= llc_bytes() / 2; }
 
 // Memory roofs (GB/s) at `bytes` (copy: bytes moved, half read and half written; read: bytes read),
 // warm or cold as above, on num_threads() threads; best of several repetitions, cached per
-// (bytes, cold, threads). Cold roofs of more than 8 x LLC are measured at 8 x LLC (the bandwidth no longer
+// (bytes, cold, threads). `refresh` measures again and keeps the best of all measurements so far: on a
+// shared machine a roof measured in a bad moment would flatter every kernel compared with it. Cold roofs of more than 8 x LLC are measured at 8 x LLC (the bandwidth no longer
 // depends on the size there).
-double copy_gbps(size_t bytes, bool cold);
-double read_gbps(size_t bytes, bool cold);
+double copy_gbps(size_t bytes, bool cold, bool refresh = false);
+double read_gbps(size_t bytes, bool cold, bool refresh = false);
 // Compute roof: GFLOP/s of a register-only fp32 multiply-add loop (2 FLOPs per lane) on the CPU target in
 // use, on num_threads() threads; cached per (target, threads). On targets without FMA instructions
 // (sse4, scalar) it is a separate multiply and add.
-double fma_gflops();
+double fma_gflops(bool refresh = false);
 
 // The work of one call of the benchmarked function.
 struct Work {
@@ -58,7 +59,7 @@ struct Work {
   bool read_roof = false;  // also report read_GB/s (read-dominated kernels)
 };
 
-// Sets the roofline counters for a call of `work` that took `seconds`:
+// Sets the roofline counters for a call of `work` that took `seconds` (measuring the roofs again, best so far):
 //   GB/s copy_GB/s [read_GB/s] mem_frac   when work.bytes > 0
 //   GFLOP/s fma_GFLOP/s fma_frac          when work.flops > 0
 //   roof_frac, load (1-minute load average after the row)

@@ -12,9 +12,9 @@ namespace {
 void BM_roofs(benchmark::State& state) {
   set_num_threads(static_cast<int>(state.range(0)));
   for (auto _ : state) {
-    state.counters["fma_GFLOP/s"] = fma_gflops();
-    state.counters["copy_GB/s"] = copy_gbps(8 * llc_bytes(), true);
-    state.counters["read_GB/s"] = read_gbps(8 * llc_bytes(), true);
+    state.counters["fma_GFLOP/s"] = fma_gflops(true);
+    state.counters["copy_GB/s"] = copy_gbps(8 * llc_bytes(), true, true);
+    state.counters["read_GB/s"] = read_gbps(8 * llc_bytes(), true, true);
   }
   state.counters["load"] = load_average();
   set_num_threads(0);
