@@ -16,6 +16,7 @@
 // generates the same ones). AFD rows (afd_stages > 0) run 1 attention + 1 FFN rank as threads (in-process
 // transport, sync connector) on the same cores: they show the connector's overhead.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -23,8 +24,6 @@
 #include <map>
 #include <memory>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "afd/engine_job.h"
 #include "runtime/engine/engine.h"
@@ -114,7 +113,8 @@ Result<engine::EngineMetrics> run(int n, int prompt_len, int new_tokens, int afd
   auto reqs = requests(n, prompt_len, new_tokens, c.vocab_size);
   if (afd_stages == 0) {
     const auto geometry = m.dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
-    GB_ASSIGN_OR_RETURN(auto pool, runtime::KvPagePool::create(geometry, n * geometry.pages_for(prompt_len + new_tokens)));
+    GB_ASSIGN_OR_RETURN(auto pool,
+                        runtime::KvPagePool::create(geometry, n * geometry.pages_for(prompt_len + new_tokens)));
     GB_ASSIGN_OR_RETURN(auto runner, model::ModelRunner::create(*m.ckpt, *m.dev, pool));
     engine::LocalExecutor ex(*runner);
     engine::Engine eng(ex, pool, {.max_batch = n});
@@ -179,12 +179,20 @@ void BM_decode(benchmark::State& state) {
   state.counters["roof_tok/s"] = tok_s / state.counters["roof_frac"];
   static std::map<std::tuple<int, int, int>, double> batch1;
   if (batch == 1) batch1[{prompt, new_tokens, afd_stages}] = tok_s;
-  if (auto it = batch1.find({prompt, new_tokens, afd_stages}); it != batch1.end()) state.counters["x_batch1"] = tok_s / it->second;
+  if (auto it = batch1.find({prompt, new_tokens, afd_stages}); it != batch1.end())
+    state.counters["x_batch1"] = tok_s / it->second;
   state.SetLabel(afd_stages == 0 ? "monolithic" : fmt::format("AFD 1A1F sync S={}", afd_stages));
 }
 
-BENCHMARK(BM_prefill)->Name("engine_prefill")->ArgNames({"prompt"})->Arg(32)->Arg(256)->Arg(512)->UseManualTime()
-    ->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_prefill)
+    ->Name("engine_prefill")
+    ->ArgNames({"prompt"})
+    ->Arg(32)
+    ->Arg(256)
+    ->Arg(512)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_decode)
     ->Name("engine_decode")

@@ -42,8 +42,8 @@ inline bool is_cold(size_t bytes) { return bytes >= llc_bytes() / 2; }
 // Memory roofs (GB/s) at `bytes` (copy: bytes moved, half read and half written; read: bytes read),
 // warm or cold as above, on num_threads() threads; best of several repetitions, cached per
 // (bytes, cold, threads). `refresh` measures again and keeps the best of all measurements so far: on a
-// shared machine a roof measured in a bad moment would flatter every kernel compared with it. Cold roofs of more than 8 x LLC are measured at 8 x LLC (the bandwidth no longer
-// depends on the size there).
+// shared machine a roof measured in a bad moment would flatter every kernel compared with it. Cold roofs of more than 8
+// x LLC are measured at 8 x LLC (the bandwidth no longer depends on the size there).
 double copy_gbps(size_t bytes, bool cold, bool refresh = false);
 double read_gbps(size_t bytes, bool cold, bool refresh = false);
 // Compute roof: GFLOP/s of a register-only fp32 multiply-add loop (2 FLOPs per lane) on the CPU target in
@@ -53,9 +53,9 @@ double fma_gflops(bool refresh = false);
 
 // The work of one call of the benchmarked function.
 struct Work {
-  double bytes = 0;     // bytes moved (the memory roof's unit); 0: no memory roof
-  double flops = 0;     // floating-point operations; 0: no compute roof
-  bool cold = false;    // the benchmark rotates its buffers (compare with the cold copy)
+  double bytes = 0;        // bytes moved (the memory roof's unit); 0: no memory roof
+  double flops = 0;        // floating-point operations; 0: no compute roof
+  bool cold = false;       // the benchmark rotates its buffers (compare with the cold copy)
   bool read_roof = false;  // also report read_GB/s (read-dominated kernels)
 };
 

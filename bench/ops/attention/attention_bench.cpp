@@ -46,7 +46,8 @@ void fill_cache(KvCacheFormat f, std::byte* rows, std::byte* side, int64_t num_r
       bits = static_cast<uint16_t>(static_cast<uint8_t>(float_to_int8(u(rng) * 60.f)) |
                                    (static_cast<uint8_t>(float_to_int8(u(rng) * 60.f)) << 8));
     } else {
-      bits = static_cast<uint16_t>(float_to_fp8_e4m3fn(u(rng) * 200.f).bits | (float_to_fp8_e4m3fn(u(rng) * 200.f).bits << 8));
+      bits = static_cast<uint16_t>(float_to_fp8_e4m3fn(u(rng) * 200.f).bits |
+                                   (float_to_fp8_e4m3fn(u(rng) * 200.f).bits << 8));
     }
     std::memcpy(pattern.data() + i, &bits, 2);
   }
@@ -77,7 +78,8 @@ void BM_paged_decode(benchmark::State& state) {
       vs(ks.size());
   fill_cache(f, k.data(), ks.data(), rows, 1);
   fill_cache(f, v.data(), vs.data(), rows, 2);
-  const DType edt = f == KvCacheFormat::kBf16 ? DType::kBF16 : (f == KvCacheFormat::kInt8Fp16Scale ? DType::kI8 : DType::kU8);
+  const DType edt =
+      f == KvCacheFormat::kBf16 ? DType::kBF16 : (f == KvCacheFormat::kInt8Fp16Scale ? DType::kI8 : DType::kU8);
   const int64_t elems = f == KvCacheFormat::kBf16 ? kHeadDim : rb;
   ops::PagedKvCache cache;
   cache.format = f;

@@ -48,7 +48,8 @@ void BM_norm(benchmark::State& state) {
     Status st;
     if constexpr (op == kRms) st = ops::rms_norm(b.x.view(), w.view(), 1e-6f, b.y.view(), b.rstd.view());
     if constexpr (op == kGemma) st = ops::gemma_rms_norm(b.x.view(), w.view(), 1e-6f, b.y.view(), b.rstd.view());
-    if constexpr (op == kAddRms) st = ops::add_rms_norm(b.x.view(), w.view(), b.r.view(), 1e-6f, b.y.view(), b.s.view());
+    if constexpr (op == kAddRms)
+      st = ops::add_rms_norm(b.x.view(), w.view(), b.r.view(), 1e-6f, b.y.view(), b.s.view());
     if (!st.ok()) state.SkipWithError(st.to_string().c_str());
   });
   state.SetLabel(std::string(dtype_name(d)) + (cold ? " cold" : " warm"));

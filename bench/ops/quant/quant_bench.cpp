@@ -37,7 +37,8 @@ void BM_per_token_int8(benchmark::State& state) {
   auto io = rotated(bytes, first);
   run_roofline(state, Work{.bytes = static_cast<double>(bytes), .cold = is_cold(bytes)}, [&](int64_t i) {
     auto& t = io[static_cast<size_t>(i) % io.size()];
-    const Status st = ops::dynamic_quant_per_token(t[0].view(), ops::kDynamicQuantPerTokenDefaultEps, t[1].view(), t[2].view());
+    const Status st =
+        ops::dynamic_quant_per_token(t[0].view(), ops::kDynamicQuantPerTokenDefaultEps, t[1].view(), t[2].view());
     if (!st.ok()) state.SkipWithError(st.to_string().c_str());
   });
   state.SetLabel(is_cold(bytes) ? "cold" : "warm");
