@@ -29,7 +29,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Issue 10 item 6: the int8 and fp8 representations' dequant + dot use fused multiply-adds (exact
 // std::fma on targets without FMA instructions, so still the same bits everywhere); bf16 keeps the
 // separate multiply and add of the contract.
-constexpr bool kFusedQuantDot = false;
+constexpr bool kFusedQuantDot = true;
 
 // One unit of work: rows [row_begin, row_begin + row_count) of sequence `seq` for kv head `kv_head`,
 // where row = query token index * group + head in group.
@@ -116,6 +116,8 @@ struct Kv {
   static constexpr bool kScaled = !kBf16;
   static constexpr bool kFused = kScaled && paged::kFusedQuantDot;
   static constexpr int kPairs = D / 32;
+  // Bytes of one (token, kv head) row in the K/V cache (fp8: the packed fp32 scale included).
+  static constexpr int kRowBytes = kBf16 ? 2 * D : F == KvCacheFormat::kInt8Fp16Scale ? D : D + 4;
   static constexpr int kUnits = kBf16 ? kPairs * kParts : D / (2 * kPart);
   static constexpr int kSingleBase = kBf16 ? 32 * kPairs : kUnits * 2 * kPart;
   static constexpr int kSingles = (D - kSingleBase) / kPart;
@@ -300,8 +302,10 @@ HWY_NOINLINE void Attend(const Plan& p, const Item& it, float* scratch) {
   float m[kMaxRows], l[kMaxRows];
   int64_t pos[kMaxRows], token[kMaxRows], head[kMaxRows];
   alignas(64) float kscale[kChunk], vscale[kChunk];
-  const uint8_t* krow[kChunk];
-  const uint8_t* vrow[kChunk];
+  // Row pointers of this chunk and the next (computed while this one runs, to prefetch its first keys).
+  const uint8_t* krows[2][kChunk];
+  const uint8_t* vrows[2][kChunk];
+  int64_t slot_rows[2][kChunk];
 
   const int64_t q_begin = at_i32(c.query_start_loc, it.seq);
   const int64_t q_len = at_i32(c.query_start_loc, it.seq + 1) - q_begin;
@@ -324,32 +328,55 @@ HWY_NOINLINE void Attend(const Plan& p, const Item& it, float* scratch) {
     std::fill(acc + r * D, acc + (r + 1) * D, 0.f);
   }
 
-  for (int64_t j0 = 0; j0 < num_keys; j0 += kChunk) {
+  // Row pointers of the keys [j0, j0 + kChunk) ∩ [0, num_keys) into buffer b.
+  auto fill_rows = [&](int64_t j0, int b) {
     const int cn = static_cast<int>(std::min<int64_t>(kChunk, num_keys - j0));
+    int64_t page = j0 / g.block_size, offset = j0 % g.block_size;
+    int64_t base = g.row(at_i32(c.block_tables, it.seq, page), it.kv_head, 0);
     for (int k = 0; k < cn; ++k) {
-      const int64_t j = j0 + k;
-      const int64_t block = at_i32(c.block_tables, it.seq, j / g.block_size);
-      const int64_t r = g.row(block, it.kv_head, j % g.block_size);
-      krow[k] = p.key_base + r * g.row_bytes;
-      vrow[k] = p.value_base + r * g.row_bytes;
-      kscale[k] = K::Scale(krow[k], p.key_scales, r);
-      vscale[k] = K::Scale(vrow[k], p.value_scales, r);
+      if (offset == g.block_size) {
+        offset = 0;
+        base = g.row(at_i32(c.block_tables, it.seq, ++page), it.kv_head, 0);
+      }
+      const int64_t r = base + offset++;
+      slot_rows[b][k] = r;
+      krows[b][k] = p.key_base + r * K::kRowBytes;
+      vrows[b][k] = p.value_base + r * K::kRowBytes;
     }
+  };
+  auto prefetch_rows = [&](const uint8_t* const* rows, int n) {
+    for (int k = 0; k < n; ++k) {
+      GB_UNROLL for (int b = 0; b < K::kRowBytes; b += 64) __builtin_prefetch(rows[k] + b);
+      if constexpr (K::kRowBytes % 64 != 0) __builtin_prefetch(rows[k] + K::kRowBytes - 1);
+    }
+  };
+  fill_rows(0, 0);
+  for (int64_t j0 = 0, cur = 0; j0 < num_keys; j0 += kChunk, cur ^= 1) {
+    const int cn = static_cast<int>(std::min<int64_t>(kChunk, num_keys - j0));
+    const uint8_t* const* krow = krows[cur];
+    const uint8_t* const* vrow = vrows[cur];
+    const bool more = j0 + kChunk < num_keys;
+    if (more) fill_rows(j0 + kChunk, cur ^ 1);
     for (int k = cn; k < kChunk; ++k) kscale[k] = vscale[k] = 0.f;
 
     // Scores, 16 keys at a time: per (row, key) a 16-lane partial dot product, then the 16 keys' sums at
-    // once. The V rows of these keys are prefetched for the accumulation below.
+    // once. Meanwhile the next 16 K rows (the next chunk's first ones at the end) and these keys' V rows
+    // are prefetched. Row scales are read once the rows are in cache (fp8 keeps them in the row).
     for (int k0 = 0; k0 < cn; k0 += 16) {
       const int kn = std::min(16, cn - k0);
-      for (int k = k0; k < k0 + kn; ++k) {
-        for (int64_t b = 0; b < g.row_bytes; b += 64) __builtin_prefetch(vrow[k] + b);
+      if (k0 + 16 < cn) {
+        prefetch_rows(krow + k0 + 16, std::min(16, cn - k0 - 16));
+      } else if (more) {
+        prefetch_rows(krows[cur ^ 1], static_cast<int>(std::min<int64_t>(16, num_keys - j0 - kChunk)));
       }
+      prefetch_rows(vrow + k0, kn);
       ForRowBlocks(nr, [&]<int NR>(int r0) {
         constexpr int KB = kScoreTile / NR > 1 ? kScoreTile / NR : 1;
         int kk = 0;
         for (; kk + KB <= kn; kk += KB) ScoreTile<D, F, NR, KB>(q, krow + k0 + kk, part, r0, kk);
         for (; kk < kn; ++kk) ScoreTile<D, F, NR, 1>(q, krow + k0 + kk, part, r0, kk);
       });
+      for (int k = k0; k < k0 + kn; ++k) kscale[k] = K::Scale(krow[k], p.key_scales, slot_rows[cur][k]);
       for (int r = 0; r < nr; ++r) {
         float* pr = part + r * 256;
         if (kn < 16) std::fill(pr + kn * 16, pr + 256, 0.f);
@@ -360,6 +387,7 @@ HWY_NOINLINE void Attend(const Plan& p, const Item& it, float* scratch) {
         for (int64_t k = visible; k < 16; ++k) wr[k] = kNegInf;
       }
     }
+    for (int k = 0; k < cn; ++k) vscale[k] = K::Scale(vrow[k], p.value_scales, slot_rows[cur][k]);
 
     // Online softmax: rescale the running sums when the maximum grows. Masked keys weigh exactly 0, and
     // a chunk entirely beyond a row's position leaves that row bit for bit unchanged (alpha = exp(0) = 1).
@@ -388,9 +416,9 @@ HWY_NOINLINE void Attend(const Plan& p, const Item& it, float* scratch) {
     // acc[r] += sum_k w[r][k] * v_k, keys in order, with a tile of rows x columns in registers.
     ForRowBlocks(nr, [&]<int NR>(int r0) {
       constexpr int CU = kValueTile / NR > 1 ? kValueTile / NR : 1;
-      int u = 0;
-      for (; u + CU <= K::kUnits; u += CU) ValueTile<D, F, NR, CU>(acc, w, vrow, cn, r0, u);
-      for (; u < K::kUnits; ++u) ValueTile<D, F, NR, 1>(acc, w, vrow, cn, r0, u);
+      constexpr int kFull = K::kUnits / CU * CU;
+      for (int u = 0; u < kFull; u += CU) ValueTile<D, F, NR, CU>(acc, w, vrow, cn, r0, u);
+      for (int u = kFull; u < K::kUnits; ++u) ValueTile<D, F, NR, 1>(acc, w, vrow, cn, r0, u);
       for (int s = 0; s < K::kSingles; ++s) ValueSingle<D, F, NR>(acc, w, vrow, cn, r0, s);
     });
   }
