@@ -201,7 +201,7 @@ HWY_INLINE void ForRowBlocks(int rows, Fn&& fn) {
 
 // part[r][kk0 + b][0..16) = the 16-lane partial dot products of q rows r0..r0+NR with keys krows[0..KB).
 template <int D, KvCacheFormat F, int NR, int KB>
-HWY_INLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* krows, float* HWY_RESTRICT part,
+HWY_NOINLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* krows, float* HWY_RESTRICT part,
                           int r0, int kk0) {
   using K = Kv<D, F>;
   const DF df;
@@ -211,6 +211,8 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* kro
       GB_UNROLL for (int j = 0; j < kParts; ++j) acc[r][b][j] = hn::Zero(df);
     }
   }
+  // The group loop stays rolled: unrolled, the compiler hoists the loads of later groups and spills.
+#pragma GCC unroll 1
   for (int g = 0; g < K::kGroups; ++g) {
     GB_UNROLL for (int i = 0; i < K::kG; ++i) {
       const int u = g * K::kG + i;
@@ -244,7 +246,7 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* kro
 
 // acc[r0 + r][units u0..u0+CU) += sum over keys k (in order) of w[r0 + r][k] * v_k.
 template <int D, KvCacheFormat F, int NR, int CU>
-HWY_INLINE void ValueTile(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, const uint8_t* const* vrows, int cn,
+HWY_NOINLINE void ValueTile(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, const uint8_t* const* vrows, int cn,
                           int r0, int u0) {
   using K = Kv<D, F>;
   const DF df;
@@ -256,13 +258,14 @@ HWY_INLINE void ValueTile(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, 
     }
   }
   for (int k = 0; k < cn; ++k) {
-    VF lo[CU], hi[CU];
-    GB_UNROLL for (int c = 0; c < CU; ++c) K::LoadUnit(vrows[k], u0 + c, lo[c], hi[c]);
-    GB_UNROLL for (int r = 0; r < NR; ++r) {
-      const VF wk = hn::Set(df, w[(r0 + r) * kChunk + k]);
-      GB_UNROLL for (int c = 0; c < CU; ++c) {
-        a[r][c][0] = Step<K::kFused>(wk, lo[c], a[r][c][0]);
-        a[r][c][1] = Step<K::kFused>(wk, hi[c], a[r][c][1]);
+    const uint8_t* row = vrows[k];
+    GB_UNROLL for (int c = 0; c < CU; ++c) {  // one unit's two vectors live at a time
+      VF lo, hi;
+      K::LoadUnit(row, u0 + c, lo, hi);
+      GB_UNROLL for (int r = 0; r < NR; ++r) {
+        const VF wk = hn::Set(df, w[(r0 + r) * kChunk + k]);
+        a[r][c][0] = Step<K::kFused>(wk, lo, a[r][c][0]);
+        a[r][c][1] = Step<K::kFused>(wk, hi, a[r][c][1]);
       }
     }
   }
@@ -275,7 +278,7 @@ HWY_INLINE void ValueTile(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, 
 }
 
 template <int D, KvCacheFormat F, int NR>
-HWY_INLINE void ValueSingle(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, const uint8_t* const* vrows, int cn,
+HWY_NOINLINE void ValueSingle(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, const uint8_t* const* vrows, int cn,
                             int r0, int s) {
   using K = Kv<D, F>;
   const DF df;
