@@ -125,25 +125,36 @@ HWY_INLINE VF LoadI8Part(const uint8_t* p) {
   return hn::ConvertTo(DF(), hn::PromoteTo(DI(), hn::LoadU(d8, reinterpret_cast<const int8_t*>(p))));
 }
 
-// fp8 e4m3fn codes -> fp32 value * 2^-8. Normal codes (exponent e > 0) become the fp32 with exponent
-// e + 112 and the 3 mantissa bits on top; subnormals (m * 2^-9 * 2^-8 = m * 2^-17) are (2^-14 + m * 2^-17)
-// - 2^-14, exact. The NaN code S.1111.111 becomes the quiet NaN 0x7ff00000 with its sign (the bits the
-// former fp16 route gave). Callers fold the 2^8 into the row scale.
+// fp8 e4m3fn codes -> fp32 value * 2^-8, exactly. Where the target converts fp16 in hardware (F16C, NEON),
+// the code moves into an fp16 (bias 15 instead of 7 divides by 2^8; subnormals stay subnormals) and is
+// widened: two constants, so the tiles that call it keep their accumulators in registers. Elsewhere:
+// normal codes (exponent e > 0) become the fp32 with exponent e + 112 and the 3 mantissa bits on top;
+// subnormals (m * 2^-17) are (2^-14 + m * 2^-17) - 2^-14. Either way the NaN code S.1111.111 becomes the
+// quiet NaN 0x7ff00000 with its sign. Callers fold the 2^8 into the row scale.
 HWY_INLINE VF LoadFp8ScaledPart(const uint8_t* p) {
   const DF df;
-  const DU du;
-  const DI di;
-  const hn::Rebind<uint8_t, DU> d8;
-  const VU b = hn::PromoteTo(du, hn::LoadU(d8, p));
-  const VU mag = hn::And(b, hn::Set(du, 0x7fu));
-  const VU bits = hn::ShiftLeft<20>(mag);
-  const VF normal = hn::BitCast(df, hn::Add(bits, hn::Set(du, 0x38000000u)));
-  const VF sub = hn::Sub(hn::BitCast(df, hn::Add(bits, hn::Set(du, 0x38800000u))), hn::Set(df, 6.103515625e-05f));
-  const VI magi = hn::BitCast(di, mag);
-  VF v = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magi, hn::Set(di, 8))), sub, normal);
-  v = hn::IfThenElse(hn::RebindMask(df, hn::Eq(magi, hn::Set(di, 0x7f))), hn::BitCast(df, hn::Set(du, 0x7ff00000u)), v);
-  const VU sign = hn::ShiftLeft<24>(hn::And(b, hn::Set(du, 0x80u)));
-  return hn::Or(v, hn::BitCast(df, sign));
+  if constexpr (kNativeF16Demote) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto h = hn::PromoteTo(d16, hn::LoadU(hn::Rebind<uint8_t, DF>(), p));
+    const auto mag = hn::And(h, hn::Set(d16, uint16_t{0x7f}));
+    const auto sign = hn::ShiftLeft<8>(hn::Xor(h, mag));
+    const auto nan = hn::IfThenElseZero(hn::Eq(mag, hn::Set(d16, uint16_t{0x7f})), hn::Set(d16, uint16_t{0x7e00}));
+    const auto bits = hn::Or(hn::Or(sign, hn::ShiftLeft<7>(mag)), nan);
+    return hn::PromoteTo(df, hn::BitCast(dh, bits));
+  } else {
+    const DU du;
+    const DI di;
+    const VU b = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, DU>(), p));
+    const VU mag = hn::And(b, hn::Set(du, 0x7fu));
+    const VU bits = hn::ShiftLeft<20>(mag);
+    const VF normal = hn::BitCast(df, hn::Add(bits, hn::Set(du, 0x38000000u)));
+    const VF sub = hn::Sub(hn::BitCast(df, hn::Add(bits, hn::Set(du, 0x38800000u))), hn::Set(df, 6.103515625e-05f));
+    const VI magi = hn::BitCast(di, mag);
+    VF v = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magi, hn::Set(di, 8))), sub, normal);
+    v = hn::IfThenElse(hn::RebindMask(df, hn::Eq(magi, hn::Set(di, 0x7f))), hn::BitCast(df, hn::Set(du, 0x7ff00000u)), v);
+    return hn::Or(v, hn::BitCast(df, hn::ShiftLeft<24>(hn::Xor(b, mag))));  // b ^ mag = the sign bit
+  }
 }
 
 }  // namespace HWY_NAMESPACE
