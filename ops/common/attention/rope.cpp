@@ -62,8 +62,8 @@ int64_t position_at(const TensorView& p, int64_t t) {
 Status check_heads(const char* name, const char* heads, const TensorView& t) {
   GB_RETURN_IF_ERROR(detail::check_float_input(kOp, name, t));
   if (t.rank() != 3) {
-    return invalid_argument(s(kOp) + ": " + name + " has shape " + t.shape_string() + " but must have rank 3 [num_tokens, " +
-                            heads + ", head_dim]");
+    return invalid_argument(s(kOp) + ": " + name + " has shape " + t.shape_string() +
+                            " but must have rank 3 [num_tokens, " + heads + ", head_dim]");
   }
   return ok_status();
 }
@@ -110,8 +110,8 @@ Status rope(const TensorView& positions, const TensorView& query, const TensorVi
   }
   for (int64_t t = 0; t < num_tokens; ++t) {
     if (position_at(positions, t) < 0) {
-      return invalid_argument(s(kOp) + ": positions[" + std::to_string(t) + "] = " +
-                              std::to_string(position_at(positions, t)) + " but positions must be >= 0");
+      return invalid_argument(s(kOp) + ": positions[" + std::to_string(t) +
+                              "] = " + std::to_string(position_at(positions, t)) + " but positions must be >= 0");
     }
   }
   if (num_tokens == 0 || d == 0) return ok_status();

@@ -53,7 +53,9 @@ struct Plan {
 
 // Scratch floats per item for head_dim d: q and acc rows, chunk weights, and the 16 x 16 partial dot
 // products of each row for one block of 16 keys.
-inline size_t scratch_floats(int64_t d) { return static_cast<size_t>(2 * kMaxRows * d + kMaxRows * kChunk + kMaxRows * 256); }
+inline size_t scratch_floats(int64_t d) {
+  return static_cast<size_t>(2 * kMaxRows * d + kMaxRows * kChunk + kMaxRows * 256);
+}
 
 }  // namespace genbridge::ops::detail::paged
 
@@ -136,7 +138,8 @@ struct Kv {
   // Columns of unit u of a row as fp32 (fp8: times 2^-8, compensated in scale()).
   static HWY_INLINE void LoadUnit(const uint8_t* row, int u, VF& lo, VF& hi) {
     if constexpr (kBf16) {
-      const VU w = hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(row + 64 * (u / kParts) + 4 * kPart * (u % kParts)));
+      const VU w =
+          hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(row + 64 * (u / kParts) + 4 * kPart * (u % kParts)));
       lo = hn::BitCast(DF(), hn::ShiftLeft<16>(w));
       hi = hn::BitCast(DF(), hn::And(w, hn::Set(DU(), 0xffff0000u)));
     } else if constexpr (F == KvCacheFormat::kInt8Fp16Scale) {
@@ -201,15 +204,13 @@ HWY_INLINE void ForRowBlocks(int rows, Fn&& fn) {
 
 // part[r][kk0 + b][0..16) = the 16-lane partial dot products of q rows r0..r0+NR with keys krows[0..KB).
 template <int D, KvCacheFormat F, int NR, int KB>
-HWY_NOINLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* krows, float* HWY_RESTRICT part,
-                          int r0, int kk0) {
+HWY_NOINLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* krows, float* HWY_RESTRICT part, int r0,
+                            int kk0) {
   using K = Kv<D, F>;
   const DF df;
   VF acc[NR][KB][kParts];
   GB_UNROLL for (int r = 0; r < NR; ++r) {
-    GB_UNROLL for (int b = 0; b < KB; ++b) {
-      GB_UNROLL for (int j = 0; j < kParts; ++j) acc[r][b][j] = hn::Zero(df);
-    }
+    GB_UNROLL for (int b = 0; b < KB; ++b) { GB_UNROLL for (int j = 0; j < kParts; ++j) acc[r][b][j] = hn::Zero(df); }
   }
   // The group loop stays rolled: unrolled, the compiler hoists the loads of later groups and spills.
 #pragma GCC unroll 1
@@ -232,7 +233,8 @@ HWY_NOINLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* k
       const VF v = K::LoadSingle(krows[b], s);
       GB_UNROLL for (int r = 0; r < NR; ++r) {
         const float* qr = q + (r0 + r) * D;
-        acc[r][b][K::SinglePart(s)] = Step<K::kFused>(hn::LoadU(df, qr + K::OffSingle(s)), v, acc[r][b][K::SinglePart(s)]);
+        acc[r][b][K::SinglePart(s)] =
+            Step<K::kFused>(hn::LoadU(df, qr + K::OffSingle(s)), v, acc[r][b][K::SinglePart(s)]);
       }
     }
   }
@@ -247,7 +249,7 @@ HWY_NOINLINE void ScoreTile(const float* HWY_RESTRICT q, const uint8_t* const* k
 // acc[r0 + r][units u0..u0+CU) += sum over keys k (in order) of w[r0 + r][k] * v_k.
 template <int D, KvCacheFormat F, int NR, int CU>
 HWY_NOINLINE void ValueTile(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, const uint8_t* const* vrows, int cn,
-                          int r0, int u0) {
+                            int r0, int u0) {
   using K = Kv<D, F>;
   const DF df;
   VF a[NR][CU][2];
@@ -279,7 +281,7 @@ HWY_NOINLINE void ValueTile(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w
 
 template <int D, KvCacheFormat F, int NR>
 HWY_NOINLINE void ValueSingle(float* HWY_RESTRICT acc, const float* HWY_RESTRICT w, const uint8_t* const* vrows, int cn,
-                            int r0, int s) {
+                              int r0, int s) {
   using K = Kv<D, F>;
   const DF df;
   VF a[NR];
@@ -298,9 +300,9 @@ HWY_NOINLINE void Attend(const Plan& p, const Item& it, float* scratch) {
   const KvGeometry& g = p.g;
   const int nr = it.row_count;
 
-  float* q = scratch;                  // [kMaxRows][D]
-  float* acc = q + kMaxRows * D;       // [kMaxRows][D]
-  float* w = acc + kMaxRows * D;       // [kMaxRows][kChunk]
+  float* q = scratch;                   // [kMaxRows][D]
+  float* acc = q + kMaxRows * D;        // [kMaxRows][D]
+  float* w = acc + kMaxRows * D;        // [kMaxRows][kChunk]
   float* part = w + kMaxRows * kChunk;  // [kMaxRows][16 keys][16 lanes]
   float m[kMaxRows], l[kMaxRows];
   int64_t pos[kMaxRows], token[kMaxRows], head[kMaxRows];
@@ -437,9 +439,12 @@ HWY_NOINLINE void Attend(const Plan& p, const Item& it, float* scratch) {
 template <int D>
 void AttendDim(const Plan& p, const Item& it, float* scratch) {
   switch (p.call->cache.format) {
-    case KvCacheFormat::kBf16: return Attend<D, KvCacheFormat::kBf16>(p, it, scratch);
-    case KvCacheFormat::kInt8Fp16Scale: return Attend<D, KvCacheFormat::kInt8Fp16Scale>(p, it, scratch);
-    case KvCacheFormat::kFp8Fp32PackedScale: return Attend<D, KvCacheFormat::kFp8Fp32PackedScale>(p, it, scratch);
+    case KvCacheFormat::kBf16:
+      return Attend<D, KvCacheFormat::kBf16>(p, it, scratch);
+    case KvCacheFormat::kInt8Fp16Scale:
+      return Attend<D, KvCacheFormat::kInt8Fp16Scale>(p, it, scratch);
+    case KvCacheFormat::kFp8Fp32PackedScale:
+      return Attend<D, KvCacheFormat::kFp8Fp32PackedScale>(p, it, scratch);
   }
 }
 
@@ -448,14 +453,22 @@ void AttendDim(const Plan& p, const Item& it, float* scratch) {
 // One work item (validated call; head_dim one of kPagedDecodeHeadDims).
 void AttendItem(const Plan& p, const Item& it, float* scratch) {
   switch (p.g.head_dim) {
-    case 64: return AttendDim<64>(p, it, scratch);
-    case 80: return AttendDim<80>(p, it, scratch);
-    case 96: return AttendDim<96>(p, it, scratch);
-    case 112: return AttendDim<112>(p, it, scratch);
-    case 128: return AttendDim<128>(p, it, scratch);
-    case 192: return AttendDim<192>(p, it, scratch);
-    case 256: return AttendDim<256>(p, it, scratch);
-    default: return;
+    case 64:
+      return AttendDim<64>(p, it, scratch);
+    case 80:
+      return AttendDim<80>(p, it, scratch);
+    case 96:
+      return AttendDim<96>(p, it, scratch);
+    case 112:
+      return AttendDim<112>(p, it, scratch);
+    case 128:
+      return AttendDim<128>(p, it, scratch);
+    case 192:
+      return AttendDim<192>(p, it, scratch);
+    case 256:
+      return AttendDim<256>(p, it, scratch);
+    default:
+      return;
   }
 }
 
@@ -529,8 +542,8 @@ Status validate(const PagedDecodeCall& c, KvGeometry& g) {
   for (int64_t q = 0; q < num_seqs; ++q) {
     const int64_t b = at_i32(c.query_start_loc, q), e = at_i32(c.query_start_loc, q + 1);
     if (e < b) {
-      return invalid_argument(s(op) + ": query_start_loc[" + n(q + 1) + "] = " + n(e) + " is less than query_start_loc[" +
-                              n(q) + "] = " + n(b) + "; it must be non-decreasing");
+      return invalid_argument(s(op) + ": query_start_loc[" + n(q + 1) + "] = " + n(e) +
+                              " is less than query_start_loc[" + n(q) + "] = " + n(b) + "; it must be non-decreasing");
     }
   }
   if (at_i32(c.query_start_loc, num_seqs) != num_tokens) {
@@ -575,8 +588,13 @@ Status run_paged_decode(const PagedDecodeCall& c) {
   KvGeometry g;
   GB_RETURN_IF_ERROR(validate(c, g));
   return with_head_dim(c.op, g.head_dim, [&]<int D>() -> Status {
-    Plan p{&c, g, c.query.dim(1) / g.num_kv_heads, static_cast<const uint8_t*>(c.cache.key_cache.data()),
-           static_cast<const uint8_t*>(c.cache.value_cache.data()), nullptr, nullptr};
+    Plan p{&c,
+           g,
+           c.query.dim(1) / g.num_kv_heads,
+           static_cast<const uint8_t*>(c.cache.key_cache.data()),
+           static_cast<const uint8_t*>(c.cache.value_cache.data()),
+           nullptr,
+           nullptr};
     if (c.cache.format == KvCacheFormat::kInt8Fp16Scale) {
       p.key_scales = c.cache.key_scale_cache.data_as<const fp16_t>();
       p.value_scales = c.cache.value_scale_cache.data_as<const fp16_t>();

@@ -11,9 +11,9 @@
 #define GENBRIDGE_OPS_DETAIL_ATTENTION_VEC_MATH_INL_H_
 #endif
 
-#include <cstdint>
-
 #include <hwy/highway.h>
+
+#include <cstdint>
 
 #include "core/simd/vec16-inl.h"
 
@@ -94,7 +94,8 @@ HWY_INLINE void ReduceKeys16(const float* HWY_RESTRICT part, float* HWY_RESTRICT
                        hn::ConcatUpperUpper(d8, s8[2 * i + 1], s8[2 * i]));
       }
       GB_UNROLL for (int i = 0; i < 2; ++i) {
-        y[i] = hn::Add(hn::InterleaveLower(d8, x[2 * i], x[2 * i + 1]), hn::InterleaveUpper(d8, x[2 * i], x[2 * i + 1]));
+        y[i] =
+            hn::Add(hn::InterleaveLower(d8, x[2 * i], x[2 * i + 1]), hn::InterleaveUpper(d8, x[2 * i], x[2 * i + 1]));
       }
       hn::StoreU(hn::Add(hn::InterleaveLower(d8, y[0], y[1]), hn::InterleaveUpper(d8, y[0], y[1])), d8, out + 8 * g);
     }
@@ -152,7 +153,8 @@ HWY_INLINE VF LoadFp8ScaledPart(const uint8_t* p) {
     const VF sub = hn::Sub(hn::BitCast(df, hn::Add(bits, hn::Set(du, 0x38800000u))), hn::Set(df, 6.103515625e-05f));
     const VI magi = hn::BitCast(di, mag);
     VF v = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magi, hn::Set(di, 8))), sub, normal);
-    v = hn::IfThenElse(hn::RebindMask(df, hn::Eq(magi, hn::Set(di, 0x7f))), hn::BitCast(df, hn::Set(du, 0x7ff00000u)), v);
+    v = hn::IfThenElse(hn::RebindMask(df, hn::Eq(magi, hn::Set(di, 0x7f))), hn::BitCast(df, hn::Set(du, 0x7ff00000u)),
+                       v);
     return hn::Or(v, hn::BitCast(df, hn::ShiftLeft<24>(hn::Xor(b, mag))));  // b ^ mag = the sign bit
   }
 }

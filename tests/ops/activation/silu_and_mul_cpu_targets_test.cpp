@@ -24,9 +24,15 @@ TEST(SiluAndMulCpuTargets, same_bits_on_every_target_and_as_the_scalar_formula) 
     OwnedTensor x(DType::kF32, {rows, 2 * d});
     fill_uniform(x.view(), 11 + d, -12.f, 12.f);
     float* xv = static_cast<float*>(x.data());
-    const float specials[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                              std::numeric_limits<float>::quiet_NaN(), -100.f, 100.f, 0.f, -0.f};
-    for (size_t i = 0; i < std::size(specials) && i < static_cast<size_t>(2 * d * rows); ++i) xv[3 * i % (2 * d * rows)] = specials[i];
+    const float specials[] = {std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(),
+                              -100.f,
+                              100.f,
+                              0.f,
+                              -0.f};
+    for (size_t i = 0; i < std::size(specials) && i < static_cast<size_t>(2 * d * rows); ++i)
+      xv[3 * i % (2 * d * rows)] = specials[i];
     std::vector<std::byte> first;
     for_each_cpu_target([&](const std::string& t) {
       OwnedTensor y(DType::kF32, {rows, d});

@@ -88,9 +88,9 @@ TEST(PagedDecodeBatch, a_sequence_alone_equals_it_inside_a_batch) {
                                    p.block_tables.begin() + static_cast<int64_t>(s + 1) * p.max_blocks);
         std::vector<int32_t> lens = {p.ctx[s]}, loc = {0, static_cast<int32_t>(qn)};
         OwnedTensor out(DType::kF32, {qn, heads, d});
-        const Status st = ops::paged_decode(q.view(), cache.view(), TensorView(table.data(), DType::kI32, {1, p.max_blocks}),
-                                            TensorView(lens.data(), DType::kI32, {1}),
-                                            TensorView(loc.data(), DType::kI32, {2}), 0.125f, out.view());
+        const Status st = ops::paged_decode(
+            q.view(), cache.view(), TensorView(table.data(), DType::kI32, {1, p.max_blocks}),
+            TensorView(lens.data(), DType::kI32, {1}), TensorView(loc.data(), DType::kI32, {2}), 0.125f, out.view());
         ASSERT_TRUE(st.ok()) << st.to_string();
         EXPECT_EQ(std::memcmp(out.bytes().data(), batch_out.bytes().data() + q0 * row_bytes, qn * row_bytes), 0)
             << "sequence " << s << " with " << threads << " threads";
