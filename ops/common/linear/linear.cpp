@@ -51,7 +51,7 @@ void run(const TensorView& x, const TensorView& w, const TensorView& y, const st
   const float* b = bias.empty() ? nullptr : bias.data();
   const detail::DotRowsFn dot = detail::dot_rows_fn(w.dtype());
 
-  const int64_t mb = detail::kRowsPerItem;
+  const int64_t mb = detail::rows_per_item(M);
   const int64_t row_blocks = (M + mb - 1) / mb;
   const int64_t nc = detail::cols_per_item(N, row_blocks, num_threads());
   const int64_t col_chunks = (N + nc - 1) / nc;

@@ -85,14 +85,14 @@ struct Item {
 
 std::vector<Item> make_items(const std::vector<int64_t>& count, int64_t cols) {
   int64_t row_blocks = 0;
-  for (int64_t n : count) row_blocks += (n + detail::kRowsPerItem - 1) / detail::kRowsPerItem;
+  for (int64_t n : count) row_blocks += (n + detail::rows_per_item(n) - 1) / detail::rows_per_item(n);
   const int64_t nc = detail::cols_per_item(cols, row_blocks, num_threads());
   std::vector<Item> items;
   for (size_t e = 0; e < count.size(); ++e) {
-    for (int64_t r0 = 0; r0 < count[e]; r0 += detail::kRowsPerItem) {
+    const int64_t mb = detail::rows_per_item(count[e]);
+    for (int64_t r0 = 0; r0 < count[e]; r0 += mb) {
       for (int64_t c0 = 0; c0 < cols; c0 += nc) {
-        items.push_back({static_cast<int64_t>(e), r0, std::min(count[e], r0 + detail::kRowsPerItem), c0,
-                         std::min(cols, c0 + nc)});
+        items.push_back({static_cast<int64_t>(e), r0, std::min(count[e], r0 + mb), c0, std::min(cols, c0 + nc)});
       }
     }
   }

@@ -184,34 +184,34 @@ HWY_INLINE void ReduceLanes(const float* HWY_RESTRICT part, float* HWY_RESTRICT 
 }
 
 // Widens b's rows [c0, c0 + nc) (nc <= kNC) into bp [16][J][kNC], zero-padded in k and in columns.
+// Per 16-wide k block, all columns are widened into a small transposition buffer first, so the
+// packed panel is written block by block (it does not fit L1).
 template <typename BT>
 void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HWY_RESTRICT bp) {
-  alignas(64) float t[kLanes];
-  for (int64_t c = 0; c < kNC; ++c) {
-    if (c >= nc) {
-      for (int l = 0; l < kLanes; ++l)
-        for (int64_t j = 0; j < J; ++j) bp[(l * J + j) * kNC + c] = 0.f;
-      continue;
+  alignas(64) float t[kNC * kLanes];
+  if (nc < kNC) std::memset(t, 0, sizeof t);
+  for (int64_t j = 0; j < J; ++j) {
+    const int64_t k = j * kLanes;
+    if (k + kLanes <= K) {
+      for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, Load16(b + c * ldb + k));
+    } else {
+      for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, LoadTail16(b + c * ldb + k, K - k));
     }
-    const BT* row = b + c * ldb;
-    for (int64_t j = 0; j < J; ++j) {
-      const int64_t k = j * kLanes;
-      Store16(t, k + kLanes <= K ? Load16(row + k) : LoadTail16(row + k, K - k));
-      GB_UNROLL for (int l = 0; l < kLanes; ++l) bp[(l * J + j) * kNC + c] = t[l];
+    GB_UNROLL for (int l = 0; l < kLanes; ++l) {
+      float* dst = bp + (l * J + j) * kNC;
+      for (int c = 0; c < kNC; ++c) dst[c] = t[c * kLanes + l];
     }
   }
 }
 
 // Copies rows [0, mr) (mr <= kMR) of a into ap [16][J][kMR], zero-padded in k and in rows.
 void PackA(const float* a, int64_t lda, int64_t mr, int64_t K, int64_t J, float* HWY_RESTRICT ap) {
-  for (int64_t r = 0; r < kMR; ++r) {
-    const float* row = a + r * lda;
-    for (int64_t j = 0; j < J; ++j)
-      for (int l = 0; l < kLanes; ++l) {
-        const int64_t k = j * kLanes + l;
-        ap[(l * J + j) * kMR + r] = r < mr && k < K ? row[k] : 0.f;
-      }
-  }
+  for (int64_t j = 0; j < J; ++j)
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t k = j * kLanes + l;
+      float* dst = ap + (l * J + j) * kMR;
+      for (int64_t r = 0; r < kMR; ++r) dst[r] = r < mr && k < K ? a[r * lda + k] : 0.f;
+    }
 }
 
 template <typename BT>

@@ -47,9 +47,14 @@ inline void* thread_scratch(size_t bytes) {
 // Column granularity of work items (a multiple of every target's GEMM panel width).
 inline constexpr int64_t kPanelCols = 64;
 
-// Rows per work item: bounds the fp32 copy of an item's input rows; the GEMM path packs an item's
-// weight panels once for all its rows.
+// Rows per work item for m input rows: bounds the fp32 copy of an item's input rows. The GEMM path
+// packs an item's weight panels once for all its rows, so its items hold up to kGemmRowsPerItem rows
+// (work is then split over columns).
 inline constexpr int64_t kRowsPerItem = 64;
+inline constexpr int64_t kGemmRowsPerItem = 512;
+inline int64_t rows_per_item(int64_t m) {
+  return m < kGemmMinRows ? kRowsPerItem : std::min<int64_t>(std::max<int64_t>(m, 1), kGemmRowsPerItem);
+}
 
 // Columns per work item: all n when there are enough row blocks to keep every thread busy (an item's
 // input rows are then widened once), otherwise about 4 items per thread, in whole panels.
