@@ -183,6 +183,45 @@ HWY_INLINE void ReduceLanes(const float* HWY_RESTRICT part, float* HWY_RESTRICT 
   }
 }
 
+// 8 x 8 transposition with 256-bit vectors where the target has them (AVX2, AVX-512):
+// dst[q * ld_dst + i] = src[i * kLanes + q] for i, q < 8.
+using D8 = hn::CappedTag<float, 8>;
+#if HWY_TARGET == HWY_SCALAR
+inline constexpr bool kTranspose8 = false;
+template <class D>
+HWY_INLINE void Transpose8x8(D, const float*, float*, int64_t) {}
+#else
+inline constexpr bool kTranspose8 = hn::MaxLanes(D8()) == 8 && kNC % 8 == 0;
+// (A template on the tag so that targets without 8-lane vectors never instantiate it.)
+template <class D>
+HWY_INLINE void Transpose8x8(D d, const float* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t ld_dst) {
+  {
+    const hn::Repartition<uint64_t, D> du;
+    using V8 = hn::Vec<D>;
+    V8 r[8];
+    GB_UNROLL for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * kLanes);
+    // Per 128-bit block: 32-bit interleave, then 64-bit interleave, then the blocks are recombined.
+    V8 t[8];
+    GB_UNROLL for (int i = 0; i < 4; ++i) {
+      t[2 * i] = hn::InterleaveLower(d, r[2 * i], r[2 * i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
+      t[2 * i + 1] = hn::InterleaveUpper(d, r[2 * i], r[2 * i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
+    }
+    auto il = [&](V8 a, V8 b) { return hn::BitCast(d, hn::InterleaveLower(du, hn::BitCast(du, a), hn::BitCast(du, b))); };
+    auto iu = [&](V8 a, V8 b) { return hn::BitCast(d, hn::InterleaveUpper(du, hn::BitCast(du, a), hn::BitCast(du, b))); };
+    const V8 u0 = il(t[0], t[2]), u1 = iu(t[0], t[2]), u2 = il(t[1], t[3]), u3 = iu(t[1], t[3]);  // a..d
+    const V8 v0 = il(t[4], t[6]), v1 = iu(t[4], t[6]), v2 = il(t[5], t[7]), v3 = iu(t[5], t[7]);  // e..h
+    hn::StoreU(hn::ConcatLowerLower(d, v0, u0), d, dst + 0 * ld_dst);
+    hn::StoreU(hn::ConcatLowerLower(d, v1, u1), d, dst + 1 * ld_dst);
+    hn::StoreU(hn::ConcatLowerLower(d, v2, u2), d, dst + 2 * ld_dst);
+    hn::StoreU(hn::ConcatLowerLower(d, v3, u3), d, dst + 3 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v0, u0), d, dst + 4 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v1, u1), d, dst + 5 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v2, u2), d, dst + 6 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v3, u3), d, dst + 7 * ld_dst);
+  }
+}
+#endif
+
 // Widens b's rows [c0, c0 + nc) (nc <= kNC) into bp [16][J][kNC], zero-padded in k and in columns.
 // Per 16-wide k block, all columns are widened into a small transposition buffer first, so the
 // packed panel is written block by block (it does not fit L1).
@@ -193,13 +232,22 @@ void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HW
   for (int64_t j = 0; j < J; ++j) {
     const int64_t k = j * kLanes;
     if (k + kLanes <= K) {
+      // The next panel's rows at the same offsets (as GEMV does: rows start cold at page boundaries).
+      for (int64_t c = 0; c < kNC; ++c) PrefetchL2(b, (c + kNC) * ldb + k);
       for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, Load16(b + c * ldb + k));
     } else {
       for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, LoadTail16(b + c * ldb + k, K - k));
     }
-    GB_UNROLL for (int l = 0; l < kLanes; ++l) {
-      float* dst = bp + (l * J + j) * kNC;
-      for (int c = 0; c < kNC; ++c) dst[c] = t[c * kLanes + l];
+    float* dst = bp + j * kNC;
+    if constexpr (kTranspose8) {
+      GB_UNROLL for (int c0 = 0; c0 < kNC; c0 += 8) {
+        Transpose8x8(D8(), t + c0 * kLanes, dst + c0, J * kNC);
+        Transpose8x8(D8(), t + c0 * kLanes + 8, dst + 8 * J * kNC + c0, J * kNC);
+      }
+    } else {
+      GB_UNROLL for (int l = 0; l < kLanes; ++l) {
+        for (int c = 0; c < kNC; ++c) dst[l * J * kNC + c] = t[c * kLanes + l];
+      }
     }
   }
 }
