@@ -1,13 +1,13 @@
 // The dot-product kernel behind linear/linear and moe/expert_ffn (contract: ops/detail/linear/dot_kernel.h),
 // compiled once per CPU target (Highway) and dispatched at run time.
 //
-// GEMV (m < 8 input rows, decode): a tile of MR input rows x NR weight rows, one 16-lane V16
-// accumulator per output; each weight vector is widened once and used against every input row (fp32
-// input rows come straight from memory as FMA operands), weight rows are streamed once, and the next
-// tile's rows are prefetched at the same K offset (the hardware prefetchers do not cross 4 KiB pages,
-// and a weight row is often exactly one page). NR per target so the accumulators fit the registers.
+// GEMV (m < kGemmMinRows input rows, decode; above 7 rows in chunks): a tile of MR input rows x NR weight rows, one
+// 16-lane V16 accumulator per output; each weight vector is widened once and used against every input row (fp32 input
+// rows come straight from memory as FMA operands), weight rows are streamed once, and the next tile's rows are
+// prefetched at the same K offset (the hardware prefetchers do not cross 4 KiB pages, and a weight row is often exactly
+// one page). NR per target so the accumulators fit the registers.
 //
-// GEMM (m >= 8): per panel of kNC weight rows, the weights are widened to fp32 once into a per-thread
+// GEMM (m >= kGemmMinRows): per panel of kNC weight rows, the weights are widened to fp32 once into a per-thread
 // buffer laid out [lane l][j][column] (k = 16 j + l, zero-padded to a multiple of 16), the input rows
 // likewise [row tile][l][j][row]. The micro-kernel keeps kMR x kNV hardware vectors of accumulators,
 // each holding contract lane l of kW consecutive columns for one row: for each l it runs the chain
@@ -96,16 +96,39 @@ void GemvRows(const float* a, int64_t lda, const BT* b, int64_t ldb, int64_t n, 
 }
 
 template <typename BT>
+void GemvTile7(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out,
+               int64_t ldo) {
+  switch (m) {
+    case 1:
+      return GemvRows<BT, 1>(a, lda, b, ldb, n, K, out, ldo);
+    case 2:
+      return GemvRows<BT, 2>(a, lda, b, ldb, n, K, out, ldo);
+    case 3:
+      return GemvRows<BT, 3>(a, lda, b, ldb, n, K, out, ldo);
+    case 4:
+      return GemvRows<BT, 4>(a, lda, b, ldb, n, K, out, ldo);
+    case 5:
+      return GemvRows<BT, 5>(a, lda, b, ldb, n, K, out, ldo);
+    case 6:
+      return GemvRows<BT, 6>(a, lda, b, ldb, n, K, out, ldo);
+    default:
+      return GemvRows<BT, 7>(a, lda, b, ldb, n, K, out, ldo);
+  }
+}
+
+// More than 7 rows (below kGemmMinRows): rows in even chunks of at most 7, per block of kGemvBlockCols
+// weight rows, so a block's weights stay in L2 while every chunk passes.
+inline constexpr int64_t kGemvBlockCols = 64;
+template <typename BT>
 void Gemv(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out,
           int64_t ldo) {
-  switch (m) {
-    case 1: return GemvRows<BT, 1>(a, lda, b, ldb, n, K, out, ldo);
-    case 2: return GemvRows<BT, 2>(a, lda, b, ldb, n, K, out, ldo);
-    case 3: return GemvRows<BT, 3>(a, lda, b, ldb, n, K, out, ldo);
-    case 4: return GemvRows<BT, 4>(a, lda, b, ldb, n, K, out, ldo);
-    case 5: return GemvRows<BT, 5>(a, lda, b, ldb, n, K, out, ldo);
-    case 6: return GemvRows<BT, 6>(a, lda, b, ldb, n, K, out, ldo);
-    default: return GemvRows<BT, 7>(a, lda, b, ldb, n, K, out, ldo);
+  if (m <= 7) return GemvTile7<BT>(a, lda, m, b, ldb, n, K, out, ldo);
+  const int64_t chunks = (m + 6) / 7, rows = (m + chunks - 1) / chunks;
+  for (int64_t c0 = 0; c0 < n; c0 += kGemvBlockCols) {
+    const int64_t nc = std::min(kGemvBlockCols, n - c0);
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      GemvTile7<BT>(a + r0 * lda, lda, std::min(rows, m - r0), b + c0 * ldb, ldb, nc, K, out + r0 * ldo + c0, ldo);
+    }
   }
 }
 
@@ -175,7 +198,8 @@ HWY_INLINE void ReduceLanes(const float* HWY_RESTRICT part, float* HWY_RESTRICT 
       const float* p = part + r * kNC + v * kW;
       constexpr int64_t kStride = int64_t{kMR} * kNC;  // between lanes
       VV s8[8];
-      GB_UNROLL for (int i = 0; i < 8; ++i) s8[i] = hn::Add(hn::Load(d, p + i * kStride), hn::Load(d, p + (i + 8) * kStride));
+      GB_UNROLL for (int i = 0; i < 8; ++i) s8[i] =
+          hn::Add(hn::Load(d, p + i * kStride), hn::Load(d, p + (i + 8) * kStride));
       VV s4[4];
       GB_UNROLL for (int i = 0; i < 4; ++i) s4[i] = hn::Add(s8[i], s8[i + 4]);
       hn::Store(hn::Add(hn::Add(s4[0], s4[2]), hn::Add(s4[1], s4[3])), d, tile + r * kNC + v * kW);
@@ -206,8 +230,12 @@ HWY_INLINE void Transpose8x8(D d, const float* HWY_RESTRICT src, float* HWY_REST
       t[2 * i] = hn::InterleaveLower(d, r[2 * i], r[2 * i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
       t[2 * i + 1] = hn::InterleaveUpper(d, r[2 * i], r[2 * i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
     }
-    auto il = [&](V8 a, V8 b) { return hn::BitCast(d, hn::InterleaveLower(du, hn::BitCast(du, a), hn::BitCast(du, b))); };
-    auto iu = [&](V8 a, V8 b) { return hn::BitCast(d, hn::InterleaveUpper(du, hn::BitCast(du, a), hn::BitCast(du, b))); };
+    auto il = [&](V8 a, V8 b) {
+      return hn::BitCast(d, hn::InterleaveLower(du, hn::BitCast(du, a), hn::BitCast(du, b)));
+    };
+    auto iu = [&](V8 a, V8 b) {
+      return hn::BitCast(d, hn::InterleaveUpper(du, hn::BitCast(du, a), hn::BitCast(du, b)));
+    };
     const V8 u0 = il(t[0], t[2]), u1 = iu(t[0], t[2]), u2 = il(t[1], t[3]), u3 = iu(t[1], t[3]);  // a..d
     const V8 v0 = il(t[4], t[6]), v1 = iu(t[4], t[6]), v2 = il(t[5], t[7]), v3 = iu(t[5], t[7]);  // e..h
     hn::StoreU(hn::ConcatLowerLower(d, v0, u0), d, dst + 0 * ld_dst);
@@ -326,10 +354,14 @@ HWY_EXPORT(DotRowsF16);
 
 DotRowsFn dot_rows_fn(DType w) {
   switch (w) {
-    case DType::kF32: return GB_DISPATCH(DotRowsF32);
-    case DType::kBF16: return GB_DISPATCH(DotRowsBF16);
-    case DType::kF16: return GB_DISPATCH(DotRowsF16);
-    default: GB_CHECK(false, "dot_rows_fn: weights must be fp32, fp16 or bf16 (validate before dispatching)");
+    case DType::kF32:
+      return GB_DISPATCH(DotRowsF32);
+    case DType::kBF16:
+      return GB_DISPATCH(DotRowsBF16);
+    case DType::kF16:
+      return GB_DISPATCH(DotRowsF16);
+    default:
+      GB_CHECK(false, "dot_rows_fn: weights must be fp32, fp16 or bf16 (validate before dispatching)");
   }
   return nullptr;
 }

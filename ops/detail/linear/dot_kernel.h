@@ -9,10 +9,10 @@
 //   k = l, l+16, l+32, ... in increasing k with fused multiply-add (one rounding per step); a partial
 //   last block is zero-padded (its steps run, with a = b = 0); the lanes are then summed in the fixed
 //   pairwise order s8[i] = s[i] + s[i+8], s4[i] = s8[i] + s8[i+4], (s4[0] + s4[2]) + (s4[1] + s4[3]).
-// Two paths compute it: GEMV (fewer than 8 input rows: one 16-lane accumulator per output, weights
-// streamed once) and GEMM (8 or more rows: weights packed per column panel, lane-major, and an
-// outer-product micro-kernel whose accumulators hold one contract lane for a vector of columns). Both
-// run exactly the same operations per output element, so their bits are the same.
+// Two paths compute it: GEMV (fewer than kGemmMinRows input rows: one 16-lane accumulator per output,
+// weights streamed once) and GEMM (kGemmMinRows or more: weights packed per column panel, lane-major,
+// and an outer-product micro-kernel whose accumulators hold one contract lane for a vector of columns).
+// Both run exactly the same operations per output element, so their bits are the same.
 
 #include <algorithm>
 #include <cstdint>
@@ -32,8 +32,10 @@ using DotRowsFn = void (*)(const float* a, int64_t lda, int64_t m, const void* b
 // (GENBRIDGE_CPU_TARGET applied first). Call once per op call, not per tile.
 DotRowsFn dot_rows_fn(DType w);
 
-// Input rows from which the GEMM path is taken (below it, the GEMV path).
-inline constexpr int64_t kGemmMinRows = 8;
+// Input rows from which the GEMM path is taken (below it, the GEMV path). Measured (linear bench, AVX2
+// and AVX-512): at 8 rows, packing the weights costs more than it saves (GEMV in row chunks is 2x
+// faster); at 32 rows the two are even, above it GEMM wins.
+inline constexpr int64_t kGemmMinRows = 16;
 
 // A per-thread scratch buffer of at least `bytes` bytes, 64-byte aligned (reused across calls; never
 // shrinks). Each slot (0 .. 7) is a separate buffer; slots 4 .. 7 belong to the kernel itself.
@@ -53,7 +55,7 @@ inline constexpr int64_t kPanelCols = 64;
 inline constexpr int64_t kRowsPerItem = 64;
 inline constexpr int64_t kGemmRowsPerItem = 512;
 inline int64_t rows_per_item(int64_t m) {
-  return m < kGemmMinRows ? kRowsPerItem : std::min<int64_t>(std::max<int64_t>(m, 1), kGemmRowsPerItem);
+  return m < 8 ? kRowsPerItem : std::min<int64_t>(std::max<int64_t>(m, 1), kGemmRowsPerItem);
 }
 
 // Columns per work item: all n when there are enough row blocks to keep every thread busy (an item's

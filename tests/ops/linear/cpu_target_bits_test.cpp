@@ -1,7 +1,7 @@
 // linear/linear and moe/expert_ffn give the same bits on every CPU target and for every batch composition:
 // row r of an M-row call equals the same row computed alone (batch invariance; the GEMM path taken from
-// 8 rows equals the GEMV path below it), with bf16, fp16 and fp32 weights, K not a multiple of 16 and N
-// not a multiple of any target's tile. The reference bits are each row alone on the first target.
+// 16 rows equals the GEMV path below it, whole or in row chunks), with bf16, fp16 and fp32 weights, K not a multiple of
+// 16 and N not a multiple of any target's tile. The reference bits are each row alone on the first target.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -18,7 +18,7 @@
 namespace genbridge::testing {
 namespace {
 
-constexpr int64_t kRowCounts[] = {1, 3, 7, 8, 9, 64, 200};
+constexpr int64_t kRowCounts[] = {1, 3, 7, 8, 9, 15, 16, 64, 200};
 constexpr int64_t kMaxRows = 200;
 
 // The first differing element of two float buffers, or -1.
@@ -62,8 +62,8 @@ INSTANTIATE_TEST_SUITE_P(weights, LinearBits,
                                   std::to_string(std::get<1>(info.param));
                          });
 
-// expert_ffn: tokens routed to 4 experts, 2 each, so an expert's group has fewer than 8 rows at small T
-// (GEMV) and many more at large T (GEMM), in gate/up (K = H) and down (K = I) alike.
+// expert_ffn: tokens routed to 4 experts, 2 each, so an expert's group has a few rows at small T (GEMV)
+// and many more at large T (GEMM), in gate/up (K = H) and down (K = I) alike.
 class ExpertFfnBits : public ::testing::TestWithParam<DType> {};
 
 TEST_P(ExpertFfnBits, every_target_and_batch_size_gives_each_token_alone_bits) {
@@ -94,8 +94,8 @@ TEST_P(ExpertFfnBits, every_target_and_batch_size_gives_each_token_alone_bits) {
       std::memset(out.data(), 0xff, alone.size() * sizeof(float));
       ASSERT_TRUE(run(0, T).ok());
       const int64_t d = first_difference(static_cast<const float*>(out.data()), alone.data(), T * row);
-      ASSERT_EQ(d, -1) << target << " " << dtype_name(wdt) << " T " << T << ": out[" << d / row << ", "
-                       << d % row / H << ", " << d % H << "] differs from that token alone";
+      ASSERT_EQ(d, -1) << target << " " << dtype_name(wdt) << " T " << T << ": out[" << d / row << ", " << d % row / H
+                       << ", " << d % H << "] differs from that token alone";
     }
   });
 }

@@ -1,6 +1,7 @@
 // Internal kernel checks behind linear/linear and moe/expert_ffn: every path of the dispatched dot kernel
-// (GEMV for 1..7 rows, the packed GEMM from 8 rows, every tile remainder) gives, on every CPU target, the
-// bits of an independent scalar implementation of the reduction-order contract (ops/detail/linear/dot_kernel.h).
+// (GEMV for 1..7 rows and in row chunks below kGemmMinRows, the packed GEMM from there, every tile
+// remainder) gives, on every CPU target, the bits of an independent scalar implementation of the
+// reduction-order contract (ops/detail/linear/dot_kernel.h).
 #include "ops/detail/linear/dot_kernel.h"
 
 #include <gtest/gtest.h>
@@ -40,18 +41,24 @@ float contract_dot(const float* a, const BT* b, int64_t K) {
 template <typename BT>
 BT narrow(float v);
 template <>
-float narrow<float>(float v) { return v; }
+float narrow<float>(float v) {
+  return v;
+}
 template <>
-bf16_t narrow<bf16_t>(float v) { return float_to_bf16(v); }
+bf16_t narrow<bf16_t>(float v) {
+  return float_to_bf16(v);
+}
 template <>
-fp16_t narrow<fp16_t>(float v) { return float_to_fp16(v); }
+fp16_t narrow<fp16_t>(float v) {
+  return float_to_fp16(v);
+}
 
 template <typename BT>
 void check_dtype(DType dt) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   // Row counts: every GEMV row count, the GEMM's smallest, tile remainders of every target's tile.
-  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 25, 37}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 15, 16, 17, 25, 37}) {
     for (int64_t K : {1, 15, 16, 17, 100, 1031}) {
       const int64_t n = 37, lda = K + 3, ldb = K + 5, ldo = n + 2;  // padded strides: nothing assumes dense rows
       std::vector<float> a(static_cast<size_t>(m * lda));
@@ -85,15 +92,17 @@ TEST(DotKernel, every_path_gives_the_scalar_contract_bits_on_every_target_f16) {
 // path alike (K = 16: -0; K = 17, 31: +0).
 TEST(DotKernel, signed_zeros_follow_the_padded_contract_on_both_paths) {
   for (int64_t K : {16, 17, 31}) {
-    std::vector<float> a(static_cast<size_t>(9 * K), -1e-30f), b(static_cast<size_t>(K), 1e-30f);
+    std::vector<float> a(static_cast<size_t>((ops::detail::kGemmMinRows + 1) * K), -1e-30f),
+        b(static_cast<size_t>(K), 1e-30f);
     const float want = contract_dot(a.data(), b.data(), K);
     ASSERT_EQ(std::signbit(want), K % 16 == 0);
     for_each_cpu_target([&](const std::string& target) {
-      std::vector<float> one(1), nine(9);
+      std::vector<float> one(1), many(ops::detail::kGemmMinRows + 1);
       ops::detail::dot_rows_fn(DType::kF32)(a.data(), K, 1, b.data(), K, 1, K, one.data(), 1);
-      ops::detail::dot_rows_fn(DType::kF32)(a.data(), K, 9, b.data(), K, 1, K, nine.data(), 1);
+      ops::detail::dot_rows_fn(DType::kF32)(a.data(), K, static_cast<int64_t>(many.size()), b.data(), K, 1, K,
+                                            many.data(), 1);
       EXPECT_EQ(std::bit_cast<uint32_t>(one[0]), std::bit_cast<uint32_t>(want)) << target << " K " << K;
-      for (float v : nine) EXPECT_EQ(std::bit_cast<uint32_t>(v), std::bit_cast<uint32_t>(want)) << target << " K " << K;
+      for (float v : many) EXPECT_EQ(std::bit_cast<uint32_t>(v), std::bit_cast<uint32_t>(want)) << target << " K " << K;
     });
   }
 }
