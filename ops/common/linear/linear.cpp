@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "ops/detail/linear/dot_kernel.h"
 #include "ops/detail/common/rows.h"
 #include "ops/detail/common/tensor_checks.h"
+#include "ops/detail/linear/dot_kernel.h"
 
 namespace genbridge::ops {
 namespace {

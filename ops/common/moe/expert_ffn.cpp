@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/detail/linear/dot_kernel.h"
-#include "ops/detail/common/rows.h"
 #include "ops/detail/activation/swiglu.h"
+#include "ops/detail/common/rows.h"
 #include "ops/detail/common/tensor_checks.h"
+#include "ops/detail/linear/dot_kernel.h"
 
 namespace genbridge::ops {
 namespace {
@@ -58,8 +58,9 @@ Status validate_experts(const TensorView& x, std::span<const ExpertWeights> expe
                         const TensorView& out) {
   const int64_t H = x.dim(1);
   if (static_cast<int64_t>(experts.size()) != end - begin) {
-    return invalid_argument("expert_ffn: " + std::to_string(experts.size()) + " expert weight sets given for expert range " +
-                            range_text(begin, end) + "; exactly one per expert in the range is required");
+    return invalid_argument("expert_ffn: " + std::to_string(experts.size()) +
+                            " expert weight sets given for expert range " + range_text(begin, end) +
+                            "; exactly one per expert in the range is required");
   }
   if (experts.empty()) return ok_status();
   const TensorView& g0 = experts[0].w_gate;
@@ -70,9 +71,11 @@ Status validate_experts(const TensorView& x, std::span<const ExpertWeights> expe
   const std::string down_why = "([H, I] with H = x's last dimension and I = experts[0].w_gate's rows)";
   for (size_t i = 0; i < experts.size(); ++i) {
     const std::string p = "experts[" + std::to_string(i) + "].";
-    GB_RETURN_IF_ERROR(validate_weight(p + "w_gate", experts[i].w_gate, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
+    GB_RETURN_IF_ERROR(
+        validate_weight(p + "w_gate", experts[i].w_gate, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
     GB_RETURN_IF_ERROR(validate_weight(p + "w_up", experts[i].w_up, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
-    GB_RETURN_IF_ERROR(validate_weight(p + "w_down", experts[i].w_down, {H, I}, down_why, &g0, "experts[0].w_gate", out));
+    GB_RETURN_IF_ERROR(
+        validate_weight(p + "w_down", experts[i].w_down, {H, I}, down_why, &g0, "experts[0].w_gate", out));
   }
   return ok_status();
 }
@@ -100,8 +103,8 @@ std::vector<Item> make_items(const std::vector<int64_t>& count, int64_t cols) {
 }
 
 template <typename WT, typename OT>
-void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeights> experts, int64_t begin,
-         int64_t end, const TensorView& out) {
+void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeights> experts, int64_t begin, int64_t end,
+         const TensorView& out) {
   const int64_t T = x.dim(0), H = x.dim(1), k = ids.dim(1), L = end - begin;
   const int64_t I = experts[0].w_gate.dim(0);
 

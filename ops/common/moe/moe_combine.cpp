@@ -5,8 +5,8 @@
 
 #include "core/parallel.h"
 #include "core/simd/dispatch.h"
-#include "ops/detail/common/rows.h"
 #include "ops/detail/activation/swiglu.h"
+#include "ops/detail/common/rows.h"
 #include "ops/detail/common/tensor_checks.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -87,8 +87,8 @@ Status moe_combine(const TensorView& expert_out, const TensorView& topk_weights,
       }
       if (shared_out) {
         detail::load_row_f32(*shared_out, 1, t, H, row.data());
-        const float g = shared_gate ? detail::sigmoid(shared_gate->data_as<const float>()[t * shared_gate->stride(0)])
-                                    : 1.0f;
+        const float g =
+            shared_gate ? detail::sigmoid(shared_gate->data_as<const float>()[t * shared_gate->stride(0)]) : 1.0f;
         add_scaled(acc.data(), g, row.data(), H);
       }
       detail::store_row_f32(out, 1, t, H, acc.data());
