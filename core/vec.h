@@ -20,7 +20,12 @@ typedef float f32x16 __attribute__((vector_size(64)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 typedef uint16_t u16x16 __attribute__((vector_size(32)));
+#if defined(__aarch64__)
+// GCC 12 has no C++ _Float16 on aarch64; __fp16 (IEEE binary16 there) converts the same way.
+typedef __fp16 h16x16 __attribute__((vector_size(32)));
+#else
 typedef _Float16 h16x16 __attribute__((vector_size(32)));
+#endif
 
 inline f32x16 splat(float v) { return f32x16{} + v; }
 

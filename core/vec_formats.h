@@ -188,7 +188,13 @@ inline constexpr bool kNativeFp16 = false;
 
 typedef uint16_t u16x32 __attribute__((vector_size(64)));
 typedef int16_t i16x32 __attribute__((vector_size(64)));
-typedef _Float16 h16x32 __attribute__((vector_size(64)));
+#if defined(__aarch64__)
+// GCC 12 has no C++ _Float16 on aarch64 (__fp16 is binary16 there); this path is not taken there anyway.
+using half16 = __fp16;
+#else
+using half16 = _Float16;
+#endif
+typedef half16 h16x32 __attribute__((vector_size(64)));
 
 template <int M, int B, int16_t kMax16, uint16_t kMagic16, int kSignShift, uint16_t kSignMask>
 inline u16x32 bf16_scaled_minifloat(u16x32 u, int16_t s_shift /* s << 7 */) {
@@ -205,7 +211,7 @@ inline u16x32 bf16_scaled_minifloat(u16x32 u, int16_t s_shift /* s << 7 */) {
   const u16x32 fp16_bits = (tu - static_cast<uint16_t>(112 << 7)) << 3;  // same value as fp16 (exponent >= -14)
   h16x32 h;
   std::memcpy(&h, &fp16_bits, sizeof h);
-  const h16x32 rounded = h + std::bit_cast<_Float16>(kMagic16);
+  const h16x32 rounded = h + std::bit_cast<h16x32>(u16x32{} + kMagic16);
   u16x32 sub;
   std::memcpy(&sub, &rounded, sizeof sub);
   sub = sub - kMagic16;
