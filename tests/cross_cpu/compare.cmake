@@ -1,4 +1,5 @@
 # cmake -DEMULATOR=<a|b|c or empty> -DPROGRAMS=<p1|p2> -DSELF_DIR=<dir> -DPEER_DIR=<dir> -DWORK_DIR=<dir> -P compare.cmake
+cmake_minimum_required(VERSION 3.25)  # IN_LIST
 # Runs each program of this build (through EMULATOR) and of the peer build, collects their
 # "cross_cpu digest <case> <digest>" lines, writes them to WORK_DIR/digests_{self,peer}.txt and fails
 # naming every case whose digest differs or that only one build has.
