@@ -1,6 +1,9 @@
 # Provider staging (DESIGN §5): the directory tree is the registry. The relative path of a provider
 # file under ops/common/ or ops/target_providers/<Target>/ is the key of the stable contract it
 # implements (include/genbridge/ops/<key>.h). This file knows targets, never operator names.
+# ops/target_providers/<Target>/detail/ is the one exception: the kernels only that generation's providers
+# use (the counterpart of the shared ops/detail/<module>/). They are not modules: they are compiled into the
+# selected target's library only, and no rule asks other targets for them.
 #
 # genbridge_stage_providers(
 #   OPS_DIR <dir>            holds common/ and target_providers/<Target>/
@@ -34,6 +37,9 @@ function(_gb_module_keys dir out)
   file(GLOB_RECURSE files LIST_DIRECTORIES false RELATIVE "${dir}" ${_GB_GLOB_DEPENDS} "${dir}/*.cpp")
   set(keys "")
   foreach(f IN LISTS files)
+    if(f MATCHES "^detail/")
+      continue()  # the target's private kernels, not modules
+    endif()
     string(REGEX REPLACE "\\.cpp$" "" k "${f}")
     list(APPEND keys "${k}")
   endforeach()
@@ -160,6 +166,12 @@ function(genbridge_stage_providers)
     endif()
   endforeach()
 
+  # The selected target's private kernels (ops/target_providers/<Target>/detail/**.cpp), after the providers.
+  file(GLOB_RECURSE private_kernels LIST_DIRECTORIES false ${_GB_GLOB_DEPENDS}
+       "${providers_dir}/${S_TARGET}/detail/*.cpp")
+  list(SORT private_kernels)
+  list(LENGTH private_kernels num_private)
+
   get_property(num_errors GLOBAL PROPERTY _GB_STAGE_ERRORS)
   if(num_errors GREATER 0)
     message(FATAL_ERROR "genbridge provider staging failed with ${num_errors} error(s); see the messages above.")
@@ -175,5 +187,9 @@ function(genbridge_stage_providers)
   endif()
   list(LENGTH sources num_sources)
   message(STATUS "genbridge: staged ${num_sources} stable modules for ${S_TARGET}")
+  if(num_private GREATER 0)
+    message(STATUS "genbridge: staged ${num_private} private kernel sources for ${S_TARGET}")
+  endif()
+  list(APPEND sources ${private_kernels})
   set(${S_OUT_SOURCES} "${sources}" PARENT_SCOPE)
 endfunction()

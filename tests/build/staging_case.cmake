@@ -139,6 +139,24 @@ elseif(CASE STREQUAL "valid_tree_stages_the_selected_target_only")
       gb_fail("${CASE} (target ${target}): another tree's files staged: ${staged}")
     endif()
   endforeach()
+elseif(CASE STREQUAL "private_kernels_staged_for_their_target_only")
+  # ops/target_providers/<Target>/detail/ holds kernels only that generation uses: compiled for that target
+  # alone, after its providers; not modules (no header, no counterpart in the other tree, not in the manifest).
+  touch("${P}/Ascend950/detail/beta/gen_kernel.cpp" "${P}/Ascend950/detail/alpha/split_kernel.cpp")
+  stage(Ascend950 rc out)
+  gb_expect_success("${CASE} (target Ascend950)" "${rc}" "${out}"
+    "staged sources: ${C}/alpha/op_shared.cpp;${P}/Ascend950/alpha/op_split.cpp;${P}/Ascend950/beta/op_gen.cpp;${P}/Ascend950/detail/alpha/split_kernel.cpp;${P}/Ascend950/detail/beta/gen_kernel.cpp\n"
+    "genbridge: staged 3 stable modules for Ascend950" "genbridge: staged 2 private kernel sources for Ascend950")
+  if(out MATCHES "\"module\": \"detail/")
+    gb_fail("${CASE}: a private kernel is listed as a module:\n${out}")
+  endif()
+  stage(Ascend910 rc out)
+  gb_expect_success("${CASE} (target Ascend910)" "${rc}" "${out}"
+    "staged sources: ${C}/alpha/op_shared.cpp;${P}/Ascend910/alpha/op_split.cpp;${P}/Ascend910/beta/op_gen.cpp\n"
+    "genbridge: staged 3 stable modules for Ascend910")
+  if(out MATCHES "detail")
+    gb_fail("${CASE} (target Ascend910): another target's private kernels staged:\n${out}")
+  endif()
 else()
   message(FATAL_ERROR "staging_case.cmake: unknown CASE '${CASE}'")
 endif()

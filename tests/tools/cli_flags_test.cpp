@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "genbridge/core/cpu_target.h"
 #include "runtime/text/tokenizer.h"
 
 #ifndef GENBRIDGE_CLI
@@ -142,8 +143,17 @@ class CliTest : public ::testing::Test {
     fs::create_directories(scratch_ / "dir");
   }
   std::string expand(const std::string& s) const {
-    return replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR", (scratch_ / "dir").string()),
-                       "$PHYS_MIB", phys_mib());
+    auto join = [](const std::vector<std::string>& v) {
+      std::string j;
+      for (const auto& x : v) j += (j.empty() ? "" : " ") + x;
+      return j;
+    };
+    // $CPU_AVAILABLE / $CPU_COMPILED: this machine's CPU targets (genbridge/core/cpu_target.h).
+    return replace_all(
+        replace_all(replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR", (scratch_ / "dir").string()),
+                                "$PHYS_MIB", phys_mib()),
+                    "$CPU_AVAILABLE", join(genbridge::cpu_targets_available())),
+        "$CPU_COMPILED", join(genbridge::cpu_targets_compiled()));
   }
   std::vector<std::string> expand(const std::vector<std::string>& v) const {
     std::vector<std::string> r;
@@ -405,6 +415,13 @@ const std::vector<Row> kRows = {
      2,
      "genbridge run: GENBRIDGE_NUM_THREADS=0: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "0"}}},
+    // GENBRIDGE_CPU_TARGET: a target this build or this CPU cannot run is refused, naming what can.
+    {"run_env_cpu_target",
+     R({}),
+     2,
+     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "compiled into this build: $CPU_COMPILED",
+     {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
     // --dump-logits and --trace: checked before decoding
     {"dump_logits_empty", R({"--dump-logits", ""}), 2, "genbridge run: --dump-logits '': the value is empty"},
     {"dump_logits_directory", R({"--dump-logits", "$DIR"}), 2,
@@ -514,6 +531,12 @@ const std::vector<Row> kRows = {
      2,
      "genbridge afd-worker: GENBRIDGE_NUM_THREADS=abc: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "abc"}}},
+    {"worker_env_cpu_target",
+     W({"--afd", "1A1F"}),
+     2,
+     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "compiled into this build: $CPU_COMPILED",
+     {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
     // make-model
     {"make_preset_unknown",
@@ -558,6 +581,12 @@ const std::vector<Row> kRows = {
      2,
      "genbridge make-model: GENBRIDGE_NUM_THREADS=-3: expected an integer in [1, 255] (unset it to use every core)",
      {{"GENBRIDGE_NUM_THREADS", "-3"}}},
+    {"make_env_cpu_target",
+     {"make-model", "$DIR/m"},
+     2,
+     "genbridge make-model: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "compiled into this build: $CPU_COMPILED",
+     {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
     // info (before: `info --soc foo` printed part of its report, then the error)
     {"info_soc_empty", {"info", "--soc", ""}, 2, "genbridge info: --soc '': the value is empty"},
@@ -574,6 +603,12 @@ const std::vector<Row> kRows = {
      "910B, Ascend910B1..Ascend910B4, 910, 910C, Ascend910_93xx (e.g. Ascend910_9382, Ascend910_9392), 950, "
      "Ascend950, Ascend950PR_xxxx, Ascend950DT_xxxx",
      {{"GENBRIDGE_SOC", "foo"}}},
+    {"info_env_cpu_target",
+     {"info"},
+     2,
+     "genbridge info: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "compiled into this build: $CPU_COMPILED",
+     {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 };
 
 class Flags : public CliTest, public ::testing::WithParamInterface<Row> {};
@@ -830,3 +865,36 @@ TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
 }
 
 }  // namespace
+
+// GENBRIDGE_CPU_TARGET restricts the kernels: `info` names the target in force, and `run` prints the same
+// tokens and writes the same logits (bit for bit) whichever CPU target runs it.
+TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_it) {
+  auto request_lines = [](const std::string& out) {
+    std::string r;
+    for (const auto& l : lines(out))
+      if (l.rfind("request ", 0) == 0) r += l + "\n";
+    return r;
+  };
+  auto read_file = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  std::string first_tokens, first_logits;
+  for (const std::string& t : genbridge::cpu_targets_available()) {
+    const Outcome info = run({"info"}, {{"GENBRIDGE_CPU_TARGET", t}});
+    EXPECT_EQ(info.exit_code, 0) << info.err;
+    EXPECT_NE(info.out.find("cpu target: " + t + " (available: "), std::string::npos) << info.out;
+    const std::string npy = expand("$DIR/") + t + ".npy";
+    const Outcome r = run(R({"--max-new-tokens", "6", "--dump-logits", npy}), {{"GENBRIDGE_CPU_TARGET", t}});
+    ASSERT_EQ(r.exit_code, 0) << t << ": " << r.err;
+    ASSERT_EQ(count_results(r.out), 2) << r.out;
+    const std::string logits = read_file(npy);
+    ASSERT_GT(logits.size(), 2u * 6u * 512u * 4u) << npy;
+    if (first_tokens.empty()) {
+      first_tokens = request_lines(r.out);
+      first_logits = logits;
+    }
+    EXPECT_EQ(request_lines(r.out), first_tokens) << "cpu target " << t;
+    EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from " << genbridge::cpu_targets_available()[0];
+  }
+}

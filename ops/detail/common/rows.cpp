@@ -3,8 +3,10 @@
 #include <cmath>
 #include <string>
 
-#include "core/vec.h"
+#include "core/simd/dispatch.h"
 
+#ifndef GENBRIDGE_ROWS_ONCE_
+#define GENBRIDGE_ROWS_ONCE_
 namespace genbridge::ops::detail {
 
 int64_t row_offset(const TensorView& t, int k, int64_t r) {
@@ -36,14 +38,38 @@ int64_t col_offset(const TensorView& t, int k, int64_t c) {
   return off;
 }
 
+}  // namespace genbridge::ops::detail
+#endif  // GENBRIDGE_ROWS_ONCE_
+
+// ---- per CPU target: contiguous row conversions (exact widening; RNE narrowing as the scalar codecs) ----
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/detail/common/rows.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "ops/detail/common/rows-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace genbridge::ops::detail::HWY_NAMESPACE {
+using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
+
+void LoadRowF32(DType d, const void* src, int64_t n, float* out) { LoadRowF32Contiguous(d, src, n, out); }
+void StoreRowF32(DType d, void* dst, int64_t n, const float* in) { StoreRowF32Contiguous(d, dst, n, in); }
+
+}  // namespace genbridge::ops::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace genbridge::ops::detail {
+HWY_EXPORT(LoadRowF32);
+HWY_EXPORT(StoreRowF32);
+
 void load_row_f32(const TensorView& t, int k, int64_t r, int64_t cols, float* out) {
   with_float_dtype(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* base = t.data_as<const T>() + row_offset(t, k, r);
     if (trailing_contiguous(t, k)) {
-      int64_t c = 0;
-      for (; c + vec::kLanes <= cols; c += vec::kLanes) vec::store(out + c, vec::load(base + c));
-      for (; c < cols; ++c) out[c] = to_f32(base[c]);
+      GB_DISPATCH(LoadRowF32)(t.dtype(), base, cols, out);
     } else {
       for (int64_t c = 0; c < cols; ++c) out[c] = to_f32(base[col_offset(t, k, c)]);
     }
@@ -55,9 +81,7 @@ void store_row_f32(const TensorView& t, int k, int64_t r, int64_t cols, const fl
     using T = decltype(tag);
     T* base = t.data_as<T>() + row_offset(t, k, r);
     if (trailing_contiguous(t, k)) {
-      int64_t c = 0;
-      for (; c + vec::kLanes <= cols; c += vec::kLanes) vec::store(base + c, vec::load(in + c));
-      for (; c < cols; ++c) base[c] = from_f32<T>(in[c]);
+      GB_DISPATCH(StoreRowF32)(t.dtype(), base, cols, in);
     } else {
       for (int64_t c = 0; c < cols; ++c) base[col_offset(t, k, c)] = from_f32<T>(in[c]);
     }
@@ -114,3 +138,4 @@ Status check_same_shape_dtype(const char* op, const char* name, const TensorView
 }
 
 }  // namespace genbridge::ops::detail
+#endif  // HWY_ONCE

@@ -6,12 +6,14 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/simd/dispatch.h"
 #include "genbridge/core/formats.h"
-#include "genbridge/ops/kv_cache/fp8_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 #include "ops/detail/kv_cache/kv_layout.h"
 #include "ops/detail/common/rows.h"
 
+#ifndef GENBRIDGE_KV_WRITE_ONCE_
+#define GENBRIDGE_KV_WRITE_ONCE_
 namespace genbridge::ops::detail {
 namespace {
 
@@ -54,45 +56,89 @@ Status check_slots(const KvWriteCall& c, const KvGeometry& g, int64_t num_tokens
   return ok_status();
 }
 
-float abs_max(const float* x, int64_t n) {
-  float m = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    m = a > m ? a : m;  // NaN never wins
-  }
-  return m;
-}
+}  // namespace
+}  // namespace genbridge::ops::detail
+#endif  // GENBRIDGE_KV_WRITE_ONCE_
+
+// ---- per CPU target: the rows of a range of kv heads (every target gives the same bits) ----
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/detail/kv_cache/kv_write.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "core/simd/formats8-inl.h"
+#include "core/simd/vec16-inl.h"
+#include "ops/detail/common/rows-inl.h"
+#include "ops/detail/quant/absmax-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace genbridge::ops::detail::HWY_NAMESPACE {
+using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 // Writes one fp32 row into row `r` of `cache` (and its scale) in the cache's representation.
-void store_row(KvCacheFormat f, const float* x, int64_t d, const TensorView& cache, const TensorView& scales,
-               int64_t r, int64_t row_bytes) {
+HWY_INLINE void StoreRow(const KvWriteCall& c, const float* x, int64_t d, const TensorView& cache,
+                         const TensorView& scales, int64_t r, int64_t row_bytes) {
   uint8_t* row = static_cast<uint8_t*>(cache.data()) + r * row_bytes;
-  switch (f) {
-    case KvCacheFormat::kBf16: {
-      bf16_t* out = reinterpret_cast<bf16_t*>(row);
-      float_to_bf16_n(x, out, static_cast<size_t>(d));
-      return;
-    }
+  switch (c.cache.format) {
+    case KvCacheFormat::kBf16: ConvertRow(x, reinterpret_cast<bf16_t*>(row), d); return;
     case KvCacheFormat::kInt8Fp16Scale: {
-      const float amax = abs_max(x, d);
+      const float amax = AbsMaxSkippingNaN(x, d);
       const fp16_t stored = float_to_fp16((amax > kInt8KvScaleTinyAmax ? amax : kInt8KvScaleTinyAmax) / 127.0f);
       const float scale = fp16_to_float(stored);
       int8_t* out = reinterpret_cast<int8_t*>(row);
-      for (int64_t i = 0; i < d; ++i) out[i] = float_to_int8(x[i] / scale);
+      const V16 vs = Set16(scale);
+      int64_t i = 0;
+      for (; i + kLanes <= d; i += kLanes) StoreBytes16(out + i, EncodeInt8_16(Load16(x + i) / vs));
+      if (i < d) StoreBytesTail16(out + i, EncodeInt8_16(LoadTail16(x + i, d - i) / vs), d - i);
       scales.data_as<fp16_t>()[r] = stored;
       return;
     }
-    case KvCacheFormat::kFp8Fp32PackedScale: {
-      const float amax = abs_max(x, d);
-      const float scale = (amax > kFp8KvScaleTinyAmax ? amax : kFp8KvScaleTinyAmax) / 448.0f;
-      for (int64_t i = 0; i < d; ++i) row[i] = float_to_fp8_e4m3fn(x[i] / scale).bits;
-      std::memcpy(row + d, &scale, sizeof scale);
-      return;
+    case KvCacheFormat::kFp8Fp32PackedScale: c.encode_row(x, d, row); return;
+  }
+}
+
+// One row of `t` (rank 3, row = token * heads + head) as fp32.
+HWY_INLINE void LoadRow(const TensorView& t, int64_t src_row, int64_t d, float* x) {
+  if (t.stride(2) == 1 || d <= 1) {
+    const int64_t off = row_offset(t, 1, src_row) * static_cast<int64_t>(dtype_size(t.dtype()));
+    LoadRowF32Contiguous(t.dtype(), static_cast<const uint8_t*>(t.data()) + off, d, x);
+  } else {
+    load_row_f32(t, 1, src_row, d, x);
+  }
+}
+
+void WriteHeads(const KvWriteCall& c, const KvGeometry& g, int64_t h0, int64_t h1) {
+  const bool flat = c.slot_mapping.rank() == 1;
+  const int64_t d = g.head_dim, num_tokens = c.key.dim(0);
+  thread_local std::vector<float> x;  // grows once per thread; steady-state writes do not allocate
+  if (x.size() < static_cast<size_t>(d)) x.resize(static_cast<size_t>(d));
+  for (int64_t h = h0; h < h1; ++h) {
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      int64_t block, offset;
+      if (flat) {
+        const int64_t slot = at_i32(c.slot_mapping, t);
+        block = slot / g.block_size;
+        offset = slot % g.block_size;
+      } else {
+        block = at_i32(c.slot_mapping, t, 0);
+        offset = at_i32(c.slot_mapping, t, 1);
+      }
+      const int64_t r = g.row(block, h, offset);
+      const int64_t src_row = t * g.num_kv_heads + h;
+      LoadRow(c.key, src_row, d, x.data());
+      StoreRow(c, x.data(), d, c.cache.key_cache, c.cache.key_scale_cache, r, g.row_bytes);
+      LoadRow(c.value, src_row, d, x.data());
+      StoreRow(c, x.data(), d, c.cache.value_cache, c.cache.value_scale_cache, r, g.row_bytes);
     }
   }
 }
 
-}  // namespace
+}  // namespace genbridge::ops::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace genbridge::ops::detail {
+HWY_EXPORT(WriteHeads);
 
 Status run_kv_write(const KvWriteCall& c) {
   GB_RETURN_IF_ERROR(check_float_input(c.op, "key", c.key));
@@ -108,34 +154,17 @@ Status run_kv_write(const KvWriteCall& c) {
   }
   const int64_t num_tokens = c.key.dim(0);
   GB_RETURN_IF_ERROR(check_slots(c, g, num_tokens));
+  if (c.cache.format == KvCacheFormat::kFp8Fp32PackedScale && c.encode_row == nullptr) {
+    return internal_error(s(c.op) + ": the cache is " + s(kv_cache_format_name(c.cache.format)) +
+                          " but the provider supplied no row encoder for it");
+  }
   if (num_tokens == 0) return ok_status();
 
-  const bool flat = c.slot_mapping.rank() == 1;
-  const int64_t d = g.head_dim;
-  ::genbridge::detail::parallel_for(g.num_kv_heads, num_tokens * d * 8, [&](int64_t h0, int64_t h1) {
-    thread_local std::vector<float> x;  // grows once per thread; steady-state writes do not allocate
-    if (x.size() < static_cast<size_t>(d)) x.resize(static_cast<size_t>(d));
-    for (int64_t h = h0; h < h1; ++h) {
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        int64_t block, offset;
-        if (flat) {
-          const int64_t slot = at_i32(c.slot_mapping, t);
-          block = slot / g.block_size;
-          offset = slot % g.block_size;
-        } else {
-          block = at_i32(c.slot_mapping, t, 0);
-          offset = at_i32(c.slot_mapping, t, 1);
-        }
-        const int64_t r = g.row(block, h, offset);
-        const int64_t src_row = t * g.num_kv_heads + h;
-        load_row_f32(c.key, 1, src_row, d, x.data());
-        store_row(c.cache.format, x.data(), d, c.cache.key_cache, c.cache.key_scale_cache, r, g.row_bytes);
-        load_row_f32(c.value, 1, src_row, d, x.data());
-        store_row(c.cache.format, x.data(), d, c.cache.value_cache, c.cache.value_scale_cache, r, g.row_bytes);
-      }
-    }
-  });
+  auto* write_heads = &GB_DISPATCH(WriteHeads);  // the CPU target is chosen once per call
+  ::genbridge::detail::parallel_for(g.num_kv_heads, num_tokens * g.head_dim * 8,
+                                    [&](int64_t h0, int64_t h1) { write_heads(c, g, h0, h1); });
   return ok_status();
 }
 
 }  // namespace genbridge::ops::detail
+#endif  // HWY_ONCE

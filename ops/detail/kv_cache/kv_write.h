@@ -2,6 +2,8 @@
 // Internal: the shared KV-cache writer behind kv_cache/*_kv_write. Generic: it knows formats and
 // slot-mapping shapes, never targets.
 
+#include <cstdint>
+
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"
 #include "genbridge/ops/attention/paged_decode.h"
@@ -19,6 +21,10 @@ struct KvWriteCall {
   SlotMapping slots = SlotMapping::kFlat;
   TensorView key, value, slot_mapping;
   PagedKvCache cache;
+  // Encodes one fp32 row of head_dim values into a cache row of a representation the shared writer does
+  // not implement: the fp8 cache (kFp8Fp32PackedScale), whose encoder is private to the generation that
+  // has it (ops/target_providers/<Target>/detail/kv_cache/). Required for that format, unused otherwise.
+  void (*encode_row)(const float* x, int64_t head_dim, uint8_t* row) = nullptr;
 };
 
 // Validates every argument and slot (InvalidArgument naming op, value and rule) and, only when all are

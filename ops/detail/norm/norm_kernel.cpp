@@ -5,9 +5,11 @@
 #include <string>
 
 #include "core/parallel.h"
-#include "core/vec.h"
+#include "core/simd/dispatch.h"
 #include "ops/detail/common/rows.h"
 
+#ifndef GENBRIDGE_NORM_KERNEL_ONCE_
+#define GENBRIDGE_NORM_KERNEL_ONCE_
 namespace genbridge::ops::detail {
 namespace {
 
@@ -66,53 +68,71 @@ Status validate_impl(const NormCall& c) {
   return ok_status();
 }
 
-inline float sum_squares(const float* v, int64_t n) {
-  vec::f32x16 a0{}, a1{};
+}  // namespace
+}  // namespace genbridge::ops::detail
+#endif  // GENBRIDGE_NORM_KERNEL_ONCE_
+
+// ---- per CPU target: the row loops (every target gives the same bits: same lanes, same operation order) ----
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/detail/norm/norm_kernel.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "core/simd/vec16-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace genbridge::ops::detail::HWY_NAMESPACE {
+using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
+
+HWY_INLINE float RstdOf(float sumsq, int64_t cols, float eps) {
+  return 1.0f / std::sqrt(sumsq / static_cast<float>(cols) + eps);
+}
+
+// Sum of squares of an fp32 buffer (the any-stride path): two chains over 32 values, then one more 16.
+HWY_INLINE float SumSquares(const float* v, int64_t n) {
+  V16 a0 = Zero16(), a1 = Zero16();
   int64_t i = 0;
-  for (; i + 2 * vec::kLanes <= n; i += 2 * vec::kLanes) {
-    const vec::f32x16 p = vec::load(v + i), q = vec::load(v + i + vec::kLanes);
-    a0 += p * p;
-    a1 += q * q;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const V16 p = Load16(v + i), q = Load16(v + i + kLanes);
+    a0 = a0 + p * p;
+    a1 = a1 + q * q;
   }
-  if (i + vec::kLanes <= n) {
-    const vec::f32x16 p = vec::load(v + i);
-    a0 += p * p;
-    i += vec::kLanes;
+  if (i + kLanes <= n) {
+    const V16 p = Load16(v + i);
+    a0 = a0 + p * p;
+    i += kLanes;
   }
-  float s = vec::reduce_add(a0 + a1);
+  float s = ReduceAdd16(a0 + a1);
   for (; i < n; ++i) s += v[i] * v[i];
   return s;
 }
 
-inline float rstd_of(float sumsq, int64_t cols, float eps) {
-  return 1.0f / std::sqrt(sumsq / static_cast<float>(cols) + eps);
-}
-
-// Sum of squares of a contiguous row of T, widened in registers (no staging buffer).
+// Sum of squares of a contiguous row of T, widened in registers: four chains over 64 values (hiding the
+// add latency), then 16 at a time into the first, combined in a fixed order.
 template <typename T>
-inline float sum_squares_row(const T* v, int64_t n) {
-  vec::f32x16 a0{}, a1{}, a2{}, a3{};  // four chains hide the add latency; combined in a fixed order
+HWY_INLINE float SumSquaresRow(const T* v, int64_t n) {
+  V16 a0 = Zero16(), a1 = Zero16(), a2 = Zero16(), a3 = Zero16();
   int64_t i = 0;
-  for (; i + 4 * vec::kLanes <= n; i += 4 * vec::kLanes) {
-    const vec::f32x16 p0 = vec::load(v + i), p1 = vec::load(v + i + vec::kLanes);
-    const vec::f32x16 p2 = vec::load(v + i + 2 * vec::kLanes), p3 = vec::load(v + i + 3 * vec::kLanes);
-    a0 += p0 * p0;
-    a1 += p1 * p1;
-    a2 += p2 * p2;
-    a3 += p3 * p3;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    const V16 p0 = Load16(v + i), p1 = Load16(v + i + kLanes);
+    const V16 p2 = Load16(v + i + 2 * kLanes), p3 = Load16(v + i + 3 * kLanes);
+    a0 = a0 + p0 * p0;
+    a1 = a1 + p1 * p1;
+    a2 = a2 + p2 * p2;
+    a3 = a3 + p3 * p3;
   }
-  for (; i + vec::kLanes <= n; i += vec::kLanes) {
-    const vec::f32x16 p = vec::load(v + i);
-    a0 += p * p;
+  for (; i + kLanes <= n; i += kLanes) {
+    const V16 p = Load16(v + i);
+    a0 = a0 + p * p;
   }
-  float s = vec::reduce_add((a0 + a1) + (a2 + a3));
+  float s = ReduceAdd16((a0 + a1) + (a2 + a3));
   for (; i < n; ++i) s += to_f32(v[i]) * to_f32(v[i]);
   return s;
 }
 
 // Contiguous fast path for one element type: two passes over the (cache-resident) row.
 template <typename T>
-void norm_rows_contiguous(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1) {
+void NormRowsContiguousT(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) {
     const T* src = c.x.data_as<const T>() + row_offset(c.x, k, r);
     if (c.residual) {
@@ -120,25 +140,31 @@ void norm_rows_contiguous(const NormCall& c, int k, int64_t cols, const float* w
       const T* rr = c.residual->data_as<const T>() + row_offset(*c.residual, k, r);
       T* sr = c.residual_sum->data_as<T>() + row_offset(*c.residual_sum, k, r);
       int64_t i = 0;
-      for (; i + vec::kLanes <= cols; i += vec::kLanes) vec::store(sr + i, vec::load(src + i) + vec::load(rr + i));
+      for (; i + kLanes <= cols; i += kLanes) Store16(sr + i, Load16(src + i) + Load16(rr + i));
       for (; i < cols; ++i) sr[i] = from_f32<T>(to_f32(src[i]) + to_f32(rr[i]));
       src = sr;
     }
-    const float rs = rstd_of(sum_squares_row(src, cols), cols, c.eps);
+    const float rs = RstdOf(SumSquaresRow(src, cols), cols, c.eps);
     if (c.rstd) c.rstd->data_as<float>()[row_offset(*c.rstd, k, r)] = rs;
     T* yr = c.y.data_as<T>() + row_offset(c.y, k, r);
-    const vec::f32x16 vrs = vec::splat(rs);
+    const V16 vrs = Set16(rs);
     int64_t i = 0;
-    for (; i + vec::kLanes <= cols; i += vec::kLanes) {
-      vec::store(yr + i, (vec::load(src + i) * vrs) * vec::load(w + i));
-    }
+    for (; i + kLanes <= cols; i += kLanes) Store16(yr + i, (Load16(src + i) * vrs) * Load16(w + i));
     for (; i < cols; ++i) yr[i] = from_f32<T>((to_f32(src[i]) * rs) * w[i]);
   }
 }
 
+void NormRowsContiguous(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1) {
+  switch (c.x.dtype()) {
+    case DType::kF32: NormRowsContiguousT<float>(c, k, cols, w, r0, r1); return;
+    case DType::kF16: NormRowsContiguousT<fp16_t>(c, k, cols, w, r0, r1); return;
+    default: NormRowsContiguousT<bf16_t>(c, k, cols, w, r0, r1); return;
+  }
+}
+
 // Any-stride path: same arithmetic, element access through offsets.
-void norm_rows_strided(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1,
-                       float* buf, float* tmp) {
+void NormRowsStrided(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1, float* buf,
+                     float* tmp) {
   for (int64_t r = r0; r < r1; ++r) {
     load_row_f32(c.x, k, r, cols, buf);
     if (c.residual) {
@@ -146,14 +172,23 @@ void norm_rows_strided(const NormCall& c, int k, int64_t cols, const float* w, i
       for (int64_t i = 0; i < cols; ++i) buf[i] = round_to_dtype(buf[i] + tmp[i], c.x.dtype());
       store_row_f32(*c.residual_sum, k, r, cols, buf);
     }
-    const float rs = rstd_of(sum_squares(buf, cols), cols, c.eps);
+    const float rs = RstdOf(SumSquares(buf, cols), cols, c.eps);
     if (c.rstd) c.rstd->data_as<float>()[row_offset(*c.rstd, k, r)] = rs;
-    for (int64_t i = 0; i < cols; ++i) tmp[i] = (buf[i] * rs) * w[i];
+    const V16 vrs = Set16(rs);
+    int64_t i = 0;
+    for (; i + kLanes <= cols; i += kLanes) Store16(tmp + i, (Load16(buf + i) * vrs) * Load16(w + i));
+    for (; i < cols; ++i) tmp[i] = (buf[i] * rs) * w[i];
     store_row_f32(c.y, k, r, cols, tmp);
   }
 }
 
-}  // namespace
+}  // namespace genbridge::ops::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace genbridge::ops::detail {
+HWY_EXPORT(NormRowsContiguous);
+HWY_EXPORT(NormRowsStrided);
 
 Status validate_norm(const NormCall& c) { return validate_impl(c); }
 
@@ -164,23 +199,28 @@ Status run_norm(const NormCall& c) {
   const int64_t rows = c.x.numel() / cols;
   if (rows == 0) return ok_status();
 
-  std::vector<float> w(static_cast<size_t>(cols));
-  load_row_f32(c.weight, k, 0, cols, w.data());
+  // The effective weight in fp32, in a per-thread buffer that grows once (decode calls are small and
+  // frequent; a fresh zero-filled vector per call showed up in profiles).
+  thread_local std::vector<float> w_buffer;
+  if (w_buffer.size() < static_cast<size_t>(cols)) w_buffer.resize(static_cast<size_t>(cols));
+  float* const w = w_buffer.data();  // workers use this thread's buffer through the pointer
+  load_row_f32(c.weight, k, 0, cols, w);
   if (c.form == WeightForm::kOnePlusInFp32) {
-    for (float& v : w) v = 1.0f + v;
+    for (int64_t i = 0; i < cols; ++i) w[i] = 1.0f + w[i];
   }
 
   bool contiguous = trailing_contiguous(c.x, k) && trailing_contiguous(c.y, k);
   if (c.residual) contiguous = contiguous && trailing_contiguous(*c.residual, k) && trailing_contiguous(*c.residual_sum, k);
 
+  // The CPU target is chosen once per call; every worker runs that target's loops.
+  auto* contiguous_rows = &GB_DISPATCH(NormRowsContiguous);
+  auto* strided_rows = &GB_DISPATCH(NormRowsStrided);
   genbridge::detail::parallel_for(rows, cols, [&](int64_t r0, int64_t r1) {
     if (contiguous) {
-      with_float_dtype(c.x.dtype(), [&](auto tag) {
-        norm_rows_contiguous<decltype(tag)>(c, k, cols, w.data(), r0, r1);
-      });
+      contiguous_rows(c, k, cols, w, r0, r1);
     } else {
       std::vector<float> buf(static_cast<size_t>(cols)), tmp(static_cast<size_t>(cols));
-      norm_rows_strided(c, k, cols, w.data(), r0, r1, buf.data(), tmp.data());
+      strided_rows(c, k, cols, w, r0, r1, buf.data(), tmp.data());
     }
   });
   return ok_status();
@@ -198,3 +238,4 @@ TensorView offset_weight_rounded(const TensorView& w, std::vector<uint32_t>& sto
 }
 
 }  // namespace genbridge::ops::detail
+#endif  // HWY_ONCE

@@ -3,6 +3,7 @@
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 
 #include "ops/detail/kv_cache/kv_write.h"
+#include "ops/target_providers/Ascend950/detail/kv_cache/fp8_kv_row.h"
 
 namespace genbridge::ops {
 
@@ -17,6 +18,7 @@ Status fp8_kv_write(const TensorView& key, const TensorView& value, const Tensor
   c.cache.format = KvCacheFormat::kFp8Fp32PackedScale;
   c.cache.key_cache = key_cache;
   c.cache.value_cache = value_cache;
+  c.encode_row = detail::fp8_kv_row_encoder();
   return detail::run_kv_write(c);
 }
 
