@@ -1,3 +1,7 @@
+// attention/rope. The rotation of each row is compiled once per CPU target (Highway, dispatched once per
+// call); the angles' cos/sin are the C library's, computed once per (token, pair) as before.
+#ifndef GENBRIDGE_OPS_COMMON_ATTENTION_ROPE_SHARED_
+#define GENBRIDGE_OPS_COMMON_ATTENTION_ROPE_SHARED_
 #include "genbridge/ops/attention/rope.h"
 
 #include <cmath>
@@ -6,9 +10,44 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/simd/dispatch.h"
 #include "ops/detail/common/rows.h"
+#endif  // GENBRIDGE_OPS_COMMON_ATTENTION_ROPE_SHARED_
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/common/attention/rope.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "core/simd/vec16-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace genbridge::ops::HWY_NAMESPACE {
+using namespace ::genbridge::simd::HWY_NAMESPACE;
+
+// NeoX rotation of one row x[0, 2 * half): (x1, x2) = (x[i], x[i + half]) becomes
+// (x1 * cos - x2 * sin, x2 * cos + x1 * sin), each product rounded, then the sum.
+void RopeRotateRow(const float* HWY_RESTRICT cos_a, const float* HWY_RESTRICT sin_a, float* HWY_RESTRICT x,
+                   int64_t half) {
+  int64_t i = 0;
+  for (; i + kLanes <= half; i += kLanes) {
+    const V16 x1 = Load16(x + i), x2 = Load16(x + half + i), c = Load16(cos_a + i), s = Load16(sin_a + i);
+    Store16(x + i, x1 * c - x2 * s);
+    Store16(x + half + i, x2 * c + x1 * s);
+  }
+  for (; i < half; ++i) {
+    const float x1 = x[i], x2 = x[i + half];
+    x[i] = x1 * cos_a[i] - x2 * sin_a[i];
+    x[i + half] = x2 * cos_a[i] + x1 * sin_a[i];
+  }
+}
+
+}  // namespace genbridge::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace genbridge::ops {
+HWY_EXPORT(RopeRotateRow);
 namespace {
 
 constexpr const char* kOp = "rope";
@@ -23,8 +62,8 @@ int64_t position_at(const TensorView& p, int64_t t) {
 Status check_heads(const char* name, const char* heads, const TensorView& t) {
   GB_RETURN_IF_ERROR(detail::check_float_input(kOp, name, t));
   if (t.rank() != 3) {
-    return invalid_argument(s(kOp) + ": " + name + " has shape " + t.shape_string() + " but must have rank 3 [num_tokens, " +
-                            heads + ", head_dim]");
+    return invalid_argument(s(kOp) + ": " + name + " has shape " + t.shape_string() +
+                            " but must have rank 3 [num_tokens, " + heads + ", head_dim]");
   }
   return ok_status();
 }
@@ -71,8 +110,8 @@ Status rope(const TensorView& positions, const TensorView& query, const TensorVi
   }
   for (int64_t t = 0; t < num_tokens; ++t) {
     if (position_at(positions, t) < 0) {
-      return invalid_argument(s(kOp) + ": positions[" + std::to_string(t) + "] = " +
-                              std::to_string(position_at(positions, t)) + " but positions must be >= 0");
+      return invalid_argument(s(kOp) + ": positions[" + std::to_string(t) +
+                              "] = " + std::to_string(position_at(positions, t)) + " but positions must be >= 0");
     }
   }
   if (num_tokens == 0 || d == 0) return ok_status();
@@ -82,6 +121,7 @@ Status rope(const TensorView& positions, const TensorView& query, const TensorVi
   const float* freq = inv_freq.data();  // the caller's buffer; worker threads must not name the thread_local
   const int64_t half = d / 2;
   const int64_t heads = query.dim(1) + key.dim(1);
+  const auto rotate = GB_DISPATCH(RopeRotateRow);  // the CPU target's row kernel, chosen once per call
   ::genbridge::detail::parallel_for(num_tokens, heads * d * 4 + half * 40, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> cos_a, sin_a, x;
     cos_a.resize(static_cast<size_t>(half));
@@ -98,11 +138,7 @@ Status rope(const TensorView& positions, const TensorView& query, const TensorVi
         for (int64_t h = 0; h < tv->dim(1); ++h) {
           const int64_t row = t * tv->dim(1) + h;
           detail::load_row_f32(*tv, 1, row, d, x.data());
-          for (int64_t i = 0; i < half; ++i) {
-            const float x1 = x[i], x2 = x[i + half];
-            x[i] = x1 * cos_a[i] - x2 * sin_a[i];
-            x[i + half] = x2 * cos_a[i] + x1 * sin_a[i];
-          }
+          rotate(cos_a.data(), sin_a.data(), x.data(), half);
           detail::store_row_f32(*tv, 1, row, d, x.data());
         }
       }
@@ -112,3 +148,4 @@ Status rope(const TensorView& positions, const TensorView& query, const TensorVi
 }
 
 }  // namespace genbridge::ops
+#endif  // HWY_ONCE
