@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: installs missing Debian dependencies, configures and builds both targets
-# and the sanitizer build, and runs every test (including the cross-target check). Fails when a build
-# runs fewer tests than tests/EXPECTED_MIN_TESTS records. Ends with its wall time and then ctest's
-# summary line for all builds together (the last line).
+# and the sanitizer build, and runs every test (including the cross-target check); on an x86-64 host it
+# also cross-compiles the aarch64 build and runs its op and cross-CPU tests under qemu-aarch64, comparing
+# their digests with the ascend950 build's (GENBRIDGE_SKIP_AARCH64=1 skips it). Fails when a build
+# runs fewer tests than tests/EXPECTED_MIN_TESTS records. Prints each phase's time, ends with its wall
+# time and then ctest's summary line for all builds together (the last line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -28,6 +30,16 @@ cmake --build --preset asan -j "$jobs"
 echo "== builds took $(took $t)"
 
 presets=(ascend910 asan ascend950)
+# aarch64: cross-compiled (cmake/toolchains/aarch64-linux-gnu.cmake); the op contract tests and the cross-CPU
+# check run under qemu-aarch64 and its digests must equal the ascend950 build's.
+if [ "$(uname -m)" = x86_64 ] && [ "${GENBRIDGE_SKIP_AARCH64:-0}" != 1 ]; then
+  t=$SECONDS
+  echo "== configure + build: aarch64 (cross-compiled; tests under qemu-aarch64 against ascend950's digests)"
+  cmake --preset aarch64 -DGENBRIDGE_CROSS_CPU_PEER="$PWD/build/ascend950/tests" >/dev/null
+  cmake --build --preset aarch64 -j "$jobs"
+  echo "== aarch64 build took $(took $t)"
+  presets+=(aarch64)
+fi
 failed=0
 for preset in "${presets[@]}"; do
   t=$SECONDS

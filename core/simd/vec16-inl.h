@@ -63,16 +63,24 @@ inline constexpr bool kNativeF16Demote = true;
 inline constexpr bool kNativeF16Demote = false;
 #endif
 
+// The constructors are written out (not implicit) so that they are compiled with this target's options:
+// GCC 12 gives implicitly-defined members of a class declared under "#pragma GCC target" the translation
+// unit's options, and inlining Highway's vector constructors into them then fails on aarch64 (NEON is
+// "+crypto" there).
 struct V16 {
+  HWY_INLINE V16() {}
   VF p[kParts];
 };
 struct U16 {
+  HWY_INLINE U16() {}
   VU p[kParts];
 };
 struct I16 {
+  HWY_INLINE I16() {}
   VI p[kParts];
 };
 struct M16 {
+  HWY_INLINE M16() {}
   MF p[kParts];
 };
 

@@ -1,11 +1,12 @@
-// linear/linear, one implementation for every target: the host tile kernel in ops/detail/linear/dot_kernel.h.
+// linear/linear, one implementation for every target: the host dot kernel in ops/detail/linear/dot_kernel.h
+// (GEMV below 8 rows, packed GEMM from 8; the same bits either way).
 #include "genbridge/ops/linear/linear.h"
 
 #include <vector>
 
-#include "ops/detail/linear/dot_kernel.h"
 #include "ops/detail/common/rows.h"
 #include "ops/detail/common/tensor_checks.h"
+#include "ops/detail/linear/dot_kernel.h"
 
 namespace genbridge::ops {
 namespace {
@@ -48,8 +49,9 @@ void run(const TensorView& x, const TensorView& w, const TensorView& y, const st
   const int64_t y_col = y.stride(-1);
   YT* yp = y.data_as<YT>();
   const float* b = bias.empty() ? nullptr : bias.data();
+  const detail::DotRowsFn dot = detail::dot_rows_fn(w.dtype());
 
-  const int64_t mb = detail::kRowsPerItem;
+  const int64_t mb = detail::rows_per_item(M);
   const int64_t row_blocks = (M + mb - 1) / mb;
   const int64_t nc = detail::cols_per_item(N, row_blocks, num_threads());
   const int64_t col_chunks = (N + nc - 1) / nc;
@@ -64,18 +66,19 @@ void run(const TensorView& x, const TensorView& w, const TensorView& y, const st
       a = buf;
       lda = K;
     }
-    detail::dot_block(a, lda, r1 - r0, wp + c0 * ldw, ldw, c1 - c0, K,
-                      [&](int64_t tr, int64_t tc, int mr, int ncols, const float* vals) {
-                        for (int i = 0; i < mr; ++i) {
-                          YT* row = yp + y_row[r0 + tr + i];
-                          for (int j = 0; j < ncols; ++j) {
-                            const int64_t c = c0 + tc + j;
-                            float v = vals[i * ncols + j];
-                            if (b) v = v + b[c];
-                            row[c * y_col] = detail::from_f32<YT>(v);
-                          }
-                        }
-                      });
+    const int64_t m = r1 - r0, n = c1 - c0;
+    float* vals = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
+    dot(a, lda, m, wp + c0 * ldw, ldw, n, K, vals, n);
+    for (int64_t i = 0; i < m; ++i) {
+      YT* row = yp + y_row[r0 + i];
+      const float* v = vals + i * n;
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t c = c0 + j;
+        float o = v[j];
+        if (b) o = o + b[c];
+        row[c * y_col] = detail::from_f32<YT>(o);
+      }
+    }
   });
 }
 

@@ -1,5 +1,6 @@
-// moe/expert_ffn, one implementation for every target: layout first (slots grouped per expert), then
-// two passes of the shared tile kernel (gate/up with the activation fused, then down).
+// moe/expert_ffn, one implementation for every target: layout first (slots grouped per expert, so each
+// expert's weights are read once per call), then two passes of the shared dot kernel (GEMM for an
+// expert's group of 8 or more rows, GEMV below): gate/up with the activation applied per item, then down.
 #include "genbridge/ops/moe/expert_ffn.h"
 
 #include <algorithm>
@@ -7,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/detail/linear/dot_kernel.h"
-#include "ops/detail/common/rows.h"
 #include "ops/detail/activation/swiglu.h"
+#include "ops/detail/common/rows.h"
 #include "ops/detail/common/tensor_checks.h"
+#include "ops/detail/linear/dot_kernel.h"
 
 namespace genbridge::ops {
 namespace {
@@ -57,8 +58,9 @@ Status validate_experts(const TensorView& x, std::span<const ExpertWeights> expe
                         const TensorView& out) {
   const int64_t H = x.dim(1);
   if (static_cast<int64_t>(experts.size()) != end - begin) {
-    return invalid_argument("expert_ffn: " + std::to_string(experts.size()) + " expert weight sets given for expert range " +
-                            range_text(begin, end) + "; exactly one per expert in the range is required");
+    return invalid_argument("expert_ffn: " + std::to_string(experts.size()) +
+                            " expert weight sets given for expert range " + range_text(begin, end) +
+                            "; exactly one per expert in the range is required");
   }
   if (experts.empty()) return ok_status();
   const TensorView& g0 = experts[0].w_gate;
@@ -69,9 +71,11 @@ Status validate_experts(const TensorView& x, std::span<const ExpertWeights> expe
   const std::string down_why = "([H, I] with H = x's last dimension and I = experts[0].w_gate's rows)";
   for (size_t i = 0; i < experts.size(); ++i) {
     const std::string p = "experts[" + std::to_string(i) + "].";
-    GB_RETURN_IF_ERROR(validate_weight(p + "w_gate", experts[i].w_gate, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
+    GB_RETURN_IF_ERROR(
+        validate_weight(p + "w_gate", experts[i].w_gate, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
     GB_RETURN_IF_ERROR(validate_weight(p + "w_up", experts[i].w_up, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
-    GB_RETURN_IF_ERROR(validate_weight(p + "w_down", experts[i].w_down, {H, I}, down_why, &g0, "experts[0].w_gate", out));
+    GB_RETURN_IF_ERROR(
+        validate_weight(p + "w_down", experts[i].w_down, {H, I}, down_why, &g0, "experts[0].w_gate", out));
   }
   return ok_status();
 }
@@ -84,14 +88,14 @@ struct Item {
 
 std::vector<Item> make_items(const std::vector<int64_t>& count, int64_t cols) {
   int64_t row_blocks = 0;
-  for (int64_t n : count) row_blocks += (n + detail::kRowsPerItem - 1) / detail::kRowsPerItem;
+  for (int64_t n : count) row_blocks += (n + detail::rows_per_item(n) - 1) / detail::rows_per_item(n);
   const int64_t nc = detail::cols_per_item(cols, row_blocks, num_threads());
   std::vector<Item> items;
   for (size_t e = 0; e < count.size(); ++e) {
-    for (int64_t r0 = 0; r0 < count[e]; r0 += detail::kRowsPerItem) {
+    const int64_t mb = detail::rows_per_item(count[e]);
+    for (int64_t r0 = 0; r0 < count[e]; r0 += mb) {
       for (int64_t c0 = 0; c0 < cols; c0 += nc) {
-        items.push_back({static_cast<int64_t>(e), r0, std::min(count[e], r0 + detail::kRowsPerItem), c0,
-                         std::min(cols, c0 + nc)});
+        items.push_back({static_cast<int64_t>(e), r0, std::min(count[e], r0 + mb), c0, std::min(cols, c0 + nc)});
       }
     }
   }
@@ -99,8 +103,8 @@ std::vector<Item> make_items(const std::vector<int64_t>& count, int64_t cols) {
 }
 
 template <typename WT, typename OT>
-void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeights> experts, int64_t begin,
-         int64_t end, const TensorView& out) {
+void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeights> experts, int64_t begin, int64_t end,
+         const TensorView& out) {
   const int64_t T = x.dim(0), H = x.dim(1), k = ids.dim(1), L = end - begin;
   const int64_t I = experts[0].w_gate.dim(0);
 
@@ -136,40 +140,35 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
   }
 
   std::unique_ptr<float[]> act(new float[static_cast<size_t>(rows * I)]);
+  const detail::DotRowsFn dot = detail::dot_rows_fn(experts[0].w_gate.dtype());
   // act[row, c0:c1] = silu(x . w_gate[i]) * (x . w_up[i]) in fp32 for the item's rows.
   auto gate_up = [&](const Item& it) {
-    const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0;
+    const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0, n = it.c1 - it.c0;
     float* a = static_cast<float*>(detail::thread_scratch<0>(static_cast<size_t>(m * H) * sizeof(float)));
     for (int64_t r = 0; r < m; ++r) detail::load_row_f32(x, 1, slot[g0 + r] / k, H, a + r * H);
     const TensorView& wg = experts[it.expert].w_gate;
     const TensorView& wu = experts[it.expert].w_up;
-    float* act_rows = act.get() + g0 * I;
-    detail::dot_block(a, H, m, wg.data_as<const WT>() + it.c0 * wg.stride(0), wg.stride(0), it.c1 - it.c0, H,
-                      [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
-                        for (int i = 0; i < mr; ++i)
-                          for (int j = 0; j < nc; ++j) act_rows[(tr + i) * I + it.c0 + tc + j] = v[i * nc + j];
-                      });
-    detail::dot_block(a, H, m, wu.data_as<const WT>() + it.c0 * wu.stride(0), wu.stride(0), it.c1 - it.c0, H,
-                      [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
-                        for (int i = 0; i < mr; ++i)
-                          for (int j = 0; j < nc; ++j) {
-                            float& g = act_rows[(tr + i) * I + it.c0 + tc + j];
-                            g = detail::silu_mul(g, v[i * nc + j]);
-                          }
-                      });
+    float* act_rows = act.get() + g0 * I + it.c0;
+    float* up = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
+    dot(a, H, m, wg.data_as<const WT>() + it.c0 * wg.stride(0), wg.stride(0), n, H, act_rows, I);
+    dot(a, H, m, wu.data_as<const WT>() + it.c0 * wu.stride(0), wu.stride(0), n, H, up, n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float& g = act_rows[i * I + j];
+        g = detail::silu_mul(g, up[i * n + j]);
+      }
   };
   // out[t, j, c0:c1] = act[row] . w_down[c0:c1]^T for the item's rows.
   auto down = [&](const Item& it) {
-    const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0;
+    const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0, n = it.c1 - it.c0;
     const TensorView& wd = experts[it.expert].w_down;
-    detail::dot_block(act.get() + g0 * I, I, m, wd.data_as<const WT>() + it.c0 * wd.stride(0), wd.stride(0),
-                      it.c1 - it.c0, I, [&](int64_t tr, int64_t tc, int mr, int nc, const float* v) {
-                        for (int i = 0; i < mr; ++i) {
-                          const int64_t s = slot[g0 + tr + i];
-                          OT* row = op + (s / k) * os0 + (s % k) * os1;
-                          for (int j = 0; j < nc; ++j) row[(it.c0 + tc + j) * os2] = detail::from_f32<OT>(v[i * nc + j]);
-                        }
-                      });
+    float* v = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
+    dot(act.get() + g0 * I, I, m, wd.data_as<const WT>() + it.c0 * wd.stride(0), wd.stride(0), n, I, v, n);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t s = slot[g0 + i];
+      OT* row = op + (s / k) * os0 + (s % k) * os1;
+      for (int64_t j = 0; j < n; ++j) row[(it.c0 + j) * os2] = detail::from_f32<OT>(v[i * n + j]);
+    }
   };
 
   const std::vector<Item> items = make_items(count, I);

@@ -1,15 +1,39 @@
-// moe/moe_combine, one implementation for every target.
+// moe/moe_combine, one implementation for every target; the weighted sum is compiled per CPU target.
 #include "genbridge/ops/moe/moe_combine.h"
 
 #include <vector>
 
 #include "core/parallel.h"
-#include "core/vec.h"
-#include "ops/detail/common/rows.h"
+#include "core/simd/dispatch.h"
 #include "ops/detail/activation/swiglu.h"
+#include "ops/detail/common/rows.h"
 #include "ops/detail/common/tensor_checks.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/common/moe/moe_combine.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "core/simd/vec16-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace genbridge::ops::HWY_NAMESPACE {
+using namespace genbridge::simd::HWY_NAMESPACE;
+
+// acc[0:H] = acc + s * v, each product and sum rounded once (no fused multiply-add).
+void AddScaled(float* acc, float s, const float* v, int64_t H) {
+  const V16 sv = Set16(s);
+  int64_t h = 0;
+  for (; h + kLanes <= H; h += kLanes) Store16(acc + h, Add16(Load16(acc + h), Mul16(sv, Load16(v + h))));
+  for (; h < H; ++h) acc[h] = acc[h] + s * v[h];
+}
+
+}  // namespace genbridge::ops::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 namespace genbridge::ops {
+HWY_EXPORT(AddScaled);
 namespace {
 
 constexpr const char* kOp = "moe_combine";
@@ -44,14 +68,6 @@ Status validate(const TensorView& eo, const TensorView& w, const TensorView& out
   return ok_status();
 }
 
-// acc[0:H] = acc + s * v, each product and sum rounded once (no fused multiply-add).
-inline void add_scaled(float* acc, float s, const float* v, int64_t H) {
-  const vec::f32x16 sv = vec::splat(s);
-  int64_t h = 0;
-  for (; h + vec::kLanes <= H; h += vec::kLanes) vec::store(acc + h, vec::load(acc + h) + sv * vec::load(v + h));
-  for (; h < H; ++h) acc[h] = acc[h] + s * v[h];
-}
-
 }  // namespace
 
 Status moe_combine(const TensorView& expert_out, const TensorView& topk_weights, const TensorView& out,
@@ -59,6 +75,7 @@ Status moe_combine(const TensorView& expert_out, const TensorView& topk_weights,
   GB_RETURN_IF_ERROR(validate(expert_out, topk_weights, out, shared_out, shared_gate));
   const int64_t T = expert_out.dim(0), k = expert_out.dim(1), H = expert_out.dim(2);
   if (T == 0 || H == 0) return ok_status();
+  const auto add_scaled = GB_DISPATCH(AddScaled);
   genbridge::detail::parallel_for(T, (k + 2) * H, [&](int64_t t0, int64_t t1) {
     std::vector<float> acc(static_cast<size_t>(H)), row(static_cast<size_t>(H));
     for (int64_t t = t0; t < t1; ++t) {
@@ -70,8 +87,8 @@ Status moe_combine(const TensorView& expert_out, const TensorView& topk_weights,
       }
       if (shared_out) {
         detail::load_row_f32(*shared_out, 1, t, H, row.data());
-        const float g = shared_gate ? detail::sigmoid(shared_gate->data_as<const float>()[t * shared_gate->stride(0)])
-                                    : 1.0f;
+        const float g =
+            shared_gate ? detail::sigmoid(shared_gate->data_as<const float>()[t * shared_gate->stride(0)]) : 1.0f;
         add_scaled(acc.data(), g, row.data(), H);
       }
       detail::store_row_f32(out, 1, t, H, acc.data());
@@ -81,3 +98,4 @@ Status moe_combine(const TensorView& expert_out, const TensorView& topk_weights,
 }
 
 }  // namespace genbridge::ops
+#endif  // HWY_ONCE

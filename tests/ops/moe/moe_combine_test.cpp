@@ -11,6 +11,7 @@
 #include "genbridge/core/threading.h"
 #include "genbridge/ops/moe/expert_ffn.h"
 #include "genbridge/ops/moe/topk_router.h"
+#include "support/each_cpu_target.h"
 #include "support/fp32_bounds.h"
 #include "support/tensor_util.h"
 
@@ -51,7 +52,7 @@ std::vector<float> expected(Inputs& in, bool with_shared, bool with_gate) {
   return out;
 }
 
-TEST(MoeCombine, slot_order_fp32_sum_bit_exact) {
+void check_slot_order_bits() {
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int mode = 0; mode < 3; ++mode) {
       Inputs in(13, 8, 100, d);
@@ -68,6 +69,13 @@ TEST(MoeCombine, slot_order_fp32_sum_bit_exact) {
       EXPECT_EQ(in.w.bytes(), w0);
     }
   }
+}
+
+TEST(MoeCombine, slot_order_fp32_sum_bit_exact) { check_slot_order_bits(); }
+
+// The same scalar bits whichever CPU target runs the vectorised sum (H = 100: whole 16-lane blocks and a tail).
+TEST(MoeCombine, slot_order_fp32_sum_bit_exact_on_every_cpu_target) {
+  for_each_cpu_target([](const std::string&) { check_slot_order_bits(); });
 }
 
 // Against the exact (fp64) weighted sum, and rounded once to a bf16 output.

@@ -1,0 +1,52 @@
+# cmake -DEMULATOR=<a|b|c or empty> -DPROGRAMS=<p1|p2> -DSELF_DIR=<dir> -DPEER_DIR=<dir> -DWORK_DIR=<dir> -P compare.cmake
+cmake_minimum_required(VERSION 3.25)  # IN_LIST
+# Runs each program of this build (through EMULATOR) and of the peer build, collects their
+# "cross_cpu digest <case> <digest>" lines, writes them to WORK_DIR/digests_{self,peer}.txt and fails
+# naming every case whose digest differs or that only one build has.
+string(REPLACE "|" ";" emulator "${EMULATOR}")
+string(REPLACE "|" ";" programs "${PROGRAMS}")
+
+function(collect out_var dir launcher)
+  set(all "")
+  foreach(p IN LISTS programs)
+    if(NOT EXISTS "${dir}/${p}")
+      message(FATAL_ERROR "cross_cpu: ${dir}/${p} does not exist (build it first)")
+    endif()
+    execute_process(COMMAND ${launcher} "${dir}/${p}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                    TIMEOUT 500)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "cross_cpu: ${dir}/${p} failed (${rc}):\n${out}\n${err}")
+    endif()
+    string(REGEX MATCHALL "cross_cpu digest [^\n]*" lines "${out}")
+    list(APPEND all ${lines})
+  endforeach()
+  list(SORT all)
+  set(${out_var} "${all}" PARENT_SCOPE)
+endfunction()
+
+collect(self "${SELF_DIR}" "${emulator}")
+collect(peer "${PEER_DIR}" "")
+list(JOIN self "\n" self_text)
+list(JOIN peer "\n" peer_text)
+file(WRITE "${WORK_DIR}/digests_self.txt" "${self_text}\n")
+file(WRITE "${WORK_DIR}/digests_peer.txt" "${peer_text}\n")
+
+list(LENGTH self n_self)
+if(n_self EQUAL 0)
+  message(FATAL_ERROR "cross_cpu: this build printed no digest lines")
+endif()
+set(bad "")
+foreach(line IN LISTS self)
+  if(NOT line IN_LIST peer)
+    string(APPEND bad "\n  this build: ${line}")
+  endif()
+endforeach()
+foreach(line IN LISTS peer)
+  if(NOT line IN_LIST self)
+    string(APPEND bad "\n  peer build: ${line}")
+  endif()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "cross_cpu: digests differ between this build (${SELF_DIR}) and the peer build (${PEER_DIR}):${bad}")
+endif()
+message("cross_cpu: ${n_self} case digests identical in this build and the peer build (${PEER_DIR})")

@@ -1,0 +1,411 @@
+// Every stable op gives the same output bytes under every CPU target this machine can run (issue 10: the
+// reduction-order contracts do not depend on the vector width), on inputs with tails, strides and edge
+// values. Ops this build does not have (Unimplemented) are reported as such. Each case prints its digest
+// (see cases.h); tests/cross_cpu/CMakeLists.txt compares them with another build's (x86-64 vs aarch64).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cross_cpu/cases.h"
+#include "genbridge/ops/activation/silu_and_mul.h"
+#include "genbridge/ops/attention/paged_decode.h"
+#include "genbridge/ops/attention/rope.h"
+#include "genbridge/ops/kv_cache/bf16_kv_write.h"
+#include "genbridge/ops/kv_cache/fp8_kv_write.h"
+#include "genbridge/ops/kv_cache/int8_kv_write.h"
+#include "genbridge/ops/linear/linear.h"
+#include "genbridge/ops/moe/expert_ffn.h"
+#include "genbridge/ops/moe/moe_combine.h"
+#include "genbridge/ops/moe/topk_router.h"
+#include "genbridge/ops/norm/add_gemma_rms_norm.h"
+#include "genbridge/ops/norm/add_rms_norm.h"
+#include "genbridge/ops/norm/gemma_rms_norm.h"
+#include "genbridge/ops/norm/rms_norm.h"
+#include "genbridge/ops/quant/dynamic_mx_quant.h"
+#include "genbridge/ops/quant/dynamic_quant_per_token.h"
+#include "genbridge/ops/quant/mx_dequant.h"
+#include "genbridge/ops/quant/normalize_mx_scale_layout.h"
+
+namespace genbridge::cross_cpu {
+namespace {
+
+std::string dt(DType t) { return short_name(t); }
+
+// K = 131 (8 full 16-lane groups and a tail of 3), N = 37; M = 1 (the GEMV path) and M = 9 (a batch: the
+// GEMM path once it exists); x strided in one case.
+TEST(CrossCpu, linear) {
+  for (DType xd : kFloatTypes) {
+    for (DType wd : kFloatTypes) {
+      for (int64_t m : {1, 9}) {
+        const DType yd = xd;
+        const bool strided = m == 9 && wd == DType::kBF16;
+        const std::string name = "linear.x_" + dt(xd) + ".w_" + dt(wd) + ".m" + std::to_string(m) + (strided ? ".strided" : "");
+        check_case(name, [&] {
+          const int64_t k = 131, n = 37;
+          Buf x(xd, {m, k}, strided ? k + 5 : 0), w(wd, {n, k}), bias(DType::kBF16, {n}), y(yd, {m, n});
+          fill(x, 1);
+          fill(w, 2, -0.5f, 0.5f, Edges::kNone);
+          fill(bias, 3);
+          TensorView bv = bias.view();
+          CaseResult r;
+          if (op_ok(ops::linear(x.view(), w.view(), y.view(), m == 9 ? &bv : nullptr), r)) r.outputs.push_back(output_of(y));
+          return r;
+        });
+      }
+    }
+  }
+}
+
+// Stacked weights, H = 45, I = 38, 5 experts of which this call owns [1, 4); ids include -1 and experts
+// outside the range, which must stay unwritten.
+TEST(CrossCpu, expert_ffn) {
+  for (DType wd : kFloatTypes) {
+    for (DType xd : {DType::kBF16, DType::kF32}) {
+      for (int64_t t : {1, 9}) {
+        const std::string name = "expert_ffn.x_" + dt(xd) + ".w_" + dt(wd) + ".t" + std::to_string(t);
+        check_case(name, [&] {
+          const int64_t h = 45, i = 38, e = 5, k = 2;
+          Buf x(xd, {t, h}), ids(DType::kI32, {t, k}), wg(wd, {e, i, h}), wu(wd, {e, i, h}), wdn(wd, {e, h, i}),
+              out(xd, {t, k, h});
+          fill(x, 11);
+          fill(wg, 12, -0.3f, 0.3f, Edges::kNone);
+          fill(wu, 13, -0.3f, 0.3f, Edges::kNone);
+          fill(wdn, 14, -0.3f, 0.3f, Edges::kNone);
+          for (int64_t j = 0; j < t * k; ++j) ids.as<int32_t>()[j] = static_cast<int32_t>(j % 7) - 1;  // -1 .. 5
+          for (int64_t j = 0; j < t * k; ++j) {
+            if (ids.as<int32_t>()[j] == 5) ids.as<int32_t>()[j] = 4;
+          }
+          CaseResult r;
+          if (op_ok(ops::expert_ffn(x.view(), ids.view(), wg.view(), wu.view(), wdn.view(), 1, 4, out.view()), r)) {
+            r.outputs.push_back(output_of(out));
+          }
+          return r;
+        });
+      }
+    }
+  }
+}
+
+TEST(CrossCpu, moe_combine) {
+  for (DType d : kFloatTypes) {
+    for (int shared : {0, 1, 2}) {  // none, shared_out alone, shared_out with its sigmoid gate
+      const std::string name = "moe_combine." + dt(d) + ".shared" + std::to_string(shared);
+      check_case(name, [&] {
+        const int64_t t = 5, k = 3, h = 70;
+        Buf eo(d, {t, k, h}), w(DType::kF32, {t, k}), out(d, {t, h}), so(d, {t, h}), sg(DType::kF32, {t, 1});
+        fill(eo, 21);
+        fill(w, 22, 0.f, 1.f, Edges::kNone);
+        fill(so, 23);
+        fill(sg, 24, -6.f, 6.f);
+        TensorView sov = so.view(), sgv = sg.view();
+        CaseResult r;
+        if (op_ok(ops::moe_combine(eo.view(), w.view(), out.view(), shared ? &sov : nullptr, shared == 2 ? &sgv : nullptr),
+                  r)) {
+          r.outputs.push_back(output_of(out));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// E = 19 experts, k = 4; row 2 holds NaN and infinities, row 4 ties (equal logits).
+TEST(CrossCpu, topk_router) {
+  for (DType d : kFloatTypes) {
+    for (bool norm : {false, true}) {
+      const std::string name = "topk_router." + dt(d) + (norm ? ".norm" : ".raw");
+      check_case(name, [&] {
+        const int64_t t = 7, e = 19, k = 4;
+        Buf logits(d, {t, e}), ids(DType::kI32, {t, k}), w(DType::kF32, {t, k});
+        fill(logits, 31, -4.f, 4.f, Edges::kNone);
+        set_float(logits, 2 * e + 3, std::numeric_limits<float>::quiet_NaN());
+        set_float(logits, 2 * e + 7, std::numeric_limits<float>::infinity());
+        for (int64_t j = 0; j < e; ++j) set_float(logits, 4 * e + j, j % 3 == 0 ? 1.5f : 0.25f);
+        CaseResult r;
+        if (op_ok(ops::topk_router(logits.view(), norm, ids.view(), w.view()), r)) {
+          r.outputs.push_back(output_of(ids));
+          r.outputs.push_back(output_of(w));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// Rows of 83 elements (tail 3) with edge values, one all-zero row; x strided in the fp32 case.
+enum class NormKind { kRms, kAddRms, kGemma, kAddGemma };
+void norm_cases(NormKind kind, const std::string& op) {
+  for (DType d : kFloatTypes) {
+    const std::string name = op + "." + dt(d);
+    check_case(name, [&] {
+      const int64_t rows = 6, n = 83;
+      Buf x(d, {rows, n}, d == DType::kF32 ? n + 7 : 0), g(d, {n}), res(d, {rows, n}), y(d, {rows, n}),
+          sum(d, {rows, n}), rstd(DType::kF32, {rows, 1});
+      fill(x, 41);
+      for (int64_t j = 0; j < n; ++j) set_float(x, 3 * (d == DType::kF32 ? n + 7 : n) + j, 0.f);
+      fill(g, 42, -1.5f, 1.5f, Edges::kNone);
+      fill(res, 43);
+      CaseResult r;
+      Status st;
+      switch (kind) {
+        case NormKind::kRms: st = ops::rms_norm(x.view(), g.view(), 1e-6f, y.view(), rstd.view()); break;
+        case NormKind::kGemma: st = ops::gemma_rms_norm(x.view(), g.view(), 1e-6f, y.view(), rstd.view()); break;
+        case NormKind::kAddRms: st = ops::add_rms_norm(x.view(), g.view(), res.view(), 1e-6f, y.view(), sum.view()); break;
+        case NormKind::kAddGemma:
+          st = ops::add_gemma_rms_norm(x.view(), g.view(), res.view(), 1e-6f, y.view(), sum.view());
+          break;
+      }
+      if (op_ok(st, r)) {
+        r.outputs.push_back(output_of(y));
+        r.outputs.push_back(kind == NormKind::kRms || kind == NormKind::kGemma ? output_of(rstd) : output_of(sum));
+      }
+      return r;
+    });
+  }
+}
+TEST(CrossCpu, rms_norm) { norm_cases(NormKind::kRms, "rms_norm"); }
+TEST(CrossCpu, add_rms_norm) { norm_cases(NormKind::kAddRms, "add_rms_norm"); }
+TEST(CrossCpu, gemma_rms_norm) { norm_cases(NormKind::kGemma, "gemma_rms_norm"); }
+TEST(CrossCpu, add_gemma_rms_norm) { norm_cases(NormKind::kAddGemma, "add_gemma_rms_norm"); }
+
+// D = 38 (19 pairs: a tail) and D = 128, positions up to 100000 (large angles).
+TEST(CrossCpu, rope) {
+  for (DType d : kFloatTypes) {
+    for (int64_t hd : {38, 128}) {
+      const std::string name = "rope." + dt(d) + ".d" + std::to_string(hd);
+      check_case(name, [&] {
+        const int64_t t = 5;
+        Buf pos(DType::kI32, {t}), q(d, {t, 3, hd}), k(d, {t, 2, hd});
+        const int32_t positions[t] = {0, 1, 17, 4095, 100000};
+        for (int64_t i = 0; i < t; ++i) pos.as<int32_t>()[i] = positions[i];
+        fill(q, 51);
+        fill(k, 52);
+        CaseResult r;
+        if (op_ok(ops::rope(pos.view(), q.view(), k.view(), 10000.f), r)) {
+          r.outputs.push_back(output_of(q));
+          r.outputs.push_back(output_of(k));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// d = 53 (tail 5); gates up to +-90 (exp over- and underflow) and edge values.
+TEST(CrossCpu, silu_and_mul) {
+  for (DType xd : kFloatTypes) {
+    for (DType yd : kFloatTypes) {
+      const std::string name = "silu_and_mul.x_" + dt(xd) + ".y_" + dt(yd);
+      check_case(name, [&] {
+        const int64_t t = 5, d = 53;
+        Buf x(xd, {t, 2 * d}), y(yd, {t, d});
+        fill(x, 61, -9.f, 9.f);
+        set_float(x, 1, 90.f);
+        set_float(x, 2, -90.f);
+        CaseResult r;
+        if (op_ok(ops::silu_and_mul(x.view(), y.view()), r)) r.outputs.push_back(output_of(y));
+        return r;
+      });
+    }
+  }
+}
+
+// KV caches: 6 blocks of 16 tokens, 2 kv heads. Two sequences: context 21 (blocks 4, 1) and 37 (blocks
+// 2, 5, 3); every context position is written by the format's writer from fp32/bf16/fp16 key/value rows.
+constexpr int64_t kBlocks = 6, kBlockSize = 16, kKvHeads = 2;
+constexpr int32_t kTable[2][3] = {{4, 1, 0}, {2, 5, 3}};
+constexpr int32_t kContext[2] = {21, 37};
+constexpr int64_t kTokens = kContext[0] + kContext[1];
+
+struct KvCaches {
+  Buf k, v, ks, vs;
+  KvCaches(ops::KvCacheFormat f, int64_t hd)
+      : k(f == ops::KvCacheFormat::kBf16 ? DType::kBF16 : f == ops::KvCacheFormat::kInt8Fp16Scale ? DType::kI8 : DType::kU8,
+          {kBlocks, kKvHeads, kBlockSize, f == ops::KvCacheFormat::kFp8Fp32PackedScale ? hd + 4 : hd}),
+        v(k),
+        ks(DType::kF16, {kBlocks, kKvHeads, kBlockSize}),
+        vs(DType::kF16, {kBlocks, kKvHeads, kBlockSize}) {}
+  ops::PagedKvCache view(ops::KvCacheFormat f) {
+    return {.format = f, .key_cache = k.view(), .value_cache = v.view(), .key_scale_cache = ks.view(),
+            .value_scale_cache = vs.view()};
+  }
+};
+
+// Writes every context position of both sequences; returns the writer's status.
+Status write_kv(ops::KvCacheFormat f, DType src, int64_t hd, KvCaches& c) {
+  Buf key(src, {kTokens, kKvHeads, hd}), value(src, {kTokens, kKvHeads, hd});
+  fill(key, 71 + static_cast<uint64_t>(hd), -3.f, 3.f);
+  fill(value, 72 + static_cast<uint64_t>(hd), -3.f, 3.f);
+  Buf flat(DType::kI32, {kTokens}), pairs(DType::kI32, {kTokens, 2});
+  int64_t tok = 0;
+  for (int s = 0; s < 2; ++s) {
+    for (int32_t p = 0; p < kContext[s]; ++p, ++tok) {
+      const int32_t block = kTable[s][p / kBlockSize], off = p % kBlockSize;
+      flat.as<int32_t>()[tok] = block * static_cast<int32_t>(kBlockSize) + off;
+      pairs.as<int32_t>()[2 * tok] = block;
+      pairs.as<int32_t>()[2 * tok + 1] = off;
+    }
+  }
+  switch (f) {
+    case ops::KvCacheFormat::kBf16:
+      return ops::bf16_kv_write(key.view(), value.view(), flat.view(), c.k.view(), c.v.view());
+    case ops::KvCacheFormat::kInt8Fp16Scale:
+      return ops::int8_kv_write(key.view(), value.view(), pairs.view(), c.k.view(), c.v.view(), c.ks.view(),
+                                c.vs.view());
+    case ops::KvCacheFormat::kFp8Fp32PackedScale:
+      return ops::fp8_kv_write(key.view(), value.view(), flat.view(), c.k.view(), c.v.view());
+  }
+  return ok_status();
+}
+
+constexpr std::array<ops::KvCacheFormat, 3> kFormats = {ops::KvCacheFormat::kBf16, ops::KvCacheFormat::kInt8Fp16Scale,
+                                                        ops::KvCacheFormat::kFp8Fp32PackedScale};
+std::string format_tag(ops::KvCacheFormat f) {
+  return f == ops::KvCacheFormat::kBf16 ? "bf16" : f == ops::KvCacheFormat::kInt8Fp16Scale ? "int8" : "fp8";
+}
+
+TEST(CrossCpu, kv_write) {
+  for (ops::KvCacheFormat f : kFormats) {
+    for (DType src : kFloatTypes) {
+      const std::string name = format_tag(f) + "_kv_write." + dt(src) + ".d80";
+      check_case(name, [&] {
+        KvCaches c(f, 80);
+        CaseResult r;
+        if (op_ok(write_kv(f, src, 80, c), r)) {
+          r.outputs.push_back(output_of(c.k));
+          r.outputs.push_back(output_of(c.v));
+          if (f == ops::KvCacheFormat::kInt8Fp16Scale) {
+            r.outputs.push_back(output_of(c.ks));
+            r.outputs.push_back(output_of(c.vs));
+          }
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// 4 query heads over 2 kv heads (GQA); sequence 0 decodes one token, sequence 1 three (causal).
+TEST(CrossCpu, paged_decode) {
+  for (ops::KvCacheFormat f : kFormats) {
+    for (int64_t hd : {64, 80, 256}) {
+      for (DType qd : {DType::kF32, DType::kBF16}) {
+        const std::string name = "paged_decode." + format_tag(f) + ".d" + std::to_string(hd) + ".q_" + dt(qd);
+        check_case(name, [&] {
+          CaseResult r;
+          KvCaches c(f, hd);
+          if (!op_ok(write_kv(f, DType::kF32, hd, c), r)) return r;
+          const int64_t nq = 4, heads = 4;
+          Buf q(qd, {nq, heads, hd}), out(qd, {nq, heads, hd}), bt(DType::kI32, {2, 3}), cl(DType::kI32, {2}),
+              qsl(DType::kI32, {3});
+          fill(q, 81, -2.f, 2.f, Edges::kNone);
+          for (int s = 0; s < 2; ++s) {
+            for (int b = 0; b < 3; ++b) bt.as<int32_t>()[s * 3 + b] = kTable[s][b];
+            cl.as<int32_t>()[s] = kContext[s];
+          }
+          const int32_t loc[3] = {0, 1, 4};
+          for (int i = 0; i < 3; ++i) qsl.as<int32_t>()[i] = loc[i];
+          if (op_ok(ops::paged_decode(q.view(), c.view(f), bt.view(), cl.view(), qsl.view(),
+                                      1.0f / std::sqrt(static_cast<float>(hd)), out.view()),
+                    r)) {
+            r.outputs.push_back(output_of(out));
+          }
+          return r;
+        });
+      }
+    }
+  }
+}
+
+// Rows of 75 (tail 11): an all-zero row, a row with NaN, a row with infinities, edge values elsewhere.
+TEST(CrossCpu, dynamic_quant_per_token) {
+  for (DType d : kFloatTypes) {
+    const std::string name = "dynamic_quant_per_token." + dt(d);
+    check_case(name, [&] {
+      const int64_t rows = 6, n = 75;
+      Buf x(d, {rows, n}), q(DType::kI8, {rows, n}), s(DType::kF32, {rows});
+      fill(x, 91);
+      for (int64_t j = 0; j < n; ++j) set_float(x, j, 0.f);
+      set_float(x, 2 * n + 5, std::numeric_limits<float>::quiet_NaN());
+      set_float(x, 3 * n + 6, -std::numeric_limits<float>::infinity());
+      CaseResult r;
+      if (op_ok(ops::dynamic_quant_per_token(x.view(), 1e-10f, q.view(), s.view()), r)) {
+        r.outputs.push_back(output_of(q));
+        r.outputs.push_back(output_of(s));
+      }
+      return r;
+    });
+  }
+}
+
+// Rows of 100 (blocks 32, 32, 32, 4: a short last block and an odd scale slot); one block holds NaN.
+TEST(CrossCpu, dynamic_mx_quant) {
+  struct Cfg {
+    DType dst;
+    ops::MxScaleAlg alg;
+    bool round;
+    const char* tag;
+  };
+  const Cfg cfgs[] = {{DType::kFp8E4M3FN, ops::MxScaleAlg::kOcpFloor, false, "e4m3.ocp"},
+                      {DType::kFp8E4M3FN, ops::MxScaleAlg::kCeil, false, "e4m3.ceil"},
+                      {DType::kFp8E5M2, ops::MxScaleAlg::kBiasedExponent, true, "e5m2.biased_round"},
+                      {DType::kFp4E2M1x2, ops::MxScaleAlg::kOcpFloor, false, "e2m1.ocp"},
+                      {DType::kFp4E2M1x2, ops::MxScaleAlg::kBiasedExponent, false, "e2m1.biased"}};
+  for (DType d : kFloatTypes) {
+    for (const Cfg& cfg : cfgs) {
+      const std::string name = std::string("dynamic_mx_quant.") + dt(d) + "." + cfg.tag;
+      check_case(name, [&] {
+        const int64_t rows = 3, k = 100;
+        const bool fp4 = cfg.dst == DType::kFp4E2M1x2;
+        Buf x(d, {rows, k}), q(cfg.dst, {rows, fp4 ? k / 2 : k}),
+            s(DType::kE8M0, {rows, ops::mx_scale_pairs(k, 32), 2});
+        fill(x, 101, -5.f, 5.f);
+        set_float(x, k + 40, std::numeric_limits<float>::quiet_NaN());
+        ops::MxQuantConfig mc{.block_size = 32, .dst = cfg.dst, .scale_alg = cfg.alg, .round_scale = cfg.round};
+        CaseResult r;
+        if (op_ok(ops::dynamic_mx_quant(x.view(), mc, q.view(), s.view()), r)) {
+          r.outputs.push_back(output_of(q));
+          r.outputs.push_back(output_of(s));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// Every code pattern appears (random bytes: NaN codes included), scales random with one 0xFF block.
+TEST(CrossCpu, mx_dequant) {
+  for (DType src : {DType::kFp8E4M3FN, DType::kFp8E5M2, DType::kFp4E2M1x2}) {
+    for (DType yd : kFloatTypes) {
+      const std::string name = std::string("mx_dequant.") + std::string(dtype_name(src)) + ".y_" + dt(yd);
+      check_case(name, [&] {
+        const int64_t rows = 3, k = 160;
+        const bool fp4 = src == DType::kFp4E2M1x2;
+        Buf q(src, {rows, fp4 ? k / 2 : k}), s(DType::kE8M0, {rows, ops::mx_scale_pairs(k, 32), 2}), y(yd, {rows, k});
+        fill_bytes(q, 111);
+        Gen g(112);
+        for (auto& b : s.bytes()) b = static_cast<std::byte>(100 + g.next() % 50);
+        s.bytes()[3] = std::byte{0xFF};
+        CaseResult r;
+        if (op_ok(ops::mx_dequant(q.view(), s.view(), 32, y.view()), r)) r.outputs.push_back(output_of(y));
+        return r;
+      });
+    }
+  }
+}
+
+TEST(CrossCpu, normalize_mx_scale_layout) {
+  check_case("normalize_mx_scale_layout", [] {
+    Buf s(DType::kE8M0, {3, 7}), out(DType::kE8M0, {3, 4, 2});
+    fill_bytes(s, 121);
+    CaseResult r;
+    if (op_ok(ops::normalize_mx_scale_layout(s.view(), out.view()), r)) r.outputs.push_back(output_of(out));
+    return r;
+  });
+}
+
+}  // namespace
+}  // namespace genbridge::cross_cpu
