@@ -23,7 +23,9 @@
 #include "afd/connector.h"
 #include "afd/runner.h"
 #include "afd/wire.h"
+#include "genbridge/core/cpu_target.h"
 #include "genbridge/core/formats.h"
+#include "support/bench_util.h"
 
 #ifndef GENBRIDGE_HAVE_MPI
 // A build without MPI has nothing to measure here.
@@ -199,6 +201,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (rank == 0) {
+    std::printf("cpu_model: %s\ncpu_target: %s (no kernel runs here: the transfer is memory copies and MPI)\n",
+                genbridge::bench::cpu_model_name().c_str(), genbridge::cpu_target().c_str());
     std::printf(
         "round trip of one layer (top-1, 1A1F, S=1), %d samples per cell, microseconds (median); overhead = "
         "median over iterations of connector/raw of the same iteration, minus 1\n\n",

@@ -1,15 +1,29 @@
-// Engine decode throughput on the synthetic `small` preset (built once under $GENBRIDGE_CACHE_DIR or /tmp),
-// batch 1 / 8 / 32, monolithic and AFD (in-process, sync connector, S = 1 and 2). Reports decode tokens/s and
-// the weight bytes a decode step streams per second (attention + router + the experts the batch routes to +
-// LM head) as a ratio to the same-binary copy kernel.
+// Engine throughput on the synthetic `small` preset (built once under $GENBRIDGE_CACHE_DIR or /tmp; bf16
+// weights; threads = GENBRIDGE_NUM_THREADS or the machine's cores), each row with its roofline
+// (bench/support/bench_util.h) and the CPU target in the context:
+//   engine_prefill/prompt:L     one L-token prompt, one new token; prefill tok/s = prompt tokens / time in
+//                               prefill forwards. Figure: fma_frac (FLOPs from the model config below;
+//                               target >= 0.5 of the FMA roof).
+//   engine_decode/batch:B/...   B prompts of `prompt` tokens, `new` tokens each, max batch B; decode
+//                               tok/s = decode tokens / time in decode forwards. Per decode step: bytes =
+//                               the weights the step reads (attention, router, LM head, and the experts
+//                               the B tokens route to, estimated as E (1 - (1 - k/E)^B) per layer) + the KV
+//                               cache read; FLOPs = B x the per-token FLOPs below. Figure at B = 1:
+//                               mem_frac (target >= 0.7 of the cold copy); x_batch1 = tok/s / tok/s at
+//                               batch 1 of the same prompt/new (target at B = 32: >= 8).
+//   roof_tok/s                  tok/s at the roofline bound = tok/s / roof_frac.
+// Prompts are the CLI's (`genbridge run --num-prompts B --prompt-len L --max-new-tokens N --max-batch B`
+// generates the same ones). AFD rows (afd_stages > 0) run 1 attention + 1 FFN rank as threads (in-process
+// transport, sync connector) on the same cores: they show the connector's overhead.
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
-
-#include <fmt/format.h>
+#include <tuple>
 
 #include "afd/engine_job.h"
 #include "runtime/engine/engine.h"
@@ -41,87 +55,159 @@ Model& small_model() {
   return m;
 }
 
-std::vector<engine::Request> requests(int batch, int new_tokens, int64_t vocab) {
+// The CLI's generated prompts (tools/run_support.cpp make_requests), greedy.
+std::vector<engine::Request> requests(int n, int prompt_len, int new_tokens, int64_t vocab) {
   std::vector<engine::Request> reqs;
-  for (int r = 0; r < batch; ++r) {
+  for (int r = 0; r < n; ++r) {
     engine::Request q;
     q.id = r;
-    for (int i = 0; i < 16; ++i) q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(r, i) * vocab));
+    for (int i = 0; i < prompt_len; ++i) {
+      q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(0x5eedull + static_cast<uint64_t>(r), i) *
+                                              static_cast<double>(vocab)));
+    }
     q.max_new_tokens = new_tokens;
     reqs.push_back(q);
   }
   return reqs;
 }
 
-// Weight bytes one decode step reads with `batch` tokens: everything but the experts, plus the distinct
-// experts the tokens route to (estimated as E * (1 - (1 - k/E)^batch) per MoE layer).
-double weight_bytes_per_step(const model::ModelConfig& c, int batch) {
+// Weight bytes a forward over `tokens` tokens reads: everything but the embedding, with the distinct
+// experts the tokens route to estimated as E (1 - (1 - k/E)^tokens) per MoE layer.
+double weight_bytes(const model::ModelConfig& c, double tokens) {
   const double H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts, k = c.num_experts_per_tok;
   const double attn = H * (c.q_size() + 2 * c.kv_size()) + c.q_size() * H;
   double total = c.vocab_size * H;  // LM head
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     total += attn;
     if (c.is_moe_layer(l)) {
-      const double used = E * (1.0 - std::pow(1.0 - k / E, batch));
+      const double used = E * (1.0 - std::pow(1.0 - k / E, tokens));
       total += E * H + used * 3 * H * I + (c.has_shared_expert() ? 3 * H * c.shared_expert_intermediate_size + H : 0);
     } else {
       total += 3 * H * c.intermediate_size;
     }
   }
-  return total * 2;  // bf16
+  return total * static_cast<double>(dtype_size(c.torch_dtype));
+}
+
+// FLOPs of one token at position `ctx` (attending to ctx + 1 positions), without the LM head: projections,
+// router, routed (+ shared) experts, scores and V accumulation.
+double token_flops(const model::ModelConfig& c, double ctx) {
+  const double H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts, k = c.num_experts_per_tok;
+  double f = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    f += 2 * (H * (c.q_size() + 2 * c.kv_size()) + c.q_size() * H);
+    f += 4.0 * c.num_attention_heads * c.head_dim * (ctx + 1);
+    if (c.is_moe_layer(l)) {
+      f += 2 * H * E + 6 * H * I * k + (c.has_shared_expert() ? 6 * H * c.shared_expert_intermediate_size : 0);
+    } else {
+      f += 6 * H * c.intermediate_size;
+    }
+  }
+  return f;
+}
+double lm_head_flops(const model::ModelConfig& c) { return 2.0 * c.hidden_size * c.vocab_size; }
+
+Result<engine::EngineMetrics> run(int n, int prompt_len, int new_tokens, int afd_stages) {
+  Model& m = small_model();
+  const model::ModelConfig& c = m.ckpt->config();
+  auto reqs = requests(n, prompt_len, new_tokens, c.vocab_size);
+  if (afd_stages == 0) {
+    const auto geometry = m.dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
+    GB_ASSIGN_OR_RETURN(auto pool,
+                        runtime::KvPagePool::create(geometry, n * geometry.pages_for(prompt_len + new_tokens)));
+    GB_ASSIGN_OR_RETURN(auto runner, model::ModelRunner::create(*m.ckpt, *m.dev, pool));
+    engine::LocalExecutor ex(*runner);
+    engine::Engine eng(ex, pool, {.max_batch = n});
+    for (auto& r : reqs) GB_RETURN_IF_ERROR(eng.submit(r));
+    GB_RETURN_IF_ERROR(eng.run_to_completion());
+    return eng.metrics();
+  }
+  afd::EngineJobOptions o;
+  o.afd.num_attention = 1;
+  o.afd.num_ffn = 1;
+  o.afd.num_stages = afd_stages;
+  o.engine.max_batch = n;
+  GB_ASSIGN_OR_RETURN(auto job, afd::run_inproc_engine_job(*m.ckpt, *m.dev, reqs, n, o));
+  return job.metrics;
+}
+
+void BM_prefill(benchmark::State& state) {
+  const int L = static_cast<int>(state.range(0));
+  const model::ModelConfig& c = small_model().ckpt->config();
+  double best = 1e30;
+  for (auto _ : state) {
+    auto m = run(1, L, 1, 0);
+    if (!m.ok()) return state.SkipWithError(m.status().to_string().c_str());
+    state.SetIterationTime(m->prefill_seconds);
+    best = std::min(best, m->prefill_seconds);
+  }
+  double flops = lm_head_flops(c);
+  for (int t = 0; t < L; ++t) flops += token_flops(c, t);
+  const Work work{.bytes = weight_bytes(c, L), .flops = flops, .cold = true};
+  set_roofline_counters(state, work, best);
+  state.counters["tok/s"] = L / best;
+  state.counters["roof_tok/s"] = L / best / state.counters["roof_frac"];
 }
 
 void BM_decode(benchmark::State& state) {
-  const int batch = static_cast<int>(state.range(0)), afd_stages = static_cast<int>(state.range(1));
-  Model& m = small_model();
-  const model::ModelConfig& c = m.ckpt->config();
-  const int new_tokens = 8;
-  double decode_s = 0;
-  int64_t decode_tokens = 0;
+  const int batch = static_cast<int>(state.range(0)), prompt = static_cast<int>(state.range(1)),
+            new_tokens = static_cast<int>(state.range(2)), afd_stages = static_cast<int>(state.range(3));
+  Model& model = small_model();
+  const model::ModelConfig& c = model.ckpt->config();
+  double best = 1e30;
+  engine::EngineMetrics metrics;
   for (auto _ : state) {
-    engine::EngineMetrics metrics;
-    if (afd_stages == 0) {
-      auto pool = runtime::KvPagePool::create(
-          m.dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), batch);
-      auto runner = model::ModelRunner::create(*m.ckpt, *m.dev, *pool);
-      engine::LocalExecutor ex(**runner);
-      engine::Engine eng(ex, *pool, {.max_batch = batch});
-      for (auto& r : requests(batch, new_tokens, c.vocab_size)) (void)eng.submit(r);
-      if (!eng.run_to_completion().ok()) state.SkipWithError("engine failed");
-      metrics = eng.metrics();
-    } else {
-      afd::EngineJobOptions o;
-      o.afd.num_attention = 1;
-      o.afd.num_ffn = 1;
-      o.afd.num_stages = afd_stages;
-      o.engine.max_batch = batch;
-      auto job = afd::run_inproc_engine_job(*m.ckpt, *m.dev, requests(batch, new_tokens, c.vocab_size), batch, o);
-      if (!job.ok()) state.SkipWithError(job.status().to_string().c_str());
-      else metrics = job->metrics;
+    auto m = run(batch, prompt, new_tokens, afd_stages);
+    if (!m.ok()) return state.SkipWithError(m.status().to_string().c_str());
+    state.SetIterationTime(m->decode_seconds);
+    if (m->decode_seconds < best) {
+      best = m->decode_seconds;
+      metrics = *m;
     }
-    decode_s += metrics.decode_seconds;
-    decode_tokens += metrics.decode_tokens;
-    state.SetIterationTime(metrics.decode_seconds);
   }
-  const double steps = static_cast<double>(decode_tokens) / batch;
-  const double gbps = weight_bytes_per_step(c, batch) * steps / decode_s / 1e9;
-  const double copy = copy_gbps(static_cast<size_t>(weight_bytes_per_step(c, batch)));
-  state.counters["decode_tok/s"] = static_cast<double>(decode_tokens) / decode_s;
-  state.counters["weight_GB/s"] = gbps;
-  state.counters["copy_GB/s"] = copy;
-  state.counters["ratio"] = gbps / copy;
+  // All requests start and end together: decode steps = new_tokens - 1, each over `batch` tokens at an
+  // average context of prompt + new_tokens / 2.
+  const double steps = static_cast<double>(metrics.decode_tokens) / batch;
+  const double ctx = prompt + new_tokens / 2.0;
+  const Work step{.bytes = weight_bytes(c, batch) + batch * ctx * static_cast<double>(metrics.kv_bytes_per_token),
+                  .flops = batch * (token_flops(c, ctx) + lm_head_flops(c)),
+                  .cold = true,
+                  .read_roof = batch == 1};
+  set_roofline_counters(state, step, best / steps);
+  const double tok_s = static_cast<double>(metrics.decode_tokens) / best;
+  state.counters["tok/s"] = tok_s;
+  state.counters["roof_tok/s"] = tok_s / state.counters["roof_frac"];
+  static std::map<std::tuple<int, int, int>, double> batch1;
+  if (batch == 1) batch1[{prompt, new_tokens, afd_stages}] = tok_s;
+  if (auto it = batch1.find({prompt, new_tokens, afd_stages}); it != batch1.end())
+    state.counters["x_batch1"] = tok_s / it->second;
   state.SetLabel(afd_stages == 0 ? "monolithic" : fmt::format("AFD 1A1F sync S={}", afd_stages));
 }
 
+BENCHMARK(BM_prefill)
+    ->Name("engine_prefill")
+    ->ArgNames({"prompt"})
+    ->Arg(32)
+    ->Arg(256)
+    ->Arg(512)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_decode)
-    ->ArgNames({"batch", "afd_stages"})
-    ->Args({1, 0})
-    ->Args({8, 0})
-    ->Args({32, 0})
-    ->Args({8, 1})
-    ->Args({8, 2})
-    ->Args({32, 1})
-    ->Args({32, 2})
+    ->Name("engine_decode")
+    ->ArgNames({"batch", "prompt", "new", "afd_stages"})
+    ->Args({1, 32, 32, 0})
+    ->Args({8, 32, 32, 0})
+    ->Args({32, 32, 32, 0})
+    ->Args({64, 32, 32, 0})
+    // AFD rows (as recorded before: 16-token prompts, 8 new tokens), with their monolithic counterparts.
+    ->Args({8, 16, 8, 0})
+    ->Args({8, 16, 8, 1})
+    ->Args({8, 16, 8, 2})
+    ->Args({32, 16, 8, 0})
+    ->Args({32, 16, 8, 1})
+    ->Args({32, 16, 8, 2})
     ->UseManualTime()
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
