@@ -144,7 +144,7 @@ inline constexpr int kW = static_cast<int>(hn::MaxLanes(DV()));  // lanes per ha
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 inline constexpr int kMR = 12, kNV = 2;  // 24 + 2 + 1 of 32 zmm
 #elif HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2
-inline constexpr int kMR = 8, kNV = 3;  // 24 + 3 + 1 of 32
+inline constexpr int kMR = 6, kNV = 4;  // 24 + 4 + 1 of 32; 16 columns, so panels of 64 hold whole tiles
 #elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
 inline constexpr int kMR = 6, kNV = 2;  // 12 + 2 + 1 of 16
 #else
