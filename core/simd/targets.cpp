@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,12 +69,13 @@ void restrict_locked(int64_t target) {
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
-Result<int64_t> parse(std::string_view name) {
+// The target bit named `name` ("best" -> 0, no restriction); nullopt when this build or CPU cannot run it.
+std::optional<int64_t> parse(std::string_view name) {
   if (name == "best") return int64_t{0};
   std::lock_guard<std::mutex> lock(g_mu);
   for (int64_t t : bits_of(real_targets_locked()))
     if (name == name_of(t)) return t;
-  return invalid_argument("");
+  return std::nullopt;
 }
 
 }  // namespace
@@ -98,8 +100,8 @@ std::string cpu_target() {
 }
 
 Status set_cpu_target(std::string_view name) {
-  auto t = parse(name);
-  if (!t.ok()) {
+  const std::optional<int64_t> t = parse(name);
+  if (!t) {
     return invalid_argument("CPU target '" + std::string(name) + "' is not available here; available: " +
                             join(cpu_targets_available()) + " (or best); compiled into this build: " +
                             join(cpu_targets_compiled()));
@@ -113,7 +115,7 @@ Status set_cpu_target(std::string_view name) {
 Result<std::string> cpu_target_from_env() {
   const char* env = std::getenv(kCpuTargetEnv.data());
   if (env == nullptr || *env == '\0') return std::string();
-  if (!parse(env).ok()) {
+  if (!parse(env)) {
     return invalid_argument(std::string(kCpuTargetEnv) + "=" + env + ": not a CPU target this machine can run; available: " +
                             join(cpu_targets_available()) + " (or best); compiled into this build: " +
                             join(cpu_targets_compiled()));
@@ -129,13 +131,9 @@ namespace simd {
 
 void ensure_cpu_target() {
   static const bool applied = [] {
-    auto env = cpu_target_from_env();
+    const auto env = cpu_target_from_env();  // an invalid value is ignored here (the CLI refuses it first)
+    const int64_t t = env.ok() && !env->empty() ? parse(*env).value_or(0) : 0;
     std::lock_guard<std::mutex> lock(g_mu);
-    int64_t t = 0;
-    if (env.ok() && !env->empty()) {
-      for (int64_t b : bits_of(real_targets_locked()))
-        if (*env == name_of(b)) t = b;
-    }
     restrict_locked(t);
     return true;
   }();
