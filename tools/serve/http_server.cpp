@@ -199,7 +199,8 @@ void HttpServer::routes() {
              ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
              if (!p.seeded) p.sampling.seed = mix(next_seed_++);
              auto sub = service_.submit(GenerationRequest{
-                 .prompt = p.prompt, .max_tokens = p.max_tokens, .sampling = p.sampling, .stop_tokens = model_.stop_tokens});
+                 .prompt = p.prompt, .max_tokens = p.max_tokens, .sampling = p.sampling,
+                 .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens});
              if (!sub.ok()) {
                reply_error(res, submit_error(sub.status()));
                return;

@@ -270,6 +270,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     if (!r.stream) return bad("stream_options", "'stream_options' is only allowed with 'stream': true.");
   }
   if (auto e = get_bool(body, "return_token_ids", &r.return_token_ids)) return *e;
+  if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
   return r;
 }
 

@@ -44,6 +44,7 @@ struct ParsedRequest {
   bool chat = false;
   bool stream = false;
   bool return_token_ids = false;  // extension: "return_token_ids": true adds each choice's token ids
+  bool ignore_eos = false;        // extension (as vLLM's): "ignore_eos": true generates past the eos token
   std::vector<int32_t> prompt;
   int max_tokens = 16;
   engine::SamplingParams sampling;

@@ -96,13 +96,14 @@ Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationReque
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard lk(mu_);
-    if (stop_ || draining_) return unavailable("the server is shutting down and accepts no new requests");
-    if (!failure_.empty()) return unavailable("the engine failed and accepts no new requests: " + failure_);
+    if (stop_ || draining_) return unavailable("The server is shutting down and accepts no new requests.");
+    if (!failure_.empty()) return unavailable("The engine failed and accepts no new requests: " + failure_);
     if (counters_.queued >= options_.max_queued_requests) {
       ++counters_.requests_rejected_queue_full;
-      return resource_exhausted(fmt::format(
-          "the server's queue is full: {} requests are waiting to start (--max-queued-requests {}); retry later",
-          counters_.queued, options_.max_queued_requests));
+      return resource_exhausted(
+          fmt::format("The server's queue is full (--max-queued-requests {}: that many requests are waiting to "
+                      "start); retry later.",
+                      options_.max_queued_requests));
     }
     const int64_t id = next_id_++;
     stream = std::make_shared<RequestStream>(id);
