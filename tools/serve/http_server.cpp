@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -85,6 +86,13 @@ HttpServer::HttpServer(GenerationService& service, const ServedModel& model, con
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   server_->set_payload_max_length(size_t{16} << 20);
   server_->set_keep_alive_timeout(5);
+  // cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of new connections
+  // beyond it loses SYNs that the client resends a second later. The listening socket is remembered here
+  // and its backlog raised after bind (Linux applies a second listen() to a listening socket).
+  server_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = sock;
+  });
   routes();
 }
 
@@ -99,6 +107,7 @@ Result<int> HttpServer::bind() {
     return unavailable(fmt::format("cannot listen on {}:{} (--host, --port): the address is in use or not local",
                                    options_.host, port));
   }
+  if (listen_socket_ >= 0) ::listen(listen_socket_, kListenBacklog);
   return port;
 }
 

@@ -51,6 +51,8 @@ class HttpServer {
   std::atomic<uint64_t> next_seed_;
   std::atomic<int64_t> bad_requests_{0}, http_requests_{0};
   int64_t created_ = 0;
+  int listen_socket_ = -1;
+  static constexpr int kListenBacklog = 1024;
 };
 
 }  // namespace genbridge::serve
