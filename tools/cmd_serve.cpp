@@ -105,7 +105,8 @@ int serve(const ServeOptions& so) {
   serve::ServedModel served;
   served.name = so.served_model_name.empty() ? std::filesystem::absolute(*dir).lexically_normal().filename().string()
                                              : so.served_model_name;
-  if (served.name.empty()) served.name = std::filesystem::absolute(*dir).lexically_normal().parent_path().filename().string();
+  if (served.name.empty())
+    served.name = std::filesystem::absolute(*dir).lexically_normal().parent_path().filename().string();
   served.tokenizer = &*tokenizer;
   served.tokenizer_config = tok_config ? &*tok_config : nullptr;
   if (tok_config && tok_config->eos_token) {
@@ -120,10 +121,10 @@ int serve(const ServeOptions& so) {
 
   serve::GenerationService service(executor, *pool,
                                    {.max_batch = o.max_batch, .max_queued_requests = so.max_queued_requests});
-  serve::HttpServer http(service, served,
-                         {.host = so.host, .port = so.port, .threads = so.http_threads,
-                          .request_timeout_s = so.request_timeout_s},
-                         o.max_batch + so.max_queued_requests + 8);
+  serve::HttpServer http(
+      service, served,
+      {.host = so.host, .port = so.port, .threads = so.http_threads, .request_timeout_s = so.request_timeout_s},
+      o.max_batch + so.max_queued_requests + 8);
   auto port = http.bind();
   if (!port.ok()) return fail(port.status());
   service.start();

@@ -1,12 +1,11 @@
 // tools/serve/openai: stop strings across token boundaries (TextStream) and request parsing (defaults, limits,
 // extensions) without HTTP. The HTTP endpoints, the exact error messages and real clients are tested on
 // loopback by tests/serve/.
-#include "tools/serve/openai.h"
-
 #include <gtest/gtest.h>
 
 #include "runtime/text/synthetic_tokenizer.h"
 #include "support/temp_dir.h"
+#include "tools/serve/openai.h"
 
 namespace genbridge::serve {
 namespace {
@@ -51,7 +50,7 @@ TEST(TextStream, earliest_of_several_stop_strings_wins) {
 }
 
 TEST(TextStream, multibyte_characters_are_never_split) {
-  TextStream ts(tokenizer(), {"\xc3\xa9!"});  // "é!"
+  TextStream ts(tokenizer(), {"\xc3\xa9!"});                                  // "é!"
   EXPECT_EQ(feed(ts, "a\xc3\xa9"), (std::vector<std::string>{"a", "", ""}));  // é could start the stop string
   EXPECT_EQ(feed(ts, "?"), (std::vector<std::string>{"\xc3\xa9?"}));
   TextStream plain(tokenizer(), {});

@@ -21,7 +21,8 @@ void reply_json(httplib::Response& res, int status, const json& body) {
 void reply_error(httplib::Response& res, const ApiError& e) { reply_json(res, e.http_status, error_json(e)); }
 
 ApiError server_error(int status, std::string message, std::string code) {
-  return ApiError{.http_status = status, .message = std::move(message), .type = "server_error", .code = std::move(code)};
+  return ApiError{
+      .http_status = status, .message = std::move(message), .type = "server_error", .code = std::move(code)};
 }
 
 // The error a submit refusal becomes.
@@ -29,26 +30,34 @@ ApiError submit_error(const Status& s) {
   switch (s.code()) {
     case StatusCode::kResourceExhausted:
       return ApiError{.http_status = 429, .message = s.message(), .type = "rate_limit_error", .code = "queue_full"};
-    case StatusCode::kUnavailable: return server_error(503, s.message(), "unavailable");
-    case StatusCode::kInvalidArgument: return ApiError{.http_status = 400, .message = s.message()};
-    default: return server_error(500, s.message(), "internal_error");
+    case StatusCode::kUnavailable:
+      return server_error(503, s.message(), "unavailable");
+    case StatusCode::kInvalidArgument:
+      return ApiError{.http_status = 400, .message = s.message()};
+    default:
+      return server_error(500, s.message(), "internal_error");
   }
 }
 
 // How an engine finish reads to the client: "stop" / "length", or the error it becomes.
 const char* finish_name(engine::FinishReason r) {
   switch (r) {
-    case engine::FinishReason::kStop: return "stop";
-    case engine::FinishReason::kLength: return "length";
-    default: return nullptr;
+    case engine::FinishReason::kStop:
+      return "stop";
+    case engine::FinishReason::kLength:
+      return "length";
+    default:
+      return nullptr;
   }
 }
 ApiError finish_error(engine::FinishReason r, const std::string& message, double timeout_s) {
   switch (r) {
     case engine::FinishReason::kCancelled:
       return server_error(503, "The request was cancelled: the server is shutting down.", "shutting_down");
-    case engine::FinishReason::kRefused: return ApiError{.http_status = 400, .message = message};
-    case engine::FinishReason::kError: return server_error(500, message, "generation_error");
+    case engine::FinishReason::kRefused:
+      return ApiError{.http_status = 400, .message = message};
+    case engine::FinishReason::kError:
+      return server_error(500, message, "generation_error");
     default:
       return server_error(504, fmt::format("The request did not finish within --request-timeout {} s.", timeout_s),
                           "timeout");
@@ -147,7 +156,8 @@ std::string HttpServer::metrics_text() const {
   gauge("genbridge_kv_pages_total", "KV cache pages in the pool.", static_cast<double>(c.kv_pages_total));
   gauge("genbridge_kv_usage_ratio", "Fraction of the KV cache pool in use.",
         c.kv_pages_total > 0 ? static_cast<double>(c.kv_pages_used) / static_cast<double>(c.kv_pages_total) : 0.0);
-  gauge("genbridge_kv_bytes_used", "KV cache bytes in use.", static_cast<double>(c.kv_pages_used * c.kv_bytes_per_page));
+  gauge("genbridge_kv_bytes_used", "KV cache bytes in use.",
+        static_cast<double>(c.kv_pages_used * c.kv_bytes_per_page));
   o += service_.ttft().prometheus("genbridge_time_to_first_token_seconds",
                                   "Time from a request's acceptance to its first token.");
   o += service_.tpot().prometheus("genbridge_time_per_output_token_seconds",
@@ -196,142 +206,144 @@ void HttpServer::routes() {
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
   for (bool chat : {false, true}) {
-    s.Post(chat ? "/v1/chat/completions" : "/v1/completions",
-           [this, chat](const httplib::Request& req, httplib::Response& res) {
-             ++http_requests_;
-             auto parsed = parse_request(req.body, chat, model_);
-             if (auto* e = std::get_if<ApiError>(&parsed)) {
-               ++bad_requests_;
-               reply_error(res, *e);
-               return;
-             }
-             ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
-             if (!p.seeded) p.sampling.seed = mix(next_seed_++);
-             auto sub = service_.submit(GenerationRequest{
-                 .prompt = p.prompt, .max_tokens = p.max_tokens, .sampling = p.sampling,
-                 .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens});
-             if (!sub.ok()) {
-               reply_error(res, submit_error(sub.status()));
-               return;
-             }
-             std::shared_ptr<RequestStream> stream = std::move(sub).value();
-             const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
-             const int64_t created = static_cast<int64_t>(std::time(nullptr));
-             const Clock::time_point deadline =
-                 Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(options_.request_timeout_s));
-             const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
-             if (!p.stream) {
-               TextStream ts(*model_.tokenizer, p.stop);
-               std::string out;
-               std::vector<int32_t> ids;
-               const char* finish = nullptr;
-               engine::FinishReason reason = engine::FinishReason::kLength;
-               std::string message;
-               bool ended = false;
-               while (!ended && !ts.stopped()) {
-                 std::vector<int32_t> toks;
-                 ended = stream->wait(deadline, &toks, &reason, &message);
-                 for (int32_t t : toks) {
-                   if (ts.stopped()) break;
-                   out += ts.push(t);
-                   ids.push_back(t);
-                 }
-                 if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
-               }
-               if (ts.stopped()) {
-                 service_.cancel(stream->id());
-                 finish = "stop";
-               } else if (ended && finish_name(reason)) {
-                 out += ts.finish();
-                 finish = ts.stopped() ? "stop" : finish_name(reason);
-               } else {
-                 if (!ended) service_.cancel(stream->id());
-                 reply_error(res, finish_error(ended ? reason : engine::FinishReason::kLength, message,
-                                               options_.request_timeout_s));
-                 return;
-               }
-               Usage u = prompt_usage;
-               u.completion_tokens = static_cast<int64_t>(ids.size());
-               reply_json(res, 200, completion_json(p, id, created, model_.name, out, finish, u, ids));
-               return;
-             }
-             auto st = std::make_shared<StreamState>(StreamState{.request = p,
-                                                                 .stream = stream,
-                                                                 .text = TextStream(*model_.tokenizer, p.stop),
-                                                                 .id = id,
-                                                                 .created = created,
-                                                                 .deadline = deadline});
-             res.set_header("Cache-Control", "no-cache");
-             GenerationService* svc = &service_;
-             const std::string model_name = model_.name;
-             const double timeout_s = options_.request_timeout_s;
-             res.set_chunked_content_provider(
-                 "text/event-stream",
-                 [st, svc, model_name, timeout_s](size_t, httplib::DataSink& sink) {
-                   if (st->ended) {
-                     sink.done();
-                     return true;
-                   }
-                   const ParsedRequest& r = st->request;
-                   std::vector<int32_t> toks;
-                   engine::FinishReason reason = engine::FinishReason::kLength;
-                   std::string message;
-                   // Short slices: a client that went away is noticed at the next write.
-                   const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)),
-                                                      &toks, &reason, &message);
-                   std::string out;
-                   auto chunk = [&](const std::string& text, const char* finish, bool last) {
-                     std::optional<Usage> usage;
-                     if (last) {
-                       usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
-                                     .completion_tokens = st->completion_tokens};
-                     }
-                     out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
-                                           st->ids_pending));
-                     st->ids_pending.clear();
-                     st->first = false;
-                   };
-                   if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
-                   std::string text;
-                   for (int32_t t : toks) {
-                     if (st->text.stopped()) break;
-                     text += st->text.push(t);
-                     st->ids_pending.push_back(t);
-                     ++st->completion_tokens;
-                   }
-                   const Clock::time_point now = Clock::now();
-                   if (st->text.stopped()) {
-                     svc->cancel(st->stream->id());
-                     if (!text.empty()) chunk(text, nullptr, false);
-                     chunk("", "stop", true);
-                     st->ended = true;
-                   } else if (ended && finish_name(reason)) {
-                     text += st->text.finish();
-                     if (!text.empty()) chunk(text, nullptr, false);
-                     chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
-                     st->ended = true;
-                   } else {
-                     if (!text.empty()) chunk(text, nullptr, false);
-                     if (ended || now >= st->deadline) {
-                       if (!ended) svc->cancel(st->stream->id());
-                       out += sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
-                       st->ended = true;
-                     }
-                   }
-                   if (st->ended) out += "data: [DONE]\n\n";
-                   if (!out.empty() && !sink.write(out.data(), out.size())) {
-                     svc->cancel(st->stream->id());  // the client went away
-                     st->ended = true;
-                     return false;
-                   }
-                   if (st->ended) sink.done();
-                   return true;
-                 },
-                 [st, svc](bool) {
-                   if (!st->ended) svc->cancel(st->stream->id());
-                 });
-           });
+    s.Post(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat](const httplib::Request& req,
+                                                                           httplib::Response& res) {
+      ++http_requests_;
+      auto parsed = parse_request(req.body, chat, model_);
+      if (auto* e = std::get_if<ApiError>(&parsed)) {
+        ++bad_requests_;
+        reply_error(res, *e);
+        return;
+      }
+      ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
+      if (!p.seeded) p.sampling.seed = mix(next_seed_++);
+      auto sub =
+          service_.submit(GenerationRequest{.prompt = p.prompt,
+                                            .max_tokens = p.max_tokens,
+                                            .sampling = p.sampling,
+                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens});
+      if (!sub.ok()) {
+        reply_error(res, submit_error(sub.status()));
+        return;
+      }
+      std::shared_ptr<RequestStream> stream = std::move(sub).value();
+      const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
+      const int64_t created = static_cast<int64_t>(std::time(nullptr));
+      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(options_.request_timeout_s));
+      const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
+      if (!p.stream) {
+        TextStream ts(*model_.tokenizer, p.stop);
+        std::string out;
+        std::vector<int32_t> ids;
+        const char* finish = nullptr;
+        engine::FinishReason reason = engine::FinishReason::kLength;
+        std::string message;
+        bool ended = false;
+        while (!ended && !ts.stopped()) {
+          std::vector<int32_t> toks;
+          ended = stream->wait(deadline, &toks, &reason, &message);
+          for (int32_t t : toks) {
+            if (ts.stopped()) break;
+            out += ts.push(t);
+            ids.push_back(t);
+          }
+          if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
+        }
+        if (ts.stopped()) {
+          service_.cancel(stream->id());
+          finish = "stop";
+        } else if (ended && finish_name(reason)) {
+          out += ts.finish();
+          finish = ts.stopped() ? "stop" : finish_name(reason);
+        } else {
+          if (!ended) service_.cancel(stream->id());
+          reply_error(
+              res, finish_error(ended ? reason : engine::FinishReason::kLength, message, options_.request_timeout_s));
+          return;
+        }
+        Usage u = prompt_usage;
+        u.completion_tokens = static_cast<int64_t>(ids.size());
+        reply_json(res, 200, completion_json(p, id, created, model_.name, out, finish, u, ids));
+        return;
+      }
+      auto st = std::make_shared<StreamState>(StreamState{.request = p,
+                                                          .stream = stream,
+                                                          .text = TextStream(*model_.tokenizer, p.stop),
+                                                          .id = id,
+                                                          .created = created,
+                                                          .deadline = deadline});
+      res.set_header("Cache-Control", "no-cache");
+      GenerationService* svc = &service_;
+      const std::string model_name = model_.name;
+      const double timeout_s = options_.request_timeout_s;
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [st, svc, model_name, timeout_s](size_t, httplib::DataSink& sink) {
+            if (st->ended) {
+              sink.done();
+              return true;
+            }
+            const ParsedRequest& r = st->request;
+            std::vector<int32_t> toks;
+            engine::FinishReason reason = engine::FinishReason::kLength;
+            std::string message;
+            // Short slices: a client that went away is noticed at the next write.
+            const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)),
+                                                &toks, &reason, &message);
+            std::string out;
+            auto chunk = [&](const std::string& text, const char* finish, bool last) {
+              std::optional<Usage> usage;
+              if (last) {
+                usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
+                              .completion_tokens = st->completion_tokens};
+              }
+              out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
+                                    st->ids_pending));
+              st->ids_pending.clear();
+              st->first = false;
+            };
+            if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
+            std::string text;
+            for (int32_t t : toks) {
+              if (st->text.stopped()) break;
+              text += st->text.push(t);
+              st->ids_pending.push_back(t);
+              ++st->completion_tokens;
+            }
+            const Clock::time_point now = Clock::now();
+            if (st->text.stopped()) {
+              svc->cancel(st->stream->id());
+              if (!text.empty()) chunk(text, nullptr, false);
+              chunk("", "stop", true);
+              st->ended = true;
+            } else if (ended && finish_name(reason)) {
+              text += st->text.finish();
+              if (!text.empty()) chunk(text, nullptr, false);
+              chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
+              st->ended = true;
+            } else {
+              if (!text.empty()) chunk(text, nullptr, false);
+              if (ended || now >= st->deadline) {
+                if (!ended) svc->cancel(st->stream->id());
+                out +=
+                    sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
+                st->ended = true;
+              }
+            }
+            if (st->ended) out += "data: [DONE]\n\n";
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+              svc->cancel(st->stream->id());  // the client went away
+              st->ended = true;
+              return false;
+            }
+            if (st->ended) sink.done();
+            return true;
+          },
+          [st, svc](bool) {
+            if (!st->ended) svc->cancel(st->stream->id());
+          });
+    });
   }
 }
 

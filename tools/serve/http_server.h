@@ -23,8 +23,8 @@ namespace genbridge::serve {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port
-  int threads = 0;  // HTTP worker threads; 0: max_batch + max_queued_requests + 8
+  int port = 8000;                 // 0: any free port
+  int threads = 0;                 // HTTP worker threads; 0: max_batch + max_queued_requests + 8
   double request_timeout_s = 600;  // most seconds one request may take; then it is cancelled
 };
 

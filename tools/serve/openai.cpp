@@ -57,7 +57,8 @@ std::optional<ApiError> get_number(const json& body, const std::string& name, do
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number()) return type_error(name, "a number", *it);
   const double v = it->get<double>();
-  if (!(lo_open ? v > lo : v >= lo) || !(v <= hi)) return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, shown(*it)));
+  if (!(lo_open ? v > lo : v >= lo) || !(v <= hi))
+    return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, shown(*it)));
   *out = v;
   return std::nullopt;
 }
@@ -120,8 +121,8 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   std::optional<int64_t> n;
   if (auto e = get_int(body, "n", 1, 1, "1 (this server generates one choice per request)", &n)) return *e;
   if (auto it = body.find("best_of"); it != body.end() && !it->is_null() && *it != 1) {
-    return bad("best_of", fmt::format("'best_of' must be 1 (this server generates one choice per request), got {}.",
-                                      shown(*it)));
+    return bad("best_of",
+               fmt::format("'best_of' must be 1 (this server generates one choice per request), got {}.", shown(*it)));
   }
   for (const char* f : {"logprobs", "top_logprobs", "echo", "suffix", "logit_bias"}) {
     auto it = body.find(f);
@@ -138,20 +139,23 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     if (p == body.end() || p->is_null()) return bad("prompt", "'prompt' is required.");
     if (p->is_string()) {
       prompt_text = p->get<std::string>();
-    } else if (p->is_array() && !p->empty() && std::all_of(p->begin(), p->end(), [](const json& v) { return is_int(v); })) {
+    } else if (p->is_array() && !p->empty() &&
+               std::all_of(p->begin(), p->end(), [](const json& v) { return is_int(v); })) {
       have_text = false;
       for (const json& v : *p) {
         const int64_t t = v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
         if (t < 0 || t >= model.vocab_size) {
-          return bad("prompt", fmt::format("'prompt' token {} is outside the vocabulary [0, {}).", shown(v),
-                                           model.vocab_size));
+          return bad("prompt",
+                     fmt::format("'prompt' token {} is outside the vocabulary [0, {}).", shown(v), model.vocab_size));
         }
         r.prompt.push_back(static_cast<int32_t>(t));
       }
     } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
       prompt_text = (*p)[0].get<std::string>();
-    } else if (p->is_array() && p->size() > 1 && std::all_of(p->begin(), p->end(), [](const json& v) { return v.is_string(); })) {
-      return bad("prompt", fmt::format("'prompt' holds {} prompts; this server takes one prompt per request.", p->size()));
+    } else if (p->is_array() && p->size() > 1 &&
+               std::all_of(p->begin(), p->end(), [](const json& v) { return v.is_string(); })) {
+      return bad("prompt",
+                 fmt::format("'prompt' holds {} prompts; this server takes one prompt per request.", p->size()));
     } else {
       return type_error("prompt", "a string or a list of token ids", *p);
     }
@@ -190,9 +194,9 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   }
   if (have_text) {
     auto ids = model.tokenizer->encode(prompt_text);
-    if (!ids.ok()) return bad(chat ? "messages" : "prompt", fmt::format("'{}' cannot be encoded: {}",
-                                                                        chat ? "messages" : "prompt",
-                                                                        ids.status().message()));
+    if (!ids.ok())
+      return bad(chat ? "messages" : "prompt",
+                 fmt::format("'{}' cannot be encoded: {}", chat ? "messages" : "prompt", ids.status().message()));
     r.prompt = std::move(ids).value();
   }
   if (r.prompt.empty()) return bad("prompt", "'prompt' is empty: it encodes to no token.");
@@ -227,11 +231,11 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   const int64_t kv_tokens = prompt_len + r.max_tokens - 1;
   const int64_t pages = (kv_tokens + model.kv_page_size - 1) / model.kv_page_size;
   if (pages > model.kv_pages) {
-    return bad(max_tokens ? max_name : "prompt",
-               fmt::format("The request needs {} KV pages ({} prompt + {} completion tokens at {} tokens per page) but "
-                           "the server's KV pool holds {} pages (--kv-memory-mb {}); lower '{}' or shorten the prompt.",
-                           pages, prompt_len, r.max_tokens, model.kv_page_size, model.kv_pages, model.kv_memory_mb,
-                           max_name));
+    return bad(
+        max_tokens ? max_name : "prompt",
+        fmt::format("The request needs {} KV pages ({} prompt + {} completion tokens at {} tokens per page) but "
+                    "the server's KV pool holds {} pages (--kv-memory-mb {}); lower '{}' or shorten the prompt.",
+                    pages, prompt_len, r.max_tokens, model.kv_page_size, model.kv_pages, model.kv_memory_mb, max_name));
   }
   std::optional<double> temperature, top_p;
   std::optional<int64_t> top_k, seed;
@@ -255,7 +259,8 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     if (it->is_string()) {
       r.stop.push_back(it->get<std::string>());
     } else if (it->is_array() && std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_string(); })) {
-      if (it->size() > 4) return bad("stop", fmt::format("'stop' holds {} strings; at most 4 are allowed.", it->size()));
+      if (it->size() > 4)
+        return bad("stop", fmt::format("'stop' holds {} strings; at most 4 are allowed.", it->size()));
       for (const json& v : *it) r.stop.push_back(v.get<std::string>());
     } else {
       return type_error("stop", "a string or a list of strings", *it);
@@ -370,8 +375,6 @@ json chunk_json(const ParsedRequest& r, const std::string& id, int64_t created, 
   return j;
 }
 
-std::string sse(const json& j) {
-  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-}
+std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
 
 }  // namespace genbridge::serve

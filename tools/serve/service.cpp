@@ -90,7 +90,9 @@ GenerationService::~GenerationService() {
   if (thread_.joinable()) shutdown(Clock::now());
 }
 
-void GenerationService::start() { thread_ = std::thread([this] { engine_loop(); }); }
+void GenerationService::start() {
+  thread_ = std::thread([this] { engine_loop(); });
+}
 
 Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationRequest request) {
   std::shared_ptr<RequestStream> stream;
@@ -194,11 +196,21 @@ void GenerationService::on_finish(engine::RequestResult&& r) {
   Entry& e = it->second;
   dequeue(e);
   switch (r.reason) {
-    case engine::FinishReason::kStop: ++counters_.finished_stop; break;
-    case engine::FinishReason::kLength: ++counters_.finished_length; break;
-    case engine::FinishReason::kCancelled: ++counters_.finished_cancelled; break;
-    case engine::FinishReason::kRefused: ++counters_.finished_refused; break;
-    case engine::FinishReason::kError: ++counters_.finished_error; break;
+    case engine::FinishReason::kStop:
+      ++counters_.finished_stop;
+      break;
+    case engine::FinishReason::kLength:
+      ++counters_.finished_length;
+      break;
+    case engine::FinishReason::kCancelled:
+      ++counters_.finished_cancelled;
+      break;
+    case engine::FinishReason::kRefused:
+      ++counters_.finished_refused;
+      break;
+    case engine::FinishReason::kError:
+      ++counters_.finished_error;
+      break;
   }
   e2e_.observe(seconds(Clock::now() - e.submitted));
   e.stream->finish(r.reason, std::move(r.message));

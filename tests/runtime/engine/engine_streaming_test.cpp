@@ -30,10 +30,11 @@ class StreamingEngine {
     executor_ = std::make_unique<LocalExecutor>(*runner_);
     engine_ = std::make_unique<Engine>(*executor_, *pool_, EngineOptions{.max_batch = max_batch});
     engine_->set_listener({.on_token = [this](int64_t id, int32_t t) { out.tokens[id].push_back(t); },
-                           .on_finish = [this](RequestResult&& r) {
-                             EXPECT_EQ(out.finished.count(r.id), 0u) << "request " << r.id << " finished twice";
-                             out.finished[r.id] = std::move(r);
-                           }});
+                           .on_finish =
+                               [this](RequestResult&& r) {
+                                 EXPECT_EQ(out.finished.count(r.id), 0u) << "request " << r.id << " finished twice";
+                                 out.finished[r.id] = std::move(r);
+                               }});
   }
   Engine& engine() { return *engine_; }
   runtime::KvPagePool& pool() { return *pool_; }
