@@ -317,6 +317,23 @@ const cases = {
     await stopServer(s);
   },
 
+  // --request-timeout: a request still running then is cancelled (its KV pages freed) and answered 504.
+  async request_timeout() {
+    const s = await startServer(["--request-timeout", "0.05"]);
+    const r = await post(s, "/v1/completions", { model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0 });
+    eq([r.status, r.json?.error?.message, r.json?.error?.type, r.json?.error?.code],
+       [504, "The request did not finish within --request-timeout 0.05 s.", "server_error", "timeout"], "non-streamed: 504");
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(60000),
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true }) });
+    const sse = parseSse(await res.text());
+    eq([sse.wellFormed, sse.done, sse.chunks[sse.chunks.length - 1]?.error?.code], [true, true, "timeout"],
+       "streamed: an error event, then [DONE]");
+    await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="cancelled"}'] === 2 && m.genbridge_kv_pages_used === 0,
+                      "both cancelled, no KV pages held");
+    await stopServer(s);
+  },
+
   // SIGTERM: /health and new requests 503, the in-flight stream (1,500 tokens: it outlasts the checks)
   // finishes, exit 0.
   async sigterm_drains() {
