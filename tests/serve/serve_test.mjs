@@ -334,6 +334,28 @@ const cases = {
     await stopServer(s);
   },
 
+  // A request whose logits turn non-finite (an +Inf in lm_head.weight): 500 naming the step, the server goes on.
+  async non_finite() {
+    const s = await startServer([]);
+    const body = { model: NAME, prompt: [1, 2, 3], max_tokens: 4, temperature: 0 };
+    const r = await post(s, "/v1/completions", body);
+    const msg = /^request \d+, step 0: the logits contain 1 non-finite value of 512 \(first: token 17 = -?inf\); the request was ended\./;
+    check(r.status === 500 && r.json?.error?.type === "server_error" && r.json?.error?.code === "generation_error" &&
+          msg.test(r.json?.error?.message), "non-streamed: 500 naming the step", r.text);
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(60000),
+      body: JSON.stringify({ ...body, stream: true }) });
+    const sse = parseSse(await res.text());
+    const last = sse.chunks[sse.chunks.length - 1];
+    check(sse.wellFormed && sse.done && last?.error?.code === "generation_error" && msg.test(last?.error?.message),
+          "streamed: an error event, then [DONE]", JSON.stringify(sse));
+    const h = await fetch(s.base + "/health", { signal: AbortSignal.timeout(10000) });
+    eq(h.status, 200, "the server stays healthy");
+    await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="error"}'] === 2 && m.genbridge_kv_pages_used === 0,
+                      "metrics: 2 ended by an error, no KV pages held");
+    await stopServer(s);
+  },
+
   // SIGTERM: /health and new requests 503, the in-flight stream (1,500 tokens: it outlasts the checks)
   // finishes, exit 0.
   async sigterm_drains() {

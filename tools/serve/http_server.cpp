@@ -187,7 +187,9 @@ void HttpServer::routes() {
     reply_error(res, server_error(500, "Internal error: " + what, "internal_error"));
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (service_.draining()) {
+    if (service_.failed()) {
+      reply_json(res, 503, json{{"status", "engine_failed"}});
+    } else if (service_.draining()) {
       reply_json(res, 503, json{{"status", "shutting_down"}});
     } else {
       reply_json(res, 200, json{{"status", "ok"}});

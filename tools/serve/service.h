@@ -106,6 +106,11 @@ class GenerationService {
   // joins the engine thread. Returns how many requests were cancelled at the deadline.
   int64_t shutdown(Clock::time_point deadline);
   bool draining() const { return draining_.load(); }
+  // The engine's forward failed: every request then ended with an error and new ones get Unavailable.
+  bool failed() const {
+    std::lock_guard lk(mu_);
+    return !failure_.empty();
+  }
   int64_t in_flight() const;
 
   ServiceCounters counters() const;
