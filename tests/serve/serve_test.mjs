@@ -201,6 +201,21 @@ const cases = {
       r = curl(s, "/v1/completions", { ...req, max_tokens: 16, stop, stream: true });
       j = joinChunks(parseSse(r.text).chunks, false);
       eq([j.text, j.finish], [full.slice(0, at), "stop"], "streamed stop: the same text, finish_reason stop");
+      // A long request that reaches its stop string early: the server ends it in the engine (its KV pages
+      // freed, the rest never generated) and counts it as finished by stop.
+      r = curl(s, "/v1/completions", { ...req, max_tokens: 4000, stop, stream: true });
+      j = joinChunks(parseSse(r.text).chunks, false);
+      eq([j.text, j.finish], [full.slice(0, at), "stop"], "4000-token request: ends at the stop string");
+      await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="stop"}'] >= 1 &&
+                                   m.genbridge_kv_pages_used === 0 && m.genbridge_running_requests === 0 &&
+                                   m.genbridge_generation_tokens_total < 3000,
+                        "metrics: ended by stop in the engine, KV freed, far fewer than 4000 tokens generated");
+      // The engine may have generated all 16 tokens (length) before the server saw the stop string; if not,
+      // the request ends as "stop". Never as a cancellation (that counter means clients that went away).
+      await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="stop"}'] +
+                                   m['genbridge_requests_finished_total{reason="length"}'] === 15 &&
+                                   m['genbridge_requests_finished_total{reason="cancelled"}'] === 0,
+                        "metrics: the stop-string requests count as finished by stop or length, not cancelled");
     }
     r = curl(s, "/metrics");
     check(r.status === 200 && /# TYPE genbridge_time_to_first_token_seconds histogram/.test(r.text) &&

@@ -142,7 +142,9 @@ std::string HttpServer::metrics_text() const {
   counter("genbridge_requests_total", "Generation requests by outcome.", "{outcome=\"accepted\"}", c.requests_accepted);
   counter("genbridge_requests_total", "", "{outcome=\"invalid\"}", bad_requests_.load(), false);
   counter("genbridge_requests_total", "", "{outcome=\"queue_full\"}", c.requests_rejected_queue_full, false);
-  counter("genbridge_requests_finished_total", "Accepted requests that ended, by engine finish reason.",
+  counter("genbridge_requests_finished_total",
+          "Accepted requests that ended: stop (eos token or stop string), length, cancelled (client gone, timeout, "
+          "shutdown), error, refused.",
           "{reason=\"stop\"}", c.finished_stop);
   counter("genbridge_requests_finished_total", "", "{reason=\"length\"}", c.finished_length, false);
   counter("genbridge_requests_finished_total", "", "{reason=\"cancelled\"}", c.finished_cancelled, false);
@@ -253,7 +255,7 @@ void HttpServer::routes() {
           if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
         }
         if (ts.stopped()) {
-          service_.cancel(stream->id());
+          service_.stop(stream->id());
           finish = "stop";
         } else if (ended && finish_name(reason)) {
           out += ts.finish();
@@ -315,7 +317,7 @@ void HttpServer::routes() {
             }
             const Clock::time_point now = Clock::now();
             if (st->text.stopped()) {
-              svc->cancel(st->stream->id());
+              svc->stop(st->stream->id());
               if (!text.empty()) chunk(text, nullptr, false);
               chunk("", "stop", true);
               st->ended = true;

@@ -133,6 +133,15 @@ void GenerationService::cancel(int64_t id) {
   cv_.notify_all();
 }
 
+void GenerationService::stop(int64_t id) {
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = entries_.find(id); it != entries_.end()) it->second.stop_string = true;
+    cancels_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
 int64_t GenerationService::in_flight() const {
   std::lock_guard lk(mu_);
   return static_cast<int64_t>(entries_.size());
@@ -203,7 +212,7 @@ void GenerationService::on_finish(engine::RequestResult&& r) {
       ++counters_.finished_length;
       break;
     case engine::FinishReason::kCancelled:
-      ++counters_.finished_cancelled;
+      ++(e.stop_string ? counters_.finished_stop : counters_.finished_cancelled);
       break;
     case engine::FinishReason::kRefused:
       ++counters_.finished_refused;

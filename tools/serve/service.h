@@ -102,6 +102,8 @@ class GenerationService {
   Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
   // Asks the engine thread to end request `id` (it reaches its stream as kCancelled); frees its KV pages.
   void cancel(int64_t id);
+  // The same for a request whose text reached a stop string: counted as finished by "stop", not cancelled.
+  void stop(int64_t id);
   // Stops accepting (Unavailable), lets in-flight requests finish until `deadline`, cancels the rest, and
   // joins the engine thread. Returns how many requests were cancelled at the deadline.
   int64_t shutdown(Clock::time_point deadline);
@@ -126,6 +128,7 @@ class GenerationService {
     Clock::time_point submitted, last_token;
     int64_t tokens = 0;
     bool counted_queued = true;
+    bool stop_string = false;  // ended by stop(): a stop string in its text
   };
   void engine_loop();
   void on_token(int64_t id, int32_t token);
