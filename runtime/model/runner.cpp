@@ -97,6 +97,11 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
   if (checkpoint.precision() != WeightPrecision::kBF16) {
     return invalid_argument("model runner: the checkpoint must be opened with bf16 weights (LoadOptions::precision)");
   }
+  if (checkpoint.config().is_deepseek()) {
+    return unimplemented(fmt::format("model runner: {} (MLA attention) loads and validates, but the engine does not "
+                                     "run it yet",
+                                     architecture_name(checkpoint.config().architecture)));
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool));
   const ModelConfig& c = r->config_;
   if (pool.geometry().num_layers != c.num_hidden_layers || pool.geometry().num_kv_heads != c.num_key_value_heads) {
