@@ -81,10 +81,9 @@ inline Status bad_config_value(std::string_view source, std::string_view key, co
 // `v` in [min, kMaxConfigSize] (min is 0 or 1).
 inline Status check_config_size(std::string_view source, std::string_view key, int64_t v, int64_t min) {
   if (v < min || v > kMaxConfigSize) {
-    return bad_config_value(
-        source, key, std::to_string(v),
-        min == 0 ? fmt::format("must be a non-negative integer no larger than {}", kMaxConfigSize)
-                 : fmt::format("must be a positive integer no larger than {}", kMaxConfigSize));
+    return bad_config_value(source, key, std::to_string(v),
+                            min == 0 ? fmt::format("must be a non-negative integer no larger than {}", kMaxConfigSize)
+                                     : fmt::format("must be a positive integer no larger than {}", kMaxConfigSize));
   }
   return ok_status();
 }

@@ -120,9 +120,9 @@ Status parse_deepseek_config(const ConfigReader& r, ModelConfig* c) {
   GB_RETURN_IF_ERROR(parse_rope_scaling(r, c));
   for (const char* key : {"index_n_heads", "index_head_dim", "index_topk"}) {
     if (!v32 && r.has(key)) {
-      return r.bad(key, *r.find(key),
-                   fmt::format("only {} has the lightning indexer (this config is {})", kDeepseekV32Architecture,
-                               arch));
+      return r.bad(
+          key, *r.find(key),
+          fmt::format("only {} has the lightning indexer (this config is {})", kDeepseekV32Architecture, arch));
     }
   }
   if (v32) {
@@ -176,9 +176,9 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
   GB_RETURN_IF_ERROR(check_config_size(src, "moe_intermediate_size", c.moe_intermediate_size, 1));
   GB_RETURN_IF_ERROR(check_config_size(src, "n_shared_experts", d.n_shared_experts, 0));
   if (d.n_shared_experts * c.moe_intermediate_size > kMaxConfigSize) {
-    return bad_config_value(src, "n_shared_experts", std::to_string(d.n_shared_experts),
-                            fmt::format("n_shared_experts * moe_intermediate_size must be no larger than {}",
-                                        kMaxConfigSize));
+    return bad_config_value(
+        src, "n_shared_experts", std::to_string(d.n_shared_experts),
+        fmt::format("n_shared_experts * moe_intermediate_size must be no larger than {}", kMaxConfigSize));
   }
   if (d.n_group < 1 || d.n_group > c.num_experts || c.num_experts % d.n_group != 0) {
     return bad_config_value(src, "n_group", std::to_string(d.n_group),
@@ -217,9 +217,9 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     if (!c.is_moe_layer(l)) {
       if (c.intermediate_size < 1 || c.intermediate_size > kMaxConfigSize) {
-        return bad_config_value(src, "intermediate_size", std::to_string(c.intermediate_size),
-                                fmt::format("must be a positive integer no larger than {} because layer {} is dense",
-                                            kMaxConfigSize, l));
+        return bad_config_value(
+            src, "intermediate_size", std::to_string(c.intermediate_size),
+            fmt::format("must be a positive integer no larger than {} because layer {} is dense", kMaxConfigSize, l));
       }
       break;
     }
@@ -259,9 +259,9 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
   }
   if (c.has_indexer()) {
     if (d.q_lora_rank < 1) {
-      return bad_config_value(src, "q_lora_rank", std::to_string(d.q_lora_rank),
-                              fmt::format("must be positive for {} (the indexer's queries come from the q latent)",
-                                          arch));
+      return bad_config_value(
+          src, "q_lora_rank", std::to_string(d.q_lora_rank),
+          fmt::format("must be positive for {} (the indexer's queries come from the q latent)", arch));
     }
     GB_RETURN_IF_ERROR(check_config_size(src, "index_n_heads", d.index_n_heads, 1));
     GB_RETURN_IF_ERROR(check_config_size(src, "index_head_dim", d.index_head_dim, 1));
