@@ -30,6 +30,7 @@ struct MlaAttention::Scratch {
   std::vector<bf16_t> o_v;
   std::vector<int32_t> topk;
   std::vector<float> cos, sin;
+  int64_t max_tokens = 0;
 };
 
 std::shared_ptr<MlaAttention::Scratch> MlaAttention::make_scratch(int64_t max_tokens) const {
@@ -37,6 +38,7 @@ std::shared_ptr<MlaAttention::Scratch> MlaAttention::make_scratch(int64_t max_to
   const DeepseekConfig& d = c.deepseek;
   const auto T = static_cast<size_t>(max_tokens), H = static_cast<size_t>(c.num_attention_heads);
   auto s = std::make_shared<Scratch>();
+  s->max_tokens = max_tokens;
   s->qa.resize(T * std::max<int64_t>(1, d.q_lora_rank));
   s->qr.resize(T * std::max<int64_t>(1, d.q_lora_rank));
   s->kv.resize(T * (d.kv_lora_rank + d.qk_rope_head_dim));
@@ -51,7 +53,7 @@ std::shared_ptr<MlaAttention::Scratch> MlaAttention::make_scratch(int64_t max_to
     s->iq.resize(T * d.index_n_heads * d.index_head_dim);
     s->ik.resize(T * d.index_head_dim);
     s->iw.resize(T * d.index_n_heads);
-    s->topk.resize(T * d.index_topk);
+    s->topk.resize(static_cast<size_t>(c.num_hidden_layers) * T * d.index_topk);  // every layer's, kept
   }
   s->cos.resize(T * d.qk_rope_head_dim / 2);
   s->sin.resize(T * d.qk_rope_head_dim / 2);
@@ -188,7 +190,7 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
     const TensorView iw(s.iw.data(), DType::kF32, {T, ih});
     GB_RETURN_IF_ERROR(ctx(ops::linear(h, w_.layers[layer].indexer.weights_proj, iw), "indexer weights_proj"));
     for (int64_t i = 0; i < T * ih; ++i) s.iw[i] *= index_weight_scale_;
-    const TensorView topk(s.topk.data(), DType::kI32, {T, d.index_topk});
+    const TensorView topk(s.topk.data() + layer * s.max_tokens * d.index_topk, DType::kI32, {T, d.index_topk});
     GB_RETURN_IF_ERROR(
         ctx(dev_.index_topk(TensorView(s.iq.data(), DType::kF32, {T, ih, id}), iw, index_keys_[layer], batch, topk),
             "indexer top-k"));
@@ -209,6 +211,12 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
     GB_RETURN_IF_ERROR(ctx(ops::linear(ol, w_uv, ov), "W_UV"));
   }
   return ctx(ops::linear(TensorView(s.o_v.data(), DType::kBF16, {T, H * vd}), a.o_proj, out), "o_proj");
+}
+
+TensorView MlaAttention::index_selection(const Scratch& s, int64_t layer, int64_t num_tokens) const {
+  if (!config_.has_indexer()) return TensorView();
+  const int64_t k = config_.deepseek.index_topk;
+  return TensorView(const_cast<int32_t*>(s.topk.data()) + layer * s.max_tokens * k, DType::kI32, {num_tokens, k});
 }
 
 }  // namespace genbridge::model

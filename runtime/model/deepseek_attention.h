@@ -40,6 +40,9 @@ class MlaAttention {
   // tokens' MLA rows (and indexer keys), then out bf16 [T, hidden] = o_proj(attention).
   Status forward(Scratch& scratch, int64_t layer, const TensorView& h, std::span<const int32_t> positions,
                  std::span<const int64_t> slots, const runtime::AttentionBatch& batch, const TensorView& out) const;
+  // V3.2: the indexer's selection of layer `layer` in the last forward with this scratch, int32
+  // [num_tokens, index_topk] in the DeviceOperator's top-k index contract; empty for V3 models.
+  TensorView index_selection(const Scratch& scratch, int64_t layer, int64_t num_tokens) const;
 
  private:
   MlaAttention(const Checkpoint& c, const runtime::DeviceOperator& d) : config_(c.config()), w_(c.weights()), dev_(d) {}

@@ -68,6 +68,11 @@ TensorView ForwardBatch::expert_out() const {
   return TensorView(b_->expert_out.data(), DType::kBF16, {num_tokens_, b_->topk, b_->hidden});
 }
 
+TensorView ForwardBatch::index_selection(int64_t layer) const {
+  if (!mla_ || !b_->mla) return TensorView();
+  return mla_->index_selection(*b_->mla, layer, num_tokens_);
+}
+
 ExpertBank::ExpertBank(const Checkpoint& checkpoint) : num_experts_(checkpoint.config().num_experts) {
   for (const LayerWeights& l : checkpoint.weights().layers) {
     std::vector<ops::ExpertWeights> e;
@@ -152,6 +157,7 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   b.zero_ids.assign(T, 0);
   b.shared_gate.resize(T);
   if (mla_) b.mla = mla_->make_scratch(max_tokens);
+  fb.mla_ = mla_.get();
   b.positions.resize(T);
   b.slots.resize(T);
   b.context_lens.resize(max_seqs);

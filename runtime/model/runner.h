@@ -44,10 +44,14 @@ class ForwardBatch {
   TensorView topk_ids() const;      // int32 [T, k]
   TensorView topk_weights() const;  // fp32 [T, k]
   TensorView expert_out() const;    // bf16 [T, k, hidden]; filled by local_experts() or by FFN ranks
+  // DeepSeek-V3.2: layer `layer`'s indexer selection in the last forward (int32 [T, index_topk], the
+  // DeviceOperator's top-k index contract); empty otherwise. For tests and tracing.
+  TensorView index_selection(int64_t layer) const;
 
  private:
   friend class ModelRunner;
   struct Buffers;
+  const MlaAttention* mla_ = nullptr;
   std::shared_ptr<Buffers> b_;
   int64_t num_tokens_ = 0;
   int64_t num_seqs_ = 0;

@@ -116,7 +116,8 @@ struct DeepseekReference {
   // the last kept and the first dropped position (infinity when every position is kept).
   std::vector<std::vector<std::vector<int64_t>>> index_selected;
   std::vector<std::vector<double>> index_margin;
-  std::vector<std::vector<double>> residual_rms;  // [layer][token]
+  std::vector<std::vector<double>> index_score_scale;  // [layer][token]: the largest |score| of the token
+  std::vector<std::vector<double>> residual_rms;       // [layer][token]
 
   double logit(int64_t pos, int64_t token) const { return logits[static_cast<size_t>(pos * vocab_size + token)]; }
   std::span<const double> logits_at(int64_t pos) const {
@@ -144,6 +145,7 @@ inline DeepseekReference deepseek_reference_forward(const model::ModelConfig& c,
   out.topk_margin.resize(L);
   out.index_selected.resize(L);
   out.index_margin.resize(L);
+  out.index_score_scale.resize(L);
   out.residual_rms.resize(L);
 
   vector<vector<double>> h(static_cast<size_t>(n), vector<double>(static_cast<size_t>(hs)));
@@ -216,6 +218,9 @@ inline DeepseekReference deepseek_reference_forward(const model::ModelConfig& c,
         std::sort(allowed.begin(), allowed.end());
         out.index_selected[l].push_back(allowed);
         out.index_margin[l].push_back(keep < t + 1 ? score[order[keep - 1]] - score[order[keep]] : INFINITY);
+        double scale_t = 0.0;
+        for (double v : score) scale_t = std::max(scale_t, std::abs(v));
+        out.index_score_scale[l].push_back(scale_t);
       }
       vector<double> o(static_cast<size_t>(nh * vd), 0.0);
       for (int64_t hh = 0; hh < nh; ++hh) {
