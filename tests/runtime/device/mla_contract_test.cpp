@@ -160,12 +160,14 @@ TEST(MlaContract, info_line_states_the_contract) {
   if (is910()) {
     EXPECT_EQ(line,
               "genbridge MLA/DSA contract: MLA KV int8 latent+fp16 scale, bf16 rope cache (642 B per token and layer at "
-              "kv_lora_rank 512 + rope 64), slot mapping [block, offset] pairs | indexer keys bf16 (256 B per token at "
+              "kv_lora_rank 512 + rope 64; kv_cache_dtype=quantized: int8 latent+fp16 scale, bf16 rope cache, 642 B), "
+              "slot mapping [block, offset] pairs | indexer keys bf16 (256 B per token at "
               "index_head_dim 128) | sparse attention top-k indices: int32 sequence positions, -1 padded");
   } else {
     EXPECT_EQ(line,
               "genbridge MLA/DSA contract: MLA KV fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, packed (656 B per "
-              "token and layer at kv_lora_rank 512 + rope 64), slot mapping flat | indexer keys fp8_e4m3fn "
+              "token and layer at kv_lora_rank 512 + rope 64; kv_cache_dtype=quantized: fp8_e4m3fn latent+fp32 scale "
+              "per 128+bf16 rope, packed, 656 B), slot mapping flat | indexer keys fp8_e4m3fn "
               "(Hadamard-rotated)+packed fp32 scale (132 B per token at index_head_dim 128) | sparse attention top-k "
               "indices: int32 flat KV slots (block * block_size + offset), -1 padded");
   }
