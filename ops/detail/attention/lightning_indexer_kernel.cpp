@@ -247,14 +247,19 @@ Status run_lightning_indexer(const LightningIndexerCall& c) {
   } else {
     genbridge::detail::parallel_for_dynamic(num_items, [&](int64_t i) { score(p, work[i], scratch()); });
   }
-  // Top-k per query token (a total order: the same selection on any thread).
+  // Top-k per query token (a total order: the same selection on any thread). The caller's thread_local
+  // buffers are bound to references first: inside the lambda their names would mean the worker's own.
   const int64_t bs = g.block_size;
-  genbridge::detail::parallel_for(num_tokens, std::max<int64_t>(1, row_start[num_tokens] / std::max<int64_t>(1, num_tokens)) * 8,
+  const std::vector<float>& all_scores = scores;
+  const std::vector<int64_t>& starts = row_start;
+  const std::vector<int64_t>& positions = row_pos;
+  const std::vector<int64_t>& seqs = row_seq;
+  genbridge::detail::parallel_for(num_tokens, std::max<int64_t>(1, starts[num_tokens] / std::max<int64_t>(1, num_tokens)) * 8,
                                   [&](int64_t t0, int64_t t1) {
     thread_local std::vector<int32_t> cand;
     for (int64_t t = t0; t < t1; ++t) {
-      const float* sc = scores.data() + row_start[t];
-      const int64_t count = row_pos[t] + 1;
+      const float* sc = all_scores.data() + starts[t];
+      const int64_t count = positions[t] + 1;
       cand.resize(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) cand[i] = static_cast<int32_t>(i);
       int64_t sel = count;
@@ -274,7 +279,7 @@ Status run_lightning_indexer(const LightningIndexerCall& c) {
           sv = sc[pos];
           v = c.index_format == TopkIndexFormat::kSequencePositions
                   ? static_cast<int32_t>(pos)
-                  : static_cast<int32_t>(int64_t{at_i32(c.block_tables, row_seq[t], pos / bs)} * bs + pos % bs);
+                  : static_cast<int32_t>(int64_t{at_i32(c.block_tables, seqs[t], pos / bs)} * bs + pos % bs);
         }
         out[t * c.topk_indices.stride(0) + j * c.topk_indices.stride(1)] = v;
         if (outs) outs[t * c.topk_scores.stride(0) + j * c.topk_scores.stride(1)] = sv;

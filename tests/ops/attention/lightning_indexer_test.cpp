@@ -129,8 +129,8 @@ TEST(LightningIndexer, same_bits_on_every_cpu_target_and_thread_count) {
     for_each_cpu_target([&](const std::string&) {
       for (int threads : {1, 3}) {
         set_num_threads(threads);
-        IndexerCache cache(f, 48, bs, D);
-        PagedBatch b({600, 33}, {1, 3}, bs, 48, 12);
+        IndexerCache cache(f, 400, bs, D);
+        PagedBatch b({4000, 2000}, {2, 2}, bs, 400, 12);  // enough work for several threads
         fill_keys(cache, b, D, 40);
         const IndexerRun r = run_indexer(cache, b, random_floats(b.num_tokens() * heads * D, 41),
                                   random_floats(b.num_tokens() * heads, 42), heads, D, topk,
