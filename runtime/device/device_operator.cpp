@@ -402,6 +402,22 @@ namespace genbridge::runtime {
 
 // ---- MLA + DSA (issue 11) ----
 
+std::string DeviceOperator::mla_contract_line() const {
+  constexpr int64_t kLatent = 512, kRope = 64, kIndexDim = 128;  // DeepSeek-V3.2's dimensions, for the byte counts
+  const ops::KvRowBytes mla = ops::mla_kv_row_bytes(mla_kv_format_, kLatent, kRope);
+  const ops::KvRowBytes quant = ops::mla_kv_row_bytes(contract_->quantized_mla_kv, kLatent, kRope);
+  const ops::KvRowBytes idx = ops::indexer_key_row_bytes(contract_->indexer_keys, kIndexDim);
+  return fmt::format(
+      "genbridge MLA/DSA contract: MLA KV {} ({} B per token and layer at kv_lora_rank {} + rope {}; "
+      "kv_cache_dtype=quantized: {}, {} B), slot mapping {} | indexer keys {} ({} B per token at index_head_dim {}) | "
+      "sparse attention top-k indices: {}",
+      ops::mla_kv_format_name(mla_kv_format_), mla.total(), kLatent, kRope,
+      ops::mla_kv_format_name(contract_->quantized_mla_kv), quant.total(),
+      contract_->slot_mapping == ops::SlotMapping::kFlat ? "flat" : "[block, offset] pairs",
+      ops::indexer_key_format_name(contract_->indexer_keys), idx.total(), kIndexDim,
+      ops::topk_index_format_name(contract_->topk_indices));
+}
+
 Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorView& latent, const TensorView& rope,
                                     std::span<const int64_t> slots) const {
   if (cache.format != mla_kv_format_) {

@@ -141,6 +141,9 @@ class DeviceOperator {
   // The indexer key representation and the top-k index contract (the generation's).
   ops::IndexerKeyFormat indexer_key_format() const { return contract_->indexer_keys; }
   ops::TopkIndexFormat topk_index_format() const { return contract_->topk_indices; }
+  // One line stating the MLA KV, indexer key and sparse-attention (top-k index) contracts in force, with
+  // the bytes per token at DeepSeek's dimensions (kv_lora_rank 512, qk_rope_head_dim 64, index_head_dim 128).
+  std::string mla_contract_line() const;
   // Checks a model's MLA / indexer dimensions against the representations in force; call it at load time.
   // InvalidArgument naming the config key, the value and the rule (e.g. kv_lora_rank not a multiple of
   // 128 with a tile-scaled quantized MLA KV cache; index_head_dim not a power of two for Hadamard keys).

@@ -1,10 +1,12 @@
-// Placeholder until the kernel lands (same commit series): the contract is in genbridge/ops/norm/layer_norm.h.
 #include "genbridge/ops/norm/layer_norm.h"
+
+#include "ops/detail/norm/layer_norm_kernel.h"
 
 namespace genbridge::ops {
 
-Status layer_norm(const TensorView&, const TensorView&, const TensorView&, float, const TensorView&) {
-  return unimplemented("layer_norm: not implemented yet");
+Status layer_norm(const TensorView& x, const TensorView& gamma, const TensorView& beta, float eps,
+                  const TensorView& y) {
+  return detail::run_layer_norm(x, gamma, beta, eps, y);
 }
 
 }  // namespace genbridge::ops
