@@ -23,10 +23,12 @@ namespace genbridge::model {
 namespace {
 
 // The reference is slow under AddressSanitizer: shorter sequences there (still past index_topk = 64).
+// Long runs go over three KV pages of 128 tokens; tiny-dsa runs past index_topk (64) over two pages (the
+// synthetic indexer's near-ties flip more selections the longer the context, see check()).
 #if defined(__SANITIZE_ADDRESS__)
-constexpr int64_t kTokens = 80;
+constexpr int64_t kLongTokens = 80, kSparseTokens = 80;
 #else
-constexpr int64_t kTokens = 150;  // > index_topk (64) and > one KV page (128)
+constexpr int64_t kLongTokens = 300, kSparseTokens = 150;
 #endif
 constexpr int64_t kPrompt = 40;
 
@@ -134,14 +136,16 @@ struct Case {
   double tolerance;       // relative L2 logit error bound per compared position
   double routing_margin;  // positions whose smallest routing selection-score gap is below this are skipped
   double sparse_median;   // bound on the median error past index_topk (V3.2)
+  int64_t tokens = kLongTokens;
 };
 // bf16 activations move sigmoid selection scores by up to ~0.01; quantized latents (int8, or fp8 with 3
 // mantissa bits) by a few times more. Observed worst errors of compared positions: bf16 ~0.04, quantized
 // ~0.03 (printed).
 constexpr Case kBf16{"", "bf16", 5e-2, 0.03, 8e-2};
 constexpr Case kQuantized{"", "quantized", 6e-2, 0.06, 1e-1};
-Case with(Case c, const char* preset) {
+Case with(Case c, const char* preset, int64_t tokens = kLongTokens) {
   c.preset = preset;
+  c.tokens = tokens;
   return c;
 }
 
@@ -155,7 +159,7 @@ Case with(Case c, const char* preset) {
 void check(const Case& k) {
   const Checkpoint& ck = checkpoint(k.preset);
   const ModelConfig& c = ck.config();
-  const std::vector<int32_t> seq = tokens(kTokens, c.vocab_size);
+  const std::vector<int32_t> seq = tokens(k.tokens, c.vocab_size);
   const RunResult got = run(ck, k.kv, seq);
   ASSERT_EQ(got.logits.size(), seq.size()) << k.preset << " " << k.kv;
   model::LoadOptions native;
@@ -167,7 +171,7 @@ void check(const Case& k) {
   int64_t steps = 0, compared = 0;
   double worst = 0;
   std::vector<double> sparse_errors;
-  for (int64_t p = 0; p < kTokens; ++p) {
+  for (int64_t p = 0; p < k.tokens; ++p) {
     if (got.logits[p].empty()) continue;
     ++steps;
     double margin = INFINITY;
@@ -198,7 +202,7 @@ void check(const Case& k) {
   double overlap_sum = 0;
   int64_t overlap_n = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    for (int64_t p = 0; p < kTokens; ++p) {
+    for (int64_t p = 0; p < k.tokens; ++p) {
       const std::vector<int64_t>& mine = got.select[l][p];
       const std::vector<int64_t>& want = ref.index_selected[l][p];
       ASSERT_EQ(mine.size(), want.size()) << "layer " << l << " position " << p;
@@ -227,11 +231,12 @@ void check(const Case& k) {
   EXPECT_LE(median, k.sparse_median) << k.preset << " " << k.kv << ": median error past index_topk";
 }
 
-TEST(DeepseekRunner, dsa_bf16_kv_matches_the_fp64_forward) { check(with(kBf16, "tiny-dsa")); }
-TEST(DeepseekRunner, dsa_quantized_kv_matches_the_fp64_forward) { check(with(kQuantized, "tiny-dsa")); }
-// index_topk 256 > context: the sparse path (indexer + sparse attention over every position, across two
-// KV pages) must equal dense attention within the bf16 tolerance at every position.
-TEST(DeepseekRunner, dsa_with_index_topk_above_the_context_matches_dense) { check(with(kBf16, "dsa-dense")); }
+TEST(DeepseekRunner, dsa_bf16_kv_matches_the_fp64_forward) { check(with(kBf16, "tiny-dsa", kSparseTokens)); }
+TEST(DeepseekRunner, dsa_quantized_kv_matches_the_fp64_forward) { check(with(kQuantized, "tiny-dsa", kSparseTokens)); }
+// index_topk 256: up to position 255 every position is selected, so the sparse path (indexer + sparse
+// attention over two KV pages) must equal dense attention within the bf16 tolerance; positions 256-299 (the
+// third page) drop a few positions each.
+TEST(DeepseekRunner, dsa_with_index_topk_256_matches_dense_until_it_drops) { check(with(kBf16, "dsa-dense")); }
 TEST(DeepseekRunner, v3_bf16_kv_matches_the_fp64_forward) { check(with(kBf16, "tiny-dsv3")); }
 TEST(DeepseekRunner, v3_without_q_lora_bf16_kv_matches_the_fp64_forward) { check(with(kBf16, "tiny-dsv3-noq")); }
 TEST(DeepseekRunner, v3_quantized_kv_matches_the_fp64_forward) { check(with(kQuantized, "tiny-dsv3")); }
