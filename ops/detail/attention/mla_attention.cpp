@@ -24,7 +24,7 @@
 namespace genbridge::ops::detail::mla {
 
 constexpr int kTile = 16;   // list entries per online-softmax step
-constexpr int kHeads = 16;  // query heads per work item (they share every decoded KV row)
+constexpr int kHeads = 8;  // query heads per work item (they share every decoded KV row; 16 heads = 2 items)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }

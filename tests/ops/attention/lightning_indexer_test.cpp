@@ -145,6 +145,30 @@ TEST(LightningIndexer, same_bits_on_every_cpu_target_and_thread_count) {
   }
 }
 
+// A query's selection and scores do not depend on the other queries of the call.
+TEST(LightningIndexer, batch_invariant) {
+  const int64_t D = 32, heads = 3, bs = 16, topk = 7;
+  for (IndexerKeyFormat f : indexer_formats()) {
+    IndexerCache cache(f, 12, bs, D);
+    PagedBatch b({90, 40}, {1, 3}, bs, 12, 14);
+    fill_keys(cache, b, D, 50);
+    const auto q = random_floats(b.num_tokens() * heads * D, 51), w = random_floats(b.num_tokens() * heads, 52);
+    const IndexerRun all = run_indexer(cache, b, q, w, heads, D, topk, TopkIndexFormat::kSequencePositions);
+    PagedBatch first = b;  // the first sequence alone
+    first.ctx.resize(1);
+    first.q_len.resize(1);
+    first.ctx32.resize(1);
+    first.qsl.resize(2);
+    first.tables.resize(static_cast<size_t>(first.max_blocks));
+    const IndexerRun one = run_indexer(cache, first, std::vector<float>(q.begin(), q.begin() + heads * D),
+                                       std::vector<float>(w.begin(), w.begin() + heads), heads, D, topk,
+                                       TopkIndexFormat::kSequencePositions);
+    ASSERT_TRUE(all.st.ok() && one.st.ok());
+    EXPECT_EQ(one.idx, std::vector<int32_t>(all.idx.begin(), all.idx.begin() + topk)) << label(f);
+    EXPECT_EQ(0, std::memcmp(one.scores.data(), all.scores.data(), topk * sizeof(float))) << label(f);
+  }
+}
+
 TEST(LightningIndexer, invalid_arguments_and_unsupported_keys) {
   const int64_t D = 32, heads = 2, bs = 16;
   IndexerCache cache(IndexerKeyFormat::kBf16, 2, bs, D);
