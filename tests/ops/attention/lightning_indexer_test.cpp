@@ -123,14 +123,14 @@ TEST(LightningIndexer, flat_slot_contract_names_the_same_tokens) {
 }
 
 TEST(LightningIndexer, same_bits_on_every_cpu_target_and_thread_count) {
-  const int64_t D = 64, heads = 5, bs = 16, topk = 16;
+  const int64_t D = 64, heads = 2, bs = 16, topk = 16;
   for (IndexerKeyFormat f : indexer_formats()) {
     IndexerRun first;
     for_each_cpu_target([&](const std::string&) {
       for (int threads : {1, 3}) {
         set_num_threads(threads);
         IndexerCache cache(f, 400, bs, D);
-        PagedBatch b({4000, 2000}, {2, 2}, bs, 400, 12);  // enough work for several threads
+        PagedBatch b({3000, 1500}, {2, 2}, bs, 400, 12);  // enough work for the top-k to go parallel
         fill_keys(cache, b, D, 40);
         const IndexerRun r = run_indexer(cache, b, random_floats(b.num_tokens() * heads * D, 41),
                                   random_floats(b.num_tokens() * heads, 42), heads, D, topk,
