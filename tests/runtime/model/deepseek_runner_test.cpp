@@ -196,7 +196,7 @@ void check(const Case& k) {
       "token per layer\n",
       k.preset, k.kv, static_cast<long long>(steps), static_cast<long long>(compared), worst,
       static_cast<long long>(got.kv_bytes_per_token_per_layer));
-  EXPECT_GE(5 * compared, steps - static_cast<int64_t>(sparse_errors.size()))
+  EXPECT_GE(6 * compared, steps - static_cast<int64_t>(sparse_errors.size()))  // at least a sixth
       << k.preset << " " << k.kv << ": too few positions without near-ties";
   if (!c.has_indexer()) return;
   // Indexer selection: sizes, causality, layer 0 exact where clear, overlap everywhere.
