@@ -130,14 +130,24 @@ HWY_INLINE float SumSquaresRow(const T* v, int64_t n) {
   return s;
 }
 
-// Contiguous fast path for one element type: two passes over the (cache-resident) row.
+// Contiguous fast path for one element type: two passes over the (cache-resident) row. The second pass
+// prefetches the next row's inputs, so their memory reads overlap this row's arithmetic (without it a
+// row's reads from memory and its arithmetic ran one after the other: half the copy bandwidth on rows
+// beyond the caches).
 template <typename T>
 void NormRowsContiguousT(const NormCall& c, int k, int64_t cols, const float* w, int64_t r0, int64_t r1) {
+  const T* const x0 = c.x.data_as<const T>();
+  const T* const res0 = c.residual ? c.residual->data_as<const T>() : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
-    const T* src = c.x.data_as<const T>() + row_offset(c.x, k, r);
+    const T* src = x0 + row_offset(c.x, k, r);
+    // The next row's x (and residual); this row again when there is none (already cached: harmless).
+    const bool more = r + 1 < r1;
+    const T* pf_x = more ? x0 + row_offset(c.x, k, r + 1) : src;
+    const T* pf_res = pf_x;
     if (c.residual) {
       // residual_sum = round(x + residual); the rounded sum is what gets normalised.
-      const T* rr = c.residual->data_as<const T>() + row_offset(*c.residual, k, r);
+      const T* rr = res0 + row_offset(*c.residual, k, r);
+      pf_res = more ? res0 + row_offset(*c.residual, k, r + 1) : rr;
       T* sr = c.residual_sum->data_as<T>() + row_offset(*c.residual_sum, k, r);
       int64_t i = 0;
       for (; i + kLanes <= cols; i += kLanes) Store16(sr + i, Load16(src + i) + Load16(rr + i));
@@ -149,7 +159,11 @@ void NormRowsContiguousT(const NormCall& c, int k, int64_t cols, const float* w,
     T* yr = c.y.data_as<T>() + row_offset(c.y, k, r);
     const V16 vrs = Set16(rs);
     int64_t i = 0;
-    for (; i + kLanes <= cols; i += kLanes) Store16(yr + i, (Load16(src + i) * vrs) * Load16(w + i));
+    for (; i + kLanes <= cols; i += kLanes) {
+      __builtin_prefetch(pf_x + i);
+      __builtin_prefetch(pf_res + i);
+      Store16(yr + i, (Load16(src + i) * vrs) * Load16(w + i));
+    }
     for (; i < cols; ++i) yr[i] = from_f32<T>((to_f32(src[i]) * rs) * w[i]);
   }
 }
