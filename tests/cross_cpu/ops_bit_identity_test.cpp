@@ -27,6 +27,7 @@
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/moe/expert_ffn.h"
+#include "genbridge/ops/moe/grouped_topk_router.h"
 #include "genbridge/ops/moe/moe_combine.h"
 #include "genbridge/ops/moe/topk_router.h"
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
@@ -135,6 +136,32 @@ TEST(CrossCpu, topk_router) {
         for (int64_t j = 0; j < e; ++j) set_float(logits, 4 * e + j, j % 3 == 0 ? 1.5f : 0.25f);
         CaseResult r;
         if (op_ok(ops::topk_router(logits.view(), norm, ids.view(), w.view()), r)) {
+          r.outputs.push_back(output_of(ids));
+          r.outputs.push_back(output_of(w));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// DeepSeek routing: E = 24 experts in 4 groups, 2 kept, k = 4, with a bias; row 2 holds NaN and infinities,
+// row 4 ties.
+TEST(CrossCpu, grouped_topk_router) {
+  for (DType d : kFloatTypes) {
+    for (bool norm : {false, true}) {
+      const std::string name = "grouped_topk_router." + dt(d) + (norm ? ".norm" : ".raw");
+      check_case(name, [&] {
+        const int64_t t = 7, e = 24, k = 4;
+        Buf logits(d, {t, e}), bias(DType::kF32, {e}), ids(DType::kI32, {t, k}), w(DType::kF32, {t, k});
+        fill(logits, 37, -4.f, 4.f, Edges::kNone);
+        fill(bias, 38, -0.2f, 0.2f, Edges::kNone);
+        set_float(logits, 2 * e + 3, std::numeric_limits<float>::quiet_NaN());
+        set_float(logits, 2 * e + 7, std::numeric_limits<float>::infinity());
+        for (int64_t j = 0; j < e; ++j) set_float(logits, 4 * e + j, j % 3 == 0 ? 1.5f : 0.25f);
+        CaseResult r;
+        const ops::GroupedTopkParams p{4, 2, norm, 2.5f};
+        if (op_ok(ops::grouped_topk_router(logits.view(), bias.view(), p, ids.view(), w.view()), r)) {
           r.outputs.push_back(output_of(ids));
           r.outputs.push_back(output_of(w));
         }
