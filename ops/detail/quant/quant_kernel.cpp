@@ -88,7 +88,9 @@ void Int8QuantRow(DType d, const void* x, const void* next, int64_t k, float eps
     case DType::kF16:
       Int8QuantRowT(static_cast<const fp16_t*>(x), static_cast<const fp16_t*>(next), k, eps, q, scale);
       return;
-    default: Int8QuantRowT(static_cast<const bf16_t*>(x), static_cast<const bf16_t*>(next), k, eps, q, scale); return;
+    default:
+      Int8QuantRowT(static_cast<const bf16_t*>(x), static_cast<const bf16_t*>(next), k, eps, q, scale);
+      return;
   }
 }
 
