@@ -426,12 +426,14 @@ const cases = {
   // The official OpenAI Node client, on a synthetic model of Qwen3's vocabulary with the real Qwen3 tokenizer.
   async openai_client() {
     const { default: OpenAI } = await import(path.join(args["client-dir"], "node_modules/openai/index.mjs"));
+    // genbridge run first: execFileSync blocks this event loop, and a pooled keep-alive connection whose
+    // server closed it meanwhile would be reused before its close is seen.
+    const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
+    const want = runCli([prompt], 12)[0];
     const s = await startServer([]);
     const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
     const models = await client.models.list();
     eq(models.data.map((m) => m.id), [NAME], "models.list");
-    const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
-    const want = runCli([prompt], 12)[0];
     const c = await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true });
     eq([c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens], [want.text, "length", 12],
        "completions.create: genbridge run's text");
@@ -538,7 +540,7 @@ try {
   await fn();
 } catch (e) {
   failures++;
-  console.log(`FAIL: ${e.stack ?? e}`);
+  console.log(`FAIL: ${e.stack ?? e}${e.cause ? `\n  cause: ${e.cause.stack ?? e.cause}${e.cause.cause ? `\n  cause: ${e.cause.cause.stack ?? e.cause.cause}` : ""}` : ""}`);
   for (const s of servers) console.log(`-- server log:\n${s.log()}`);
 }
 clearTimeout(watchdog);
