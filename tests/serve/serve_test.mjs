@@ -170,6 +170,11 @@ const cases = {
     let j = joinChunks(sse.chunks, false);
     eq([j.text, j.ids, j.finish, j.usage?.completion_tokens], [want.text, want.ids, "length", 8],
        "streamed completion: the same text and tokens, finish_reason and usage on the last chunk");
+    r = curl(s, "/v1/completions", { ...req, stream: true, stream_options: { include_usage: true } });
+    sse = parseSse(r.text);
+    const tail = sse.chunks[sse.chunks.length - 1];
+    eq([sse.done, tail.choices, tail.usage?.completion_tokens, joinChunks(sse.chunks.slice(0, -1), false).text],
+       [true, [], 8, want.text], "stream_options.include_usage: a last chunk with no choices and the usage");
     // Chat.
     const chat = { model: NAME, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hi there" }],
                    max_tokens: 6, temperature: 0, return_token_ids: true };
@@ -213,7 +218,7 @@ const cases = {
       // The engine may have generated all 16 tokens (length) before the server saw the stop string; if not,
       // the request ends as "stop". Never as a cancellation (that counter means clients that went away).
       await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="stop"}'] +
-                                   m['genbridge_requests_finished_total{reason="length"}'] === 15 &&
+                                   m['genbridge_requests_finished_total{reason="length"}'] === 16 &&
                                    m['genbridge_requests_finished_total{reason="cancelled"}'] === 0,
                         "metrics: the stop-string requests count as finished by stop or length, not cancelled");
     }
