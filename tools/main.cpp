@@ -228,8 +228,8 @@ int main(int argc, char** argv) {
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
       "make-model",
-      "Write a synthetic Qwen3-MoE checkpoint (config.json + safetensors) with fixed-seed weights, and a\n"
-      "tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
+      "Write a synthetic Qwen3-MoE or DeepSeek-V3/V3.2 checkpoint (config.json + safetensors) with fixed-seed\n"
+      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
