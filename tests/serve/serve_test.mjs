@@ -461,6 +461,12 @@ const cases = {
       finish = ch.choices[0]?.finish_reason ?? finish;
     }
     eq([role, text, finish], ["assistant", chat.choices[0].message.content, "length"], "chat.completions.create stream: the same content");
+    // chat_template_kwargs reach Qwen3's template: enable_thinking false appends an empty think block.
+    const noThink = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0,
+                                                           chat_template_kwargs: { enable_thinking: false } });
+    check(noThink.usage.prompt_tokens > chat.usage.prompt_tokens,
+          "chat_template_kwargs.enable_thinking false: a longer prompt (the empty think block)",
+          [noThink.usage.prompt_tokens, chat.usage.prompt_tokens]);
     try {
       await client.completions.create({ model: "nope", prompt: "x" });
       check(false, "an unknown model throws");
