@@ -467,6 +467,11 @@ const cases = {
     check(noThink.usage.prompt_tokens > chat.usage.prompt_tokens,
           "chat_template_kwargs.enable_thinking false: a longer prompt (the empty think block)",
           [noThink.usage.prompt_tokens, chat.usage.prompt_tokens]);
+    const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city",
+                                                   parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+    const withTools = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0, tools });
+    check(withTools.usage.prompt_tokens > chat.usage.prompt_tokens + 20, "tools reach the template (a longer prompt)",
+          [withTools.usage.prompt_tokens, chat.usage.prompt_tokens]);
     try {
       await client.completions.create({ model: "nope", prompt: "x" });
       check(false, "an unknown model throws");
