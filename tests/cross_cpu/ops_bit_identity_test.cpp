@@ -520,7 +520,7 @@ TEST(CrossCpu, mla_kv_write) {
   }
 }
 
-// 20 heads (a full group of 16 and 4); sequence 0 decodes one token, sequence 1 three (causal). The sparse
+// 20 heads (work items of 8, 8 and 4 heads); sequence 0 decodes one token, sequence 1 three (causal). The sparse
 // case selects a fixed pattern of positions (and -1 pads) in both index contracts.
 TEST(CrossCpu, mla_decode_and_sparse_mla_decode) {
   for (ops::MlaKvFormat f : kMlaFormats) {

@@ -84,11 +84,10 @@ HWY_INLINE void DecodeKey(const Plan& p, int64_t slot, float* dst) {
   const V16 vs = Set16(scale * 256.0f);  // the decoder yields code * 2^-8, exactly
   int64_t i = 0;
   for (; i + kLanes <= D; i += kLanes) Store16(dst + i, LoadFp8Scaled16(row + i) * vs);
-  for (; i < D; ++i) {  // D < 16 only (a power of two)
+  if (i < D) {  // D < 16 only (a power of two)
     alignas(64) uint8_t tmp[kLanes] = {};
     std::memcpy(tmp, row + i, static_cast<size_t>(D - i));
     Store16(dst + i, LoadFp8Scaled16(tmp) * vs);
-    break;
   }
 }
 
@@ -130,11 +129,20 @@ void ScoreItem(const Plan& p, const Item& it, float* scratch) {
     V16 score = Zero16();
     for (int64_t h = 0; h < H; ++h) {
       const float* qh = q + h * dp;
-      for (int j = 0; j < 16; ++j) {
-        const float* kj = keys + j * dp;
-        V16 d = Zero16();
-        for (int64_t i = 0; i < dp; i += kLanes) d = Fma16(Load16(qh + i), Load16(kj + i), d);
-        Store16(part + 16 * j, d);
+      for (int j = 0; j < 16; j += 4) {  // four keys per pass over the query; each its own accumulator
+        const float* k0 = keys + j * dp;
+        V16 d0 = Zero16(), d1 = Zero16(), d2 = Zero16(), d3 = Zero16();
+        for (int64_t i = 0; i < dp; i += kLanes) {
+          const V16 qv = Load16(qh + i);
+          d0 = Fma16(qv, Load16(k0 + i), d0);
+          d1 = Fma16(qv, Load16(k0 + dp + i), d1);
+          d2 = Fma16(qv, Load16(k0 + 2 * dp + i), d2);
+          d3 = Fma16(qv, Load16(k0 + 3 * dp + i), d3);
+        }
+        Store16(part + 16 * j, d0);
+        Store16(part + 16 * (j + 1), d1);
+        Store16(part + 16 * (j + 2), d2);
+        Store16(part + 16 * (j + 3), d3);
       }
       ReduceKeys16(part, sums);
       const V16 relu = MaxGt16(Load16(sums), Zero16());

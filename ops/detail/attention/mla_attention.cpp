@@ -24,7 +24,7 @@
 namespace genbridge::ops::detail::mla {
 
 constexpr int kTile = 16;   // list entries per online-softmax step
-constexpr int kHeads = 16;  // query heads per work item (they share every decoded KV row)
+constexpr int kHeads = 8;  // query heads per work item (they share every decoded KV row; 16 heads = 2 items)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -46,7 +46,7 @@ struct Plan {
 
 // Scratch floats of one item: q rows, acc rows, the decoded tile, per-head m and l, the tile's scores.
 inline size_t scratch_floats(const Plan& p) {
-  return static_cast<size_t>(kHeads * p.w + kHeads * p.lp + kTile * p.w + 2 * kHeads + kTile);
+  return static_cast<size_t>(kHeads * p.w + kHeads * p.lp + (kTile + 4) * p.w + 2 * kHeads + kTile + 16 * kTile);
 }
 
 }  // namespace genbridge::ops::detail::mla
@@ -162,6 +162,7 @@ void AttendItem(const Plan& p, const Item& it, float* scratch) {
   float* m = kv + kTile * w;          // [kHeads]
   float* l = m + kHeads;              // [kHeads]
   float* scores = l + kHeads;         // [kTile]
+  float* part = scores + kTile;       // [kTile][16] partial dots
   for (int h = 0; h < nh; ++h) {
     const int64_t r = int64_t{it.token} * p.num_heads + it.head0 + h;
     LoadPadded(c.q_latent, r, L, lp, q + h * w);
@@ -188,16 +189,27 @@ void AttendItem(const Plan& p, const Item& it, float* scratch) {
     if (n == 0) break;
     for (int h = 0; h < nh; ++h) {
       const float* qh = q + h * w;
-      for (int j = 0; j < kTile; ++j) {
-        if (j >= n) {
-          scores[j] = kNegInf;
-          continue;
+      // 16-lane fused dots, four keys at a time (each key's own accumulator: the same operations as one
+      // at a time), then the 16 sums in the contract's pairwise order (ReduceKeys16 = ReduceAdd16 per key).
+      for (int j = 0; j < kTile; j += 4) {
+        V16 d0 = Zero16(), d1 = Zero16(), d2 = Zero16(), d3 = Zero16();
+        const float* k0 = kv + j * w;
+        if (j < n) {
+          for (int64_t i = 0; i < w; i += kLanes) {
+            const V16 qv = Load16(qh + i);
+            d0 = Fma16(qv, Load16(k0 + i), d0);
+            d1 = Fma16(qv, Load16(k0 + w + i), d1);
+            d2 = Fma16(qv, Load16(k0 + 2 * w + i), d2);
+            d3 = Fma16(qv, Load16(k0 + 3 * w + i), d3);
+          }
         }
-        const float* k = kv + j * w;
-        V16 d = Zero16();
-        for (int64_t i = 0; i < w; i += kLanes) d = Fma16(Load16(qh + i), Load16(k + i), d);
-        scores[j] = ReduceAdd16(d);
+        Store16(part + 16 * j, d0);
+        Store16(part + 16 * (j + 1), d1);
+        Store16(part + 16 * (j + 2), d2);
+        Store16(part + 16 * (j + 3), d3);
       }
+      ReduceKeys16(part, scores);
+      for (int j = n; j < kTile; ++j) scores[j] = kNegInf;
       const V16 s = Load16(scores) * vscale;
       const float tile_max = ReduceMaxSeq16(s);
       const float m_new = tile_max > m[h] ? tile_max : m[h];
@@ -206,16 +218,17 @@ void AttendItem(const Plan& p, const Item& it, float* scratch) {
       l[h] = l[h] * alpha + ReduceAdd16(pw);
       m[h] = m_new;
       float* ah = acc + h * lp;
-      if (alpha != 1.0f) {
-        const V16 va = Set16(alpha);
-        for (int64_t i = 0; i < lp; i += kLanes) Store16(ah + i, Load16(ah + i) * va);
-      }
       alignas(64) float pj[kTile];
       Store16(pj, pw);
-      for (int j = 0; j < n; ++j) {
-        const V16 vp = Set16(pj[j]);
-        const float* vrow = kv + j * w;
-        for (int64_t i = 0; i < lp; i += kLanes) Store16(ah + i, Fma16(vp, Load16(vrow + i), Load16(ah + i)));
+      // acc = acc * alpha, then acc = fma(p_j, v_j, acc) for j in list order: per element the same
+      // sequence of operations as token by token, with acc kept in registers across the tile.
+      const bool rescale = alpha != 1.0f;
+      const V16 va = Set16(alpha);
+      for (int64_t i = 0; i < lp; i += kLanes) {
+        V16 a = Load16(ah + i);
+        if (rescale) a = a * va;
+        for (int j = 0; j < n; ++j) a = Fma16(Set16(pj[j]), Load16(kv + j * w + i), a);
+        Store16(ah + i, a);
       }
     }
   }

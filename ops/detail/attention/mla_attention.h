@@ -23,7 +23,7 @@ struct MlaAttentionCall {
 // Validates every argument (InvalidArgument naming op, value and rule) and, only when all are valid,
 // computes `out`. Both ops attend to a list of cached rows in list order (dense: positions 0..p), in
 // tiles of 16 list entries with an online softmax, so the same list gives the same bits. Work items are
-// (query token, 16 heads); results never depend on threads, the batch or the CPU target.
+// (query token, 8 heads); results never depend on threads, the batch or the CPU target.
 Status run_mla_attention(const MlaAttentionCall& call);
 
 }  // namespace genbridge::ops::detail

@@ -123,14 +123,14 @@ TEST(LightningIndexer, flat_slot_contract_names_the_same_tokens) {
 }
 
 TEST(LightningIndexer, same_bits_on_every_cpu_target_and_thread_count) {
-  const int64_t D = 64, heads = 5, bs = 16, topk = 16;
+  const int64_t D = 64, heads = 2, bs = 16, topk = 16;
   for (IndexerKeyFormat f : indexer_formats()) {
     IndexerRun first;
     for_each_cpu_target([&](const std::string&) {
       for (int threads : {1, 3}) {
         set_num_threads(threads);
         IndexerCache cache(f, 400, bs, D);
-        PagedBatch b({4000, 2000}, {2, 2}, bs, 400, 12);  // enough work for several threads
+        PagedBatch b({3000, 1500}, {2, 2}, bs, 400, 12);  // enough work for the top-k to go parallel
         fill_keys(cache, b, D, 40);
         const IndexerRun r = run_indexer(cache, b, random_floats(b.num_tokens() * heads * D, 41),
                                   random_floats(b.num_tokens() * heads, 42), heads, D, topk,
@@ -142,6 +142,30 @@ TEST(LightningIndexer, same_bits_on_every_cpu_target_and_thread_count) {
       }
       set_num_threads(0);
     });
+  }
+}
+
+// A query's selection and scores do not depend on the other queries of the call.
+TEST(LightningIndexer, batch_invariant) {
+  const int64_t D = 32, heads = 3, bs = 16, topk = 7;
+  for (IndexerKeyFormat f : indexer_formats()) {
+    IndexerCache cache(f, 12, bs, D);
+    PagedBatch b({90, 40}, {1, 3}, bs, 12, 14);
+    fill_keys(cache, b, D, 50);
+    const auto q = random_floats(b.num_tokens() * heads * D, 51), w = random_floats(b.num_tokens() * heads, 52);
+    const IndexerRun all = run_indexer(cache, b, q, w, heads, D, topk, TopkIndexFormat::kSequencePositions);
+    PagedBatch first = b;  // the first sequence alone
+    first.ctx.resize(1);
+    first.q_len.resize(1);
+    first.ctx32.resize(1);
+    first.qsl.resize(2);
+    first.tables.resize(static_cast<size_t>(first.max_blocks));
+    const IndexerRun one = run_indexer(cache, first, std::vector<float>(q.begin(), q.begin() + heads * D),
+                                       std::vector<float>(w.begin(), w.begin() + heads), heads, D, topk,
+                                       TopkIndexFormat::kSequencePositions);
+    ASSERT_TRUE(all.st.ok() && one.st.ok());
+    EXPECT_EQ(one.idx, std::vector<int32_t>(all.idx.begin(), all.idx.begin() + topk)) << label(f);
+    EXPECT_EQ(0, std::memcmp(one.scores.data(), all.scores.data(), topk * sizeof(float))) << label(f);
   }
 }
 
