@@ -93,6 +93,10 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                  "Must hold one KV page and fit this machine's physical memory (checked before allocating)");
   add_choice_flag(run, "--kv-cache-dtype", &ro.kv_cache_dtype, {"auto", "bf16", "quantized"},
                   "Whether KV is quantized; the generation decides how (int8 or fp8)");
+  add_choice_flag(run, "--weight-quant", &ro.weight_quant, {"none", "auto", "w8a8", "mxfp8", "mxfp4"},
+                  "Quantize attention projections and experts at load; auto = the generation's preferred\n"
+                  "scheme; a scheme the generation cannot run is refused, naming what it offers. Router and LM\n"
+                  "head stay bf16");
   add_string_flag(run, "--soc", &ro.soc,
                   "SoC the run is meant for; must match this build's generation. Accepted: " +
                       std::string(genbridge::runtime::accepted_soc_selectors()),

@@ -33,6 +33,8 @@ constexpr std::string_view weight_quant_scheme_name(WeightQuantScheme s) {
 
 // Elements per MX scale block along K.
 inline constexpr int64_t kMxWeightBlock = 32;
+// Scale pairs per weight row of K inputs in the MX pair layout: ceil(ceil(K / 32) / 2).
+constexpr int64_t mx_scale_pairs_of(int64_t k) { return ((k + kMxWeightBlock - 1) / kMxWeightBlock + 1) / 2; }
 // Largest K for W8A8: the int32 accumulation of K products of +-127 is exact below 2^31.
 inline constexpr int64_t kW8A8MaxK = (int64_t{1} << 31) / (127 * 127) - 1;
 
