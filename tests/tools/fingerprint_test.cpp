@@ -97,7 +97,7 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
                        "build",          "--model",          "--preset",     "--model-seed",     "model config",
                        "model weights",  "--num-prompts",    "--prompt-len", "--prompt",         "--prompt-text",
                        "prompts",        "--max-new-tokens", "--stop-token", "--temperature",    "--top-k",
-                       "--top-p",        "--seed",           "--max-batch",  "--kv-cache-dtype", "--kv-memory-mb",
+                       "--top-p",        "--seed",           "--max-batch",  "--kv-cache-dtype", "--weight-quant", "--kv-memory-mb",
                        "--afd",          "--afd-connector",  "--afd-stages", "--afd-timeout",    "--afd-warmup-steps",
                        "--afd-transport"}));
   EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt", "prompts"}));
@@ -144,6 +144,7 @@ TEST_F(Fingerprint, each_setting_changes_its_own_item) {
   EXPECT_EQ(changed([](RunOptions& o) { o.stop_tokens = {5, 6}; }, root_ / "seed1"), V{"--stop-token"});
   EXPECT_EQ(changed([](RunOptions& o) { o.max_batch = 4; }, root_ / "seed1"), V{"--max-batch"});
   EXPECT_EQ(changed([](RunOptions& o) { o.kv_cache_dtype = "quantized"; }, root_ / "seed1"), V{"--kv-cache-dtype"});
+  EXPECT_EQ(changed([](RunOptions& o) { o.weight_quant = "auto"; }, root_ / "seed1"), V{"--weight-quant"});
   EXPECT_EQ(changed([](RunOptions& o) { o.kv_memory_mb = 64; }, root_ / "seed1"), V{"--kv-memory-mb"});
   EXPECT_EQ(changed([](RunOptions& o) { o.afd = "2A2F"; }, root_ / "seed1"), V{"--afd"});
   EXPECT_EQ(changed([](RunOptions& o) { o.afd_connector = "async"; }, root_ / "seed1"), V{"--afd-connector"});

@@ -158,6 +158,53 @@ TEST(QuantLinear, mx_matches_fp64_and_linear_on_the_decoded_weight) {
   }
 }
 
+// Every fp8 / fp4 code under several scales decodes exactly (y = x . w with one-hot x rows is the decoded
+// weight itself), through the GEMV (few rows) and GEMM (many rows) paths, on every CPU target.
+TEST(QuantLinear, mx_decodes_every_code_exactly_on_every_cpu_target) {
+  if (!has_mx()) GTEST_SKIP() << "no MX data path in this build";
+  const int64_t N = 8, K = 256;
+  const uint8_t kScales[] = {0, 1, 64, 120, 127, 134, 200, 244};  // 448 * 2^117 < FLT_MAX: no inf (0 * inf = NaN)
+  for (WeightQuantScheme s : {WeightQuantScheme::kMxfp8, WeightQuantScheme::kMxfp4}) {
+    SCOPED_TRACE(std::string(ops::weight_quant_scheme_name(s)));
+    const bool fp4 = s == WeightQuantScheme::kMxfp4;
+    OwnedQuantWeight w(s, N, K);
+    auto* q = reinterpret_cast<uint8_t*>(w.data.data());
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t i = 0; i < (fp4 ? K / 2 : K); ++i) {
+        uint8_t c = static_cast<uint8_t>((i * (fp4 ? 3 : 1) + 37 * n) % 256);
+        if (!fp4 && (c & 0x7f) == 0x7f) c = 0;  // NaN codes make the whole output NaN (0 * NaN)
+        q[n * (fp4 ? K / 2 : K) + i] = c;
+      }
+      auto* sc = reinterpret_cast<uint8_t*>(w.scale.data()) + n * 8;
+      for (int j = 0; j < 8; ++j) sc[j] = kScales[(j + n) % 8];
+    }
+    const std::vector<double> want = ref::mx_weight_values(w.data_vec<uint8_t>(), w.scale_bytes(), N, K,
+                                                           fp4 ? DType::kFp4E2M1x2 : DType::kFp8E4M3FN);
+    for (int64_t M : {int64_t{1}, int64_t{3}, K}) {
+      OwnedTensor x(DType::kF32, {M, K});
+      std::vector<int64_t> hot(static_cast<size_t>(M));
+      for (int64_t m = 0; m < M; ++m) {
+        hot[m] = M == K ? m : (m * 101 + 5) % K;
+        reinterpret_cast<float*>(x.data())[m * K + hot[m]] = 1.f;
+      }
+      for_each_cpu_target([&](const std::string& target) {
+        OwnedTensor y(DType::kF32, {M, N});
+        ASSERT_TRUE(ops::quant_linear(x.view(), w.view(), y.view()).ok());
+        int bad = 0;
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            const float got = reinterpret_cast<const float*>(y.data())[m * N + n];
+            const float exp = static_cast<float>(want[n * K + hot[m]]);
+            if (std::memcmp(&got, &exp, 4) != 0 && !(got == 0.f && exp == 0.f) && bad++ < 5) {
+              ADD_FAILURE() << target << " M=" << M << " w[" << n << ", " << hot[m] << "]: " << got << " vs " << exp;
+            }
+          }
+        }
+      });
+    }
+  }
+}
+
 // Each row's bits do not depend on the other rows, the thread count or the CPU target.
 TEST(QuantLinear, batch_invariant_thread_count_and_cpu_target_independent) {
   const int threads = num_threads();

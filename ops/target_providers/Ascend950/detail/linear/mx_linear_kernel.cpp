@@ -8,6 +8,7 @@
 #include "ops/detail/common/rows.h"
 #include "ops/detail/linear/dot_kernel.h"
 #include "ops/detail/linear/quant_linear_kernel.h"
+#include "ops/target_providers/Ascend950/detail/linear/mx_dot_kernel.h"
 #include "ops/target_providers/Ascend950/detail/quant/mx_kernel.h"
 
 namespace genbridge::ops::detail {
@@ -19,30 +20,9 @@ constexpr int64_t kDecodeRows = 16;
 }  // namespace
 
 void decode_mx_weight_rows(const QuantWeight& w, int64_t n0, int64_t n, int64_t K, float* out) {
-  const bool fp4 = w.scheme == WeightQuantScheme::kMxfp4;
-  const float* e8m0 = genbridge::detail::e8m0_decode_table();
-  const float* e4m3 = genbridge::detail::fp8_e4m3fn_decode_table();
-  const uint8_t* data = w.data.data_as<const uint8_t>();
-  const uint8_t* scale = w.scale.data_as<const uint8_t>();
-  const int64_t ldd = w.data.stride(0), lds = w.scale.stride(0);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* q = data + (n0 + i) * ldd;
-    const uint8_t* s = scale + (n0 + i) * lds;  // pairs contiguous: block j's byte is s[j]
-    float* o = out + i * K;
-    for (int64_t k0 = 0; k0 < K; k0 += kMxWeightBlock) {
-      const float sc = e8m0[s[k0 / kMxWeightBlock]];
-      const int64_t k1 = std::min(K, k0 + kMxWeightBlock);
-      if (fp4) {
-        for (int64_t k = k0; k < k1; k += 2) {
-          const uint8_t b = q[k / 2];
-          o[k] = genbridge::detail::kFp4E2M1Values[b & 0xf] * sc;
-          o[k + 1] = genbridge::detail::kFp4E2M1Values[b >> 4] * sc;
-        }
-      } else {
-        for (int64_t k = k0; k < k1; ++k) o[k] = e4m3[q[k]] * sc;
-      }
-    }
-  }
+  mx_decode_rows_fn(w.scheme == WeightQuantScheme::kMxfp4)(
+      w.data.data_as<const uint8_t>() + n0 * w.data.stride(0), w.data.stride(0),
+      w.scale.data_as<const uint8_t>() + n0 * w.scale.stride(0), w.scale.stride(0), n, K, out, K);
 }
 
 void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& y, int64_t M, int64_t N, int64_t K) {
@@ -50,6 +30,9 @@ void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& 
   const float* xp = direct ? x.data_as<const float>() : nullptr;
   const int64_t ldx = direct && x.rank() == 2 ? x.stride(0) : K;
   const DotRowsFn dot = dot_rows_fn(DType::kF32);
+  const bool fp4 = w.scheme == WeightQuantScheme::kMxfp4;
+  const MxGemvFn gemv = mx_gemv_fn(fp4);           // dispatched once per call
+  const MxDecodeRowsFn decode = mx_decode_rows_fn(fp4);
   const int64_t mb = rows_per_item(M);
   const int64_t row_blocks = (M + mb - 1) / mb;
   const int64_t nc = cols_per_item(N, row_blocks, num_threads());
@@ -66,10 +49,21 @@ void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& 
       lda = K;
     }
     float* vals = static_cast<float*>(thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
+    if (m < kGemmMinRows) {  // decode fused into the GEMV, rows in chunks of at most kMxGemvMaxRows
+      const uint8_t* q = w.data.data_as<const uint8_t>() + c0 * w.data.stride(0);
+      const uint8_t* sc = w.scale.data_as<const uint8_t>() + c0 * w.scale.stride(0);
+      for (int64_t i = 0; i < m; i += kMxGemvMaxRows) {
+        gemv(a + i * lda, lda, std::min(kMxGemvMaxRows, m - i), q, w.data.stride(0), sc, w.scale.stride(0), n, K,
+             vals + i * n, n);
+      }
+      store_y_block(y, r0, m, c0, n, vals, n);
+      return;
+    }
     float* wdec = static_cast<float*>(thread_scratch<2>(static_cast<size_t>(kDecodeRows * K) * sizeof(float)));
     for (int64_t j0 = 0; j0 < n; j0 += kDecodeRows) {
       const int64_t nn = std::min(kDecodeRows, n - j0);
-      decode_mx_weight_rows(w, c0 + j0, nn, K, wdec);
+      decode(w.data.data_as<const uint8_t>() + (c0 + j0) * w.data.stride(0), w.data.stride(0),
+             w.scale.data_as<const uint8_t>() + (c0 + j0) * w.scale.stride(0), w.scale.stride(0), nn, K, wdec, K);
       dot(a, lda, m, wdec, K, nn, K, vals + j0, n);
     }
     store_y_block(y, r0, m, c0, n, vals, n);
