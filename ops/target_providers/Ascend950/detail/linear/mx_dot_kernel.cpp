@@ -32,8 +32,16 @@ inline constexpr int kMxVecRegs = 32;
 inline constexpr int kMxVecRegs = 16;
 #endif
 
-// fp8 e4m3fn codes (u32 lanes) -> fp32.
-HWY_INLINE VF DecodeE4m3(VU u) {
+// The fp32 bits the scalar decode table gives the positive e4m3fn NaN code.
+HWY_INLINE uint32_t E4m3NanBits() {
+  uint32_t bits;
+  const float v = genbridge::detail::fp8_e4m3fn_decode_table()[0x7F];
+  std::memcpy(&bits, &v, 4);
+  return bits;
+}
+
+// fp8 e4m3fn codes (u32 lanes) -> fp32; nan_bits = E4m3NanBits().
+HWY_INLINE VF DecodeE4m3(VU u, uint32_t nan_bits) {
   const DU du;
   const DI di;
   const DF df;
@@ -43,9 +51,6 @@ HWY_INLINE VF DecodeE4m3(VU u) {
   const VI emi = hn::BitCast(di, em);
   const VF sub = hn::Mul(hn::ConvertTo(df, emi), hn::Set(df, 0x1p-9f));
   VU bits = hn::IfThenElse(hn::RebindMask(du, hn::Lt(emi, hn::Set(di, 8))), hn::BitCast(du, sub), normal);
-  uint32_t nan_bits;
-  const float nan_value = genbridge::detail::fp8_e4m3fn_decode_table()[0x7F];
-  std::memcpy(&nan_bits, &nan_value, 4);
   bits = hn::IfThenElse(hn::RebindMask(du, hn::Eq(emi, hn::Set(di, 0x7F))), hn::Set(du, nan_bits), bits);
   return hn::BitCast(df, hn::Or(bits, sign));
 }
@@ -65,22 +70,35 @@ HWY_INLINE VF DecodeE2m1(VU c) {
   return hn::BitCast(df, hn::Or(bits, sign));
 }
 
-// Codes of elements [k, k + 16) of a row, one per u32 lane of each part.
+// Elements [k, k + 16) of a row decoded and scaled (one IEEE multiplication by the block's scale).
 template <bool kFp4>
-HWY_INLINE V16 DecodeChunk(const uint8_t* HWY_RESTRICT q, int64_t k, float scale) {
+HWY_INLINE V16 DecodeChunk(const uint8_t* HWY_RESTRICT q, int64_t k, float scale, uint32_t nan_bits) {
   const hn::Rebind<uint8_t, DU> d8;
   const DU du;
   V16 v;
   if constexpr (kFp4) {
-    alignas(64) uint8_t codes[kLanes];
+    // The 16 nibbles in element order: byte i's low nibble is element 2i, its high nibble element 2i + 1.
+    alignas(16) uint8_t codes[kLanes];
     const uint8_t* b = q + k / 2;
-    GB_UNROLL for (int i = 0; i < kLanes / 2; ++i) {
+#if HWY_TARGET == HWY_SCALAR
+    for (int i = 0; i < kLanes / 2; ++i) {
       codes[2 * i] = b[i] & 0xF;
       codes[2 * i + 1] = b[i] >> 4;
     }
+#else
+    const hn::FixedTag<uint8_t, 16> d16;
+    uint64_t bytes;
+    std::memcpy(&bytes, b, 8);
+    const auto packed = hn::BitCast(d16, hn::Set(hn::FixedTag<uint64_t, 2>(), bytes));
+    const auto lo = hn::And(packed, hn::Set(d16, uint8_t{0x0F}));
+    const auto hi = hn::ShiftRight<4>(packed);
+    hn::Store(hn::InterleaveLower(d16, lo, hi), d16, codes);
+#endif
     GB_UNROLL for (int i = 0; i < kParts; ++i) v.p[i] = DecodeE2m1(hn::PromoteTo(du, hn::LoadU(d8, codes + i * kPart)));
   } else {
-    GB_UNROLL for (int i = 0; i < kParts; ++i) v.p[i] = DecodeE4m3(hn::PromoteTo(du, hn::LoadU(d8, q + k + i * kPart)));
+    GB_UNROLL for (int i = 0; i < kParts; ++i) {
+      v.p[i] = DecodeE4m3(hn::PromoteTo(du, hn::LoadU(d8, q + k + i * kPart)), nan_bits);
+    }
   }
   return Mul16(v, Set16(scale));
 }
@@ -106,12 +124,13 @@ template <bool kFp4>
 void MxDecodeRows(const uint8_t* q, int64_t ldq, const uint8_t* scale, int64_t lds, int64_t n, int64_t K, float* out,
                   int64_t ldo) {
   const float* e8m0 = genbridge::detail::e8m0_decode_table();
+  const uint32_t nan_bits = E4m3NanBits();
   for (int64_t r = 0; r < n; ++r) {
     const uint8_t* qr = q + r * ldq;
     const uint8_t* sr = scale + r * lds;
     float* o = out + r * ldo;
     int64_t k = 0;
-    for (; k + kLanes <= K; k += kLanes) Store16(o + k, DecodeChunk<kFp4>(qr, k, e8m0[sr[k / 32]]));
+    for (; k + kLanes <= K; k += kLanes) Store16(o + k, DecodeChunk<kFp4>(qr, k, e8m0[sr[k / 32]], nan_bits));
     if (k < K) {
       alignas(64) float tmp[kLanes];
       DecodeTail<kFp4>(qr, k, K - k, e8m0[sr[k / 32]], tmp);
@@ -122,7 +141,8 @@ void MxDecodeRows(const uint8_t* q, int64_t ldq, const uint8_t* scale, int64_t l
 
 template <bool kFp4, int MR>
 constexpr int MxGemvCols() {
-  const int nr = (kMxVecRegs - 2 * kParts) / (MR * kParts);
+  // Registers: the accumulators, a decoded weight, an input vector and about 8 decode constants.
+  const int nr = (kMxVecRegs - 8 - 2 * kParts) / (MR * kParts);
   return nr < 1 ? 1 : nr > 4 ? 4 : nr;
 }
 
@@ -131,12 +151,13 @@ HWY_NOINLINE void MxGemvTile(const float* HWY_RESTRICT a, int64_t lda, const uin
                              const uint8_t* HWY_RESTRICT scale, int64_t lds, int64_t K, float* HWY_RESTRICT out,
                              int64_t ldo) {
   const float* e8m0 = genbridge::detail::e8m0_decode_table();
+  const uint32_t nan_bits = E4m3NanBits();
   V16 acc[MR][NR];
   GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int c = 0; c < NR; ++c) acc[r][c] = Zero16();
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
     GB_UNROLL for (int c = 0; c < NR; ++c) {
-      const V16 w = DecodeChunk<kFp4>(q + c * ldq, k, e8m0[scale[c * lds + k / 32]]);
+      const V16 w = DecodeChunk<kFp4>(q + c * ldq, k, e8m0[scale[c * lds + k / 32]], nan_bits);
       GB_UNROLL for (int r = 0; r < MR; ++r) acc[r][c] = Fma16(Load16(a + r * lda + k), w, acc[r][c]);
     }
   }
