@@ -14,8 +14,9 @@
 namespace genbridge::ops::detail {
 namespace {
 
-// Weight rows decoded per dot call: 16 rows of K fp32 stay in L2 for K up to ~16k.
-constexpr int64_t kDecodeRows = 16;
+// Weight rows decoded per GEMM call: the GEMM packs its input rows once per call, so a call must cover
+// many columns (256 rows of K = 4096 fp32 are 4 MiB of per-thread scratch).
+constexpr int64_t kDecodeRows = 256;
 
 }  // namespace
 
