@@ -20,6 +20,7 @@ struct MakeModelOptions {
   uint64_t seed = 0;
   int shards = 1;
   std::string out_dir;
+  std::string weight_quant = "none";  // none | fp8 (Hugging Face FP8 block-scaled)
 };
 
 struct RunOptions {

@@ -191,6 +191,9 @@ int main(int argc, char** argv) {
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
+  add_choice_flag(make, "--weight-quant", &mo.weight_quant, {"none", "fp8"},
+                  "fp8: write projection weights as a Hugging Face FP8 block-scaled checkpoint\n"
+                  "(F8_E4M3 + weight_scale_inv per 128 x 128 block; one shard)");
   add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
   make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
 
