@@ -17,6 +17,7 @@
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/quant/dynamic_mx_quant.h"
 #include "genbridge/ops/quant/dynamic_quant_per_token.h"
+#include "genbridge/ops/quant/normalize_mx_scale_layout.h"
 #include "ops/reference/linear.h"
 #include "ops/reference/quant.h"
 #include "ops/reference/quant_linear.h"
@@ -273,6 +274,28 @@ TEST(QuantLinear, invalid_arguments) {
   const Status st = ops::quant_linear(x.view(), f, y.view());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("pair layout"), std::string::npos) << st.message();
+}
+
+// The pair layout quant_linear reads is quant/normalize_mx_scale_layout's: flat per-block scales [N, K / 32]
+// normalized give exactly the scale bytes quantize_weight wrote, and the same y.
+TEST(QuantLinear, mx_scales_are_normalize_mx_scale_layouts_pair_layout) {
+  if (!has_mx()) GTEST_SKIP() << "no MX data path in this build";
+  const int64_t N = 5, K = 160;  // 5 blocks: an odd count, so a padding byte per row
+  OwnedQuantWeight w = make_weight(WeightQuantScheme::kMxfp8, N, K, 21);
+  const std::vector<uint8_t> pair = w.scale_bytes();
+  const int64_t pairs = ops::mx_scale_pairs(K, 32), blocks = K / 32;
+  OwnedTensor flat(DType::kE8M0, {N, blocks}), normalized(DType::kE8M0, {N, pairs, 2});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < blocks; ++j) reinterpret_cast<uint8_t*>(flat.data())[n * blocks + j] = pair[n * pairs * 2 + j];
+  ASSERT_TRUE(ops::normalize_mx_scale_layout(flat.view(), normalized.view()).ok());
+  EXPECT_EQ(std::memcmp(normalized.data(), pair.data(), pair.size()), 0);
+  OwnedTensor x(DType::kBF16, {2, K}), y1(DType::kF32, {2, N}), y2(DType::kF32, {2, N});
+  fill_uniform(x.view(), 3);
+  QuantWeight wn = w.view();
+  wn.scale = normalized.view();
+  ASSERT_TRUE(ops::quant_linear(x.view(), w.view(), y1.view()).ok());
+  ASSERT_TRUE(ops::quant_linear(x.view(), wn, y2.view()).ok());
+  EXPECT_EQ(y1.bytes(), y2.bytes());
 }
 
 TEST(QuantLinear, empty_and_zero_k) {
