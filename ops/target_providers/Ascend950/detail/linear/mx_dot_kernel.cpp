@@ -1,6 +1,6 @@
 // MX weight decode and fused decode + dot GEMV (contract: mx_dot_kernel.h). Each 16-element chunk of a
 // weight row is decoded in registers from its codes with integer operations (fp8 e4m3fn: exponent and
-// mantissa moved into fp32 position, subnormals as m * 2^-9; fp4 e2m1: the eight magnitudes built from
+// mantissa shifted into fp32 position and scaled by 2^120, subnormals included; fp4 e2m1: the eight magnitudes built from
 // exponent and mantissa bits) and multiplied by its block's power-of-two scale (one IEEE multiplication,
 // as the scalar decode), then used in the contract's FMA chain.
 #include "ops/target_providers/Ascend950/detail/linear/mx_dot_kernel.h"
@@ -40,18 +40,19 @@ HWY_INLINE uint32_t E4m3NanBits() {
   return bits;
 }
 
-// fp8 e4m3fn codes (u32 lanes) -> fp32; nan_bits = E4m3NanBits().
+// fp8 e4m3fn codes (u32 lanes) -> fp32; nan_bits = E4m3NanBits(). The magnitude bits moved up by 20 are the
+// fp32 pattern of value * 2^-120 for normal and subnormal codes alike (a subnormal e4m3 lands on an fp32
+// subnormal), so one exact multiplication by 2^120 gives the value (subnormal inputs are not flushed: nothing
+// in the process sets DAZ/FTZ).
 HWY_INLINE VF DecodeE4m3(VU u, uint32_t nan_bits) {
   const DU du;
   const DI di;
   const DF df;
   const VU em = hn::And(u, hn::Set(du, 0x7Fu));
   const VU sign = hn::ShiftLeft<24>(hn::And(u, hn::Set(du, 0x80u)));
-  const VU normal = hn::Add(hn::ShiftLeft<20>(em), hn::Set(du, 120u << 23));
-  const VI emi = hn::BitCast(di, em);
-  const VF sub = hn::Mul(hn::ConvertTo(df, emi), hn::Set(df, 0x1p-9f));
-  VU bits = hn::IfThenElse(hn::RebindMask(du, hn::Lt(emi, hn::Set(di, 8))), hn::BitCast(du, sub), normal);
-  bits = hn::IfThenElse(hn::RebindMask(du, hn::Eq(emi, hn::Set(di, 0x7F))), hn::Set(du, nan_bits), bits);
+  const VU magnitude = hn::BitCast(du, hn::Mul(hn::BitCast(df, hn::ShiftLeft<20>(em)), hn::Set(df, 0x1p120f)));
+  const VU bits = hn::IfThenElse(hn::RebindMask(du, hn::Eq(hn::BitCast(di, em), hn::Set(di, 0x7F))),
+                                 hn::Set(du, nan_bits), magnitude);
   return hn::BitCast(df, hn::Or(bits, sign));
 }
 
