@@ -265,7 +265,8 @@ Result<AttentionRankRun> run_attention_rank(Connector& conn, Metrics& metrics, c
   const runtime::KvPageGeometry geometry =
       dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages));
-  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool, options.quantized));
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
+                      model::ModelRunner::create(checkpoint, dev, pool, options.quantized));
   AttentionRunner attention(conn, &metrics);
   AfdExecutor executor(*runner, attention, cfg.num_stages, lockstep.get(), options.warmup_steps);
   if (options.attention_hook) {

@@ -25,7 +25,8 @@ int make_model(const MakeModelOptions& o) {
   fmt::print(stderr, "writing synthetic model '{}' (seed {}, {} shard(s)) to {} ...\n", o.preset, o.seed, o.shards,
              o.out_dir);
   if (o.weight_quant == "fp8" && o.shards != 1) {
-    fmt::print(stderr, "genbridge make-model: --weight-quant fp8 writes one shard; --shards {} is not supported with it\n",
+    fmt::print(stderr,
+               "genbridge make-model: --weight-quant fp8 writes one shard; --shards {} is not supported with it\n",
                o.shards);
     return kExitUsage;
   }

@@ -39,7 +39,8 @@ std::vector<double> mx_weight_values(const std::vector<uint8_t>& q, const std::v
         code = q[n * K + k];
       }
       const uint8_t s = scale[n * pairs * 2 + k / 32];
-      w[n * K + k] = s == 0xff ? std::nan("") : std::ldexp(mx_element_value(fp4 ? DType::kFp4E2M1x2 : element, code), s - 127);
+      w[n * K + k] =
+          s == 0xff ? std::nan("") : std::ldexp(mx_element_value(fp4 ? DType::kFp4E2M1x2 : element, code), s - 127);
     }
   }
   return w;

@@ -90,15 +90,15 @@ class WeightBinder {
           shape_rule));
     }
     if (shape.size() != 2) {
-      return invalid_argument(fmt::format("{}: tensor '{}' is F8_E4M3 but only 2-D Linear weights may be FP8",
-                                          e.file->path(), name));
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is F8_E4M3 but only 2-D Linear weights may be FP8", e.file->path(), name));
     }
     const std::string scale_name = name + "_scale_inv";
     const TensorStore::Entry* se = ckpt_.store_->find(scale_name);
     if (!se) {
-      return invalid_argument(fmt::format(
-          "{}: tensor '{}' is missing ('{}' is F8_E4M3 and {}'s quantization_config is fp8 block-scaled)",
-          ckpt_.store_->source(), scale_name, name, kConfigFileName));
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is missing ('{}' is F8_E4M3 and {}'s quantization_config is fp8 block-scaled)",
+                      ckpt_.store_->source(), scale_name, name, kConfigFileName));
     }
     used_.insert(scale_name);
     GB_ASSIGN_OR_RETURN(TensorView s, se->file->view(*se->tensor));

@@ -52,16 +52,17 @@ Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8B
                                         safetensors_dtype_name(s.dtype())));
   }
   if (s.rank() != 2 || s.dim(0) != bn || s.dim(1) != bk) {
-    return invalid_argument(fmt::format(
-        "{}: tensor '{}_scale_inv' has shape {} but '{}' {} with weight_block_size [{}, {}] needs [{}, {}]", file,
-        name, s.shape_string(), name, q.shape_string(), c.block_n, c.block_k, bn, bk));
+    return invalid_argument(
+        fmt::format("{}: tensor '{}_scale_inv' has shape {} but '{}' {} with weight_block_size [{}, {}] needs [{}, {}]",
+                    file, name, s.shape_string(), name, q.shape_string(), c.block_n, c.block_k, bn, bk));
   }
   const float* table = detail::fp8_e4m3fn_decode_table();
   const uint8_t* qp = q.data_as<const uint8_t>();
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t k = 0; k < K; ++k) {
       const int64_t si = (n / c.block_n) * bk + k / c.block_k;
-      const float sc = s.dtype() == DType::kF32 ? s.data_as<const float>()[si] : bf16_to_float(s.data_as<const bf16_t>()[si]);
+      const float sc =
+          s.dtype() == DType::kF32 ? s.data_as<const float>()[si] : bf16_to_float(s.data_as<const bf16_t>()[si]);
       out[n * K + k] = float_to_bf16(table[qp[n * K + k]] * sc);
     }
   }
@@ -71,7 +72,9 @@ Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8B
 namespace {
 
 bool is_fp8_role(const std::string& name) {
-  const auto ends = [&](std::string_view s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  const auto ends = [&](std::string_view s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
   for (std::string_view p : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
                              "up_proj.weight", "down_proj.weight"}) {
     if (ends(p)) return true;

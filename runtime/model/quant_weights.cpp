@@ -38,7 +38,7 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   const bool attn = roles.attention_projections && options.attention;
   const bool experts = roles.experts && options.experts;
   const bool shared = roles.shared_experts && options.attention;  // shared experts run on the attention side
-  const bool dense = roles.shared_experts && options.attention;  // dense MLPs run on the attention side
+  const bool dense = roles.shared_experts && options.attention;   // dense MLPs run on the attention side
   int64_t total = 0;
   for (const LayerWeights& l : w.layers) {
     if (attn) total += 4;

@@ -17,7 +17,8 @@ std::vector<engine::Request> requests(int64_t vocab) {
   for (int r = 0; r < 4; ++r) {
     engine::Request q;
     q.id = r;
-    for (int i = 0; i < 3 + 4 * r; ++i) q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(5 + r, i) * vocab));
+    for (int i = 0; i < 3 + 4 * r; ++i)
+      q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(5 + r, i) * vocab));
     q.max_new_tokens = 4 + r % 2;
     reqs.push_back(q);
   }
@@ -53,8 +54,8 @@ TEST(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
   // Without the quantized weights the runner refuses to start under --weight-quant.
   {
     const model::ModelConfig& c = ckpt->config();
-    auto pool = runtime::KvPagePool::create(
-        dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 4);
+    auto pool =
+        runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 4);
     auto r = model::ModelRunner::create(*ckpt, dev, *pool);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("no quantized weights were given"), std::string::npos);

@@ -29,7 +29,8 @@ struct QuantAccuracy {
     std::vector<double> v = rel_l2;
     std::sort(v.begin(), v.end());
     if (v.empty()) return 0.0;
-    const size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0));
+    const size_t i =
+        std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0));
     return v[i];
   }
 };
@@ -51,8 +52,8 @@ inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt
   GB_ASSIGN_OR_RETURN(runtime::DeviceOperator dev, runtime::DeviceOperator::create(dc));
   std::unique_ptr<model::QuantizedWeights> q;
   if (dev.weight_quant()) {
-    GB_ASSIGN_OR_RETURN(q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(),
-                                                             dev.contract().weight_quant.layers));
+    GB_ASSIGN_OR_RETURN(
+        q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(), dev.contract().weight_quant.layers));
     if (acc) {
       acc->scheme = std::string(ops::weight_quant_scheme_name(dev.weight_quant()->scheme));
       acc->quantize_seconds = q->seconds();
@@ -62,10 +63,10 @@ inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt
   }
   const model::ModelConfig& c = ckpt.config();
   const int64_t P = static_cast<int64_t>(prompt.size()), V = c.vocab_size;
-  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
-                      runtime::KvPagePool::create(
-                          dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}),
-                          (P + steps) / 128 + 2));
+  GB_ASSIGN_OR_RETURN(
+      runtime::KvPagePool pool,
+      runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}),
+                                  (P + steps) / 128 + 2));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool, q.get()));
   model::ForwardBatch batch = runner->make_batch(P, 1);
   std::vector<float> logits(static_cast<size_t>(V));

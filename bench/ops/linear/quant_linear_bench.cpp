@@ -19,8 +19,8 @@ namespace {
 using ops::WeightQuantScheme;
 using testing::OwnedTensor;
 
-constexpr WeightQuantScheme kSchemes[] = {WeightQuantScheme::kNone, WeightQuantScheme::kW8A8,
-                                          WeightQuantScheme::kMxfp8, WeightQuantScheme::kMxfp4};
+constexpr WeightQuantScheme kSchemes[] = {WeightQuantScheme::kNone, WeightQuantScheme::kW8A8, WeightQuantScheme::kMxfp8,
+                                          WeightQuantScheme::kMxfp4};
 
 struct QW {
   OwnedTensor data, scale;
@@ -34,7 +34,9 @@ void BM_quant_linear(benchmark::State& state) {
   testing::fill_uniform(x.view(), 1);
   testing::fill_uniform(w0.view(), 2, -0.1f, 0.1f);
   const bool mx = s == WeightQuantScheme::kMxfp8 || s == WeightQuantScheme::kMxfp4;
-  const DType elem = s == WeightQuantScheme::kW8A8 ? DType::kI8 : s == WeightQuantScheme::kMxfp8 ? DType::kFp8E4M3FN : DType::kFp4E2M1x2;
+  const DType elem = s == WeightQuantScheme::kW8A8    ? DType::kI8
+                     : s == WeightQuantScheme::kMxfp8 ? DType::kFp8E4M3FN
+                                                      : DType::kFp4E2M1x2;
   const int64_t cols = s == WeightQuantScheme::kMxfp4 ? K / 2 : K;
   const std::vector<int64_t> scale_shape =
       mx ? std::vector<int64_t>{N, ops::mx_scale_pairs_of(K), 2} : std::vector<int64_t>{N};

@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   }
   std::vector<int32_t> prompt;
   for (int i = 0; i < 16; ++i) {
-    prompt.push_back(static_cast<int32_t>(engine::uniform_from(2026, i) * static_cast<double>(ckpt->config().vocab_size)));
+    prompt.push_back(
+        static_cast<int32_t>(engine::uniform_from(2026, i) * static_cast<double>(ckpt->config().vocab_size)));
   }
   fmt::print("preset {}, prompt 16 tokens, {} teacher-forced greedy steps (+ prefill)\n", preset, steps);
   fmt::print("{:<7} {:>12} {:>12} {:>12} {:>10} {:>10} {:>12}\n", "scheme", "relL2 med", "relL2 p99", "relL2 max",

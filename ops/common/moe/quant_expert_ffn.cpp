@@ -16,8 +16,8 @@ namespace {
 
 constexpr const char* kOp = "quant_expert_ffn";
 
-Status validate(const TensorView& x, const TensorView& ids, std::span<const QuantExpertWeights> experts,
-                int64_t begin, int64_t end, const TensorView& out) {
+Status validate(const TensorView& x, const TensorView& ids, std::span<const QuantExpertWeights> experts, int64_t begin,
+                int64_t end, const TensorView& out) {
   GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "x", x));
   GB_RETURN_IF_ERROR(detail::check_rank(kOp, "x", x, 2, "([T, H])"));
   const int64_t T = x.dim(0), H = x.dim(1);
@@ -50,11 +50,10 @@ Status validate(const TensorView& x, const TensorView& ids, std::span<const Quan
       }
       if (w->data.rank() != 2) return invalid_argument(p + " has a weight whose data is not [rows, cols]");
     }
-    if (e.w_gate.in_features != H || e.w_up.in_features != H || e.w_gate.data.dim(0) != I ||
-        e.w_up.data.dim(0) != I || e.w_down.in_features != I || e.w_down.data.dim(0) != H) {
-      return invalid_argument(p + " does not hold w_gate, w_up [I, H] and w_down [H, I] with H = " +
-                              std::to_string(H) + " (x's last dimension) and I = " + std::to_string(I) +
-                              " (experts[0].w_gate's rows)");
+    if (e.w_gate.in_features != H || e.w_up.in_features != H || e.w_gate.data.dim(0) != I || e.w_up.data.dim(0) != I ||
+        e.w_down.in_features != I || e.w_down.data.dim(0) != H) {
+      return invalid_argument(p + " does not hold w_gate, w_up [I, H] and w_down [H, I] with H = " + std::to_string(H) +
+                              " (x's last dimension) and I = " + std::to_string(I) + " (experts[0].w_gate's rows)");
     }
   }
   return ok_status();

@@ -27,8 +27,8 @@ Status check_weight_views(const char* op, const QuantWeight& w, int64_t N, int64
       GB_RETURN_IF_ERROR(check_dtype(op, "weight scale", w.scale, DType::kF32));
       GB_RETURN_IF_ERROR(check_shape(op, "weight scale", w.scale, {N}, "([N] fp32, one per output channel)"));
       if (K > kW8A8MaxK) {
-        return invalid_argument(std::string(op) + ": K = " + std::to_string(K) + " exceeds " + std::to_string(kW8A8MaxK) +
-                                " for w8a8 (the int32 accumulation must be exact)");
+        return invalid_argument(std::string(op) + ": K = " + std::to_string(K) + " exceeds " +
+                                std::to_string(kW8A8MaxK) + " for w8a8 (the int32 accumulation must be exact)");
       }
       return ok_status();
     case WeightQuantScheme::kMxfp8:
@@ -36,7 +36,8 @@ Status check_weight_views(const char* op, const QuantWeight& w, int64_t N, int64
       const bool fp4 = w.scheme == WeightQuantScheme::kMxfp4;
       GB_RETURN_IF_ERROR(check_dtype(op, "weight data", w.data, fp4 ? DType::kFp4E2M1x2 : DType::kFp8E4M3FN));
       if (fp4 && K % 2 != 0) {
-        return invalid_argument(std::string(op) + ": K = " + std::to_string(K) + " is odd but mxfp4 packs two values per byte");
+        return invalid_argument(std::string(op) + ": K = " + std::to_string(K) +
+                                " is odd but mxfp4 packs two values per byte");
       }
       GB_RETURN_IF_ERROR(check_shape(op, "weight data", w.data, {N, fp4 ? K / 2 : K},
                                      fp4 ? "([N, K / 2] fp4_e2m1x2)" : "([N, K] fp8_e4m3fn)"));
@@ -45,9 +46,10 @@ Status check_weight_views(const char* op, const QuantWeight& w, int64_t N, int64
       GB_RETURN_IF_ERROR(check_shape(op, "weight scale", w.scale, {N, mx_scale_pairs(K, kMxWeightBlock), 2},
                                      "(the MX pair layout [N, ceil(ceil(K / 32) / 2), 2])"));
       if (w.scale.stride(2) != 1 || w.scale.stride(1) != 2) {
-        return invalid_argument(std::string(op) +
-                                ": weight scale's pairs are not contiguous (strides along its last two dimensions must be 2 "
-                                "and 1: the pair layout is read in place)");
+        return invalid_argument(
+            std::string(op) +
+            ": weight scale's pairs are not contiguous (strides along its last two dimensions must be 2 "
+            "and 1: the pair layout is read in place)");
       }
       return ok_status();
     }
@@ -120,8 +122,10 @@ void run_w8a8_linear(const TensorView& x, const QuantWeight& w, const TensorView
   {
     std::vector<int64_t> shape = shape_of(x);
     std::vector<int64_t> lead(shape.begin(), shape.end() - 1);
-    const Status s = dynamic_quant_per_token(x, kDynamicQuantPerTokenDefaultEps, TensorView(qx.data(), DType::kI8, shape.data(), static_cast<int>(shape.size())),
-                                             TensorView(sx.data(), DType::kF32, lead.data(), static_cast<int>(lead.size())));
+    const Status s =
+        dynamic_quant_per_token(x, kDynamicQuantPerTokenDefaultEps,
+                                TensorView(qx.data(), DType::kI8, shape.data(), static_cast<int>(shape.size())),
+                                TensorView(sx.data(), DType::kF32, lead.data(), static_cast<int>(lead.size())));
     GB_CHECK(s.ok(), "quant_linear: dynamic_quant_per_token failed on checked arguments");
   }
   std::vector<float> sw(static_cast<size_t>(N));

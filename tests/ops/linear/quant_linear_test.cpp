@@ -42,7 +42,7 @@ struct OwnedQuantWeight {
       : scheme(s),
         N(n),
         K(k),
-        data(s == WeightQuantScheme::kW8A8   ? DType::kI8
+        data(s == WeightQuantScheme::kW8A8    ? DType::kI8
              : s == WeightQuantScheme::kMxfp8 ? DType::kFp8E4M3FN
                                               : DType::kFp4E2M1x2,
              {n, s == WeightQuantScheme::kMxfp4 ? k / 2 : k}),
@@ -63,7 +63,8 @@ struct OwnedQuantWeight {
 };
 
 // A dense weight [N, K] quantized with quantize_weight.
-OwnedQuantWeight make_weight(WeightQuantScheme s, int64_t N, int64_t K, uint64_t seed, OwnedTensor* dense_out = nullptr) {
+OwnedQuantWeight make_weight(WeightQuantScheme s, int64_t N, int64_t K, uint64_t seed,
+                             OwnedTensor* dense_out = nullptr) {
   OwnedTensor w(DType::kBF16, {N, K});
   fill_uniform(w.view(), seed, -0.5f, 0.5f);
   OwnedQuantWeight q(s, N, K);
@@ -138,13 +139,14 @@ TEST(QuantLinear, mx_matches_fp64_and_linear_on_the_decoded_weight) {
         fill_uniform(x.view(), p.M + 3, -2.f, 2.f);
         ASSERT_TRUE(ops::quant_linear(x.view(), w.view(), y.view()).ok());
         std::vector<double> ref, abs_sum;
-        ref::linear(to_doubles(x.view()), ref::mx_weight_values(rq, rs, p.N, p.K, element), nullptr, p.M, p.N, p.K,
-                    ref, abs_sum);
+        ref::linear(to_doubles(x.view()), ref::mx_weight_values(rq, rs, p.N, p.K, element), nullptr, p.M, p.N, p.K, ref,
+                    abs_sum);
         const std::vector<double> got = to_doubles(y.view());
         int bad = 0;
         for (size_t i = 0; i < ref.size(); ++i) {
           const double tol = dot_error_bound(p.K, abs_sum[i]) + rounding_bound(yd, ref[i]);
-          if (!(std::abs(got[i] - ref[i]) <= tol) && bad++ < 5) ADD_FAILURE() << i << ": " << got[i] << " vs " << ref[i];
+          if (!(std::abs(got[i] - ref[i]) <= tol) && bad++ < 5)
+            ADD_FAILURE() << i << ": " << got[i] << " vs " << ref[i];
         }
         EXPECT_EQ(bad, 0);
         if (yd != DType::kF32) continue;
@@ -286,7 +288,8 @@ TEST(QuantLinear, mx_scales_are_normalize_mx_scale_layouts_pair_layout) {
   const int64_t pairs = ops::mx_scale_pairs(K, 32), blocks = K / 32;
   OwnedTensor flat(DType::kE8M0, {N, blocks}), normalized(DType::kE8M0, {N, pairs, 2});
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < blocks; ++j) reinterpret_cast<uint8_t*>(flat.data())[n * blocks + j] = pair[n * pairs * 2 + j];
+    for (int64_t j = 0; j < blocks; ++j)
+      reinterpret_cast<uint8_t*>(flat.data())[n * blocks + j] = pair[n * pairs * 2 + j];
   ASSERT_TRUE(ops::normalize_mx_scale_layout(flat.view(), normalized.view()).ok());
   EXPECT_EQ(std::memcmp(normalized.data(), pair.data(), pair.size()), 0);
   OwnedTensor x(DType::kBF16, {2, K}), y1(DType::kF32, {2, N}), y2(DType::kF32, {2, N});

@@ -33,7 +33,7 @@ Owned quantize(WeightQuantScheme s, int64_t N, int64_t K, uint64_t seed) {
   OwnedTensor w(DType::kBF16, {N, K});
   fill_uniform(w.view(), seed, -0.3f, 0.3f);
   const bool mx = s != WeightQuantScheme::kW8A8;
-  Owned o{OwnedTensor(s == WeightQuantScheme::kW8A8   ? DType::kI8
+  Owned o{OwnedTensor(s == WeightQuantScheme::kW8A8    ? DType::kI8
                       : s == WeightQuantScheme::kMxfp8 ? DType::kFp8E4M3FN
                                                        : DType::kFp4E2M1x2,
                       {N, s == WeightQuantScheme::kMxfp4 ? K / 2 : K}),

@@ -34,9 +34,10 @@ void edit_tensors(const fs::path& dir, const std::function<void(std::vector<Raw>
   {
     auto f = model::SafetensorsFile::open(dir / "model.safetensors").value();
     for (const model::SafetensorsTensor& e : f.tensors()) {
-      const DType d = e.dtype == "F8_E4M3" ? DType::kFp8E4M3FN : e.dtype == "BF16" ? DType::kBF16
-                                                               : e.dtype == "F16"    ? DType::kF16
-                                                                                      : DType::kF32;
+      const DType d = e.dtype == "F8_E4M3" ? DType::kFp8E4M3FN
+                      : e.dtype == "BF16"  ? DType::kBF16
+                      : e.dtype == "F16"   ? DType::kF16
+                                           : DType::kF32;
       const char* p = reinterpret_cast<const char*>(f.mapping().data() + e.offset);
       t.push_back({{e.name, d, e.shape}, std::vector<char>(p, p + e.nbytes)});
     }
@@ -127,8 +128,7 @@ TEST_F(Fp8Checkpoint, inconsistent_scale_tensors_and_configs_are_errors_naming_t
   edit_tensors(dir_ / "fp8", [&](std::vector<Raw>& t) {
     std::erase_if(t, [&](const Raw& r) { return r.spec.name == w + "_scale_inv"; });
   });
-  EXPECT_EQ(open_error(), f + ": tensor '" + w +
-                              "_scale_inv' is missing ('" + w +
+  EXPECT_EQ(open_error(), f + ": tensor '" + w + "_scale_inv' is missing ('" + w +
                               "' is F8_E4M3 and config.json's quantization_config is fp8 block-scaled)");
   SetUp();
   edit_tensors(dir_ / "fp8", [&](std::vector<Raw>& t) {

@@ -3,11 +3,12 @@
 // docs/bench/quant_weights.md (measured there on tiny and small with bench.runtime.model.quant_accuracy_bench).
 // Every scheme the build's generation runs is checked; each must also actually change the logits (a
 // quantized run that silently used the bf16 weights fails the lower bound).
+#include "support/quant_accuracy.h"
+
 #include <gtest/gtest.h>
 
 #include "runtime/engine/sampler.h"
 #include "runtime/model/synthetic.h"
-#include "support/quant_accuracy.h"
 #include "support/temp_dir.h"
 
 namespace genbridge::testing {
@@ -28,7 +29,8 @@ TEST(QuantAccuracy, tiny_preset_within_documented_bounds) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
   std::vector<int32_t> prompt;
   for (int i = 0; i < 16; ++i) {
-    prompt.push_back(static_cast<int32_t>(engine::uniform_from(2026, i) * static_cast<double>(ckpt->config().vocab_size)));
+    prompt.push_back(
+        static_cast<int32_t>(engine::uniform_from(2026, i) * static_cast<double>(ckpt->config().vocab_size)));
   }
   const runtime::GenerationContract& c = runtime::DeviceOperator::create({}).value().contract();
   int checked = 0;

@@ -23,10 +23,14 @@ enum class WeightQuantScheme : uint8_t {
 // "none", "w8a8", "mxfp8", "mxfp4" (the spelling of --weight-quant).
 constexpr std::string_view weight_quant_scheme_name(WeightQuantScheme s) {
   switch (s) {
-    case WeightQuantScheme::kNone: return "none";
-    case WeightQuantScheme::kW8A8: return "w8a8";
-    case WeightQuantScheme::kMxfp8: return "mxfp8";
-    case WeightQuantScheme::kMxfp4: return "mxfp4";
+    case WeightQuantScheme::kNone:
+      return "none";
+    case WeightQuantScheme::kW8A8:
+      return "w8a8";
+    case WeightQuantScheme::kMxfp8:
+      return "mxfp8";
+    case WeightQuantScheme::kMxfp4:
+      return "mxfp4";
   }
   return "?";
 }

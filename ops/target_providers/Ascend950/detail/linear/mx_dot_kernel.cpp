@@ -1,8 +1,8 @@
 // MX weight decode and fused decode + dot GEMV (contract: mx_dot_kernel.h). Each 16-element chunk of a
 // weight row is decoded in registers from its codes with integer operations (fp8 e4m3fn: exponent and
-// mantissa shifted into fp32 position and scaled by 2^120, subnormals included; fp4 e2m1: the eight magnitudes built from
-// exponent and mantissa bits) and multiplied by its block's power-of-two scale (one IEEE multiplication,
-// as the scalar decode), then used in the contract's FMA chain.
+// mantissa shifted into fp32 position and scaled by 2^120, subnormals included; fp4 e2m1: the eight magnitudes built
+// from exponent and mantissa bits) and multiplied by its block's power-of-two scale (one IEEE multiplication, as the
+// scalar decode), then used in the contract's FMA chain.
 #include "ops/target_providers/Ascend950/detail/linear/mx_dot_kernel.h"
 
 #include <cstddef>
@@ -180,7 +180,8 @@ void MxGemvRows(const float* a, int64_t lda, const uint8_t* q, int64_t ldq, cons
                 int64_t n, int64_t K, float* out, int64_t ldo) {
   constexpr int NR = MxGemvCols<kFp4, MR>();
   int64_t c = 0;
-  for (; c + NR <= n; c += NR) MxGemvTile<kFp4, MR, NR>(a, lda, q + c * ldq, ldq, scale + c * lds, lds, K, out + c, ldo);
+  for (; c + NR <= n; c += NR)
+    MxGemvTile<kFp4, MR, NR>(a, lda, q + c * ldq, ldq, scale + c * lds, lds, K, out + c, ldo);
   for (; c < n; ++c) MxGemvTile<kFp4, MR, 1>(a, lda, q + c * ldq, ldq, scale + c * lds, lds, K, out + c, ldo);
 }
 
@@ -188,10 +189,14 @@ template <bool kFp4>
 void MxGemv(const float* a, int64_t lda, int64_t m, const uint8_t* q, int64_t ldq, const uint8_t* scale, int64_t lds,
             int64_t n, int64_t K, float* out, int64_t ldo) {
   switch (m) {
-    case 1: return MxGemvRows<kFp4, 1>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
-    case 2: return MxGemvRows<kFp4, 2>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
-    case 3: return MxGemvRows<kFp4, 3>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
-    default: return MxGemvRows<kFp4, 4>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
+    case 1:
+      return MxGemvRows<kFp4, 1>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
+    case 2:
+      return MxGemvRows<kFp4, 2>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
+    case 3:
+      return MxGemvRows<kFp4, 3>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
+    default:
+      return MxGemvRows<kFp4, 4>(a, lda, q, ldq, scale, lds, n, K, out, ldo);
   }
 }
 
@@ -223,9 +228,7 @@ HWY_EXPORT(MxDecodeRowsFp4);
 HWY_EXPORT(MxGemvFp8);
 HWY_EXPORT(MxGemvFp4);
 
-MxDecodeRowsFn mx_decode_rows_fn(bool fp4) {
-  return fp4 ? GB_DISPATCH(MxDecodeRowsFp4) : GB_DISPATCH(MxDecodeRowsFp8);
-}
+MxDecodeRowsFn mx_decode_rows_fn(bool fp4) { return fp4 ? GB_DISPATCH(MxDecodeRowsFp4) : GB_DISPATCH(MxDecodeRowsFp8); }
 MxGemvFn mx_gemv_fn(bool fp4) { return fp4 ? GB_DISPATCH(MxGemvFp4) : GB_DISPATCH(MxGemvFp8); }
 
 }  // namespace genbridge::ops::detail

@@ -32,7 +32,7 @@ void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& 
   const int64_t ldx = direct && x.rank() == 2 ? x.stride(0) : K;
   const DotRowsFn dot = dot_rows_fn(DType::kF32);
   const bool fp4 = w.scheme == WeightQuantScheme::kMxfp4;
-  const MxGemvFn gemv = mx_gemv_fn(fp4);           // dispatched once per call
+  const MxGemvFn gemv = mx_gemv_fn(fp4);  // dispatched once per call
   const MxDecodeRowsFn decode = mx_decode_rows_fn(fp4);
   const int64_t mb = rows_per_item(M);
   const int64_t row_blocks = (M + mb - 1) / mb;
