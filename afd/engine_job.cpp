@@ -11,6 +11,7 @@
 #include "afd/job.h"
 #include "afd/transports/step_agreement.h"
 #include "runtime/model/config.h"
+#include "runtime/model/deepseek_attention.h"
 
 namespace genbridge::afd {
 
@@ -263,7 +264,7 @@ Result<AttentionRankRun> run_attention_rank(Connector& conn, Metrics& metrics, c
         all_done, make_step_agreement(conn.transport(), agreement_options(1, cfg.idle_timeout_ms, "finish decoding")));
   }
   const runtime::KvPageGeometry geometry =
-      dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
+      dev.kv_page_geometry(model::kv_model_shape(c));
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                       model::ModelRunner::create(checkpoint, dev, pool, options.quantized));

@@ -1,10 +1,11 @@
 # Sourced by the README's commands: installs the Debian packages genbridge needs when they are missing.
 GB_DEBIAN_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-                    nlohmann-json3-dev libfmt-dev libcli11-dev ccache libpcre2-dev libutf8proc-dev libhwy-dev)
+                    nlohmann-json3-dev libfmt-dev libcli11-dev ccache libpcre2-dev libutf8proc-dev libhwy-dev
+                    libcpp-httplib-dev curl)
 # The aarch64 cross build of scripts/test.sh (x86-64 hosts only): Debian's cross compiler, qemu-user to run
 # its tests, and the arm64 (multiarch) dev packages of what the library, the CLI and the op tests link.
 GB_AARCH64_PACKAGES=(g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64
-                     libfmt-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64)
+                     libfmt-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libcpp-httplib-dev:arm64)
 
 # ccache: hits across the three builds and across clones (paths relative to the clone).
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"

@@ -42,7 +42,7 @@ Result<RunOutput> run_monolithic(const RunOptions& o, const model::Checkpoint& c
   const model::ModelConfig& c = ckpt.config();
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
                       runtime::KvPagePool::create(
-                          dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), pages));
+                          dev.kv_page_geometry(model::kv_model_shape(c)), pages));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool, quantized));
   engine::LocalExecutor executor(*runner);
   std::optional<engine::StepTrace> trace;  // --trace: every phase of every forward
@@ -117,7 +117,7 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
   std::vector<engine::Request> reqs = make_requests(o, mc.vocab_size);
   // Each attention rank has its own pool for its requests (r % A); `run --afd` holds all of them.
   const int pools = afd_mode ? afd_cfg->num_attention : 1;
-  auto pages = kv_pool_pages(o, dev->kv_page_geometry({mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim}),
+  auto pages = kv_pool_pages(o, dev->kv_page_geometry(model::kv_model_shape(mc)),
                              reqs, pools, mode == RunMode::kAfdInproc ? pools : 1);
   if (!pages.ok()) return usage(pages.status());
 

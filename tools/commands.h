@@ -17,6 +17,8 @@ inline constexpr int kExitRefused = 3;
 
 struct MakeModelOptions {
   std::string preset = "tiny";
+  int64_t vocab_size = 0;        // 0: the preset's
+  std::string tokenizer_dir;     // copy tokenizer.json + tokenizer_config.json from here instead of writing one
   uint64_t seed = 0;
   int shards = 1;
   std::string out_dir;
@@ -62,7 +64,22 @@ struct RunOptions {
   std::set<std::string> given;
 };
 
+// `genbridge serve`: the run flags that apply to a server (model, device, batching, KV pool) and its own.
+struct ServeOptions {
+  RunOptions run;  // --model, --preset, --model-seed, --max-batch, --kv-memory-mb, --kv-cache-dtype, --soc, ...
+  std::string host = "127.0.0.1";
+  int port = 8000;                 // 0: any free port (see port_file)
+  std::string port_file;           // written with the bound port once listening
+  std::string served_model_name;   // default: the model directory's name
+  int max_queued_requests = 64;    // accepted requests waiting to start; more get 429
+  int default_max_tokens = 256;    // when a request gives no max_tokens
+  int http_threads = 0;            // 0: --max-batch + --max-queued-requests + 8
+  double request_timeout_s = 600;  // a request still running then is cancelled (504)
+  double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long, then are cancelled
+};
+
 int make_model(const MakeModelOptions& o);
+int serve(const ServeOptions& o);
 int run(const RunOptions& o);
 // One process of an mpirun AFD job; `role` is "attention", "ffn" or empty (roles from rank order).
 int afd_worker(const RunOptions& o, const std::string& role);

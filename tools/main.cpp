@@ -31,10 +31,8 @@ constexpr const char* kExitCodes =
     "2 the command line is invalid (a flag's value or a combination of flags; checked before any work, token\n"
     "ids once the model is known).";
 
-// The flags `run` and `afd-worker` share: model, prompts, sampling, batching, AFD settings.
-void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
-  constexpr int kMaxTokens = 1 << 20;
-  constexpr int kMaxInt32 = std::numeric_limits<int32_t>::max();
+// The model flags `run`, `afd-worker` and `serve` share.
+void add_model_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_string_flag(run, "--model", &ro.model_dir,
                   "Model directory: config.json + model.safetensors or sharded model-*-of-*.safetensors with\n"
                   "model.safetensors.index.json (Hugging Face layout, Qwen3-MoE family)",
@@ -43,6 +41,41 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                   "Synthetic model preset, used when --model is not given (an error with --model)");
   add_uint64_flag(run, "--model-seed", &ro.model_seed,
                   "Seed of the synthetic model's weights, used when --model is not given (an error with --model)");
+}
+
+// The batching, KV and device flags `run`, `afd-worker` and `serve` share.
+void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
+  add_int_flag(run, "--max-batch", &ro.max_batch, 1, 4096, "Most sequences decoded together (continuous batching)");
+  add_int64_flag(run, "--kv-memory-mb", &ro.kv_memory_mb, 0, (int64_t{1} << 43) - 1,
+                 "KV cache pool size in MiB (per attention rank with --afd); 0 = room for every request at\n"
+                 "once. Requests that do not fit wait; a request that can never fit is refused with a message.\n"
+                 "Must hold one KV page and fit this machine's physical memory (checked before allocating)");
+  add_choice_flag(run, "--kv-cache-dtype", &ro.kv_cache_dtype, {"auto", "bf16", "quantized"},
+                  "Whether KV is quantized; the generation decides how (int8 or fp8)");
+  add_string_flag(run, "--soc", &ro.soc,
+                  "SoC the run is meant for; must match this build's generation. Accepted: " +
+                      std::string(genbridge::runtime::accepted_soc_selectors()),
+                  "GENBRIDGE_SOC, else none (the build's SoC)");
+  add_int_flag(run, "--threads", &ro.threads, 0, genbridge::kMaxNumThreads,
+               "Kernel threads; 0 = GENBRIDGE_NUM_THREADS (an integer in [1, 255]) or every core");
+}
+
+// The loading flags `run`, `afd-worker` and `serve` share.
+void add_load_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
+  run->add_flag("--quiet", ro.quiet, "No progress or log lines on stderr (errors are still printed)");
+  run->add_flag("--no-mmap", ro.no_mmap,
+                "Read the checkpoint into memory instead of mapping it (for files that may change during the run:\n"
+                "truncating a mapped checkpoint kills the process with SIGBUS)");
+  run->add_flag("--check-weights", ro.check_weights,
+                "Scan every weight at load and refuse the model if one is NaN or infinite, naming it; prints the\n"
+                "scan's cost");
+}
+
+// The flags `run` and `afd-worker` share: model, prompts, sampling, batching, AFD settings.
+void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
+  constexpr int kMaxTokens = 1 << 20;
+  constexpr int kMaxInt32 = std::numeric_limits<int32_t>::max();
+  add_model_flags(run, ro);
   add_int_flag(run, "--num-prompts", &ro.num_prompts, 1, 4096,
                "Number of generated prompts (an error with --prompt, --prompt-text)");
   add_int_flag(run, "--prompt-len", &ro.prompt_len, 1, kMaxTokens,
@@ -86,35 +119,17 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                "Keep the k most likely tokens; 0 (or the vocabulary size or more) = all");
   add_real_flag(run, "--top-p", &ro.top_p, 0, 1, true, "Nucleus sampling: keep the most likely tokens up to this mass");
   add_uint64_flag(run, "--seed", &ro.seed, "Sampling seed; request r uses seed + r (modulo 2^64)");
-  add_int_flag(run, "--max-batch", &ro.max_batch, 1, 4096, "Most sequences decoded together (continuous batching)");
-  add_int64_flag(run, "--kv-memory-mb", &ro.kv_memory_mb, 0, (int64_t{1} << 43) - 1,
-                 "KV cache pool size in MiB (per attention rank with --afd); 0 = room for every request at\n"
-                 "once. Requests that do not fit wait; a request that can never fit is refused with a message.\n"
-                 "Must hold one KV page and fit this machine's physical memory (checked before allocating)");
-  add_choice_flag(run, "--kv-cache-dtype", &ro.kv_cache_dtype, {"auto", "bf16", "quantized"},
-                  "Whether KV is quantized; the generation decides how (int8 or fp8)");
+  add_engine_flags(run, ro);
   add_choice_flag(run, "--weight-quant", &ro.weight_quant, {"none", "auto", "w8a8", "mxfp8", "mxfp4"},
                   "Quantize attention projections and experts at load; auto = the generation's preferred\n"
                   "scheme; a scheme the generation cannot run is refused, naming what it offers. Router and LM\n"
                   "head stay bf16");
-  add_string_flag(run, "--soc", &ro.soc,
-                  "SoC the run is meant for; must match this build's generation. Accepted: " +
-                      std::string(genbridge::runtime::accepted_soc_selectors()),
-                  "GENBRIDGE_SOC, else none (the build's SoC)");
-  add_int_flag(run, "--threads", &ro.threads, 0, genbridge::kMaxNumThreads,
-               "Kernel threads; 0 = GENBRIDGE_NUM_THREADS (an integer in [1, 255]) or every core");
   add_string_flag(run, "--dump-logits", &ro.dump_logits,
                   "Write the last-position fp32 logits of every step to FILE.npy, shape (rows, vocab): rows grouped\n"
                   "by request in request order, one row per generated token. Checked before decoding; written\n"
                   "through a temporary file renamed on success (a character device or FIFO is written directly)",
                   "none");
-  run->add_flag("--quiet", ro.quiet, "No progress or log lines on stderr (errors are still printed)");
-  run->add_flag("--no-mmap", ro.no_mmap,
-                "Read the checkpoint into memory instead of mapping it (for files that may change during the run:\n"
-                "truncating a mapped checkpoint kills the process with SIGBUS)");
-  run->add_flag("--check-weights", ro.check_weights,
-                "Scan every weight at load and refuse the model if one is NaN or infinite, naming it; prints the\n"
-                "scan's cost");
+  add_load_flags(run, ro);
   add_string_flag(run, "--afd", &ro.afd,
                   "Attention-FFN disaggregation topology <A>A<F>F, e.g. 2A1F (2 attention ranks, 1 FFN rank);\n"
                   "A and F in [1, 64]. Every --afd-* flag needs it",
@@ -152,8 +167,8 @@ int main(int argc, char** argv) {
   using genbridge::tools::RunOptions;
   CLI::App app{
       "genbridge: Mixture-of-Experts decoding with stable operator contracts per accelerator generation.\n"
-      "Subcommands: run (decode a batch; the main job), afd-worker (one process of an mpirun AFD job),\n"
-      "make-model (write a synthetic checkpoint), info (what this build was made for).\n"
+      "Subcommands: run (decode a batch; the main job), serve (OpenAI-compatible HTTP server), afd-worker (one\n"
+      "process of an mpirun AFD job), make-model (write a synthetic checkpoint), info (what this build was made for).\n"
       "`genbridge <subcommand> --help` explains each flag."};
   app.require_subcommand(1);
 
@@ -183,14 +198,51 @@ int main(int argc, char** argv) {
   worker->footer(std::string(kExitCodes) +
                  "\nUnder mpirun, world rank 0 returns the job's code; a failed rank ends the whole job.");
 
+  genbridge::tools::ServeOptions so;
+  CLI::App* srv = app.add_subcommand(
+      "serve",
+      "Serve the model over HTTP with the OpenAI API: POST /v1/completions and /v1/chat/completions (JSON, or\n"
+      "server-sent events with \"stream\": true), GET /v1/models, /health and /metrics (Prometheus). Text goes\n"
+      "through the model directory's tokenizer.json; chat through tokenizer_config.json's chat template.\n"
+      "Every request runs through the continuous-batching engine. SIGTERM or SIGINT: new requests get 503,\n"
+      "in-flight ones finish (cancelled at --shutdown-timeout), then the server exits 0.");
+  add_model_flags(srv, so.run);
+  add_engine_flags(srv, so.run);
+  add_load_flags(srv, so.run);
+  add_string_flag(srv, "--host", &so.host, "Address to listen on", "127.0.0.1");
+  add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
+  add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");
+  add_string_flag(srv, "--served-model-name", &so.served_model_name,
+                  "The model name requests must give (\"model\") and /v1/models lists",
+                  "the model directory's name");
+  add_int_flag(srv, "--max-queued-requests", &so.max_queued_requests, 1, 1 << 20,
+               "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
+  add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,
+               "Completion tokens when a request gives no max_tokens (within the context and the KV pool)");
+  add_int_flag(srv, "--http-threads", &so.http_threads, 0, 4096,
+               "HTTP worker threads (one per open connection); 0 = --max-batch + --max-queued-requests + 8");
+  add_real_flag(srv, "--request-timeout", &so.request_timeout_s, 0.001, 86400, false,
+                "Seconds a request may take; then it is cancelled and answered 504", "a number of seconds");
+  add_real_flag(srv, "--shutdown-timeout", &so.shutdown_timeout_s, 0, 86400, false,
+                "Seconds in-flight requests get to finish after SIGTERM / SIGINT; then they are cancelled",
+                "a number of seconds");
+  srv->footer("Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model or the listener failed; 2 the command\n"
+              "line is invalid.");
+
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
       "make-model",
-      "Write a synthetic Qwen3-MoE checkpoint (config.json + safetensors) with fixed-seed weights, and a\n"
-      "tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
+      "Write a synthetic Qwen3-MoE or DeepSeek-V3/V3.2 checkpoint (config.json + safetensors) with fixed-seed\n"
+      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
+  add_int64_flag(make, "--vocab-size", &mo.vocab_size, 0, std::numeric_limits<int32_t>::max(),
+                 "Vocabulary size instead of the preset's (0: the preset's), e.g. 151936 for Qwen3's");
+  add_string_flag(make, "--tokenizer", &mo.tokenizer_dir,
+                  "Copy tokenizer.json and tokenizer_config.json from this directory instead of writing the synthetic\n"
+                  "tokenizer (its ids must fit the vocabulary), e.g. a real Qwen3 tokenizer",
+                  "the synthetic tokenizer of the vocabulary");
   add_choice_flag(make, "--weight-quant", &mo.weight_quant, {"none", "fp8"},
                   "fp8: write projection weights as a Hugging Face FP8 block-scaled checkpoint\n"
                   "(F8_E4M3 + weight_scale_inv per 128 x 128 block; one shard)");
@@ -216,12 +268,14 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   ro.given = given_flags(run);
+  so.run.given = given_flags(srv);
   wo.given = given_flags(worker);
   int code = kExitUsage;
   try {
     if (*run) code = genbridge::tools::run(ro);
     if (*worker) code = genbridge::tools::afd_worker(wo, worker_role);
     if (*make) code = genbridge::tools::make_model(mo);
+    if (*srv) code = genbridge::tools::serve(so);
     if (*info) code = genbridge::tools::info(info_soc);
   } catch (const std::exception& e) {
     fmt::print(stderr, "genbridge: error: {}\n", e.what());

@@ -17,4 +17,13 @@ void softmax_rows(const std::vector<double>& logits, int64_t T, int64_t E, std::
 void swiglu_expert(const double* x, const double* wg, const double* wu, const double* wd, int64_t H, int64_t I,
                    double* out, double* sensitivity);
 
+// moe/grouped_topk_router's contract for one token in fp64 (sigmoid scores, selection scores plus `bias`
+// (nullptr: none), group scores from each group's two best, the topk_group best groups, then the k best
+// experts of those groups, ties to the lower id). `margin` (when not null) receives the smallest gap
+// between a kept and a dropped candidate at either cut (groups, then experts): an fp32 evaluation may
+// legitimately decide differently only where its error exceeds this.
+void grouped_topk_route(const double* logits, const double* bias, int64_t E, int64_t n_group, int64_t topk_group,
+                        int64_t k, bool norm_topk_prob, double routed_scaling_factor, std::vector<int64_t>& ids,
+                        std::vector<double>& weights, double* margin);
+
 }  // namespace genbridge::ref

@@ -8,7 +8,15 @@
 #include <limits>
 
 #include "genbridge/build_info.h"
+#include "genbridge/ops/attention/lightning_indexer.h"
+#include "genbridge/ops/attention/mla_decode.h"
+#include "genbridge/ops/attention/sparse_mla_decode.h"
+#include "genbridge/ops/kv_cache/bf16_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/bf16_kv_write.h"
+#include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
+#include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 
@@ -40,25 +48,33 @@ constexpr WeightQuantContract kAscend950WeightQuant{WeightQuantScheme::kMxfp8, {
                                                     kQuantizedLayers};
 // ---- end quantized weights ----
 
-// DESIGN §8, one row per generation.
-constexpr GenerationContract kAscend910{Generation::kAscend910,
-                                        KvCacheFormat::kInt8Fp16Scale,
-                                        DType::kI8,
-                                        DType::kF16,
-                                        KvScalePlacement::kSeparateCache,
-                                        SlotMappingFormat::kBlockOffsetPairs,
-                                        128,
-                                        MxScaleLayout::kNone,
-                                        kAscend910WeightQuant};
-constexpr GenerationContract kAscend950{Generation::kAscend950,
-                                        KvCacheFormat::kFp8Fp32PackedScale,
-                                        DType::kFp8E4M3FN,
-                                        DType::kF32,
-                                        KvScalePlacement::kPackedRowTail,
-                                        SlotMappingFormat::kFlat,
-                                        128,
-                                        MxScaleLayout::kPair,
-                                        kAscend950WeightQuant};
+// DESIGN §8 and §8b, one row per generation.
+constexpr GenerationContract kAscend910{
+    .generation = Generation::kAscend910,
+    .quantized_kv = KvCacheFormat::kInt8Fp16Scale,
+    .slot_mapping = ops::SlotMapping::kBlockOffsetPairs,
+    .kv_page_size = 128,
+    .mx_scale_layout = MxScaleLayout::kNone,
+    // ---- MLA + DSA (issue 11) ----
+    .quantized_mla_kv = ops::MlaKvFormat::kInt8Fp16ScaleSplitRope,
+    .indexer_keys = ops::IndexerKeyFormat::kBf16,
+    .topk_indices = ops::TopkIndexFormat::kSequencePositions,
+    // ---- end MLA + DSA ----
+    .weight_quant = kAscend910WeightQuant,  // issue 13
+};
+constexpr GenerationContract kAscend950{
+    .generation = Generation::kAscend950,
+    .quantized_kv = KvCacheFormat::kFp8Fp32PackedScale,
+    .slot_mapping = ops::SlotMapping::kFlat,
+    .kv_page_size = 128,
+    .mx_scale_layout = MxScaleLayout::kPair,
+    // ---- MLA + DSA (issue 11) ----
+    .quantized_mla_kv = ops::MlaKvFormat::kFp8TileScalePacked,
+    .indexer_keys = ops::IndexerKeyFormat::kFp8HadamardPackedScale,
+    .topk_indices = ops::TopkIndexFormat::kFlatKvSlots,
+    // ---- end MLA + DSA ----
+    .weight_quant = kAscend950WeightQuant,  // issue 13
+};
 
 std::string offered_weight_quant(const WeightQuantContract& w) {
   std::string out;
@@ -84,7 +100,7 @@ std::string describe_weight_quant(const WeightQuantRepresentation* r) {
 
 // The element-name spelling of a quantized representation in kv_cache_dtype.
 std::string_view element_option(const GenerationContract& c) {
-  return c.quantized_kv_element == DType::kI8 ? "int8" : "fp8";
+  return ops::kv_representation(c.quantized_kv).element == DType::kI8 ? "int8" : "fp8";
 }
 
 std::string describe_kv(KvCacheFormat f) {
@@ -99,22 +115,48 @@ std::string describe_kv(KvCacheFormat f) {
   return "?";
 }
 
+// Calls write(t0, n, slot_mapping) for consecutive chunks of tokens, the slot mapping of each chunk built on
+// the stack in the generation's format (no allocation). Tokens stay in order, so chunking changes nothing
+// (a repeated slot still keeps the last token).
+template <typename Write>
+Status for_slot_chunks(const char* op, ops::SlotMapping format, int64_t page, std::span<const int64_t> slots,
+                       Write&& write) {
+  const bool pairs = format == ops::SlotMapping::kBlockOffsetPairs;
+  constexpr int64_t kChunk = 256;
+  std::array<int32_t, 2 * kChunk> mapping;
+  const int64_t total = static_cast<int64_t>(slots.size());
+  int64_t t0 = 0;
+  do {
+    const int64_t n = std::min<int64_t>(kChunk, total - t0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t s = slots[t0 + i];
+      if (s < 0 || s > std::numeric_limits<int32_t>::max()) {
+        return invalid_argument(fmt::format("{}: slot {} of token {} is not a valid slot", op, s, t0 + i));
+      }
+      if (pairs) {
+        mapping[2 * i] = static_cast<int32_t>(s / page);
+        mapping[2 * i + 1] = static_cast<int32_t>(s % page);
+      } else {
+        mapping[i] = static_cast<int32_t>(s);
+      }
+    }
+    const TensorView sm =
+        pairs ? TensorView(mapping.data(), DType::kI32, {n, 2}) : TensorView(mapping.data(), DType::kI32, {n});
+    GB_RETURN_IF_ERROR(write(t0, n, sm));
+    t0 += n;
+  } while (t0 < total);
+  return ok_status();
+}
+
 }  // namespace
 
 const GenerationContract& contract_for(Generation g) {
   return g == Generation::kAscend910 ? kAscend910 : kAscend950;
 }
 
-int64_t kv_row_bytes(KvCacheFormat f, int64_t d) {
-  switch (f) {
-    case KvCacheFormat::kBf16: return 2 * d;
-    case KvCacheFormat::kInt8Fp16Scale: return d;
-    case KvCacheFormat::kFp8Fp32PackedScale: return d + 4;
-  }
-  return 0;
-}
+int64_t kv_row_bytes(KvCacheFormat f, int64_t d) { return ops::gqa_kv_row_bytes(f, d).main; }
 
-int64_t kv_side_bytes(KvCacheFormat f) { return f == KvCacheFormat::kInt8Fp16Scale ? 2 : 0; }
+int64_t kv_side_bytes(KvCacheFormat f) { return ops::gqa_kv_row_bytes(f, 0).scale; }
 
 Result<KvCacheFormat> resolve_kv_cache_dtype(const GenerationContract& c, std::string_view v) {
   if (v == "auto" || v == "bf16") return KvCacheFormat::kBf16;
@@ -216,6 +258,8 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   DeviceOperator d;
   d.contract_ = &contract_for(gen);
   GB_ASSIGN_OR_RETURN(d.kv_format_, resolve_kv_cache_dtype(*d.contract_, config.kv_cache_dtype));
+  d.mla_kv_format_ =
+      d.kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : d.contract_->quantized_mla_kv;
   GB_ASSIGN_OR_RETURN(d.weight_quant_, resolve_weight_quant(*d.contract_, config.weight_quant));
   const GenerationContract& c = *d.contract_;
   const std::string soc_text = config.soc.empty() ? std::string("no SoC configured")
@@ -227,7 +271,7 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
       "tokens | MX scale layout: {} | weights (weight_quant={}): {}",
       generation_name(gen), generation_family(gen), build.soc, soc_text, device_text, config.kv_cache_dtype,
       describe_kv(d.kv_format_),
-      c.slot_mapping == SlotMappingFormat::kFlat ? "flat (block * block_size + offset)" : "[block, offset] pairs",
+      c.slot_mapping == ops::SlotMapping::kFlat ? "flat (block * block_size + offset)" : "[block, offset] pairs",
       c.kv_page_size, c.mx_scale_layout == MxScaleLayout::kPair ? "pair [..., K/64, 2]" : "none (no MX formats)",
       config.weight_quant, describe_weight_quant(d.weight_quant_));
   return d;
@@ -236,29 +280,133 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
 KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
   KvPageGeometry g;
   g.num_layers = s.num_layers;
-  g.num_kv_heads = s.num_kv_heads;
   g.page_size = contract_->kv_page_size;
-  g.row_bytes = kv_row_bytes(kv_format_, s.head_dim);
-  g.side_row_bytes = kv_side_bytes(kv_format_);
+  if (s.kv_lora_rank > 0) {
+    const ops::KvRowBytes mla = ops::mla_kv_row_bytes(mla_kv_format_, s.kv_lora_rank, s.rope_dim);
+    g.mla_row_bytes = mla.main;
+    g.mla_scale_bytes = mla.scale;
+    g.mla_rope_bytes = mla.rope;
+  } else {
+    g.num_kv_heads = s.num_kv_heads;
+    g.row_bytes = kv_row_bytes(kv_format_, s.head_dim);
+    g.side_row_bytes = kv_side_bytes(kv_format_);
+  }
+  if (s.index_head_dim > 0) {
+    g.indexer_row_bytes = ops::indexer_key_row_bytes(contract_->indexer_keys, s.index_head_dim).main;
+  }
   return g;
 }
 
-Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, const KvModelShape& shape,
-                                                        int64_t layer) const {
+namespace {
+
+bool same_geometry(const KvPageGeometry& a, const KvPageGeometry& b) {
+  return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads && a.page_size == b.page_size &&
+         a.row_bytes == b.row_bytes && a.side_row_bytes == b.side_row_bytes && a.mla_row_bytes == b.mla_row_bytes &&
+         a.mla_scale_bytes == b.mla_scale_bytes && a.mla_rope_bytes == b.mla_rope_bytes &&
+         a.indexer_row_bytes == b.indexer_row_bytes;
+}
+
+std::string geometry_text(const KvPageGeometry& g) {
+  std::string t = fmt::format("layers {}, kv heads {}, page_size {}, row_bytes {}, side_row_bytes {}", g.num_layers,
+                              g.num_kv_heads, g.page_size, g.row_bytes, g.side_row_bytes);
+  if (g.mla_row_bytes + g.mla_scale_bytes + g.mla_rope_bytes + g.indexer_row_bytes > 0) {
+    t += fmt::format(", mla_row_bytes {}, mla_scale_bytes {}, mla_rope_bytes {}, indexer_row_bytes {}", g.mla_row_bytes,
+                     g.mla_scale_bytes, g.mla_rope_bytes, g.indexer_row_bytes);
+  }
+  return t;
+}
+
+Status check_pool(const KvPagePool& pool, const KvPageGeometry& want, std::string_view what, int64_t layer) {
   const KvPageGeometry& g = pool.geometry();
-  const KvPageGeometry want = kv_page_geometry(shape);
-  if (g.num_layers != want.num_layers || g.num_kv_heads != want.num_kv_heads || g.page_size != want.page_size ||
-      g.row_bytes != want.row_bytes || g.side_row_bytes != want.side_row_bytes) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator: the pool's geometry (layers {}, kv heads {}, page_size {}, row_bytes {}, side_row_bytes {}) "
-        "is not the {} KV cache's for this model (layers {}, kv heads {}, page_size {}, row_bytes {}, side_row_bytes "
-        "{}); size the pool with kv_page_geometry()",
-        g.num_layers, g.num_kv_heads, g.page_size, g.row_bytes, g.side_row_bytes, ops::kv_cache_format_name(kv_format_),
-        want.num_layers, want.num_kv_heads, want.page_size, want.row_bytes, want.side_row_bytes));
+  if (!same_geometry(g, want)) {
+    return invalid_argument(fmt::format("DeviceOperator: the pool's geometry ({}) is not the {} KV cache's for this "
+                                        "model ({}); size the pool with kv_page_geometry()",
+                                        geometry_text(g), what, geometry_text(want)));
   }
   if (layer < 0 || layer >= g.num_layers) {
     return invalid_argument(fmt::format("DeviceOperator: layer {} is not in [0, {})", layer, g.num_layers));
   }
+  return ok_status();
+}
+
+}  // namespace
+
+Status DeviceOperator::check_kv_shape(const KvModelShape& s) const {
+  if (s.kv_lora_rank > 0) {
+    if (Status st = ops::check_mla_kv_dims(mla_kv_format_, s.kv_lora_rank, s.rope_dim); !st.ok()) {
+      return invalid_argument(fmt::format("{} ({} ({}), kv_cache_dtype resolved to {}){}", st.message(),
+                                          generation_name(contract_->generation),
+                                          generation_family(contract_->generation), ops::mla_kv_format_name(mla_kv_format_),
+                                          mla_kv_format_ == ops::MlaKvFormat::kBf16 ? "" : "; use kv_cache_dtype=bf16"));
+    }
+  }
+  if (s.index_head_dim > 0) {
+    if (Status st = ops::check_indexer_key_dims(contract_->indexer_keys, s.index_head_dim); !st.ok()) {
+      return invalid_argument(fmt::format("{} ({} ({}))", st.message(), generation_name(contract_->generation),
+                                          generation_family(contract_->generation)));
+    }
+  }
+  return ok_status();
+}
+
+Result<ops::MlaKvCache> DeviceOperator::mla_layer_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                       int64_t layer) const {
+  if (shape.kv_lora_rank <= 0) {
+    return invalid_argument("DeviceOperator::mla_layer_view: the model has no MLA KV cache (kv_lora_rank is 0)");
+  }
+  GB_RETURN_IF_ERROR(check_kv_shape(shape));
+  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::mla_kv_format_name(mla_kv_format_), layer));
+  const KvPageGeometry& g = pool.geometry();
+  const KvLayerMemory m = pool.layer(layer);
+  const int64_t pages = pool.num_pages(), ps = g.page_size;
+  ops::MlaKvCache v;
+  v.format = mla_kv_format_;
+  v.kv_lora_rank = shape.kv_lora_rank;
+  v.rope_dim = shape.rope_dim;
+  switch (mla_kv_format_) {
+    case ops::MlaKvFormat::kBf16:
+      v.kv_cache = TensorView(m.mla, DType::kBF16, {pages, ps, shape.kv_lora_rank + shape.rope_dim});
+      break;
+    case ops::MlaKvFormat::kInt8Fp16ScaleSplitRope:
+      v.kv_cache = TensorView(m.mla, DType::kI8, {pages, ps, shape.kv_lora_rank});
+      v.scale_cache = TensorView(m.mla_scale, DType::kF16, {pages, ps});
+      v.rope_cache = TensorView(m.mla_rope, DType::kBF16, {pages, ps, shape.rope_dim});
+      break;
+    case ops::MlaKvFormat::kFp8TileScalePacked:
+      v.kv_cache = TensorView(m.mla, DType::kU8, {pages, ps, g.mla_row_bytes});
+      break;
+  }
+  return v;
+}
+
+Result<ops::IndexerKeyCache> DeviceOperator::indexer_layer_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                                int64_t layer) const {
+  if (shape.index_head_dim <= 0) {
+    return invalid_argument("DeviceOperator::indexer_layer_view: the model has no indexer (index_head_dim is 0)");
+  }
+  GB_RETURN_IF_ERROR(check_kv_shape(shape));
+  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::indexer_key_format_name(contract_->indexer_keys),
+                                layer));
+  const KvPageGeometry& g = pool.geometry();
+  const KvLayerMemory m = pool.layer(layer);
+  ops::IndexerKeyCache v;
+  v.format = contract_->indexer_keys;
+  v.head_dim = shape.index_head_dim;
+  const bool packed = ops::kv_representation(v.format).scale_placement == ops::KvScalePlacement::kPackedInRow;
+  v.key_cache = packed ? TensorView(m.indexer, DType::kU8, {pool.num_pages(), g.page_size, g.indexer_row_bytes})
+                       : TensorView(m.indexer, ops::kv_representation(v.format).element,
+                                    {pool.num_pages(), g.page_size, shape.index_head_dim});
+  return v;
+}
+
+Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                        int64_t layer) const {
+  if (shape.kv_lora_rank > 0) {
+    return invalid_argument("DeviceOperator::kv_layer_view: the model keeps MLA latent rows (kv_lora_rank > 0), not "
+                            "K/V rows; use mla_layer_view()");
+  }
+  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::kv_cache_format_name(kv_format_), layer));
+  const KvPageGeometry& g = pool.geometry();
   const int64_t d = shape.head_dim;
   const KvLayerMemory m = pool.layer(layer);
   const int64_t pages = pool.num_pages(), heads = g.num_kv_heads, ps = g.page_size;
@@ -276,8 +424,8 @@ Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, 
       v.value_scale_cache = TensorView(m.value_side, DType::kF16, {pages, heads, ps});
       break;
     case KvCacheFormat::kFp8Fp32PackedScale:
-      v.key_cache = TensorView(m.key, DType::kU8, {pages, heads, ps, d + 4});
-      v.value_cache = TensorView(m.value, DType::kU8, {pages, heads, ps, d + 4});
+      v.key_cache = TensorView(m.key, DType::kU8, {pages, heads, ps, g.row_bytes});
+      v.value_cache = TensorView(m.value, DType::kU8, {pages, heads, ps, g.row_bytes});
       break;
   }
   return v;
@@ -296,45 +444,20 @@ Status DeviceOperator::write_kv(const ops::PagedKvCache& cache, const TensorView
         key.shape_string(), value.shape_string()));
   }
   const int64_t page = cache.key_cache.rank() == 4 ? cache.key_cache.dim(2) : 1;
-  const bool pairs = contract_->slot_mapping == SlotMappingFormat::kBlockOffsetPairs;
-  // The slot mapping in the generation's format, built in chunks on the stack: no allocation. Tokens
-  // stay in order, so chunking changes nothing (a repeated slot still keeps the last token).
-  constexpr int64_t kChunk = 256;
-  std::array<int32_t, 2 * kChunk> mapping;
-  int64_t t0 = 0;
-  do {
-    const int64_t n = std::min<int64_t>(kChunk, total - t0);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t s = slots[t0 + i];
-      if (s < 0 || s > std::numeric_limits<int32_t>::max()) {
-        return invalid_argument(
-            fmt::format("DeviceOperator::write_kv: slot {} of token {} is not a valid slot", s, t0 + i));
-      }
-      if (pairs) {
-        mapping[2 * i] = static_cast<int32_t>(s / page);
-        mapping[2 * i + 1] = static_cast<int32_t>(s % page);
-      } else {
-        mapping[i] = static_cast<int32_t>(s);
-      }
-    }
-    const TensorView sm =
-        pairs ? TensorView(mapping.data(), DType::kI32, {n, 2}) : TensorView(mapping.data(), DType::kI32, {n});
-    const TensorView k = key.slice0(t0, t0 + n), v = value.slice0(t0, t0 + n);
-    switch (kv_format_) {
-      case KvCacheFormat::kBf16:
-        GB_RETURN_IF_ERROR(ops::bf16_kv_write(k, v, sm, cache.key_cache, cache.value_cache));
-        break;
-      case KvCacheFormat::kInt8Fp16Scale:
-        GB_RETURN_IF_ERROR(ops::int8_kv_write(k, v, sm, cache.key_cache, cache.value_cache, cache.key_scale_cache,
-                                              cache.value_scale_cache));
-        break;
-      case KvCacheFormat::kFp8Fp32PackedScale:
-        GB_RETURN_IF_ERROR(ops::fp8_kv_write(k, v, sm, cache.key_cache, cache.value_cache));
-        break;
-    }
-    t0 += n;
-  } while (t0 < total);
-  return ok_status();
+  return for_slot_chunks("DeviceOperator::write_kv", contract_->slot_mapping, page, slots,
+                         [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
+                           const TensorView k = key.slice0(t0, t0 + n), v = value.slice0(t0, t0 + n);
+                           switch (kv_format_) {
+                             case KvCacheFormat::kBf16:
+                               return ops::bf16_kv_write(k, v, sm, cache.key_cache, cache.value_cache);
+                             case KvCacheFormat::kInt8Fp16Scale:
+                               return ops::int8_kv_write(k, v, sm, cache.key_cache, cache.value_cache,
+                                                         cache.key_scale_cache, cache.value_scale_cache);
+                             case KvCacheFormat::kFp8Fp32PackedScale:
+                               return ops::fp8_kv_write(k, v, sm, cache.key_cache, cache.value_cache);
+                           }
+                           return ok_status();
+                         });
 }
 
 Status DeviceOperator::attention(const TensorView& query, const ops::PagedKvCache& cache, const AttentionBatch& batch,
@@ -346,5 +469,116 @@ Status DeviceOperator::attention(const TensorView& query, const ops::PagedKvCach
   return ops::paged_decode(query, cache, batch.block_tables, batch.context_lens, batch.query_start_loc, softmax_scale,
                            out);
 }
+
+}  // namespace genbridge::runtime
+
+namespace genbridge::runtime {
+
+// ---- MLA + DSA (issue 11) ----
+
+std::string DeviceOperator::mla_contract_line() const {
+  constexpr int64_t kLatent = 512, kRope = 64, kIndexDim = 128;  // DeepSeek-V3.2's dimensions, for the byte counts
+  const ops::KvRowBytes mla = ops::mla_kv_row_bytes(mla_kv_format_, kLatent, kRope);
+  const ops::KvRowBytes quant = ops::mla_kv_row_bytes(contract_->quantized_mla_kv, kLatent, kRope);
+  const ops::KvRowBytes idx = ops::indexer_key_row_bytes(contract_->indexer_keys, kIndexDim);
+  return fmt::format(
+      "genbridge MLA/DSA contract: MLA KV {} ({} B per token and layer at kv_lora_rank {} + rope {}; "
+      "kv_cache_dtype=quantized: {}, {} B), slot mapping {} | indexer keys {} ({} B per token at index_head_dim {}) | "
+      "sparse attention top-k indices: {}",
+      ops::mla_kv_format_name(mla_kv_format_), mla.total(), kLatent, kRope,
+      ops::mla_kv_format_name(contract_->quantized_mla_kv), quant.total(),
+      contract_->slot_mapping == ops::SlotMapping::kFlat ? "flat" : "[block, offset] pairs",
+      ops::indexer_key_format_name(contract_->indexer_keys), idx.total(), kIndexDim,
+      ops::topk_index_format_name(contract_->topk_indices));
+}
+
+Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorView& latent, const TensorView& rope,
+                                    std::span<const int64_t> slots) const {
+  if (cache.format != mla_kv_format_) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::write_mla_kv: the cache is {} but the MLA representation in force is {}",
+        ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
+  }
+  const int64_t total = static_cast<int64_t>(slots.size());
+  if (latent.rank() < 1 || latent.dim(0) != total || rope.rank() < 1 || rope.dim(0) != total) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::write_mla_kv: {} slots for latent of shape {} and rope of shape {}; one slot per token", total,
+        latent.shape_string(), rope.shape_string()));
+  }
+  const int64_t page = cache.kv_cache.rank() == 3 ? cache.kv_cache.dim(1) : 1;
+  return for_slot_chunks("DeviceOperator::write_mla_kv", contract_->slot_mapping, page, slots,
+                         [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
+                           const TensorView l = latent.slice0(t0, t0 + n), r = rope.slice0(t0, t0 + n);
+                           switch (mla_kv_format_) {
+                             case ops::MlaKvFormat::kBf16: return ops::bf16_mla_kv_write(l, r, sm, cache);
+                             case ops::MlaKvFormat::kInt8Fp16ScaleSplitRope:
+                               return ops::int8_mla_kv_write(l, r, sm, cache);
+                             case ops::MlaKvFormat::kFp8TileScalePacked: return ops::fp8_mla_kv_write(l, r, sm, cache);
+                           }
+                           return ok_status();
+                         });
+}
+
+Status DeviceOperator::write_indexer_keys(const ops::IndexerKeyCache& cache, const TensorView& key,
+                                          std::span<const int64_t> slots) const {
+  if (cache.format != contract_->indexer_keys) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::write_indexer_keys: the cache is {} but the generation's indexer keys are {}",
+        ops::indexer_key_format_name(cache.format), ops::indexer_key_format_name(contract_->indexer_keys)));
+  }
+  const int64_t total = static_cast<int64_t>(slots.size());
+  if (key.rank() < 1 || key.dim(0) != total) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::write_indexer_keys: {} slots for key of shape {}; one slot per token", total,
+        key.shape_string()));
+  }
+  const int64_t page = cache.key_cache.rank() == 3 ? cache.key_cache.dim(1) : 1;
+  return for_slot_chunks("DeviceOperator::write_indexer_keys", contract_->slot_mapping, page, slots,
+                         [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
+                           const TensorView k = key.slice0(t0, t0 + n);
+                           switch (contract_->indexer_keys) {
+                             case ops::IndexerKeyFormat::kBf16: return ops::bf16_indexer_key_write(k, sm, cache);
+                             case ops::IndexerKeyFormat::kFp8HadamardPackedScale:
+                               return ops::fp8_indexer_key_write(k, sm, cache);
+                           }
+                           return ok_status();
+                         });
+}
+
+Status DeviceOperator::mla_attention(const TensorView& q_latent, const TensorView& q_rope, const ops::MlaKvCache& cache,
+                                     const AttentionBatch& batch, float softmax_scale, const TensorView& out) const {
+  if (cache.format != mla_kv_format_) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::mla_attention: the cache is {} but the MLA representation in force is {}",
+        ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
+  }
+  return ops::mla_decode(q_latent, q_rope, cache, batch.block_tables, batch.context_lens, batch.query_start_loc,
+                         softmax_scale, out);
+}
+
+Status DeviceOperator::index_topk(const TensorView& q, const TensorView& weights, const ops::IndexerKeyCache& keys,
+                                  const AttentionBatch& batch, const TensorView& topk_indices) const {
+  if (keys.format != contract_->indexer_keys) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::index_topk: the key cache is {} but the generation's indexer keys are {}",
+        ops::indexer_key_format_name(keys.format), ops::indexer_key_format_name(contract_->indexer_keys)));
+  }
+  return ops::lightning_indexer(q, weights, keys, batch.block_tables, batch.context_lens, batch.query_start_loc,
+                                contract_->topk_indices, topk_indices, TensorView());
+}
+
+Status DeviceOperator::sparse_attention(const TensorView& q_latent, const TensorView& q_rope,
+                                        const ops::MlaKvCache& cache, const TensorView& topk_indices,
+                                        const AttentionBatch& batch, float softmax_scale, const TensorView& out) const {
+  if (cache.format != mla_kv_format_) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::sparse_attention: the cache is {} but the MLA representation in force is {}",
+        ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
+  }
+  return ops::sparse_mla_decode(q_latent, q_rope, cache, topk_indices, contract_->topk_indices, batch.block_tables,
+                                batch.context_lens, batch.query_start_loc, softmax_scale, out);
+}
+
+// ---- end MLA + DSA ----
 
 }  // namespace genbridge::runtime

@@ -30,20 +30,13 @@
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"
 #include "genbridge/ops/attention/paged_decode.h"
+#include "genbridge/ops/kv_cache/kv_format.h"
 #include "genbridge/ops/linear/quant_linear.h"
 #include "runtime/device/soc.h"
 #include "runtime/memory/kv_page_pool.h"
 
 namespace genbridge::runtime {
 
-enum class KvScalePlacement {
-  kSeparateCache,  // one scale per (token, kv head) in a cache of its own
-  kPackedRowTail,  // the scale's bytes follow the row's elements
-};
-enum class SlotMappingFormat {
-  kBlockOffsetPairs,  // int32 [num_tokens, 2]: [block, offset]
-  kFlat,              // int32 [num_tokens]: block * block_size + offset
-};
 enum class MxScaleLayout {
   kNone,  // the generation has no MX formats
   kPair,  // e8m0 scales as [..., ceil(ceil(K/32)/2), 2]
@@ -96,16 +89,21 @@ int64_t quant_weight_bytes(const WeightQuantRepresentation& r, int64_t n, int64_
 // ---- end quantized weights ---------------------------------------------------------------------------
 
 // The runtime-visible contract of one generation (DESIGN §8). Immutable data; compare two contracts'
-// fields to see every difference the runtime has to know.
+// fields to see every difference the runtime has to know. Element types, scale types, scale placement and
+// row bytes of each representation come from the one table in genbridge/ops/kv_cache/kv_format.h.
 struct GenerationContract {
   Generation generation;
-  ops::KvCacheFormat quantized_kv;      // the representation kv_cache_dtype=quantized selects
-  DType quantized_kv_element;           // int8 / fp8 e4m3fn
-  DType kv_scale_dtype;                 // fp16 / fp32
-  KvScalePlacement kv_scale_placement;  // separate cache / packed at the end of the row
-  SlotMappingFormat slot_mapping;       // what the generation's KV writers take
-  int64_t kv_page_size;                 // tokens per KV page
+  ops::KvCacheFormat quantized_kv;  // the GQA representation kv_cache_dtype=quantized selects
+  ops::SlotMapping slot_mapping;    // what the generation's KV writers take
+  int64_t kv_page_size;             // tokens per KV page
   MxScaleLayout mx_scale_layout;
+
+  // ---- MLA + DSA (issue 11): MLA KV, indexer keys, top-k index contract ----
+  ops::MlaKvFormat quantized_mla_kv;  // the MLA representation kv_cache_dtype=quantized selects
+  ops::IndexerKeyFormat indexer_keys;  // the DSA indexer key cache (whatever kv_cache_dtype says)
+  ops::TopkIndexFormat topk_indices;   // what the indexer hands sparse attention
+  // ---- end MLA + DSA ----
+
   WeightQuantContract weight_quant;  // issue 13: quantized weight representations
 };
 
@@ -113,7 +111,7 @@ struct GenerationContract {
 const GenerationContract& contract_for(Generation g);
 
 // Bytes of one (token, kv head) row of K (or V) in representation `f` at head_dim `d`, scale packed in
-// the row included: bf16 2d, int8 d, fp8 d + 4.
+// the row included: bf16 2d, int8 d, fp8 d + 4 (ops::gqa_kv_row_bytes(f, d).main).
 int64_t kv_row_bytes(ops::KvCacheFormat f, int64_t head_dim);
 // Bytes of one (token, kv head) entry of each separate scale cache: int8 2 (fp16), otherwise 0.
 int64_t kv_side_bytes(ops::KvCacheFormat f);
@@ -150,8 +148,13 @@ struct DeviceConfig {
 // Model dimensions the KV cache depends on.
 struct KvModelShape {
   int64_t num_layers = 0;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
+  int64_t num_kv_heads = 0;  // GQA models; 0 for MLA models
+  int64_t head_dim = 0;      // GQA models; 0 for MLA models
+  // MLA models (kv_lora_rank > 0): one latent + rope row per token and layer instead of GQA K/V rows.
+  int64_t kv_lora_rank = 0;
+  int64_t rope_dim = 0;  // qk_rope_head_dim
+  // DSA models (index_head_dim > 0): also one indexer key per token and layer.
+  int64_t index_head_dim = 0;
 };
 
 // Batch description for attention(): int32 views as attention/paged_decode takes them.
@@ -191,10 +194,51 @@ class DeviceOperator {
   Status attention(const TensorView& query, const ops::PagedKvCache& cache, const AttentionBatch& batch,
                    float softmax_scale, const TensorView& out) const;
 
+  // ---- MLA + DSA (issue 11) ----
+  // The MLA KV representation in force: bf16, or the generation's quantized one (kv_cache_dtype).
+  ops::MlaKvFormat mla_kv_format() const { return mla_kv_format_; }
+  // The indexer key representation and the top-k index contract (the generation's).
+  ops::IndexerKeyFormat indexer_key_format() const { return contract_->indexer_keys; }
+  ops::TopkIndexFormat topk_index_format() const { return contract_->topk_indices; }
+  // One line stating the MLA KV, indexer key and sparse-attention (top-k index) contracts in force, with
+  // the bytes per token at DeepSeek's dimensions (kv_lora_rank 512, qk_rope_head_dim 64, index_head_dim 128).
+  std::string mla_contract_line() const;
+  // Checks a model's MLA / indexer dimensions against the representations in force; call it at load time.
+  // InvalidArgument naming the config key, the value and the rule (e.g. kv_lora_rank not a multiple of
+  // 128 with a tile-scaled quantized MLA KV cache; index_head_dim not a power of two for Hadamard keys).
+  Status check_kv_shape(const KvModelShape& shape) const;
+  // Typed views of layer `layer`'s MLA cache / indexer keys in `pool` (sized by kv_page_geometry(shape)).
+  // InvalidArgument when the pool does not match or the model has no MLA cache / no indexer.
+  Result<ops::MlaKvCache> mla_layer_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
+  Result<ops::IndexerKeyCache> indexer_layer_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                  int64_t layer) const;
+  // Writes new tokens' MLA rows: latent [num_tokens, kv_lora_rank], rope [num_tokens, rope_dim] (RoPE
+  // applied), fp32/fp16/bf16, into the flat slots `slots`, with the representation's writer and the
+  // generation's slot mapping. Does not allocate; does not retain anything.
+  Status write_mla_kv(const ops::MlaKvCache& cache, const TensorView& latent, const TensorView& rope,
+                      std::span<const int64_t> slots) const;
+  // Writes new tokens' indexer keys: key [num_tokens, index_head_dim] (k_norm and RoPE applied).
+  Status write_indexer_keys(const ops::IndexerKeyCache& cache, const TensorView& key,
+                            std::span<const int64_t> slots) const;
+  // Dense MLA in the absorbed form (attention/mla_decode): out [num_query_tokens, num_heads, kv_lora_rank].
+  Status mla_attention(const TensorView& q_latent, const TensorView& q_rope, const ops::MlaKvCache& cache,
+                       const AttentionBatch& batch, float softmax_scale, const TensorView& out) const;
+  // The indexer's top-k (attention/lightning_indexer): topk_indices int32 [num_query_tokens, index_topk]
+  // receives the selection in the generation's top-k index contract, to be handed to sparse_attention()
+  // unchanged. q [num_query_tokens, index_n_heads, index_head_dim], weights [num_query_tokens, index_n_heads].
+  Status index_topk(const TensorView& q, const TensorView& weights, const ops::IndexerKeyCache& keys,
+                    const AttentionBatch& batch, const TensorView& topk_indices) const;
+  // Sparse MLA over index_topk()'s selection (attention/sparse_mla_decode).
+  Status sparse_attention(const TensorView& q_latent, const TensorView& q_rope, const ops::MlaKvCache& cache,
+                          const TensorView& topk_indices, const AttentionBatch& batch, float softmax_scale,
+                          const TensorView& out) const;
+  // ---- end MLA + DSA ----
+
  private:
   DeviceOperator() = default;
   const GenerationContract* contract_ = nullptr;
   ops::KvCacheFormat kv_format_ = ops::KvCacheFormat::kBf16;
+  ops::MlaKvFormat mla_kv_format_ = ops::MlaKvFormat::kBf16;
   const WeightQuantRepresentation* weight_quant_ = nullptr;
   std::string log_line_;
 };

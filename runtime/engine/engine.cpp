@@ -41,13 +41,16 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kRefused: return "refused";
     case FinishReason::kError: return "error";
+    case FinishReason::kCancelled: return "cancelled";
   }
   return "?";
 }
 
 struct Engine::Active {
-  size_t result_index = 0;
+  size_t result_index = 0;  // in results_ (not streaming)
+  RequestResult result;     // moved to results_ or the listener when the request ends
   Request request;
+  double submit_time = 0;
   int64_t kv_tokens_needed = 0;  // prompt + generated tokens that are fed back
   double last_token_time = 0;
   bool done = false;
@@ -84,27 +87,65 @@ Status Engine::submit(Request r) {
                                         r.id, r.prompt.size(), r.max_new_tokens, total, max_pos));
   }
   if (Status s = validate(r.sampling); !s.ok()) return Status(s.code(), fmt::format("request {}: {}", r.id, s.message()));
-  for (const RequestResult& res : results_) {
-    if (res.id == r.id) return invalid_argument(fmt::format("request {}: the id is already in use", r.id));
-  }
+  if (!ids_.insert(r.id).second) return invalid_argument(fmt::format("request {}: the id is already in use", r.id));
   auto a = std::make_unique<Active>();
-  a->result_index = results_.size();
+  a->result.id = r.id;
+  a->submit_time = now_seconds();
+  if (!streaming_) {
+    a->result_index = results_.size();
+    results_.push_back(RequestResult{.id = r.id});
+  }
   a->kv_tokens_needed = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
-  results_.push_back(RequestResult{.id = r.id});
   a->request = std::move(r);
   waiting_.push_back(std::move(a));
   return ok_status();
 }
 
+void Engine::set_listener(EngineListener listener) {
+  listener_ = std::move(listener);
+  streaming_ = true;
+}
+
+void Engine::deliver(Active& a) {
+  if (!streaming_) {
+    results_[a.result_index] = std::move(a.result);
+    return;
+  }
+  ids_.erase(a.request.id);
+  if (listener_.on_finish) listener_.on_finish(std::move(a.result));
+}
+
 void Engine::finish(Active& a, FinishReason reason) {
   a.done = true;
-  results_[a.result_index].reason = reason;
+  a.result.reason = reason;
   ++metrics_.requests_finished;
   if (pool_.contains(a.request.id)) pool_.release(a.request.id).ignore();
+  deliver(a);
+}
+
+bool Engine::cancel(int64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->request.id == id) {
+      std::unique_ptr<Active> a = std::move(*it);
+      waiting_.erase(it);
+      ++metrics_.requests_cancelled;
+      finish(*a, FinishReason::kCancelled);
+      return true;
+    }
+  }
+  for (auto& a : running_) {
+    if (a->request.id == id && !a->done) {
+      ++metrics_.requests_cancelled;
+      finish(*a, FinishReason::kCancelled);
+      std::erase_if(running_, [](const std::unique_ptr<Active>& r) { return r->done; });
+      return true;
+    }
+  }
+  return false;
 }
 
 Status Engine::sample_into(Active& a, const float* logits) {
-  RequestResult& res = results_[a.result_index];
+  RequestResult& res = a.result;
   const int64_t vocab = executor_.config().vocab_size;
   const uint64_t step = res.tokens.size();
   if (const NonFinite bad = find_non_finite(logits, vocab); bad.count > 0) {
@@ -122,7 +163,7 @@ Status Engine::sample_into(Active& a, const float* logits) {
                       sample_token(std::span<const float>(logits, vocab), a.request.sampling, step, scratch_));
   const double t = now_seconds();
   if (step == 0) {
-    metrics_.ttft_seconds.push_back(t - start_time_);
+    metrics_.ttft_seconds.push_back(t - (streaming_ ? a.submit_time : start_time_));
   } else {
     metrics_.tpot_seconds.push_back(t - a.last_token_time);
   }
@@ -130,6 +171,7 @@ Status Engine::sample_into(Active& a, const float* logits) {
   res.tokens.push_back(tok);
   ++generated_;
   if (options_.record_logits) res.logits.insert(res.logits.end(), logits, logits + vocab);
+  if (listener_.on_token) listener_.on_token(a.request.id, tok);
   const auto& stops = a.request.stop_tokens;
   if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
     finish(a, FinishReason::kStop);
@@ -170,7 +212,7 @@ Status Engine::decode(std::vector<Active*>& batch) {
   std::vector<runtime::SeqId> ids;
   for (Active* a : batch) {
     GB_RETURN_IF_ERROR(pool_.append(a->request.id, 1));
-    tokens.push_back(results_[a->result_index].tokens.back());
+    tokens.push_back(a->result.tokens.back());
     ids.push_back(a->request.id);
   }
   const double t0 = now_seconds();
@@ -182,44 +224,50 @@ Status Engine::decode(std::vector<Active*>& batch) {
   return ok_status();
 }
 
+Status Engine::step() {
+  // Admission, in arrival order.
+  std::vector<Active*> admitted;
+  while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
+    Active& a = *waiting_.front();
+    const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
+    if (pool_.pages_for(a.kv_tokens_needed) > pool_.num_pages()) {
+      a.result.reason = FinishReason::kRefused;
+      a.result.message = fmt::format(
+          "request {} needs {} KV pages ({} prompt + {} new tokens at {} tokens per page) but the pool has only {} "
+          "pages; raise --kv-memory-mb or lower --max-new-tokens",
+          a.request.id, pool_.pages_for(a.kv_tokens_needed), prompt, a.request.max_new_tokens,
+          pool_.geometry().page_size, pool_.num_pages());
+      ++metrics_.requests_refused;
+      ++metrics_.requests_finished;
+      std::unique_ptr<Active> refused = std::move(waiting_.front());
+      waiting_.erase(waiting_.begin());
+      deliver(*refused);
+      continue;
+    }
+    if (!pool_.can_admit(prompt, a.kv_tokens_needed)) break;  // waits for running requests to free pages
+    GB_RETURN_IF_ERROR(pool_.admit(a.request.id, prompt, a.kv_tokens_needed));
+    admitted.push_back(&a);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.erase(waiting_.begin());
+  }
+  if (!admitted.empty()) GB_RETURN_IF_ERROR(prefill(admitted));
+  std::vector<Active*> decoding;
+  for (auto& a : running_) {
+    if (!a->done && std::find(admitted.begin(), admitted.end(), a.get()) == admitted.end()) decoding.push_back(a.get());
+  }
+  if (!decoding.empty()) GB_RETURN_IF_ERROR(decode(decoding));
+  std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->done; });
+  if (admitted.empty() && decoding.empty() && running_.empty() && !waiting_.empty()) {
+    return internal_error("engine: no progress possible although the pool is empty");
+  }
+  return ok_status();
+}
+
 Status Engine::run_to_completion(const std::function<void(const Progress&)>& progress) {
   start_time_ = now_seconds();
   const int64_t total = static_cast<int64_t>(waiting_.size() + running_.size()) + metrics_.requests_finished;
-  while (!waiting_.empty() || !running_.empty()) {
-    // Admission, in arrival order.
-    std::vector<Active*> admitted;
-    while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
-      Active& a = *waiting_.front();
-      const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
-      if (pool_.pages_for(a.kv_tokens_needed) > pool_.num_pages()) {
-        RequestResult& res = results_[a.result_index];
-        res.reason = FinishReason::kRefused;
-        res.message = fmt::format(
-            "request {} needs {} KV pages ({} prompt + {} new tokens at {} tokens per page) but the pool has only {} "
-            "pages; raise --kv-memory-mb or lower --max-new-tokens",
-            a.request.id, pool_.pages_for(a.kv_tokens_needed), prompt, a.request.max_new_tokens,
-            pool_.geometry().page_size, pool_.num_pages());
-        ++metrics_.requests_refused;
-        ++metrics_.requests_finished;
-        waiting_.erase(waiting_.begin());
-        continue;
-      }
-      if (!pool_.can_admit(prompt, a.kv_tokens_needed)) break;  // waits for running requests to free pages
-      GB_RETURN_IF_ERROR(pool_.admit(a.request.id, prompt, a.kv_tokens_needed));
-      admitted.push_back(&a);
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.erase(waiting_.begin());
-    }
-    if (!admitted.empty()) GB_RETURN_IF_ERROR(prefill(admitted));
-    std::vector<Active*> decoding;
-    for (auto& a : running_) {
-      if (!a->done && std::find(admitted.begin(), admitted.end(), a.get()) == admitted.end()) decoding.push_back(a.get());
-    }
-    if (!decoding.empty()) GB_RETURN_IF_ERROR(decode(decoding));
-    std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->done; });
-    if (admitted.empty() && decoding.empty() && running_.empty() && !waiting_.empty()) {
-      return internal_error("engine: no progress possible although the pool is empty");
-    }
+  while (has_work()) {
+    GB_RETURN_IF_ERROR(step());
     if (progress) {
       progress(Progress{.finished = metrics_.requests_finished, .total = total, .generated_tokens = generated_,
                         .running = static_cast<int64_t>(running_.size()),

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "genbridge/core/status.h"
@@ -35,9 +36,10 @@ struct Request {
 };
 
 // kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
-// (nothing generated); kError: non-finite logits at some step (the tokens before it are kept).
-enum class FinishReason { kLength, kStop, kRefused, kError };
-// "length", "stop", "refused", "error".
+// (nothing generated); kError: non-finite logits at some step (the tokens before it are kept); kCancelled:
+// ended by Engine::cancel (the tokens before it are kept).
+enum class FinishReason { kLength, kStop, kRefused, kError, kCancelled };
+// "length", "stop", "refused", "error", "cancelled".
 const char* finish_reason_name(FinishReason r);
 
 struct RequestResult {
@@ -57,6 +59,13 @@ struct EngineOptions {
   int64_t max_batch = 32;            // most sequences decoded together
   int64_t max_prefill_tokens = 4096;  // most prompt tokens per prefill forward (a longer prompt runs alone)
   bool record_logits = false;         // keep each step's last-position logits per request
+};
+
+// Streaming use (a server): the engine hands each generated token and each finished request to these
+// instead of keeping results (results() stays empty), on the thread that runs step(). Either may be empty.
+struct EngineListener {
+  std::function<void(int64_t id, int32_t token)> on_token;
+  std::function<void(RequestResult&& result)> on_finish;  // every request ends here once, refused ones too
 };
 
 struct Progress {
@@ -79,12 +88,26 @@ class Engine {
   const std::vector<RequestResult>& results() const { return results_; }
   const EngineMetrics& metrics() const { return metrics_; }
 
+  // Streaming use: set the listener before the first submit, then call step() while has_work(). One
+  // thread owns the engine: submit, step and cancel are not thread-safe.
+  void set_listener(EngineListener listener);
+  // One iteration: admits waiting requests in arrival order, prefills them, decodes one token of every other
+  // running request. Does nothing without work. Returns a forward error (the engine is then unusable).
+  Status step();
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  // Ends request `id`, waiting or running, with FinishReason::kCancelled and frees its KV pages. False when
+  // the engine holds no unfinished request `id`.
+  bool cancel(int64_t id);
+
  private:
   struct Active;
   Status prefill(std::vector<Active*>& batch);
   Status decode(std::vector<Active*>& batch);
   Status sample_into(Active& a, const float* logits);
   void finish(Active& a, FinishReason reason);
+  void deliver(Active& a);
 
   ForwardExecutor& executor_;
   runtime::KvPagePool& pool_;
@@ -92,6 +115,9 @@ class Engine {
   std::vector<std::unique_ptr<Active>> waiting_;  // FIFO
   std::vector<std::unique_ptr<Active>> running_;
   std::vector<RequestResult> results_;
+  EngineListener listener_;
+  bool streaming_ = false;
+  std::unordered_set<int64_t> ids_;  // ids in use (streaming: unfinished requests only)
   EngineMetrics metrics_;
   std::vector<float> logits_;
   std::vector<int32_t> scratch_;

@@ -21,6 +21,7 @@ struct EngineMetrics {
   int64_t requests_finished = 0;
   int64_t requests_refused = 0;
   int64_t requests_failed = 0;  // ended with FinishReason::kError (e.g. non-finite logits)
+  int64_t requests_cancelled = 0;  // ended by Engine::cancel
 };
 
 }  // namespace genbridge::engine

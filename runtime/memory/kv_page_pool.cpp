@@ -14,14 +14,24 @@ constexpr std::align_val_t kAlign{64};
 std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 Status check_geometry(const KvPageGeometry& g) {
-  if (g.num_layers < 1 || g.num_kv_heads < 1 || g.page_size < 1 || g.row_bytes < 1 || g.side_row_bytes < 0) {
+  const bool gqa = g.num_kv_heads >= 1 && g.row_bytes >= 1;
+  const bool mla = g.num_kv_heads == 0 && g.row_bytes == 0 && g.side_row_bytes == 0 && g.mla_row_bytes >= 1;
+  if (g.num_layers < 1 || g.page_size < 1 || g.side_row_bytes < 0 || (!gqa && !mla) || g.mla_row_bytes < 0 ||
+      g.mla_scale_bytes < 0 || g.mla_rope_bytes < 0 || g.indexer_row_bytes < 0) {
+    std::string mla_text;
+    if (g.mla_row_bytes != 0 || g.mla_scale_bytes != 0 || g.mla_rope_bytes != 0 || g.indexer_row_bytes != 0) {
+      mla_text = fmt::format(", mla_row_bytes {}, mla_scale_bytes {}, mla_rope_bytes {}, indexer_row_bytes {}",
+                             g.mla_row_bytes, g.mla_scale_bytes, g.mla_rope_bytes, g.indexer_row_bytes);
+    }
     return invalid_argument(fmt::format(
-        "kv page pool: geometry (num_layers {}, num_kv_heads {}, page_size {}, row_bytes {}, side_row_bytes {}) is "
+        "kv page pool: geometry (num_layers {}, num_kv_heads {}, page_size {}, row_bytes {}, side_row_bytes {}{}) is "
         "invalid; every field must be >= 1 except side_row_bytes >= 0",
-        g.num_layers, g.num_kv_heads, g.page_size, g.row_bytes, g.side_row_bytes));
+        g.num_layers, g.num_kv_heads, g.page_size, g.row_bytes, g.side_row_bytes, mla_text));
   }
   return ok_status();
 }
+
+constexpr size_t kBuffersPerLayer = 8;
 
 }  // namespace
 
@@ -33,7 +43,7 @@ Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages
     return invalid_argument(fmt::format("kv page pool: num_pages is {} but must be in [0, 2^31)", num_pages));
   }
   // Every buffer size must fit in int64 (and the page count in the slot arithmetic).
-  const int64_t per_page_row = g.num_kv_heads * g.page_size * std::max(g.row_bytes, g.side_row_bytes);
+  const int64_t per_page_row = g.page_size * g.bytes_per_token_per_layer();
   if (num_pages > 0 && per_page_row > std::numeric_limits<int64_t>::max() / 4 / num_pages / g.num_layers) {
     return resource_exhausted(fmt::format("kv page pool: {} pages of {} bytes overflow the address space", num_pages,
                                           g.bytes_per_page()));
@@ -45,8 +55,11 @@ Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages
   for (int64_t i = 0; i < num_pages; ++i) pool.free_[i] = static_cast<int32_t>(num_pages - 1 - i);
   const int64_t row_buffer = num_pages * g.num_kv_heads * g.page_size * g.row_bytes;
   const int64_t side_buffer = num_pages * g.num_kv_heads * g.page_size * g.side_row_bytes;
+  const int64_t per_token = num_pages * g.page_size;
   for (int64_t l = 0; l < g.num_layers; ++l) {
-    for (int64_t bytes : {row_buffer, row_buffer, side_buffer, side_buffer}) {
+    for (int64_t bytes : {row_buffer, row_buffer, side_buffer, side_buffer, per_token * g.mla_row_bytes,
+                          per_token * g.mla_scale_bytes, per_token * g.mla_rope_bytes,
+                          per_token * g.indexer_row_bytes}) {
       std::byte* p = nullptr;
       if (bytes > 0) {
         p = static_cast<std::byte*>(::operator new[](static_cast<size_t>(bytes), kAlign, std::nothrow));
@@ -191,8 +204,9 @@ Status KvPagePool::fill_block_tables(std::span<const SeqId> ids, int64_t max_blo
 
 KvLayerMemory KvPagePool::layer(int64_t l) const {
   GB_CHECK(l >= 0 && l < geometry_.num_layers, "KvPagePool::layer: layer out of range");
-  const size_t b = static_cast<size_t>(4 * l);
-  return {buffers_[b].get(), buffers_[b + 1].get(), buffers_[b + 2].get(), buffers_[b + 3].get()};
+  const size_t b = kBuffersPerLayer * static_cast<size_t>(l);
+  return {buffers_[b].get(),     buffers_[b + 1].get(), buffers_[b + 2].get(), buffers_[b + 3].get(),
+          buffers_[b + 4].get(), buffers_[b + 5].get(), buffers_[b + 6].get(), buffers_[b + 7].get()};
 }
 
 }  // namespace genbridge::runtime

@@ -6,6 +6,9 @@
 // Layout of one layer (pages are the cache's blocks; a token's slot is page * page_size + offset):
 //   key, value:           [num_pages, num_kv_heads, page_size, row_bytes]       bytes
 //   key_side, value_side: [num_pages, num_kv_heads, page_size, side_row_bytes]  bytes (absent if 0)
+//   mla, mla_scale, mla_rope, indexer: [num_pages, page_size, <their row bytes>] bytes (absent if 0): MLA
+//                         models keep one latent row (and separate scale / rope rows) per token instead of
+//                         K/V (num_kv_heads = 0), DSA models one indexer key row per token.
 // Not thread-safe: one scheduler thread admits, grows and frees sequences.
 
 #include <cstddef>
@@ -27,9 +30,19 @@ struct KvPageGeometry {
   int64_t page_size = 0;       // tokens per page
   int64_t row_bytes = 0;       // one (token, kv head) row of a layer's K cache (V identical), packed metadata included
   int64_t side_row_bytes = 0;  // one (token, kv head) entry of each separate side (scale) cache; 0 = none
+  // Per token rows of MLA / DSA models (0 = none), as the DeviceOperator's contract gives them.
+  int64_t mla_row_bytes = 0;      // the MLA latent row (in-row scales and rope included)
+  int64_t mla_scale_bytes = 0;    // the separate MLA scale cache entry
+  int64_t mla_rope_bytes = 0;     // the separate MLA rope cache row
+  int64_t indexer_row_bytes = 0;  // the indexer key row (packed scale included)
 
-  // Bytes one token occupies over all layers: K and V rows plus their side entries.
-  int64_t bytes_per_token() const { return num_layers * 2 * num_kv_heads * (row_bytes + side_row_bytes); }
+  // Bytes one token occupies in one layer / over all layers: K and V rows plus their side entries, and
+  // the per-token MLA and indexer rows.
+  int64_t bytes_per_token_per_layer() const {
+    return 2 * num_kv_heads * (row_bytes + side_row_bytes) + mla_row_bytes + mla_scale_bytes + mla_rope_bytes +
+           indexer_row_bytes;
+  }
+  int64_t bytes_per_token() const { return num_layers * bytes_per_token_per_layer(); }
   int64_t bytes_per_page() const { return bytes_per_token() * page_size; }
   // Pages that hold `tokens` tokens.
   int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
@@ -43,6 +56,10 @@ struct KvLayerMemory {
   std::byte* value = nullptr;
   std::byte* key_side = nullptr;    // null when side_row_bytes == 0
   std::byte* value_side = nullptr;  // null when side_row_bytes == 0
+  std::byte* mla = nullptr;         // null when mla_row_bytes == 0 (and so on)
+  std::byte* mla_scale = nullptr;
+  std::byte* mla_rope = nullptr;
+  std::byte* indexer = nullptr;
 };
 
 class KvPagePool {
@@ -111,7 +128,7 @@ class KvPagePool {
   int64_t num_pages_ = 0;
   std::vector<int32_t> free_;  // a stack: pages are handed out lowest index first
   std::unordered_map<SeqId, Seq> seqs_;
-  // Per layer: key, value, key_side, value_side.
+  // Per layer: key, value, key_side, value_side, mla, mla_scale, mla_rope, indexer.
   std::vector<std::unique_ptr<std::byte, AlignedDelete>> buffers_;
 };
 

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "genbridge/core/threading.h"
+#include "runtime/model/deepseek_weights.h"
 #include "runtime/model/file_access.h"
 #include "runtime/model/fp8_checkpoint.h"
 
@@ -30,8 +31,9 @@ class WeightBinder {
 
   // `shape_rule` spells the expected shape in config terms, e.g. "[num_experts, hidden_size]";
   // `why` says why the config needs the tensor.
+  // `keep_dtype`: bind the file's tensor as it is even when bf16 weights are asked for.
   Result<TensorView> bind(const std::string& name, std::vector<int64_t> shape, std::string_view shape_rule,
-                          std::string_view why) {
+                          std::string_view why, bool keep_dtype = false) {
     const TensorStore& store = *ckpt_.store_;
     const TensorStore::Entry* e = store.find(name);
     if (!e) {
@@ -47,7 +49,7 @@ class WeightBinder {
           kConfigFileName, TensorView(nullptr, v.dtype(), shape.data(), static_cast<int>(shape.size())).shape_string(),
           shape_rule));
     }
-    if (options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16) {
+    if (keep_dtype || options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16) {
       ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;
       ckpt_.bound_.push_back({name, e->file->path(), v, false});
       return v;
@@ -136,6 +138,15 @@ class WeightBinder {
       GB_ASSIGN_OR_RETURN(lw.input_layernorm, bind(name("input_layernorm.weight"), {h}, "[hidden_size]", why_layer));
       GB_ASSIGN_OR_RETURN(lw.post_attention_layernorm,
                           bind(name("post_attention_layernorm.weight"), {h}, "[hidden_size]", why_layer));
+      if (c.is_deepseek()) {  // MLA, indexer and DeepSeek MoE: runtime/model/deepseek_weights.cpp
+        GB_RETURN_IF_ERROR(detail::bind_deepseek_layer(
+            c, l,
+            [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule, std::string_view why,
+                bool keep_dtype) { return bind(n, std::move(shape), rule, why, keep_dtype); },
+            &lw));
+        w.layers.push_back(std::move(lw));
+        continue;
+      }
       AttentionWeights& a = lw.attn;
       GB_ASSIGN_OR_RETURN(a.q_proj, bind(name("self_attn.q_proj.weight"), {c.q_size(), h},
                                          "[num_attention_heads * head_dim, hidden_size]", why_layer));
@@ -185,7 +196,7 @@ class WeightBinder {
     std::string first;
     const TensorStore& store = *ckpt_.store_;
     for (const std::string& n : store.names()) {
-      if (!used_.count(n)) {
+      if (!used_.count(n) && !detail::is_ignored_deepseek_tensor(c, n)) {
         if (unused++ == 0) first = n;
       }
     }

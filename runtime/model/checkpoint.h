@@ -35,19 +35,48 @@ struct AttentionWeights {
   TensorView k_norm;  // [head_dim]
 };
 
+// MLA (DeepSeek) attention weights, HF names under self_attn. Either q_lora (q_a_proj, q_a_layernorm,
+// q_b_proj) or q_proj is bound, by config.deepseek.q_lora_rank. qk = qk_nope_head_dim + qk_rope_head_dim.
+struct MlaWeights {
+  TensorView q_a_proj;            // [q_lora_rank, hidden]
+  TensorView q_a_layernorm;       // [q_lora_rank]
+  TensorView q_b_proj;            // [heads * qk, q_lora_rank]
+  TensorView q_proj;              // [heads * qk, hidden] when q_lora_rank == 0
+  TensorView kv_a_proj_with_mqa;  // [kv_lora_rank + qk_rope_head_dim, hidden]: latent, then the shared rope key
+  TensorView kv_a_layernorm;      // [kv_lora_rank]
+  TensorView kv_b_proj;           // [heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]: per head k_nope, v
+  TensorView o_proj;              // [hidden, heads * v_head_dim]
+};
+
+// DSA lightning indexer (DeepSeek-V3.2), HF names under self_attn.indexer.
+struct IndexerWeights {
+  TensorView wq_b;          // [index_n_heads * index_head_dim, q_lora_rank]
+  TensorView wk;            // [index_head_dim, hidden]
+  TensorView k_norm;        // [index_head_dim], LayerNorm weight
+  TensorView k_norm_bias;   // [index_head_dim], LayerNorm bias
+  TensorView weights_proj;  // [index_n_heads, hidden]
+};
+
 struct MoeWeights {
   TensorView router;                // mlp.gate.weight [num_experts, hidden]
   std::vector<MlpWeights> experts;  // num_experts entries, each [moe_intermediate, hidden] / [hidden, moe_intermediate]
   // Present iff config.has_shared_expert(): width shared_expert_intermediate_size, gated by
   // sigmoid(x shared_expert_gate^T) with shared_expert_gate [1, hidden].
+  // DeepSeek: mlp.shared_experts.* (width n_shared_experts * moe_intermediate_size, ungated) is bound here
+  // when n_shared_experts > 0, and shared_expert_gate stays empty.
   MlpWeights shared_expert;
   TensorView shared_expert_gate;
+  // DeepSeek: mlp.gate.e_score_correction_bias [num_experts], added to the sigmoid scores for selection
+  // only. Kept in its file dtype (not converted to bf16): it decides near-ties between experts.
+  TensorView e_score_correction_bias;
 };
 
 struct LayerWeights {
   TensorView input_layernorm;           // [hidden]
   TensorView post_attention_layernorm;  // [hidden]
-  AttentionWeights attn;
+  AttentionWeights attn;  // Qwen
+  MlaWeights mla;         // DeepSeek
+  IndexerWeights indexer;  // DeepSeek-V3.2
   bool is_moe = false;
   MoeWeights moe;    // when is_moe
   MlpWeights dense;  // when !is_moe: [intermediate_size, hidden] / [hidden, intermediate_size]

@@ -10,6 +10,8 @@
 
 #include "genbridge/ops/attention/paged_decode.h"
 #include "runtime/model/file_access.h"
+#include "runtime/model/config_reader.h"
+#include "runtime/model/deepseek_config.h"
 #include "runtime/model/json_util.h"
 
 namespace genbridge::model {
@@ -17,8 +19,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// Every size in a config must fit comfortably in int64 products (vocab * hidden, heads * head_dim, ...).
-constexpr int64_t kMaxSize = int64_t{1} << 24;
+using Reader = detail::ConfigReader;
+constexpr int64_t kMaxSize = detail::kMaxConfigSize;
 
 std::string_view torch_dtype_name(DType t) {
   switch (t) {
@@ -33,69 +35,29 @@ std::string_view torch_dtype_name(DType t) {
   }
 }
 
-// Reads typed keys of one config.json object; every error names the source, the key and the rule.
-class Reader {
- public:
-  Reader(const json& j, std::string_view source) : j_(j), source_(source) {}
-
-  const json* find(std::string_view key) const {
-    auto it = j_.find(std::string(key));
-    if (it == j_.end() || it->is_null()) return nullptr;  // HF writes null for "not set"
-    return &*it;
-  }
-  bool has(std::string_view key) const { return find(key) != nullptr; }
-
-  Status missing(std::string_view key) const {
-    return invalid_argument(fmt::format("{}: missing required key '{}'", source_, key));
-  }
-  Status bad(std::string_view key, const json& v, std::string_view rule) const {
-    return invalid_argument(fmt::format("{}: {} = {}: {}", source_, key, detail::json_excerpt(v), rule));
-  }
-
-  // An integer (JSON integer, not a float or bool); absent keys keep *out unless required.
-  Status get_int(std::string_view key, bool required, int64_t* out) const {
-    const json* v = find(key);
-    if (!v) return required ? missing(key) : ok_status();
-    if (v->is_number_unsigned()) {
-      if (v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return bad(key, *v, "must fit in a 64-bit integer");
-      *out = static_cast<int64_t>(v->get<uint64_t>());
-      return ok_status();
-    }
-    if (v->is_number_integer()) {
-      *out = v->get<int64_t>();
-      return ok_status();
-    }
-    return bad(key, *v, "must be an integer");
-  }
-  Status get_double(std::string_view key, bool required, double* out) const {
-    const json* v = find(key);
-    if (!v) return required ? missing(key) : ok_status();
-    if (!v->is_number()) return bad(key, *v, "must be a number");
-    *out = v->get<double>();
-    return ok_status();
-  }
-  Status get_bool(std::string_view key, bool* out) const {
-    const json* v = find(key);
-    if (!v) return ok_status();
-    if (!v->is_boolean()) return bad(key, *v, "must be true or false");
-    *out = v->get<bool>();
-    return ok_status();
-  }
-
- private:
-  const json& j_;
-  std::string_view source_;
-};
-
 Status bad_value(std::string_view source, std::string_view key, const std::string& value, std::string_view rule) {
-  return invalid_argument(fmt::format("{}: {} = {}: {}", source, key, value, rule));
+  return detail::bad_config_value(source, key, value, rule);
 }
 
 Status check_size(std::string_view source, std::string_view key, int64_t v, int64_t min) {
-  if (v < min || v > kMaxSize) {
-    return bad_value(source, key, std::to_string(v),
-                     min == 0 ? fmt::format("must be a non-negative integer no larger than {}", kMaxSize)
-                              : fmt::format("must be a positive integer no larger than {}", kMaxSize));
+  return detail::check_config_size(source, key, v, min);
+}
+
+// torch_dtype (or HF's newer "dtype"), when present.
+Status parse_torch_dtype(const Reader& r, ModelConfig* c) {
+  const char* dtype_key = r.has("torch_dtype") ? "torch_dtype" : (r.has("dtype") ? "dtype" : nullptr);
+  if (dtype_key) {
+    const json& v = *r.find(dtype_key);
+    const std::string s = v.is_string() ? v.get<std::string>() : "";
+    if (s == "bfloat16") {
+      c->torch_dtype = DType::kBF16;
+    } else if (s == "float16") {
+      c->torch_dtype = DType::kF16;
+    } else if (s == "float32") {
+      c->torch_dtype = DType::kF32;
+    } else {
+      return r.bad(dtype_key, v, "must be \"bfloat16\", \"float16\" or \"float32\"");
+    }
   }
   return ok_status();
 }
@@ -136,7 +98,22 @@ Status check_head_dim_supported(const ModelConfig& c, std::string_view source, b
 
 std::string_view norm_type_name(NormType type) { return type == NormType::kGemma ? "gemma" : "rms"; }
 
+std::string_view architecture_name(Architecture arch) {
+  switch (arch) {
+    case Architecture::kDeepseekV3:
+      return kDeepseekV3Architecture;
+    case Architecture::kDeepseekV32:
+      return kDeepseekV32Architecture;
+    default:
+      return kQwen3MoeArchitecture;
+  }
+}
+
 bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (is_deepseek()) {
+    return num_experts > 0 && deepseek.moe_layer_freq > 0 && layer >= deepseek.first_k_dense_replace &&
+           layer % deepseek.moe_layer_freq == 0;
+  }
   if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
   return (layer + 1) % decoder_sparse_step == 0;
@@ -149,6 +126,11 @@ int64_t ModelConfig::num_moe_layers() const {
 }
 
 Status validate_model_config(const ModelConfig& c, std::string_view src) {
+  if (c.is_deepseek()) return detail::validate_deepseek_config(c, src);
+  if (c.deepseek != DeepseekConfig{}) {
+    return invalid_argument(fmt::format("{}: the DeepSeek keys are set but the architecture is {}", src,
+                                        kQwen3MoeArchitecture));
+  }
   GB_RETURN_IF_ERROR(check_size(src, "vocab_size", c.vocab_size, 1));
   GB_RETURN_IF_ERROR(check_size(src, "hidden_size", c.hidden_size, 1));
   GB_RETURN_IF_ERROR(check_size(src, "num_hidden_layers", c.num_hidden_layers, 1));
@@ -233,11 +215,26 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   if (!arch) return r.missing("architectures");
   bool known = false;
   if (arch->is_array()) {
-    for (const json& a : *arch) known = known || (a.is_string() && a.get<std::string>() == kQwen3MoeArchitecture);
+    for (const json& a : *arch) {
+      for (Architecture candidate :
+           {Architecture::kQwen3Moe, Architecture::kDeepseekV3, Architecture::kDeepseekV32}) {
+        if (!known && a.is_string() && a.get<std::string>() == architecture_name(candidate)) {
+          known = true;
+          c.architecture = candidate;
+        }
+      }
+    }
   }
   if (!known) {
     return r.bad("architectures", *arch,
-                 fmt::format("unsupported architecture (genbridge supports [\"{}\"])", kQwen3MoeArchitecture));
+                 fmt::format("unsupported architecture (genbridge supports [\"{}\", \"{}\", \"{}\"])",
+                             kQwen3MoeArchitecture, kDeepseekV3Architecture, kDeepseekV32Architecture));
+  }
+  if (c.is_deepseek()) {
+    GB_RETURN_IF_ERROR(detail::parse_deepseek_config(r, &c));
+    GB_RETURN_IF_ERROR(parse_torch_dtype(r, &c));
+    GB_RETURN_IF_ERROR(validate_model_config(c, source));
+    return c;
   }
   if (const json* mt = r.find("model_type"); mt && (!mt->is_string() || mt->get<std::string>() != "qwen3_moe")) {
     return r.bad("model_type", *mt, "must be \"qwen3_moe\" for Qwen3MoeForCausalLM");
@@ -304,20 +301,7 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   }
   GB_RETURN_IF_ERROR(r.get_int("intermediate_size", false, &c.intermediate_size));
 
-  const char* dtype_key = r.has("torch_dtype") ? "torch_dtype" : (r.has("dtype") ? "dtype" : nullptr);
-  if (dtype_key) {
-    const json& v = *r.find(dtype_key);
-    const std::string s = v.is_string() ? v.get<std::string>() : "";
-    if (s == "bfloat16") {
-      c.torch_dtype = DType::kBF16;
-    } else if (s == "float16") {
-      c.torch_dtype = DType::kF16;
-    } else if (s == "float32") {
-      c.torch_dtype = DType::kF32;
-    } else {
-      return r.bad(dtype_key, v, "must be \"bfloat16\", \"float16\" or \"float32\"");
-    }
-  }
+  GB_RETURN_IF_ERROR(parse_torch_dtype(r, &c));
   if (const json* v = r.find(kNormTypeKey)) {
     const std::string s = v->is_string() ? v->get<std::string>() : "";
     if (s == "rms") {
@@ -343,6 +327,7 @@ Result<ModelConfig> load_model_config(const std::filesystem::path& path) {
 }
 
 std::string to_config_json(const ModelConfig& c) {
+  if (c.is_deepseek()) return detail::deepseek_config_json(c, torch_dtype_name(c.torch_dtype));
   nlohmann::ordered_json j;
   j["architectures"] = {std::string(kQwen3MoeArchitecture)};
   j["model_type"] = "qwen3_moe";

@@ -1,6 +1,8 @@
 #pragma once
-// ModelConfig: the Qwen3-MoE family (Hugging Face architecture Qwen3MoeForCausalLM) as described by a
-// config.json, validated once at load. Sizes are element counts; layer and expert indices start at 0.
+// ModelConfig: the Qwen3-MoE family (Hugging Face architecture Qwen3MoeForCausalLM) and the DeepSeek-V3 /
+// V3.2 family (DeepseekV3ForCausalLM, DeepseekV32ForCausalLM: MLA attention, DeepSeek routing, and for V3.2
+// the DSA lightning indexer) as described by a config.json, validated once at load. Sizes are element
+// counts; layer and expert indices start at 0.
 
 #include <cstdint>
 #include <filesystem>
@@ -13,8 +15,50 @@
 
 namespace genbridge::model {
 
-// The one architecture name accepted in config.json's "architectures".
+// The architecture names accepted in config.json's "architectures".
 inline constexpr std::string_view kQwen3MoeArchitecture = "Qwen3MoeForCausalLM";
+inline constexpr std::string_view kDeepseekV3Architecture = "DeepseekV3ForCausalLM";
+inline constexpr std::string_view kDeepseekV32Architecture = "DeepseekV32ForCausalLM";
+
+enum class Architecture : uint8_t { kQwen3Moe, kDeepseekV3, kDeepseekV32 };
+// The HF architecture name ("Qwen3MoeForCausalLM", ...).
+std::string_view architecture_name(Architecture arch);
+
+// rope_scaling {"type": "yarn", ...} as DeepSeek-V3 configures it (defaults are HF's).
+struct YarnRopeScaling {
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+  friend bool operator==(const YarnRopeScaling&, const YarnRopeScaling&) = default;
+};
+
+// The DeepSeek-V3 / V3.2 keys (runtime/model/deepseek_config.cpp parses and validates them).
+struct DeepseekConfig {
+  int64_t q_lora_rank = 0;  // 0 (absent or null): queries come from self_attn.q_proj directly
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int64_t n_shared_experts = 0;  // shared experts' SwiGLU width: n_shared_experts * moe_intermediate_size
+  int64_t n_group = 1;           // expert groups of the group-limited top-k
+  int64_t topk_group = 1;        // groups a token may pick experts from
+  double routed_scaling_factor = 1.0;
+  int64_t first_k_dense_replace = 0;  // layers [0, first_k_dense_replace) are dense
+  int64_t moe_layer_freq = 1;
+  int64_t num_nextn_predict_layers = 0;  // multi-token-prediction layers: their tensors are ignored
+  bool yarn = false;                     // rope_scaling is yarn (else plain RoPE)
+  YarnRopeScaling rope_scaling;
+  // DSA lightning indexer (DeepseekV32ForCausalLM only).
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  friend bool operator==(const DeepseekConfig&, const DeepseekConfig&) = default;
+};
 // genbridge's extension key selecting the norm type: "rms" (default) or "gemma".
 inline constexpr std::string_view kNormTypeKey = "genbridge_norm_type";
 
@@ -45,8 +89,17 @@ struct ModelConfig {
   int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE style when > 0)
   DType torch_dtype = DType::kBF16;             // informational: the dtype the checkpoint was saved in
   NormType norm_type = NormType::kRms;
+  Architecture architecture = Architecture::kQwen3Moe;
+  // DeepSeek keys; meaningful when is_deepseek(). For DeepSeek, num_experts = n_routed_experts and
+  // head_dim = qk_nope_head_dim + qk_rope_head_dim (the query/key head width of the non-absorbed form).
+  DeepseekConfig deepseek;
 
-  // HF rule: MoE iff layer not in mlp_only_layers, num_experts > 0 and (layer + 1) % decoder_sparse_step == 0.
+  bool is_deepseek() const { return architecture != Architecture::kQwen3Moe; }
+  // MLA attention with the DSA lightning indexer (V3.2).
+  bool has_indexer() const { return architecture == Architecture::kDeepseekV32; }
+
+  // Qwen (HF rule): MoE iff layer not in mlp_only_layers, num_experts > 0 and (layer + 1) % decoder_sparse_step == 0.
+  // DeepSeek (HF rule): MoE iff num_experts > 0, layer >= first_k_dense_replace and layer % moe_layer_freq == 0.
   bool is_moe_layer(int64_t layer) const;
   bool has_shared_expert() const { return shared_expert_intermediate_size > 0; }
   int64_t num_moe_layers() const;
@@ -67,7 +120,8 @@ Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_v
 Result<ModelConfig> load_model_config(const std::filesystem::path& path);
 // The cross-key rules parse_model_config enforces, for configs built in code; `source` names the origin.
 Status validate_model_config(const ModelConfig& config, std::string_view source);
-// config.json text for `config` (HF keys plus genbridge_norm_type); parse_model_config() of it returns `config`.
+// config.json text for `config` (HF keys plus genbridge_norm_type for Qwen); parse_model_config() of it
+// returns `config`.
 std::string to_config_json(const ModelConfig& config);
 
 }  // namespace genbridge::model

@@ -41,7 +41,7 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   const bool dense = roles.shared_experts && options.attention;   // dense MLPs run on the attention side
   int64_t total = 0;
   for (const LayerWeights& l : w.layers) {
-    if (attn) total += 4;
+    if (attn && l.attn.q_proj.rank() == 2) total += 4;
     if (l.is_moe && experts) total += 3 * static_cast<int64_t>(l.moe.experts.size());
     if (l.is_moe && shared && checkpoint.config().has_shared_expert()) total += 3;
     if (!l.is_moe && dense) total += 3;
@@ -62,7 +62,7 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   };
   for (const LayerWeights& l : w.layers) {
     Layer ql;
-    if (attn) {
+    if (attn && l.attn.q_proj.rank() == 2) {  // GQA projections (an MLA model's attention stays bf16)
       ql.attention = true;
       GB_ASSIGN_OR_RETURN(ql.q_proj, one(l.attn.q_proj));
       GB_ASSIGN_OR_RETURN(ql.k_proj, one(l.attn.k_proj));

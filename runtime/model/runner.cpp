@@ -10,6 +10,7 @@
 #include "genbridge/core/formats.h"
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/linear/quant_linear.h"
+#include "genbridge/ops/moe/grouped_topk_router.h"
 #include "genbridge/ops/moe/quant_expert_ffn.h"
 #include "genbridge/ops/moe/moe_combine.h"
 #include "genbridge/ops/moe/topk_router.h"
@@ -30,6 +31,7 @@ struct ForwardBatch::Buffers {
   std::vector<int32_t> topk_ids, zero_ids, positions, context_lens, query_start, block_tables, last_rows;
   std::vector<int64_t> slots;
   std::vector<runtime::SeqId> seq_ids;
+  std::shared_ptr<MlaAttention::Scratch> mla;  // DeepSeek models
   int64_t max_blocks = 0;
   int64_t hidden = 0, q_size = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
 };
@@ -71,6 +73,11 @@ TensorView ForwardBatch::topk_weights() const {
 }
 TensorView ForwardBatch::expert_out() const {
   return TensorView(b_->expert_out.data(), DType::kBF16, {num_tokens_, b_->topk, b_->hidden});
+}
+
+TensorView ForwardBatch::index_selection(int64_t layer) const {
+  if (!mla_ || !b_->mla) return TensorView();
+  return mla_->index_selection(*b_->mla, layer, num_tokens_);
 }
 
 ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized)
@@ -125,6 +132,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool, quantized));
   const ModelConfig& c = r->config_;
+  if (c.is_deepseek()) {  // MLA (+ DSA) attention: latent rows instead of GQA K/V (deepseek_attention.h)
+    if (pool.geometry().num_layers != c.num_hidden_layers) {
+      return invalid_argument(fmt::format("model runner: the KV pool holds {} layers but the model has {}",
+                                          pool.geometry().num_layers, c.num_hidden_layers));
+    }
+    GB_ASSIGN_OR_RETURN(r->mla_, MlaAttention::create(checkpoint, dev, pool));
+    return r;
+  }
   if (pool.geometry().num_layers != c.num_hidden_layers || pool.geometry().num_kv_heads != c.num_key_value_heads) {
     return invalid_argument(fmt::format(
         "model runner: the KV pool holds {} layers x {} kv heads but the model has {} layers x {} kv heads",
@@ -167,6 +182,8 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   b.topk_ids.resize(T * b.topk);
   b.zero_ids.assign(T, 0);
   b.shared_gate.resize(T);
+  if (mla_) b.mla = mla_->make_scratch(max_tokens);
+  fb.mla_ = mla_.get();
   b.positions.resize(T);
   b.slots.resize(T);
   b.context_lens.resize(max_seqs);
@@ -263,6 +280,19 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
     GB_RETURN_IF_ERROR(
         with_context(add_norm(bf16_view(b.delta, {T, H}), lw.input_layernorm, residual, h), "input norm", layer));
   }
+  if (mla_) {
+    const int64_t S = fb.num_seqs_;
+    const runtime::AttentionBatch ab{
+        .block_tables = i32_view(b.block_tables, {S, b.max_blocks}),
+        .context_lens = i32_view(b.context_lens, {S}),
+        .query_start_loc = i32_view(b.query_start, {S + 1}),
+    };
+    GB_RETURN_IF_ERROR(with_context(mla_->forward(*b.mla, layer, h, std::span<const int32_t>(b.positions).first(T),
+                                                  std::span<const int64_t>(b.slots).first(T), ab,
+                                                  bf16_view(b.delta, {T, H})),
+                                    "attention", layer));
+    return post_attention(fb, layer);
+  }
   const TensorView q = bf16_view(b.q, {T, b.q_size}), k = bf16_view(b.k, {T, b.kv_size}),
                    v = bf16_view(b.v, {T, b.kv_size});
   const QuantizedWeights::Layer* ql =
@@ -290,6 +320,14 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
   const TensorView delta = bf16_view(b.delta, {T, H});
   GB_RETURN_IF_ERROR(with_context(
       project(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
+  return post_attention(fb, layer);
+}
+
+Status ModelRunner::post_attention(ForwardBatch& fb, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, H = b.hidden;
+  const TensorView residual = bf16_view(b.residual, {T, H}), delta = bf16_view(b.delta, {T, H});
   const TensorView mlp_in = bf16_view(b.mlp_in, {T, H});
   GB_RETURN_IF_ERROR(
       with_context(add_norm(delta, lw.post_attention_layernorm, residual, mlp_in), "post-attention norm", layer));
@@ -313,6 +351,14 @@ Status ModelRunner::route(ForwardBatch& fb, int64_t layer) const {
   const int64_t T = fb.num_tokens_;
   const TensorView logits = f32_view(b.router_logits, {T, b.experts});
   GB_RETURN_IF_ERROR(with_context(ops::linear(fb.moe_input(), lw.moe.router, logits), "router", layer));
+  if (config_.is_deepseek()) {
+    const DeepseekConfig& d = config_.deepseek;
+    const ops::GroupedTopkParams p{d.n_group, d.topk_group, config_.norm_topk_prob,
+                                   static_cast<float>(d.routed_scaling_factor)};
+    return with_context(
+        ops::grouped_topk_router(logits, lw.moe.e_score_correction_bias, p, fb.topk_ids(), fb.topk_weights()),
+        "grouped top-k", layer);
+  }
   return with_context(ops::topk_router(logits, config_.norm_topk_prob, fb.topk_ids(), fb.topk_weights()), "top-k",
                       layer);
 }
@@ -328,6 +374,14 @@ Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView
   const LayerWeights& lw = w_.layers[layer];
   const int64_t T = fb.num_tokens_, H = b.hidden;
   const TensorView delta = bf16_view(b.delta, {T, H});
+  if (config_.is_deepseek() && config_.deepseek.n_shared_experts > 0) {  // ungated shared experts
+    const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
+    const TensorView shared_out = bf16_view(b.shared_out, {T, H});
+    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                    std::span(&shared, 1), 0, 1, bf16_view(b.shared_out, {T, 1, H})),
+                                    "shared experts", layer));
+    return with_context(ops::moe_combine(outs, fb.topk_weights(), delta, &shared_out, nullptr), "combine", layer);
+  }
   if (!config_.has_shared_expert()) {
     return with_context(ops::moe_combine(outs, fb.topk_weights(), delta), "combine", layer);
   }

@@ -1,5 +1,5 @@
 #pragma once
-// ModelRunner: the Qwen3-MoE forward pass over a paged KV cache, built from stable operators and the
+// ModelRunner: the Qwen3-MoE and DeepSeek-V3 / V3.2 forward pass over a paged KV cache, built from stable operators and the
 // DeviceOperator's adapters. It never asks which generation it runs on.
 //
 // A forward processes one micro-batch (ForwardBatch): sequences that each contribute q_len new tokens
@@ -21,6 +21,7 @@
 #include "runtime/device/device_operator.h"
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/model/checkpoint.h"
+#include "runtime/model/deepseek_attention.h"
 #include "runtime/model/quant_weights.h"
 
 namespace genbridge::model {
@@ -44,10 +45,14 @@ class ForwardBatch {
   TensorView topk_ids() const;      // int32 [T, k]
   TensorView topk_weights() const;  // fp32 [T, k]
   TensorView expert_out() const;    // bf16 [T, k, hidden]; filled by local_experts() or by FFN ranks
+  // DeepSeek-V3.2: layer `layer`'s indexer selection in the last forward (int32 [T, index_topk], the
+  // DeviceOperator's top-k index contract); empty otherwise. For tests and tracing.
+  TensorView index_selection(int64_t layer) const;
 
  private:
   friend class ModelRunner;
   struct Buffers;
+  const MlaAttention* mla_ = nullptr;
   std::shared_ptr<Buffers> b_;
   int64_t num_tokens_ = 0;
   int64_t num_seqs_ = 0;
@@ -117,13 +122,16 @@ class ModelRunner {
               const QuantizedWeights* q);
   Status norm(const TensorView& x, const TensorView& w, const TensorView& y) const;
   Status add_norm(const TensorView& x, const TensorView& w, const TensorView& residual, const TensorView& y) const;
+  // The post-attention norm, and the dense MLP on a dense layer (the tail of attention_block).
+  Status post_attention(ForwardBatch& batch, int64_t layer) const;
 
   const Checkpoint& checkpoint_;
   const ModelWeights& w_;
   ModelConfig config_;
   const runtime::DeviceOperator& dev_;
   const runtime::KvPagePool& pool_;
-  std::vector<ops::PagedKvCache> kv_;
+  std::vector<ops::PagedKvCache> kv_;     // GQA models
+  std::unique_ptr<MlaAttention> mla_;  // DeepSeek models (MLA / DSA attention)
   const QuantizedWeights* quantized_ = nullptr;
   ExpertBank experts_;
 };

@@ -53,6 +53,44 @@ std::vector<TensorPlan> plan_tensors(const ModelConfig& c) {
   add("model.embed_tokens.weight", {c.vocab_size, h}, 0.0, c.tie_word_embeddings ? proj(h) : 1.0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const auto name = [&](std::string_view s) { return layer_tensor_name(l, s); };
+    if (c.is_deepseek()) {  // MLA [+ indexer], DeepSeek MoE (HF names and order)
+      const DeepseekConfig& d = c.deepseek;
+      const int64_t nh = c.num_attention_heads;
+      add(name("input_layernorm.weight"), {h}, norm_center, norm_std);
+      if (d.q_lora_rank > 0) {
+        add(name("self_attn.q_a_proj.weight"), {d.q_lora_rank, h}, 0.0, proj(h));
+        add(name("self_attn.q_a_layernorm.weight"), {d.q_lora_rank}, norm_center, norm_std);
+        add(name("self_attn.q_b_proj.weight"), {nh * d.qk_head_dim(), d.q_lora_rank}, 0.0, proj(d.q_lora_rank));
+      } else {
+        add(name("self_attn.q_proj.weight"), {nh * d.qk_head_dim(), h}, 0.0, proj(h));
+      }
+      add(name("self_attn.kv_a_proj_with_mqa.weight"), {d.kv_lora_rank + d.qk_rope_head_dim, h}, 0.0, proj(h));
+      add(name("self_attn.kv_a_layernorm.weight"), {d.kv_lora_rank}, norm_center, norm_std);
+      add(name("self_attn.kv_b_proj.weight"), {nh * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank}, 0.0,
+          proj(d.kv_lora_rank));
+      add(name("self_attn.o_proj.weight"), {h, nh * d.v_head_dim}, 0.0, proj(nh * d.v_head_dim));
+      if (c.has_indexer()) {
+        add(name("self_attn.indexer.wq_b.weight"), {d.index_n_heads * d.index_head_dim, d.q_lora_rank}, 0.0,
+            proj(d.q_lora_rank));
+        add(name("self_attn.indexer.wk.weight"), {d.index_head_dim, h}, 0.0, proj(h));
+        add(name("self_attn.indexer.k_norm.weight"), {d.index_head_dim}, 1.0, norm_std);
+        add(name("self_attn.indexer.k_norm.bias"), {d.index_head_dim}, 0.0, norm_std);
+        add(name("self_attn.indexer.weights_proj.weight"), {d.index_n_heads, h}, 0.0, proj(h));
+      }
+      add(name("post_attention_layernorm.weight"), {h}, norm_center, norm_std);
+      if (c.is_moe_layer(l)) {
+        add(name("mlp.gate.weight"), {c.num_experts, h}, 0.0, 2.0 * proj(h));
+        // Sigmoid scores live in (0, 1): a bias of std 0.05 moves selection without dominating it.
+        add(name("mlp.gate.e_score_correction_bias"), {c.num_experts}, 0.0, 0.05);
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          add_mlp(fmt::format("model.layers.{}.mlp.experts.{}.", l, e), c.moe_intermediate_size);
+        }
+        if (d.n_shared_experts > 0) add_mlp(name("mlp.shared_experts."), d.n_shared_experts * c.moe_intermediate_size);
+      } else {
+        add_mlp(name("mlp."), c.intermediate_size);
+      }
+      continue;
+    }
     add(name("input_layernorm.weight"), {h}, norm_center, norm_std);
     add(name("self_attn.q_proj.weight"), {c.q_size(), h}, 0.0, proj(h));
     add(name("self_attn.k_proj.weight"), {c.kv_size(), h}, 0.0, proj(h));
@@ -184,7 +222,87 @@ std::vector<Preset> presets() {
   small.tie_word_embeddings = false;
   small.shared_expert_intermediate_size = 0;
   small.torch_dtype = DType::kBF16;
-  return {{"tiny", tiny}, {"tiny-gemma", gemma}, {"small", small}};
+  // DeepSeek-V3.2 (MLA + DSA): dense first layer, grouped sigmoid routing with a correction bias, a shared
+  // expert, YaRN (original context 1024, so the ramp sits inside the rope dimensions), q_lora, and an
+  // index_topk of 64 so that sparse selection is exercised from 65 tokens of context on.
+  ModelConfig tiny_dsa;
+  tiny_dsa.architecture = Architecture::kDeepseekV32;
+  tiny_dsa.vocab_size = 512;
+  tiny_dsa.hidden_size = 128;
+  tiny_dsa.num_hidden_layers = 3;
+  tiny_dsa.num_attention_heads = 4;
+  tiny_dsa.num_key_value_heads = 4;
+  tiny_dsa.rms_norm_eps = 1e-6;
+  tiny_dsa.rope_theta = 10000.0;
+  tiny_dsa.max_position_embeddings = 4096;
+  tiny_dsa.num_experts = 16;
+  tiny_dsa.num_experts_per_tok = 4;
+  tiny_dsa.moe_intermediate_size = 64;
+  tiny_dsa.intermediate_size = 256;
+  tiny_dsa.norm_topk_prob = true;
+  tiny_dsa.tie_word_embeddings = false;
+  tiny_dsa.torch_dtype = DType::kBF16;
+  DeepseekConfig& td = tiny_dsa.deepseek;
+  td.q_lora_rank = 96;
+  td.kv_lora_rank = 128;
+  td.qk_nope_head_dim = 64;
+  td.qk_rope_head_dim = 64;
+  td.v_head_dim = 64;
+  td.n_shared_experts = 1;
+  td.n_group = 4;
+  td.topk_group = 2;
+  td.routed_scaling_factor = 2.5;
+  td.first_k_dense_replace = 1;
+  td.moe_layer_freq = 1;
+  td.yarn = true;
+  td.rope_scaling = {.factor = 4.0, .original_max_position_embeddings = 1024, .beta_fast = 32.0,
+                     .beta_slow = 1.0, .mscale = 1.0, .mscale_all_dim = 1.0};
+  td.index_n_heads = 4;
+  td.index_head_dim = 128;
+  td.index_topk = 64;
+  tiny_dsa.head_dim = td.qk_head_dim();
+
+  ModelConfig tiny_v3 = tiny_dsa;  // DeepSeek-V3: no indexer
+  tiny_v3.architecture = Architecture::kDeepseekV3;
+  tiny_v3.deepseek.index_n_heads = tiny_v3.deepseek.index_head_dim = tiny_v3.deepseek.index_topk = 0;
+  ModelConfig tiny_v3_noq = tiny_v3;  // V3 without q_lora (q_proj), no YaRN, every layer MoE, no shared expert
+  tiny_v3_noq.deepseek.q_lora_rank = 0;
+  tiny_v3_noq.deepseek.yarn = false;
+  tiny_v3_noq.deepseek.rope_scaling = {};
+  tiny_v3_noq.deepseek.first_k_dense_replace = 0;
+  tiny_v3_noq.deepseek.n_shared_experts = 0;
+  tiny_v3_noq.deepseek.n_group = 1;
+  tiny_v3_noq.deepseek.topk_group = 1;
+  tiny_v3_noq.norm_topk_prob = false;
+  tiny_v3_noq.deepseek.routed_scaling_factor = 1.0;
+
+  // The benchmark size of the DSA model: DeepSeek-V3.2's MLA and indexer widths (kv_lora_rank 512,
+  // rope 64, nope 128, v 128; 16 heads, 16 indexer heads of 128), ~0.42 GB in bf16.
+  ModelConfig small_dsa = tiny_dsa;
+  small_dsa.vocab_size = 8192;
+  small_dsa.hidden_size = 1024;
+  small_dsa.num_hidden_layers = 4;
+  small_dsa.num_attention_heads = 16;
+  small_dsa.num_key_value_heads = 16;
+  small_dsa.max_position_embeddings = 163840;
+  small_dsa.num_experts = 32;
+  small_dsa.num_experts_per_tok = 4;
+  small_dsa.moe_intermediate_size = 512;
+  small_dsa.intermediate_size = 3072;
+  DeepseekConfig& sd = small_dsa.deepseek;
+  sd.q_lora_rank = 384;
+  sd.kv_lora_rank = 512;
+  sd.qk_nope_head_dim = 128;
+  sd.qk_rope_head_dim = 64;
+  sd.v_head_dim = 128;
+  sd.rope_scaling.original_max_position_embeddings = 4096;
+  sd.rope_scaling.factor = 40.0;
+  sd.index_n_heads = 16;
+  sd.index_head_dim = 128;
+  sd.index_topk = 256;
+  small_dsa.head_dim = sd.qk_head_dim();
+  return {{"tiny", tiny},         {"tiny-gemma", gemma},           {"small", small},        {"tiny-dsa", tiny_dsa},
+          {"tiny-dsv3", tiny_v3}, {"tiny-dsv3-noq", tiny_v3_noq}, {"small-dsa", small_dsa}};
 }
 
 // "model-<digits>-of-<digits>.safetensors"

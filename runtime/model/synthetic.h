@@ -27,7 +27,12 @@
 namespace genbridge::model {
 
 // The preset names, in order: "tiny" (unit tests), "tiny-gemma" (gemma norm, tied embeddings, sparse step 2),
-// "small" (benchmarks; ~0.84 GB in bf16).
+// "small" (benchmarks; ~0.84 GB in bf16), and the DeepSeek family: "tiny-dsa" (V3.2: MLA + DSA indexer with
+// index_topk 64, q_lora, YaRN, grouped routing, a shared expert, a dense first layer), "tiny-dsv3" (the same
+// without the indexer), "tiny-dsv3-noq" (V3 without q_lora and YaRN, ungrouped routing, every layer MoE),
+// "small-dsa" (V3.2 at DeepSeek's MLA widths, for benchmarks).
+// DeepSeek weights: as above, plus e_score_correction_bias std 0.05 and the indexer's LayerNorm bias
+// U(-0.1, 0.1); q_a_layernorm, kv_a_layernorm and the indexer's k_norm weight 1 + U(-0.1, 0.1).
 std::vector<std::string> synthetic_preset_names();
 // The config of a preset (InvalidArgument listing the presets for an unknown name).
 Result<ModelConfig> synthetic_preset_config(std::string_view preset);

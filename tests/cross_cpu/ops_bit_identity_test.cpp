@@ -11,13 +11,23 @@
 
 #include "cross_cpu/cases.h"
 #include "genbridge/ops/activation/silu_and_mul.h"
+#include "genbridge/ops/attention/lightning_indexer.h"
+#include "genbridge/ops/attention/mla_decode.h"
 #include "genbridge/ops/attention/paged_decode.h"
+#include "genbridge/ops/attention/sparse_mla_decode.h"
+#include "genbridge/ops/kv_cache/bf16_indexer_key_write.h"
+#include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
+#include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
+#include "genbridge/ops/norm/layer_norm.h"
 #include "genbridge/ops/attention/rope.h"
 #include "genbridge/ops/kv_cache/bf16_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/moe/expert_ffn.h"
+#include "genbridge/ops/moe/grouped_topk_router.h"
 #include "genbridge/ops/moe/moe_combine.h"
 #include "genbridge/ops/moe/topk_router.h"
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
@@ -126,6 +136,32 @@ TEST(CrossCpu, topk_router) {
         for (int64_t j = 0; j < e; ++j) set_float(logits, 4 * e + j, j % 3 == 0 ? 1.5f : 0.25f);
         CaseResult r;
         if (op_ok(ops::topk_router(logits.view(), norm, ids.view(), w.view()), r)) {
+          r.outputs.push_back(output_of(ids));
+          r.outputs.push_back(output_of(w));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// DeepSeek routing: E = 24 experts in 4 groups, 2 kept, k = 4, with a bias; row 2 holds NaN and infinities,
+// row 4 ties.
+TEST(CrossCpu, grouped_topk_router) {
+  for (DType d : kFloatTypes) {
+    for (bool norm : {false, true}) {
+      const std::string name = "grouped_topk_router." + dt(d) + (norm ? ".norm" : ".raw");
+      check_case(name, [&] {
+        const int64_t t = 7, e = 24, k = 4;
+        Buf logits(d, {t, e}), bias(DType::kF32, {e}), ids(DType::kI32, {t, k}), w(DType::kF32, {t, k});
+        fill(logits, 37, -4.f, 4.f, Edges::kNone);
+        fill(bias, 38, -0.2f, 0.2f, Edges::kNone);
+        set_float(logits, 2 * e + 3, std::numeric_limits<float>::quiet_NaN());
+        set_float(logits, 2 * e + 7, std::numeric_limits<float>::infinity());
+        for (int64_t j = 0; j < e; ++j) set_float(logits, 4 * e + j, j % 3 == 0 ? 1.5f : 0.25f);
+        CaseResult r;
+        const ops::GroupedTopkParams p{4, 2, norm, 2.5f};
+        if (op_ok(ops::grouped_topk_router(logits.view(), bias.view(), p, ids.view(), w.view()), r)) {
           r.outputs.push_back(output_of(ids));
           r.outputs.push_back(output_of(w));
         }
@@ -406,6 +442,179 @@ TEST(CrossCpu, normalize_mx_scale_layout) {
     return r;
   });
 }
+
+// ---- MLA + DSA (issue 11): MLA / indexer writers, mla_decode, sparse_mla_decode, lightning_indexer,
+// layer_norm. The sequences and block tables of the KV cases above; kv_lora_rank 256 (fp8: two tiles; the
+// bf16 and int8 cases also at 200, a tail), rope 40, index_head_dim 64. ----
+
+constexpr std::array<ops::MlaKvFormat, 3> kMlaFormats = {ops::MlaKvFormat::kBf16,
+                                                         ops::MlaKvFormat::kInt8Fp16ScaleSplitRope,
+                                                         ops::MlaKvFormat::kFp8TileScalePacked};
+std::string mla_tag(ops::MlaKvFormat f) {
+  return f == ops::MlaKvFormat::kBf16 ? "bf16" : f == ops::MlaKvFormat::kInt8Fp16ScaleSplitRope ? "int8" : "fp8";
+}
+
+struct MlaBufs {
+  Buf kv, scale, rope;
+  ops::MlaKvCache cache;
+  MlaBufs(ops::MlaKvFormat f, int64_t L, int64_t R)
+      : kv(f == ops::MlaKvFormat::kBf16 ? DType::kBF16 : f == ops::MlaKvFormat::kInt8Fp16ScaleSplitRope ? DType::kI8
+                                                                                                       : DType::kU8,
+           {kBlocks, kBlockSize,
+            ops::mla_kv_row_bytes(f, L, R).main / (f == ops::MlaKvFormat::kBf16 ? 2 : 1)}),
+        scale(DType::kF16, {kBlocks, kBlockSize}),
+        rope(DType::kBF16, {kBlocks, kBlockSize, R}) {
+    cache = {f, L, R, kv.view(), scale.view(), rope.view()};
+  }
+};
+
+void token_slots(Buf& flat, Buf& pairs) {
+  int64_t tok = 0;
+  for (int s = 0; s < 2; ++s) {
+    for (int32_t p = 0; p < kContext[s]; ++p, ++tok) {
+      const int32_t block = kTable[s][p / kBlockSize], off = p % kBlockSize;
+      flat.as<int32_t>()[tok] = block * static_cast<int32_t>(kBlockSize) + off;
+      pairs.as<int32_t>()[2 * tok] = block;
+      pairs.as<int32_t>()[2 * tok + 1] = off;
+    }
+  }
+}
+
+Status write_mla(ops::MlaKvFormat f, DType src, MlaBufs& c, int64_t L, int64_t R) {
+  Buf latent(src, {kTokens, L}), rope(src, {kTokens, R}), flat(DType::kI32, {kTokens}), pairs(DType::kI32, {kTokens, 2});
+  fill(latent, 131 + static_cast<uint64_t>(L), -3.f, 3.f);
+  fill(rope, 132, -3.f, 3.f);
+  token_slots(flat, pairs);
+  switch (f) {
+    case ops::MlaKvFormat::kBf16: return ops::bf16_mla_kv_write(latent.view(), rope.view(), flat.view(), c.cache);
+    case ops::MlaKvFormat::kInt8Fp16ScaleSplitRope:
+      return ops::int8_mla_kv_write(latent.view(), rope.view(), pairs.view(), c.cache);
+    case ops::MlaKvFormat::kFp8TileScalePacked:
+      return ops::fp8_mla_kv_write(latent.view(), rope.view(), flat.view(), c.cache);
+  }
+  return ok_status();
+}
+
+std::vector<int64_t> mla_latents(ops::MlaKvFormat f) {
+  return f == ops::MlaKvFormat::kFp8TileScalePacked ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 200};
+}
+
+TEST(CrossCpu, mla_kv_write) {
+  for (ops::MlaKvFormat f : kMlaFormats) {
+    for (int64_t L : mla_latents(f)) {
+      for (DType src : kFloatTypes) {
+        check_case(mla_tag(f) + "_mla_kv_write." + dt(src) + ".L" + std::to_string(L), [&] {
+          MlaBufs c(f, L, 40);
+          CaseResult r;
+          if (op_ok(write_mla(f, src, c, L, 40), r)) {
+            r.outputs.push_back(output_of(c.kv));
+            if (f == ops::MlaKvFormat::kInt8Fp16ScaleSplitRope) {
+              r.outputs.push_back(output_of(c.scale));
+              r.outputs.push_back(output_of(c.rope));
+            }
+          }
+          return r;
+        });
+      }
+    }
+  }
+}
+
+// 20 heads (work items of 8, 8 and 4 heads); sequence 0 decodes one token, sequence 1 three (causal). The sparse
+// case selects a fixed pattern of positions (and -1 pads) in both index contracts.
+TEST(CrossCpu, mla_decode_and_sparse_mla_decode) {
+  for (ops::MlaKvFormat f : kMlaFormats) {
+    for (int64_t L : mla_latents(f)) {
+      for (bool sparse : {false, true}) {
+        const std::string name = std::string(sparse ? "sparse_mla_decode." : "mla_decode.") + mla_tag(f) + ".L" +
+                                 std::to_string(L);
+        check_case(name, [&] {
+          CaseResult r;
+          const int64_t R = 40, heads = 20, nq = 4, topk = 12;
+          MlaBufs c(f, L, R);
+          if (!op_ok(write_mla(f, DType::kF32, c, L, R), r)) return r;
+          Buf ql(DType::kBF16, {nq, heads, L}), qr(DType::kF32, {nq, heads, R}), out(DType::kF32, {nq, heads, L}),
+              bt(DType::kI32, {2, 3}), cl(DType::kI32, {2}), qsl(DType::kI32, {3}), idx(DType::kI32, {nq, topk});
+          fill(ql, 141, -2.f, 2.f, Edges::kNone);
+          fill(qr, 142, -2.f, 2.f, Edges::kNone);
+          for (int s = 0; s < 2; ++s) {
+            for (int b = 0; b < 3; ++b) bt.as<int32_t>()[s * 3 + b] = kTable[s][b];
+            cl.as<int32_t>()[s] = kContext[s];
+          }
+          const int32_t loc[3] = {0, 1, 4};
+          for (int i = 0; i < 3; ++i) qsl.as<int32_t>()[i] = loc[i];
+          for (int64_t t = 0; t < nq; ++t) {
+            const int32_t pos = t == 0 ? 20 : 33 + static_cast<int32_t>(t);
+            for (int64_t j = 0; j < topk; ++j) {
+              idx.as<int32_t>()[t * topk + j] = j % 5 == 4 ? -1 : static_cast<int32_t>((pos * 7 + 3 * j) % (pos + 1));
+            }
+          }
+          const Status st =
+              sparse ? ops::sparse_mla_decode(ql.view(), qr.view(), c.cache, idx.view(),
+                                              ops::TopkIndexFormat::kSequencePositions, bt.view(), cl.view(), qsl.view(),
+                                              0.07f, out.view())
+                     : ops::mla_decode(ql.view(), qr.view(), c.cache, bt.view(), cl.view(), qsl.view(), 0.07f, out.view());
+          if (op_ok(st, r)) r.outputs.push_back(output_of(out));
+          return r;
+        });
+      }
+    }
+  }
+}
+
+TEST(CrossCpu, indexer_key_write_and_lightning_indexer) {
+  for (ops::IndexerKeyFormat f : {ops::IndexerKeyFormat::kBf16, ops::IndexerKeyFormat::kFp8HadamardPackedScale}) {
+    const std::string tag = f == ops::IndexerKeyFormat::kBf16 ? "bf16" : "fp8";
+    check_case("lightning_indexer." + tag, [&] {
+      CaseResult r;
+      const int64_t D = 64, heads = 3, nq = 4, topk = 10;
+      const bool fp8 = f == ops::IndexerKeyFormat::kFp8HadamardPackedScale;
+      Buf keys(fp8 ? DType::kU8 : DType::kBF16, {kBlocks, kBlockSize, fp8 ? D + 4 : D}), k(DType::kF32, {kTokens, D}),
+          flat(DType::kI32, {kTokens}), pairs(DType::kI32, {kTokens, 2});
+      fill(k, 151, -2.f, 2.f);
+      token_slots(flat, pairs);
+      const ops::IndexerKeyCache cache{f, D, keys.view()};
+      const Status wst = fp8 ? ops::fp8_indexer_key_write(k.view(), flat.view(), cache)
+                             : ops::bf16_indexer_key_write(k.view(), flat.view(), cache);
+      if (!op_ok(wst, r)) return r;
+      r.outputs.push_back(output_of(keys));
+      Buf q(DType::kF32, {nq, heads, D}), w(DType::kF32, {nq, heads}), bt(DType::kI32, {2, 3}), cl(DType::kI32, {2}),
+          qsl(DType::kI32, {3}), idx(DType::kI32, {nq, topk}), sc(DType::kF32, {nq, topk});
+      fill(q, 152, -2.f, 2.f, Edges::kNone);
+      fill(w, 153, 0.f, 1.f, Edges::kNone);
+      for (int s = 0; s < 2; ++s) {
+        for (int b = 0; b < 3; ++b) bt.as<int32_t>()[s * 3 + b] = kTable[s][b];
+        cl.as<int32_t>()[s] = kContext[s];
+      }
+      const int32_t loc[3] = {0, 1, 4};
+      for (int i = 0; i < 3; ++i) qsl.as<int32_t>()[i] = loc[i];
+      if (op_ok(ops::lightning_indexer(q.view(), w.view(), cache, bt.view(), cl.view(), qsl.view(),
+                                       ops::TopkIndexFormat::kFlatKvSlots, idx.view(), sc.view()),
+                r)) {
+        r.outputs.push_back(output_of(idx));
+        r.outputs.push_back(output_of(sc));
+      }
+      return r;
+    });
+  }
+}
+
+TEST(CrossCpu, layer_norm) {
+  for (DType xd : kFloatTypes) {
+    check_case("layer_norm.x_" + dt(xd), [&] {
+      const int64_t rows = 4, d = 75;
+      Buf x(xd, {rows, d}), g(DType::kF32, {d}), b(DType::kBF16, {d}), y(xd, {rows, d});
+      fill(x, 161, -4.f, 4.f);
+      fill(g, 162, 0.5f, 1.5f, Edges::kNone);
+      fill(b, 163, -1.f, 1.f, Edges::kNone);
+      CaseResult r;
+      if (op_ok(ops::layer_norm(x.view(), g.view(), b.view(), 1e-6f, y.view()), r)) r.outputs.push_back(output_of(y));
+      return r;
+    });
+  }
+}
+
+// ---- end MLA + DSA ----
 
 }  // namespace
 }  // namespace genbridge::cross_cpu

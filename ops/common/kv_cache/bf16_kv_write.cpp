@@ -8,7 +8,7 @@ Status bf16_kv_write(const TensorView& key, const TensorView& value, const Tenso
                      const TensorView& key_cache, const TensorView& value_cache) {
   detail::KvWriteCall c;
   c.op = "bf16_kv_write";
-  c.slots = detail::SlotMapping::kFlatOrPairs;
+  c.slots = std::nullopt;
   c.key = key;
   c.value = value;
   c.slot_mapping = slot_mapping;

@@ -10,7 +10,7 @@ Status int8_kv_write(const TensorView& key, const TensorView& value, const Tenso
                      const TensorView& value_scale_cache) {
   detail::KvWriteCall c;
   c.op = "int8_kv_write";
-  c.slots = detail::SlotMapping::kPairs;
+  c.slots = SlotMapping::kBlockOffsetPairs;
   c.key = key;
   c.value = value;
   c.slot_mapping = slot_mapping;

@@ -9,17 +9,18 @@ std::string s(std::string_view v) { return std::string(v); }
 
 struct FormatInfo {
   DType dtype;
-  const char* row_layout;  // names the last dimension
+  std::string row_layout;  // names the last dimension
   int64_t extra;           // row elements beyond head_dim
 };
 
+// From the representation table (kv_cache/kv_format.h): a row with packed scale bytes is stored as uint8.
 FormatInfo info(KvCacheFormat f) {
-  switch (f) {
-    case KvCacheFormat::kBf16: return {DType::kBF16, "head_dim", 0};
-    case KvCacheFormat::kInt8Fp16Scale: return {DType::kI8, "head_dim", 0};
-    case KvCacheFormat::kFp8Fp32PackedScale: return {DType::kU8, "head_dim + 4", 4};
+  const KvRepresentation& r = kv_representation(f);
+  if (r.scale_placement == KvScalePlacement::kPackedInRow) {
+    const int64_t extra = gqa_kv_row_bytes(f, 0).main;
+    return {DType::kU8, "head_dim + " + std::to_string(extra), extra};
   }
-  return {DType::kBF16, "head_dim", 0};
+  return {r.element, "head_dim", 0};
 }
 
 Status check_scale_cache(const char* op, const char* name, const TensorView& t, const KvGeometry& g) {

@@ -22,13 +22,13 @@ std::string s(std::string_view v) { return std::string(v); }
 Status check_slots(const KvWriteCall& c, const KvGeometry& g, int64_t num_tokens) {
   const TensorView& sm = c.slot_mapping;
   const std::string n = std::to_string(num_tokens);
-  const char* want = c.slots == SlotMapping::kFlat    ? "[num_tokens] (flat slots)"
-                     : c.slots == SlotMapping::kPairs ? "[num_tokens, 2] ([block, offset] pairs)"
-                                                      : "[num_tokens] (flat slots) or [num_tokens, 2] ([block, offset] pairs)";
+  const char* want = c.slots == SlotMapping::kFlat               ? "[num_tokens] (flat slots)"
+                     : c.slots == SlotMapping::kBlockOffsetPairs ? "[num_tokens, 2] ([block, offset] pairs)"
+                                                                 : "[num_tokens] (flat slots) or [num_tokens, 2] ([block, offset] pairs)";
   if (sm.dtype() != DType::kI32) {
     return invalid_argument(s(c.op) + ": slot_mapping has dtype " + s(dtype_name(sm.dtype())) + " but must be int32");
   }
-  const bool flat_ok = c.slots != SlotMapping::kPairs && sm.rank() == 1 && sm.dim(0) == num_tokens;
+  const bool flat_ok = c.slots != SlotMapping::kBlockOffsetPairs && sm.rank() == 1 && sm.dim(0) == num_tokens;
   const bool pairs_ok = c.slots != SlotMapping::kFlat && sm.rank() == 2 && sm.dim(0) == num_tokens && sm.dim(1) == 2;
   if (!flat_ok && !pairs_ok) {
     return invalid_argument(s(c.op) + ": slot_mapping has shape " + sm.shape_string() + " but must be " + want +

@@ -3,22 +3,20 @@
 // slot-mapping shapes, never targets.
 
 #include <cstdint>
+#include <optional>
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"
 #include "genbridge/ops/attention/paged_decode.h"
+#include "genbridge/ops/kv_cache/kv_format.h"
 
 namespace genbridge::ops::detail {
 
-enum class SlotMapping {
-  kFlat,          // int32 [num_tokens]: block * block_size + offset
-  kPairs,         // int32 [num_tokens, 2]: [block, offset]
-  kFlatOrPairs,   // either, told apart by rank
-};
-
 struct KvWriteCall {
   const char* op = "";
-  SlotMapping slots = SlotMapping::kFlat;
+  // The one slot mapping the op accepts (ops::SlotMapping, kv_cache/kv_format.h); nullopt: either, told
+  // apart by rank.
+  std::optional<SlotMapping> slots = SlotMapping::kFlat;
   TensorView key, value, slot_mapping;
   PagedKvCache cache;
   // Encodes one fp32 row of head_dim values into a cache row of a representation the shared writer does

@@ -2,12 +2,13 @@
 # Runs the monolithic `genbridge run` and an mpirun `genbridge afd-worker` job on the same model and
 # prompts; passes only when both print the same result lines and dump byte-identical logits.
 # usage: compare_worker_with_run.sh GENBRIDGE MODEL_DIR WORK_DIR -- mpirun ... --dump-logits WORK_DIR/afd.npy
+# (PROMPT_LEN in the environment: the monolithic run's --prompt-len, default 7; the worker's must match.)
 set -u
 genbridge=$1 model=$2 work=$3
 shift 3
 [ "$1" = "--" ] && shift
 rm -rf "$work" && mkdir -p "$work" || exit 1
-"$genbridge" run --model "$model" --num-prompts 5 --prompt-len 7 --max-new-tokens 4 --quiet \
+"$genbridge" run --model "$model" --num-prompts 5 --prompt-len "${PROMPT_LEN:-7}" --max-new-tokens 4 --quiet \
   --dump-logits "$work/mono.npy" > "$work/mono.txt" || { echo "FAIL: genbridge run failed"; exit 1; }
 timeout -k 5 50 "$@" > "$work/afd.txt" 2> "$work/afd.err"
 rc=$?

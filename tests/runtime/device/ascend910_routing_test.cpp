@@ -40,7 +40,7 @@ TEST(Ascend910Routing, every_offered_representation_has_supported_providers) {
   }
   EXPECT_EQ(offered, 4);  // auto, bf16, quantized, int8
   EXPECT_EQ(c.quantized_kv, KvCacheFormat::kInt8Fp16Scale);
-  EXPECT_EQ(c.slot_mapping, SlotMappingFormat::kBlockOffsetPairs);
+  EXPECT_EQ(c.slot_mapping, ops::SlotMapping::kBlockOffsetPairs);
   for (const char* fp8 : {"fp8", "fp8_e4m3fn"}) {
     EXPECT_EQ(resolve_kv_cache_dtype(c, fp8).status().code(), StatusCode::kInvalidArgument) << fp8;
   }

@@ -50,18 +50,18 @@ struct TempDir {
 TEST(GenerationContract, matches_the_design_table) {
   const GenerationContract& a = contract_for(Generation::kAscend910);
   EXPECT_EQ(a.quantized_kv, KvCacheFormat::kInt8Fp16Scale);
-  EXPECT_EQ(a.quantized_kv_element, DType::kI8);
-  EXPECT_EQ(a.kv_scale_dtype, DType::kF16);
-  EXPECT_EQ(a.kv_scale_placement, KvScalePlacement::kSeparateCache);
-  EXPECT_EQ(a.slot_mapping, SlotMappingFormat::kBlockOffsetPairs);
+  EXPECT_EQ(ops::kv_representation(a.quantized_kv).element, DType::kI8);
+  EXPECT_EQ(ops::kv_representation(a.quantized_kv).scale, DType::kF16);
+  EXPECT_EQ(ops::kv_representation(a.quantized_kv).scale_placement, ops::KvScalePlacement::kSeparateCache);
+  EXPECT_EQ(a.slot_mapping, ops::SlotMapping::kBlockOffsetPairs);
   EXPECT_EQ(a.kv_page_size, 128);
   EXPECT_EQ(a.mx_scale_layout, MxScaleLayout::kNone);
   const GenerationContract& b = contract_for(Generation::kAscend950);
   EXPECT_EQ(b.quantized_kv, KvCacheFormat::kFp8Fp32PackedScale);
-  EXPECT_EQ(b.quantized_kv_element, DType::kFp8E4M3FN);
-  EXPECT_EQ(b.kv_scale_dtype, DType::kF32);
-  EXPECT_EQ(b.kv_scale_placement, KvScalePlacement::kPackedRowTail);
-  EXPECT_EQ(b.slot_mapping, SlotMappingFormat::kFlat);
+  EXPECT_EQ(ops::kv_representation(b.quantized_kv).element, DType::kFp8E4M3FN);
+  EXPECT_EQ(ops::kv_representation(b.quantized_kv).scale, DType::kF32);
+  EXPECT_EQ(ops::kv_representation(b.quantized_kv).scale_placement, ops::KvScalePlacement::kPackedInRow);
+  EXPECT_EQ(b.slot_mapping, ops::SlotMapping::kFlat);
   EXPECT_EQ(b.kv_page_size, 128);
   EXPECT_EQ(b.mx_scale_layout, MxScaleLayout::kPair);
   // Bytes per (token, kv head) for K or V: D + 2 (130 at D = 128) and D + 4 (132); bf16 2D on both.

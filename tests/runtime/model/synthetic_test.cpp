@@ -23,11 +23,12 @@ uint64_t fnv1a(const std::vector<char>& bytes) {
 }
 
 TEST(Synthetic, presets_are_valid_and_kernel_friendly) {
-  EXPECT_EQ(synthetic_preset_names(), (std::vector<std::string>{"tiny", "tiny-gemma", "small"}));
+  EXPECT_EQ(synthetic_preset_names(), (std::vector<std::string>{"tiny", "tiny-gemma", "small", "tiny-dsa", "tiny-dsv3",
+                                                          "tiny-dsv3-noq", "small-dsa"}));
   for (const std::string& name : synthetic_preset_names()) {
     const ModelConfig c = synthetic_preset_config(name).value();
     EXPECT_TRUE(validate_model_config(c, name).ok()) << name;
-    EXPECT_TRUE(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256) << name;
+    if (!c.is_deepseek()) EXPECT_TRUE(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256) << name;
     EXPECT_GT(c.num_moe_layers(), 0) << name;
   }
   const ModelConfig tiny = synthetic_preset_config("tiny").value();
@@ -37,7 +38,8 @@ TEST(Synthetic, presets_are_valid_and_kernel_friendly) {
   EXPECT_EQ(gemma.norm_type, NormType::kGemma);
   EXPECT_TRUE(gemma.tie_word_embeddings);
   EXPECT_EQ(synthetic_preset_config("huge").status().message(),
-            "unknown synthetic model preset 'huge' (known presets: tiny, tiny-gemma, small)");
+            "unknown synthetic model preset 'huge' (known presets: tiny, tiny-gemma, small, tiny-dsa, tiny-dsv3, "
+            "tiny-dsv3-noq, small-dsa)");
 }
 
 TEST(Synthetic, weight_bytes_of_presets) {
@@ -129,7 +131,8 @@ TEST(Synthetic, rewriting_a_directory_replaces_the_old_checkpoint) {
 TEST(Synthetic, bad_arguments) {
   TempDir dir;
   EXPECT_EQ(write_synthetic_checkpoint("nope", 0, dir.path()).message(),
-            "unknown synthetic model preset 'nope' (known presets: tiny, tiny-gemma, small)");
+            "unknown synthetic model preset 'nope' (known presets: tiny, tiny-gemma, small, tiny-dsa, tiny-dsv3, "
+            "tiny-dsv3-noq, small-dsa)");
   EXPECT_EQ(write_synthetic_checkpoint("tiny", 0, dir.path(), 0).message(),
             "write_synthetic_checkpoint: shards = 0 must be between 1 and the number of tensors (125)");
   ModelConfig c = synthetic_preset_config("tiny").value();

@@ -4,15 +4,16 @@
 
 #include <array>
 #include <cstdint>
-#include <string_view>
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"
+#include "genbridge/ops/kv_cache/kv_format.h"
 
 namespace genbridge::ops {
 
-// How one layer's K and V caches are represented. Every cache is contiguous and head-major inside a
-// page ("HND": each (page, kv head) holds block_size consecutive rows, so decode streams them):
+// One layer's K and V caches: the representations are listed in kv_cache/kv_format.h (KvCacheFormat).
+// Every cache is contiguous and head-major inside a page ("HND": each (page, kv head) holds block_size
+// consecutive rows, so decode streams them):
 //   kBf16:             key/value_cache bf16 [num_blocks, num_kv_heads, block_size, head_dim].
 //   kInt8Fp16Scale:    key/value_cache int8 [num_blocks, num_kv_heads, block_size, head_dim] plus
 //                      key/value_scale_cache fp16 [num_blocks, num_kv_heads, block_size]: one scale per
@@ -20,17 +21,6 @@ namespace genbridge::ops {
 //   kFp8Fp32PackedScale: key/value_cache uint8 [num_blocks, num_kv_heads, block_size, head_dim + 4]:
 //                      head_dim fp8 e4m3fn codes followed by that row's fp32 scale (little-endian).
 // A token's slot is block * block_size + offset; its row for kv head h is [block, h, offset].
-enum class KvCacheFormat { kBf16, kInt8Fp16Scale, kFp8Fp32PackedScale };
-
-// Name used in messages and logs: "bf16", "int8+fp16 scale", "fp8_e4m3fn+packed fp32 scale".
-constexpr std::string_view kv_cache_format_name(KvCacheFormat f) {
-  switch (f) {
-    case KvCacheFormat::kBf16: return "bf16";
-    case KvCacheFormat::kInt8Fp16Scale: return "int8+fp16 scale";
-    case KvCacheFormat::kFp8Fp32PackedScale: return "fp8_e4m3fn+packed fp32 scale";
-  }
-  return "?";
-}
 
 // Every head_dim paged_decode implements, in increasing order: those of real models (64: many small models,
 // 80: Phi-2, 96: Phi-3, 112: Falcon/StableLM variants, 128: Llama/Qwen, 192: MLA-style latent heads, 256:

@@ -11,7 +11,7 @@ Status fp8_kv_write(const TensorView& key, const TensorView& value, const Tensor
                     const TensorView& key_cache, const TensorView& value_cache) {
   detail::KvWriteCall c;
   c.op = "fp8_kv_write";
-  c.slots = detail::SlotMapping::kFlat;
+  c.slots = SlotMapping::kFlat;
   c.key = key;
   c.value = value;
   c.slot_mapping = slot_mapping;

@@ -1,0 +1,217 @@
+// attention/mla_decode, attention/sparse_mla_decode and attention/lightning_indexer against their roofs
+// (bench/support/bench_util.h), at DeepSeek-V3.2's dimensions: kv_lora_rank 512, rope 64, 16 query heads
+// (128 heads over 8 tensor-parallel ranks), one query token per sequence, pages of 128 tokens handed out
+// shuffled, every MLA KV representation the build runs. Bytes per call = the KV bytes read: dense
+// batch * context * row bytes (bf16 1152, int8 642, fp8 656); sparse batch * index_topk * row bytes.
+// FLOPs = tokens read * heads * (2 (L + R) + 2 L) (scores and the latent accumulation). The cache is
+// cold: calls rotate through copies of it. The indexer: 64 heads of 128, one key row per token (bf16 256
+// B, fp8 132 B), FLOPs = context * heads * 2 * 128. Rows are written once through the stable writers and
+// tiled over the cache (valid codes and scales in every representation).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "genbridge/build_info.h"
+#include "genbridge/ops/attention/lightning_indexer.h"
+#include "genbridge/ops/attention/mla_decode.h"
+#include "genbridge/ops/attention/sparse_mla_decode.h"
+#include "genbridge/ops/kv_cache/bf16_indexer_key_write.h"
+#include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
+#include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
+#include "support/bench_util.h"
+#include "support/tensor_util.h"
+
+namespace genbridge::bench {
+namespace {
+
+using ops::IndexerKeyFormat;
+using ops::MlaKvFormat;
+using testing::OwnedTensor;
+
+constexpr int64_t kL = 512, kR = 64, kHeads = 16, kPage = 128, kIndexHeads = 64, kIndexDim = 128;
+constexpr int64_t kPattern = 256;  // distinct token rows, tiled over the cache
+
+bool fp8() { return ops::build_target() != "Ascend910"; }
+
+// An MLA cache of `tokens` slots: kPattern rows written through the format's writer, then tiled.
+struct MlaStore {
+  std::vector<std::byte> kv, scale, rope;
+  ops::MlaKvCache cache;
+  MlaStore(MlaKvFormat f, int64_t tokens) {
+    const ops::KvRowBytes rb = ops::mla_kv_row_bytes(f, kL, kR);
+    kv.resize(static_cast<size_t>(tokens * rb.main));
+    scale.resize(static_cast<size_t>(tokens * rb.scale) + 2);
+    rope.resize(static_cast<size_t>(tokens * rb.rope) + 2);
+    const int64_t pages = tokens / kPage;
+    const DType dt = f == MlaKvFormat::kBf16 ? DType::kBF16 : f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? DType::kI8
+                                                                                                       : DType::kU8;
+    cache.format = f;
+    cache.kv_lora_rank = kL;
+    cache.rope_dim = kR;
+    cache.kv_cache = TensorView(kv.data(), dt, {pages, kPage, rb.main / static_cast<int64_t>(dtype_size(dt))});
+    cache.scale_cache = TensorView(scale.data(), DType::kF16, {pages, kPage});
+    cache.rope_cache = TensorView(rope.data(), DType::kBF16, {pages, kPage, kR});
+    OwnedTensor lat(DType::kF32, {kPattern, kL}), r(DType::kF32, {kPattern, kR});
+    testing::fill_uniform(lat.view(), 1);
+    testing::fill_uniform(r.view(), 2);
+    std::vector<int32_t> flat(kPattern), pairs(2 * kPattern);
+    for (int32_t i = 0; i < kPattern; ++i) {
+      flat[i] = i;
+      pairs[2 * i] = i / kPage;
+      pairs[2 * i + 1] = i % kPage;
+    }
+    const TensorView fl(flat.data(), DType::kI32, {kPattern}), pr(pairs.data(), DType::kI32, {kPattern, 2});
+    Status st = f == MlaKvFormat::kBf16 ? ops::bf16_mla_kv_write(lat.view(), r.view(), fl, cache)
+                : f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? ops::int8_mla_kv_write(lat.view(), r.view(), pr, cache)
+                                                            : ops::fp8_mla_kv_write(lat.view(), r.view(), fl, cache);
+    GB_CHECK(st.ok(), "mla bench: writer failed");
+    auto tile = [&](std::vector<std::byte>& b, int64_t row) {
+      if (row == 0) return;
+      for (int64_t t = kPattern; t < tokens; t += kPattern) {
+        std::memcpy(b.data() + t * row, b.data(), static_cast<size_t>(std::min(kPattern, tokens - t) * row));
+      }
+    };
+    tile(kv, rb.main);
+    tile(scale, rb.scale);
+    tile(rope, rb.rope);
+  }
+};
+
+// Block tables of `copies` x `batch` sequences of `ctx` tokens over shuffled pages.
+std::vector<std::vector<int32_t>> shuffled_tables(int copies, int64_t pages) {
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(copies));
+  std::mt19937_64 rng(7);
+  for (int c = 0; c < copies; ++c) {
+    for (int64_t i = 0; i < pages; ++i) tables[c].push_back(static_cast<int32_t>(c * pages + i));
+    std::shuffle(tables[c].begin(), tables[c].end(), rng);
+  }
+  return tables;
+}
+
+// range: format, batch, ctx, index_topk (0 = dense mla_decode).
+void BM_mla(benchmark::State& state) {
+  const auto f = static_cast<MlaKvFormat>(state.range(0));
+  const int64_t batch = state.range(1), ctx = state.range(2), topk = state.range(3);
+  const int64_t row = ops::mla_kv_row_bytes(f, kL, kR).total();
+  const int64_t read_tokens = batch * (topk > 0 ? std::min(topk, ctx) : ctx);
+  const size_t kv_bytes = static_cast<size_t>(batch * ctx * row);
+  const int copies = cold_copies(kv_bytes);
+  const int64_t pages_per_seq = (ctx + kPage - 1) / kPage, pages = batch * pages_per_seq;
+  MlaStore store(f, pages * copies * kPage);
+  const auto tables = shuffled_tables(copies, pages);
+  std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(ctx)), loc(static_cast<size_t>(batch + 1));
+  for (int64_t s = 0; s <= batch; ++s) loc[s] = static_cast<int32_t>(s);
+  OwnedTensor ql(DType::kBF16, {batch, kHeads, kL}), qr(DType::kBF16, {batch, kHeads, kR}),
+      out(DType::kBF16, {batch, kHeads, kL});
+  testing::fill_uniform(ql.view(), 3);
+  testing::fill_uniform(qr.view(), 4);
+  // index_topk positions per query: a random sorted subset of the context (what the indexer hands over).
+  std::vector<int32_t> idx;
+  if (topk > 0) {
+    std::mt19937_64 rng(9);
+    std::vector<int32_t> all(static_cast<size_t>(ctx));
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t p = 0; p < ctx; ++p) all[p] = static_cast<int32_t>(p);
+      std::shuffle(all.begin(), all.end(), rng);
+      std::vector<int32_t> sel(all.begin(), all.begin() + std::min(topk, ctx));
+      std::sort(sel.begin(), sel.end());
+      sel.resize(static_cast<size_t>(topk), -1);
+      idx.insert(idx.end(), sel.begin(), sel.end());
+    }
+  }
+  const TensorView cl(lens.data(), DType::kI32, {batch}), qsl(loc.data(), DType::kI32, {batch + 1});
+  const Work work{.bytes = static_cast<double>(read_tokens * row),
+                  .flops = static_cast<double>(read_tokens * kHeads) * (2.0 * (kL + kR) + 2.0 * kL),
+                  .cold = true,
+                  .read_roof = true};
+  run_roofline(state, work, [&](int64_t i) {
+    const TensorView bt(const_cast<int32_t*>(tables[static_cast<size_t>(i) % tables.size()].data()), DType::kI32,
+                        {batch, pages_per_seq});
+    const Status st = topk > 0 ? ops::sparse_mla_decode(ql.view(), qr.view(), store.cache,
+                                                        TensorView(idx.data(), DType::kI32, {batch, topk}),
+                                                        ops::TopkIndexFormat::kSequencePositions, bt, cl, qsl, 0.04f,
+                                                        out.view())
+                               : ops::mla_decode(ql.view(), qr.view(), store.cache, bt, cl, qsl, 0.04f, out.view());
+    if (!st.ok()) state.SkipWithError(st.to_string().c_str());
+  });
+  state.counters["kv_copies"] = copies;
+  state.SetLabel(std::string(ops::mla_kv_format_name(f)));
+}
+
+void mla_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"kv", "batch", "ctx", "topk"});
+  std::vector<int64_t> formats = {0, 1};
+  if (fp8()) formats.push_back(2);
+  for (int64_t f : formats) {
+    for (auto [batch, ctx] : {std::pair<int64_t, int64_t>{1, 4096}, {1, 16384}, {8, 4096}}) b->Args({f, batch, ctx, 0});
+    for (int64_t ctx : {16384, 65536}) b->Args({f, 1, ctx, 2048});
+  }
+  b->UseManualTime();
+}
+
+// range: key format, ctx, index_topk.
+void BM_lightning_indexer(benchmark::State& state) {
+  const auto f = static_cast<IndexerKeyFormat>(state.range(0));
+  const int64_t ctx = state.range(1), topk = state.range(2);
+  const int64_t row = ops::indexer_key_row_bytes(f, kIndexDim).main;
+  const size_t bytes = static_cast<size_t>(ctx * row);
+  const int copies = cold_copies(bytes);
+  const int64_t pages = (ctx + kPage - 1) / kPage, tokens = pages * copies * kPage;
+  std::vector<std::byte> keys(static_cast<size_t>(tokens * row));
+  const DType dt = f == IndexerKeyFormat::kBf16 ? DType::kBF16 : DType::kU8;
+  const ops::IndexerKeyCache cache{
+      f, kIndexDim, TensorView(keys.data(), dt, {pages * copies, kPage, row / static_cast<int64_t>(dtype_size(dt))})};
+  {
+    OwnedTensor k(DType::kF32, {kPattern, kIndexDim});
+    testing::fill_uniform(k.view(), 5);
+    std::vector<int32_t> flat(kPattern);
+    for (int32_t i = 0; i < kPattern; ++i) flat[i] = i;
+    const TensorView fl(flat.data(), DType::kI32, {kPattern});
+    const Status st = f == IndexerKeyFormat::kBf16 ? ops::bf16_indexer_key_write(k.view(), fl, cache)
+                                                   : ops::fp8_indexer_key_write(k.view(), fl, cache);
+    GB_CHECK(st.ok(), "indexer bench: writer failed");
+    for (int64_t t = kPattern; t < tokens; t += kPattern) {
+      std::memcpy(keys.data() + t * row, keys.data(), static_cast<size_t>(std::min(kPattern, tokens - t) * row));
+    }
+  }
+  const auto tables = shuffled_tables(copies, pages);
+  std::vector<int32_t> lens = {static_cast<int32_t>(ctx)}, loc = {0, 1}, idx(static_cast<size_t>(topk));
+  OwnedTensor q(DType::kBF16, {1, kIndexHeads, kIndexDim}), w(DType::kF32, {1, kIndexHeads});
+  testing::fill_uniform(q.view(), 6);
+  testing::fill_uniform(w.view(), 7, 0.f, 0.1f);
+  const Work work{.bytes = static_cast<double>(bytes),
+                  .flops = static_cast<double>(ctx * kIndexHeads) * 2.0 * kIndexDim,
+                  .cold = true,
+                  .read_roof = true};
+  run_roofline(state, work, [&](int64_t i) {
+    const TensorView bt(const_cast<int32_t*>(tables[static_cast<size_t>(i) % tables.size()].data()), DType::kI32,
+                        {1, pages});
+    const Status st = ops::lightning_indexer(q.view(), w.view(), cache, bt, TensorView(lens.data(), DType::kI32, {1}),
+                                             TensorView(loc.data(), DType::kI32, {2}),
+                                             ops::TopkIndexFormat::kSequencePositions,
+                                             TensorView(idx.data(), DType::kI32, {1, topk}), TensorView());
+    if (!st.ok()) state.SkipWithError(st.to_string().c_str());
+  });
+  state.SetLabel(std::string(ops::indexer_key_format_name(f)));
+}
+
+void indexer_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"keys", "ctx", "topk"});
+  std::vector<int64_t> formats = {0};
+  if (fp8()) formats.push_back(1);
+  for (int64_t f : formats) {
+    for (int64_t ctx : {16384, 65536}) b->Args({f, ctx, 2048});
+  }
+  b->UseManualTime();
+}
+
+BENCHMARK(BM_mla)->Name("mla_decode")->Apply(mla_shapes);
+BENCHMARK(BM_lightning_indexer)->Name("lightning_indexer")->Apply(indexer_shapes);
+
+}  // namespace
+}  // namespace genbridge::bench

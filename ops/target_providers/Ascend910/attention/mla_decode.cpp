@@ -1,0 +1,30 @@
+// Ascend910 (A2/A3) provider: reads the bf16 and int8 MLA KV representations. The generation has no FP8
+// data path, so an fp8 cache is the explicit unsupported case (Unimplemented, before any other check).
+#include "genbridge/ops/attention/mla_decode.h"
+
+#include "ops/detail/attention/mla_attention.h"
+
+namespace genbridge::ops {
+
+Status mla_decode(const TensorView& q_latent, const TensorView& q_rope, const MlaKvCache& cache,
+                  const TensorView& block_tables, const TensorView& context_lens, const TensorView& query_start_loc,
+                  float softmax_scale, const TensorView& out) {
+  if (cache.format == MlaKvFormat::kFp8TileScalePacked) {
+    return unimplemented(
+        "mla_decode: the fp8 MLA KV cache is not supported on Ascend910 (A2/A3 has no FP8 data path; its quantized MLA "
+        "KV cache is int8 latent + fp16 scale with a separate bf16 rope cache)");
+  }
+  detail::MlaAttentionCall c;
+  c.op = "mla_decode";
+  c.q_latent = q_latent;
+  c.q_rope = q_rope;
+  c.cache = cache;
+  c.block_tables = block_tables;
+  c.context_lens = context_lens;
+  c.query_start_loc = query_start_loc;
+  c.softmax_scale = softmax_scale;
+  c.out = out;
+  return detail::run_mla_attention(c);
+}
+
+}  // namespace genbridge::ops

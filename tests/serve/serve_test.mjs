@@ -1,0 +1,547 @@
+// Loopback tests of `genbridge serve`: one case per invocation, each starting its own server on a free port
+// (--port 0 --port-file) and stopping it with SIGTERM (it must exit 0). Every wait is bounded: each HTTP
+// call has a timeout, every poll a deadline, and the whole case a watchdog.
+// usage: node serve_test.mjs --case NAME --genbridge PATH --model DIR --work DIR [--clients N --rounds N
+//        --max-tokens N] [--client-dir DIR]
+import { execFileSync, spawn } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
+const G = args.genbridge, MODEL = args.model, WORK = args.work;
+const NAME = path.basename(MODEL);
+fs.mkdirSync(WORK, { recursive: true });
+const servers = [];
+let failures = 0;
+const watchdog = setTimeout(() => { console.log("FAIL: the case ran past its 100 s watchdog"); cleanup(); process.exit(1); },
+                            Number(args.watchdog ?? 100) * 1000);
+function cleanup() { for (const s of servers) if (s.proc.exitCode === null) s.proc.kill("SIGKILL"); }
+process.on("exit", cleanup);
+
+function check(cond, what, extra) {
+  if (cond) { console.log(`ok: ${what}`); return; }
+  failures++;
+  console.log(`FAIL: ${what}${extra !== undefined ? `\n  got: ${typeof extra === "string" ? extra : JSON.stringify(extra)}` : ""}`);
+}
+function eq(got, want, what) {
+  const g = JSON.stringify(got), w = JSON.stringify(want);
+  check(g === w, what, g === w ? undefined : `${g}\n  want: ${w}`);
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function startServer(extra = [], model = MODEL) {
+  const portFile = path.join(WORK, `port.${process.pid}.${servers.length}`);
+  fs.rmSync(portFile, { force: true });
+  const proc = spawn(G, ["serve", "--model", model, "--port", "0", "--port-file", portFile, "--quiet", ...extra],
+                     { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  proc.stdout.on("data", (d) => (log += d));
+  proc.stderr.on("data", (d) => (log += d));
+  const exited = new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig })));
+  const s = { proc, exited, log: () => log };
+  servers.push(s);
+  const deadline = Date.now() + 60000;
+  while (!fs.existsSync(portFile)) {
+    if (proc.exitCode !== null || Date.now() > deadline) throw new Error(`the server did not start:\n${log}`);
+    await sleep(20);
+  }
+  s.port = Number(fs.readFileSync(portFile, "utf8"));
+  s.base = `http://127.0.0.1:${s.port}`;
+  return s;
+}
+async function stopServer(s, what = "SIGTERM: the server exits 0") {
+  s.proc.kill("SIGTERM");
+  const r = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
+  eq(r.code, 0, what);
+  if (r.code !== 0) console.log(s.log());
+  return r;
+}
+
+async function post(s, route, body, timeoutMs = 60000) {
+  const res = await fetch(s.base + route, { method: "POST", headers: { "content-type": "application/json" },
+                                            body: typeof body === "string" ? body : JSON.stringify(body),
+                                            signal: AbortSignal.timeout(timeoutMs) });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* SSE or not JSON */ }
+  return { status: res.status, text, json, headers: res.headers };
+}
+async function metrics(s) {
+  const text = await (await fetch(s.base + "/metrics", { signal: AbortSignal.timeout(10000) })).text();
+  const m = {};
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const i = line.lastIndexOf(" ");
+    m[line.slice(0, i)] = Number(line.slice(i + 1));
+  }
+  return m;
+}
+async function waitMetrics(s, pred, what, ms = 15000) {
+  const deadline = Date.now() + ms;
+  let m;
+  for (;;) {
+    m = await metrics(s);
+    if (pred(m)) break;
+    if (Date.now() > deadline) break;
+    await sleep(20);
+  }
+  check(pred(m), what, m);
+  return m;
+}
+
+// Parses a server-sent-event body: every event "data: ...", the last "[DONE]".
+function parseSse(text) {
+  const events = text.split("\n\n").filter((e) => e.length > 0);
+  const chunks = [];
+  let done = false, wellFormed = true;
+  for (const e of events) {
+    if (!e.startsWith("data: ") || done) wellFormed = false;
+    const data = e.slice(6);
+    if (data === "[DONE]") { done = true; continue; }
+    try { chunks.push(JSON.parse(data)); } catch { wellFormed = false; }
+  }
+  return { chunks, done, wellFormed };
+}
+function joinChunks(chunks, chat) {
+  let text = "", ids = [];
+  for (const c of chunks) {
+    if (!c.choices?.length) continue;
+    const ch = c.choices[0];
+    text += chat ? (ch.delta?.content ?? "") : ch.text;
+    ids = ids.concat(ch.token_ids ?? []);
+  }
+  const last = chunks[chunks.length - 1];
+  return { text, ids, finish: last?.choices?.[0]?.finish_reason, usage: last?.usage };
+}
+
+// `genbridge run` on the same model: [{ids, text}] per prompt, greedy.
+function runCli(prompts, maxNew, model = MODEL) {
+  const flags = [];
+  for (const p of prompts) {
+    if (typeof p === "string") flags.push("--prompt-text", p);
+    else flags.push("--prompt", p.join(","));
+  }
+  const out = execFileSync(G, ["run", "--model", model, ...flags, "--max-new-tokens", String(maxNew), "--quiet"],
+                           { encoding: "utf8", timeout: 120000, maxBuffer: 1 << 26 });
+  const res = [];
+  for (const line of out.split("\n")) {
+    let m = /^request (\d+) \((\w+), (\d+) tokens\): ?(.*)$/.exec(line);
+    if (m) res[Number(m[1])] = { ids: m[4].trim() ? m[4].trim().split(" ").map(Number) : [] };
+    m = /^request (\d+) text: (.*)$/.exec(line);
+    if (m) res[Number(m[1])].text = JSON.parse(m[2]);
+  }
+  return res;
+}
+
+function curl(s, route, body, extra = []) {
+  const a = ["-sS", "-N", "--max-time", "60", "-w", "\n%{http_code}", ...extra];
+  if (body !== undefined) a.push("-H", "content-type: application/json", "--data-binary", JSON.stringify(body));
+  const out = execFileSync("curl", [...a, s.base + route], { encoding: "utf8", timeout: 70000 });
+  const i = out.lastIndexOf("\n");
+  const text = out.slice(0, i);
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* SSE */ }
+  return { status: Number(out.slice(i + 1)), text, json };
+}
+
+const cases = {
+  // curl against every endpoint, streamed and not; the tokens are genbridge run's.
+  async curl_endpoints() {
+    const s = await startServer(["--max-batch", "8"]);
+    let r = curl(s, "/health");
+    eq([r.status, r.json], [200, { status: "ok" }], "GET /health");
+    r = curl(s, "/v1/models");
+    eq([r.status, r.json.object, r.json.data.map((d) => [d.id, d.object])], [200, "list", [[NAME, "model"]]], "GET /v1/models");
+    const prompt = "Hello world, this is genbridge.";
+    const want = runCli([prompt], 8)[0];
+    const req = { model: NAME, prompt, max_tokens: 8, temperature: 0, return_token_ids: true, ignore_eos: true };
+    r = curl(s, "/v1/completions", req);
+    eq(r.status, 200, "POST /v1/completions: 200");
+    const c = r.json;
+    eq([c.object, c.model, c.choices.length, c.choices[0].finish_reason], ["text_completion", NAME, 1, "length"],
+       "completion: object, model, one choice, finish_reason length");
+    eq(c.choices[0].token_ids, want.ids, "completion: the tokens of genbridge run");
+    eq(c.choices[0].text, want.text, "completion: the text of genbridge run");
+    eq([c.usage.completion_tokens, c.usage.total_tokens - c.usage.prompt_tokens], [8, 8], "completion: usage");
+    r = curl(s, "/v1/completions", { ...req, stream: true });
+    let sse = parseSse(r.text);
+    check(r.status === 200 && sse.wellFormed && sse.done, "streamed completion: well-formed events ending in [DONE]", r.text);
+    let j = joinChunks(sse.chunks, false);
+    eq([j.text, j.ids, j.finish, j.usage?.completion_tokens], [want.text, want.ids, "length", 8],
+       "streamed completion: the same text and tokens, finish_reason and usage on the last chunk");
+    // Chat.
+    const chat = { model: NAME, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hi there" }],
+                   max_tokens: 6, temperature: 0, return_token_ids: true };
+    r = curl(s, "/v1/chat/completions", chat);
+    eq([r.status, r.json.object, r.json.choices[0].message.role, r.json.choices[0].finish_reason,
+        r.json.usage.completion_tokens], [200, "chat.completion", "assistant", "length", 6], "POST /v1/chat/completions");
+    const chatText = r.json.choices[0].message.content, chatIds = r.json.choices[0].token_ids;
+    r = curl(s, "/v1/chat/completions", { ...chat, stream: true });
+    sse = parseSse(r.text);
+    check(sse.wellFormed && sse.done, "streamed chat: well-formed events ending in [DONE]", r.text);
+    eq(sse.chunks[0].choices[0].delta.role, "assistant", "streamed chat: the first delta names the role");
+    j = joinChunks(sse.chunks, true);
+    eq([j.text, j.ids, j.finish, j.usage?.completion_tokens], [chatText, chatIds, "length", 6],
+       "streamed chat: the same content and tokens as the non-streamed reply");
+    // Stop strings, matched across a token boundary and not emitted.
+    // Token boundaries: the text of the first k tokens is a prefix of the text of 16 (greedy).
+    const full = curl(s, "/v1/completions", { ...req, max_tokens: 16 }).json.choices[0].text;
+    let stop = null, at = -1;
+    for (let k = 2; k < 16 && stop === null; ++k) {
+      const p = curl(s, "/v1/completions", { ...req, max_tokens: k }).json.choices[0].text.length;
+      const cand = full.slice(p - 1, p + 1);
+      if (p >= 1 && cand.length === 2 && full.indexOf(cand) === p - 1 && !/\uFFFD/.test(cand)) { stop = cand; at = p - 1; }
+    }
+    check(stop !== null, "found a two-character stop string across a token boundary", full);
+    if (stop !== null) {
+      r = curl(s, "/v1/completions", { ...req, max_tokens: 16, stop: [stop] });
+      eq([r.json.choices[0].text, r.json.choices[0].finish_reason], [full.slice(0, at), "stop"],
+         `stop ${JSON.stringify(stop)}: the text before it, finish_reason stop`);
+      r = curl(s, "/v1/completions", { ...req, max_tokens: 16, stop, stream: true });
+      j = joinChunks(parseSse(r.text).chunks, false);
+      eq([j.text, j.finish], [full.slice(0, at), "stop"], "streamed stop: the same text, finish_reason stop");
+      // A long request that reaches its stop string early: the server ends it in the engine (its KV pages
+      // freed, the rest never generated) and counts it as finished by stop.
+      r = curl(s, "/v1/completions", { ...req, max_tokens: 4000, stop, stream: true });
+      j = joinChunks(parseSse(r.text).chunks, false);
+      eq([j.text, j.finish], [full.slice(0, at), "stop"], "4000-token request: ends at the stop string");
+      await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="stop"}'] >= 1 &&
+                                   m.genbridge_kv_pages_used === 0 && m.genbridge_running_requests === 0 &&
+                                   m.genbridge_generation_tokens_total < 3000,
+                        "metrics: ended by stop in the engine, KV freed, far fewer than 4000 tokens generated");
+      // The engine may have generated all 16 tokens (length) before the server saw the stop string; if not,
+      // the request ends as "stop". Never as a cancellation (that counter means clients that went away).
+      await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="stop"}'] +
+                                   m['genbridge_requests_finished_total{reason="length"}'] === 15 &&
+                                   m['genbridge_requests_finished_total{reason="cancelled"}'] === 0,
+                        "metrics: the stop-string requests count as finished by stop or length, not cancelled");
+    }
+    r = curl(s, "/metrics");
+    check(r.status === 200 && /# TYPE genbridge_time_to_first_token_seconds histogram/.test(r.text) &&
+          /# TYPE genbridge_time_per_output_token_seconds histogram/.test(r.text), "GET /metrics: Prometheus text with TTFT/TPOT histograms");
+    const m = await metrics(s);
+    eq([m['genbridge_requests_total{outcome="accepted"}'] >= 8, m.genbridge_kv_pages_used, m.genbridge_running_requests,
+        m.genbridge_queue_depth], [true, 0, 0, 0], "metrics: every request accepted, no KV pages or requests left");
+    await stopServer(s);
+  },
+
+  // Every refusal: its status and exact OpenAI-style error.
+  async errors() {
+    const s = await startServer(["--kv-memory-mb", "4", "--max-batch", "1", "--max-queued-requests", "1"]);
+    const base = { model: NAME, prompt: [1, 2, 3, 4, 5], max_tokens: 2, temperature: 0 };
+    const cases = [
+      ["/v1/completions", '{"model": ', 400, "The request body is not valid JSON (parse error at byte 11).", null],
+      ["/v1/completions", "[1, 2]", 400, "The request body must be a JSON object, got [1,2].", null],
+      ["/v1/completions", { prompt: "x" }, 400, "'model' is required.", "model"],
+      ["/v1/completions", { ...base, model: 7 }, 400, "'model' must be a string, got 7.", "model"],
+      ["/v1/completions", { ...base, model: "gpt-4" }, 400, `The model 'gpt-4' does not exist; this server serves '${NAME}'.`, "model"],
+      ["/v1/completions", { model: NAME }, 400, "'prompt' is required.", "prompt"],
+      ["/v1/completions", { ...base, prompt: 5 }, 400, "'prompt' must be a string or a list of token ids, got 5.", "prompt"],
+      ["/v1/completions", { ...base, prompt: ["a", "b"] }, 400, "'prompt' holds 2 prompts; this server takes one prompt per request.", "prompt"],
+      ["/v1/completions", { ...base, prompt: [1, 512] }, 400, "'prompt' token 512 is outside the vocabulary [0, 512).", "prompt"],
+      ["/v1/completions", { ...base, prompt: "" }, 400, "'prompt' is empty: it encodes to no token.", "prompt"],
+      ["/v1/completions", { ...base, max_tokens: "8" }, 400, "'max_tokens' must be an integer, got \"8\".", "max_tokens"],
+      ["/v1/completions", { ...base, max_tokens: 0 }, 400, "'max_tokens' must be at least 1, got 0.", "max_tokens"],
+      ["/v1/completions", { ...base, max_tokens: -3 }, 400, "'max_tokens' must be at least 1, got -3.", "max_tokens"],
+      ["/v1/completions", { ...base, max_tokens: 1e30 }, 400, "'max_tokens' must be an integer, got 1e+30.", "max_tokens"],
+      ["/v1/completions", { ...base, max_tokens: 5000 }, 400,
+       "This model's maximum context length is 4096 tokens, but the request asks for 5005 (5 prompt + 5000 completion tokens); lower 'max_tokens' or shorten the prompt.", "max_tokens"],
+      ["/v1/completions", { ...base, max_tokens: 2100 }, 400,
+       "The request needs 17 KV pages (5 prompt + 2100 completion tokens at 128 tokens per page) but the server's KV pool holds 16 pages (--kv-memory-mb 4); lower 'max_tokens' or shorten the prompt.", "max_tokens"],
+      ["/v1/completions", { ...base, temperature: -1 }, 400, "'temperature' must be between 0 and 2, got -1.", "temperature"],
+      ["/v1/completions", { ...base, temperature: "hot" }, 400, "'temperature' must be a number, got \"hot\".", "temperature"],
+      ["/v1/completions", { ...base, top_p: 0 }, 400, "'top_p' must be greater than 0 and at most 1, got 0.", "top_p"],
+      ["/v1/completions", { ...base, top_k: -2 }, 400, "'top_k' must be -1 or 0 (no limit) or a positive integer below 2^31, got -2.", "top_k"],
+      ["/v1/completions", { ...base, seed: 1.5 }, 400, "'seed' must be an integer, got 1.5.", "seed"],
+      ["/v1/completions", { ...base, n: 2 }, 400, "'n' must be 1 (this server generates one choice per request), got 2.", "n"],
+      ["/v1/completions", { ...base, stop: ["a", "b", "c", "d", "e"] }, 400, "'stop' holds 5 strings; at most 4 are allowed.", "stop"],
+      ["/v1/completions", { ...base, stop: [""] }, 400, "'stop' strings must not be empty.", "stop"],
+      ["/v1/completions", { ...base, stop: 3 }, 400, "'stop' must be a string or a list of strings, got 3.", "stop"],
+      ["/v1/completions", { ...base, stream: "yes" }, 400, "'stream' must be a boolean, got \"yes\".", "stream"],
+      ["/v1/completions", { ...base, logprobs: 2 }, 400, "'logprobs' is not supported by this server.", "logprobs"],
+      ["/v1/chat/completions", { model: NAME }, 400, "'messages' is required.", "messages"],
+      ["/v1/chat/completions", { model: NAME, messages: [] }, 400, "'messages' is empty.", "messages"],
+      ["/v1/chat/completions", { model: NAME, messages: [{ content: "hi" }] }, 400, "'messages[0].role' must be a string.", "messages[0].role"],
+      ["/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: 5 }] }, 400,
+       "'messages[0].content' must be a string, null or a list of text parts, got 5.", "messages[0].content"],
+    ];
+    for (const [route, body, status, message, param] of cases) {
+      const r = await post(s, route, body);
+      eq([r.status, r.json?.error?.message, r.json?.error?.param ?? null, r.json?.error?.type],
+         [status, message, param, "invalid_request_error"], `${route} ${typeof body === "string" ? body : JSON.stringify(body)}`);
+    }
+    let r = await post(s, "/v1/completions", { ...base, model: "gpt-4" });
+    eq(r.json.error.code, "model_not_found", "unknown model: code model_not_found");
+    r = await fetch(s.base + "/v1/nothing", { signal: AbortSignal.timeout(10000) });
+    eq([r.status, (await r.json()).error.message], [404, "No route GET /v1/nothing."], "unknown route: 404 JSON error");
+    // A full queue: one request running (--max-batch 1), one waiting (--max-queued-requests 1), the next: 429.
+    // The running request must outlast the two that follow it; should it finish first (a slow client
+    // machine), the attempt is repeated (at most 5).
+    let got429 = null;
+    for (let attempt = 0; attempt < 5 && !got429; ++attempt) {
+      const ac = new AbortController();
+      const running = await fetch(s.base + "/v1/completions", {
+        method: "POST", body: JSON.stringify({ ...base, prompt: [1, 2, 3], max_tokens: 2040, stream: true }),
+        headers: { "content-type": "application/json" }, signal: ac.signal });
+      const reader = running.body.getReader();
+      await reader.read();  // the first token: it runs
+      const waiting = post(s, "/v1/completions", { ...base, max_tokens: 2 });
+      const deadline = Date.now() + 5000;
+      let queued = false;
+      while (!queued && Date.now() < deadline) {
+        const m = await metrics(s);
+        queued = m.genbridge_queue_depth === 1 && m.genbridge_running_requests === 1;
+        if (m['genbridge_requests_finished_total{reason="length"}'] > 0 && !queued) break;
+      }
+      if (queued) {
+        const r = await post(s, "/v1/completions", base);
+        if (r.status === 429) got429 = r;
+      }
+      ac.abort();
+      const w = await waiting;
+      eq([w.status, w.json?.choices?.[0]?.finish_reason], [200, "length"], "the waiting request completes once the first is gone");
+    }
+    eq([got429?.status, got429?.json?.error?.message, got429?.json?.error?.type, got429?.json?.error?.code],
+       [429, "The server's queue is full (--max-queued-requests 1: that many requests are waiting to start); retry later.",
+        "rate_limit_error", "queue_full"], "a full queue: 429");
+    await waitMetrics(s, (m) => m['genbridge_requests_total{outcome="queue_full"}'] === 1 &&
+                                 m['genbridge_requests_finished_total{reason="cancelled"}'] >= 1 &&
+                                 m.genbridge_kv_pages_used === 0 && m.genbridge_running_requests === 0,
+                      "metrics: 1 refused for a full queue, the aborted stream cancelled, no KV pages held");
+    await stopServer(s);
+  },
+
+  // A client that goes away mid-stream: its request is cancelled and its KV pages freed (/metrics).
+  async disconnect() {
+    const s = await startServer(["--max-batch", "4"]);
+    const ac = new AbortController();
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: ac.signal,
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true }) });
+    const reader = res.body.getReader();
+    await reader.read();
+    await reader.read();
+    const during = await metrics(s);
+    eq([during.genbridge_running_requests, during.genbridge_kv_pages_used > 0], [1, true], "mid-stream: 1 running, KV pages held");
+    ac.abort();
+    const m = await waitMetrics(s, (x) => x['genbridge_requests_finished_total{reason="cancelled"}'] === 1 &&
+                                           x.genbridge_kv_pages_used === 0 && x.genbridge_running_requests === 0,
+                                "after the disconnect: cancelled, KV pages freed, nothing running");
+    check(m.genbridge_generation_tokens_total < 4000, "it stopped generating", m.genbridge_generation_tokens_total);
+    await stopServer(s);
+  },
+
+  // --request-timeout: a request still running then is cancelled (its KV pages freed) and answered 504.
+  async request_timeout() {
+    const s = await startServer(["--request-timeout", "0.05"]);
+    const r = await post(s, "/v1/completions", { model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0 });
+    eq([r.status, r.json?.error?.message, r.json?.error?.type, r.json?.error?.code],
+       [504, "The request did not finish within --request-timeout 0.05 s.", "server_error", "timeout"], "non-streamed: 504");
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(60000),
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true }) });
+    const sse = parseSse(await res.text());
+    eq([sse.wellFormed, sse.done, sse.chunks[sse.chunks.length - 1]?.error?.code], [true, true, "timeout"],
+       "streamed: an error event, then [DONE]");
+    await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="cancelled"}'] === 2 && m.genbridge_kv_pages_used === 0,
+                      "both cancelled, no KV pages held");
+    await stopServer(s);
+  },
+
+  // A request whose logits turn non-finite (an +Inf in lm_head.weight): 500 naming the step, the server goes on.
+  async non_finite() {
+    const s = await startServer([]);
+    const body = { model: NAME, prompt: [1, 2, 3], max_tokens: 4, temperature: 0 };
+    const r = await post(s, "/v1/completions", body);
+    const msg = /^request \d+, step 0: the logits contain 1 non-finite value of 512 \(first: token 17 = -?inf\); the request was ended\./;
+    check(r.status === 500 && r.json?.error?.type === "server_error" && r.json?.error?.code === "generation_error" &&
+          msg.test(r.json?.error?.message), "non-streamed: 500 naming the step", r.text);
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(60000),
+      body: JSON.stringify({ ...body, stream: true }) });
+    const sse = parseSse(await res.text());
+    const last = sse.chunks[sse.chunks.length - 1];
+    check(sse.wellFormed && sse.done && last?.error?.code === "generation_error" && msg.test(last?.error?.message),
+          "streamed: an error event, then [DONE]", JSON.stringify(sse));
+    const h = await fetch(s.base + "/health", { signal: AbortSignal.timeout(10000) });
+    eq(h.status, 200, "the server stays healthy");
+    await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="error"}'] === 2 && m.genbridge_kv_pages_used === 0,
+                      "metrics: 2 ended by an error, no KV pages held");
+    await stopServer(s);
+  },
+
+  // SIGTERM: /health and new requests 503, the in-flight stream (1,500 tokens: it outlasts the checks)
+  // finishes, exit 0.
+  async sigterm_drains() {
+    const s = await startServer(["--shutdown-timeout", "60"]);
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 1500, temperature: 0, stream: true }) });
+    const reader = res.body.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    s.proc.kill("SIGTERM");
+    const deadline = Date.now() + 10000;
+    let h;
+    while ((h = await fetch(s.base + "/health", { signal: AbortSignal.timeout(5000) })).status !== 503 && Date.now() < deadline) await sleep(5);
+    eq(h.status, 503, "draining: /health 503");
+    const r = await post(s, "/v1/completions", { model: NAME, prompt: [1], max_tokens: 2 });
+    eq([r.status, r.json?.error?.message], [503, "The server is shutting down and accepts no new requests."], "draining: a new request gets 503");
+    for (let i = 0; i < 100000; ++i) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const sse = parseSse(text);
+    const j = joinChunks(sse.chunks, false);
+    eq([sse.wellFormed, sse.done, j.finish, j.usage?.completion_tokens], [true, true, "length", 1500], "the in-flight stream finished");
+    const e = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
+    eq(e.code, 0, "exit 0 after draining");
+  },
+
+  // SIGTERM with --shutdown-timeout 0: the in-flight request (4,000 tokens) is cancelled (an error event), exit 0.
+  async sigterm_deadline() {
+    const s = await startServer(["--shutdown-timeout", "0"]);
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(60000),
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true }) });
+    const reader = res.body.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    const t0 = Date.now();
+    s.proc.kill("SIGTERM");
+    for (let i = 0; i < 100000; ++i) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const sse = parseSse(text);
+    const last = sse.chunks[sse.chunks.length - 1];
+    eq([sse.wellFormed, sse.done, last?.error?.message], [true, true, "The request was cancelled: the server is shutting down."],
+       "the stream ends with an error event and [DONE]");
+    const e = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
+    eq(e.code, 0, "exit 0");
+    check(Date.now() - t0 < 10000, "within the deadline (plus the listener's close)", Date.now() - t0);
+  },
+
+  // The official OpenAI Node client, on a synthetic model of Qwen3's vocabulary with the real Qwen3 tokenizer.
+  async openai_client() {
+    const { default: OpenAI } = await import(path.join(args["client-dir"], "node_modules/openai/index.mjs"));
+    const s = await startServer([]);
+    const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
+    const models = await client.models.list();
+    eq(models.data.map((m) => m.id), [NAME], "models.list");
+    const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
+    const want = runCli([prompt], 12)[0];
+    const c = await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true });
+    eq([c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens], [want.text, "length", 12],
+       "completions.create: genbridge run's text");
+    let text = "", finish = null, usage = null;
+    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true, stream: true })) {
+      text += ch.choices[0]?.text ?? "";
+      finish = ch.choices[0]?.finish_reason ?? finish;
+      usage = ch.usage ?? usage;
+    }
+    eq([text, finish, usage?.completion_tokens], [want.text, "length", 12], "completions.create stream: the same text");
+    const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: "Say hello in 中文." }];
+    const chat = await client.chat.completions.create({ model: NAME, messages, max_tokens: 10, temperature: 0 });
+    eq([chat.choices[0].message.role, chat.choices[0].finish_reason, chat.usage.completion_tokens], ["assistant", "length", 10],
+       "chat.completions.create");
+    text = "";
+    let role = null;
+    for await (const ch of await client.chat.completions.create({ model: NAME, messages, max_tokens: 10, temperature: 0, stream: true })) {
+      role = ch.choices[0]?.delta?.role ?? role;
+      text += ch.choices[0]?.delta?.content ?? "";
+      finish = ch.choices[0]?.finish_reason ?? finish;
+    }
+    eq([role, text, finish], ["assistant", chat.choices[0].message.content, "length"], "chat.completions.create stream: the same content");
+    try {
+      await client.completions.create({ model: "nope", prompt: "x" });
+      check(false, "an unknown model throws");
+    } catch (e) {
+      eq([e.status, e.error?.message], [400, `The model 'nope' does not exist; this server serves '${NAME}'.`], "the client sees the 400 error object");
+    }
+    await stopServer(s);
+  },
+
+  // Load: C concurrent streaming clients x R requests, greedy; every response complete and well-formed,
+  // tokens identical to genbridge run's and to the same prompt served alone; KV usage back to zero.
+  async load() {
+    const C = Number(args.clients ?? 64), R = Number(args.rounds ?? 3), N = Number(args["max-tokens"] ?? 16);
+    const s = await startServer(["--max-batch", String(C), "--max-queued-requests", String(C)]);
+    const prompts = [];
+    for (let i = 0; i < C * R; ++i) prompts.push(Array.from({ length: 4 + (i % 13) }, (_, k) => (i * 31 + k * 7 + 1) % 500));
+    const want = runCli(prompts, N);
+    const one = async (p) => {
+      const t0 = performance.now();
+      const res = await fetch(s.base + "/v1/completions", {
+        method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(90000),
+        body: JSON.stringify({ model: NAME, prompt: p, max_tokens: N, temperature: 0, stream: true, return_token_ids: true,
+                              ignore_eos: true }) });
+      const reader = res.body.getReader();
+      let text = "", first = 0;
+      const dec = new TextDecoder();
+      for (let i = 0; i < 100000; ++i) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        if (!first && dec.decode(value, { stream: false }).includes('"token_ids":[')) first = performance.now();
+        text += dec.decode(value);
+      }
+      const end = performance.now();
+      return { status: res.status, sse: parseSse(text), ttft: (first - t0) / 1000, tpot: (end - first) / 1000 / Math.max(N - 1, 1), t0, end };
+    };
+    const alone = await one(prompts[0]);
+    const t0 = performance.now();
+    const results = new Array(C * R);
+    await Promise.all(Array.from({ length: C }, async (_, c) => {
+      for (let r = 0; r < R; ++r) results[r * C + c] = await one(prompts[r * C + c]);
+    }));
+    const wall = (performance.now() - t0) / 1000;
+    let bad = 0, mismatched = 0;
+    for (let i = 0; i < results.length; ++i) {
+      const x = results[i];
+      const j = joinChunks(x.sse.chunks, false);
+      const ok = x.status === 200 && x.sse.wellFormed && x.sse.done && j.finish === "length" && j.usage?.completion_tokens === N &&
+                 new Set(x.sse.chunks.map((ch) => ch.id)).size === 1;
+      if (!ok) { if (bad++ < 3) console.log("malformed:", i, JSON.stringify(x.sse).slice(0, 400)); }
+      if (JSON.stringify(j.ids) !== JSON.stringify(want[i].ids)) { if (mismatched++ < 3) console.log("mismatch:", i, j.ids, want[i].ids); }
+    }
+    eq(bad, 0, `${results.length} responses complete and well-formed`);
+    eq(mismatched, 0, `${results.length} token sequences identical to genbridge run's`);
+    eq(joinChunks(alone.sse.chunks, false).ids, joinChunks(results[0].sse.chunks, false).ids,
+       `prompt 0 alone and among ${C - 1} others: identical tokens`);
+    await waitMetrics(s, (m) => m.genbridge_kv_pages_used === 0 && m.genbridge_running_requests === 0 && m.genbridge_queue_depth === 0 &&
+                                m['genbridge_requests_finished_total{reason="length"}'] === C * R + 1, "KV usage back to zero, every request finished");
+    // Server-side quantiles from the /metrics histograms (the upper bound of the bucket holding the quantile).
+    const mq = await metrics(s);
+    const hq = (name, q) => {
+      const buckets = Object.entries(mq).filter(([k]) => k.startsWith(name + "_bucket"))
+        .map(([k, v]) => [k.includes('"+Inf"') ? Infinity : Number(/le="([^"]+)"/.exec(k)[1]), v]).sort((x, y) => x[0] - y[0]);
+      const total = buckets[buckets.length - 1][1];
+      return buckets.find(([, v]) => v >= q * total)[0] * 1000;
+    };
+    console.log(`server side (bucket bounds): TTFT p50 <= ${hq("genbridge_time_to_first_token_seconds", 0.5)} ms ` +
+                `p99 <= ${hq("genbridge_time_to_first_token_seconds", 0.99)} ms; TPOT p50 <= ` +
+                `${hq("genbridge_time_per_output_token_seconds", 0.5)} ms p99 <= ${hq("genbridge_time_per_output_token_seconds", 0.99)} ms`);
+    const pct = (a, p) => { const v = [...a].sort((x, y) => x - y); return v[Math.min(v.length - 1, Math.ceil((p / 100) * v.length) - 1)]; };
+    const ttft = results.map((x) => x.ttft), tpot = results.map((x) => x.tpot);
+    console.log(`load: ${C} clients x ${R} requests x ${N} tokens: ${results.length} requests in ${wall.toFixed(2)} s = ` +
+                `${(results.length / wall).toFixed(1)} requests/s, ${(results.length * N / wall).toFixed(0)} tokens/s; ` +
+                `TTFT p50 ${(pct(ttft, 50) * 1000).toFixed(1)} ms p99 ${(pct(ttft, 99) * 1000).toFixed(1)} ms; ` +
+                `TPOT p50 ${(pct(tpot, 50) * 1000).toFixed(2)} ms p99 ${(pct(tpot, 99) * 1000).toFixed(2)} ms (client side)`);
+    await stopServer(s);
+  },
+};
+
+try {
+  const fn = cases[args.case];
+  if (!fn) throw new Error(`unknown case ${args.case}; cases: ${Object.keys(cases).join(", ")}`);
+  await fn();
+} catch (e) {
+  failures++;
+  console.log(`FAIL: ${e.stack ?? e}`);
+  for (const s of servers) console.log(`-- server log:\n${s.log()}`);
+}
+clearTimeout(watchdog);
+cleanup();
+console.log(failures ? `${failures} check(s) failed` : "PASS");
+process.exit(failures ? 1 : 0);

@@ -1,0 +1,354 @@
+#include "tools/serve/http_server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+
+namespace genbridge::serve {
+
+using nlohmann::json;
+
+namespace {
+
+void reply_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "application/json");
+}
+void reply_error(httplib::Response& res, const ApiError& e) { reply_json(res, e.http_status, error_json(e)); }
+
+ApiError server_error(int status, std::string message, std::string code) {
+  return ApiError{
+      .http_status = status, .message = std::move(message), .type = "server_error", .code = std::move(code)};
+}
+
+// The error a submit refusal becomes.
+ApiError submit_error(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kResourceExhausted:
+      return ApiError{.http_status = 429, .message = s.message(), .type = "rate_limit_error", .code = "queue_full"};
+    case StatusCode::kUnavailable:
+      return server_error(503, s.message(), "unavailable");
+    case StatusCode::kInvalidArgument:
+      return ApiError{.http_status = 400, .message = s.message()};
+    default:
+      return server_error(500, s.message(), "internal_error");
+  }
+}
+
+// How an engine finish reads to the client: "stop" / "length", or the error it becomes.
+const char* finish_name(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kStop:
+      return "stop";
+    case engine::FinishReason::kLength:
+      return "length";
+    default:
+      return nullptr;
+  }
+}
+ApiError finish_error(engine::FinishReason r, const std::string& message, double timeout_s) {
+  switch (r) {
+    case engine::FinishReason::kCancelled:
+      return server_error(503, "The request was cancelled: the server is shutting down.", "shutting_down");
+    case engine::FinishReason::kRefused:
+      return ApiError{.http_status = 400, .message = message};
+    case engine::FinishReason::kError:
+      return server_error(500, message, "generation_error");
+    default:
+      return server_error(504, fmt::format("The request did not finish within --request-timeout {} s.", timeout_s),
+                          "timeout");
+  }
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// One streamed response: everything its content provider needs between calls.
+struct StreamState {
+  ParsedRequest request;
+  std::shared_ptr<RequestStream> stream;
+  TextStream text;
+  std::string id;
+  int64_t created = 0;
+  Clock::time_point deadline;
+  bool first = true, ended = false;
+  int64_t completion_tokens = 0;
+  std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
+};
+
+}  // namespace
+
+HttpServer::HttpServer(GenerationService& service, const ServedModel& model, const HttpOptions& options,
+                       int default_threads)
+    : service_(service), model_(model), options_(options), server_(std::make_unique<httplib::Server>()) {
+  next_seed_ = mix(static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()));
+  created_ = static_cast<int64_t>(std::time(nullptr));
+  const int threads = options_.threads > 0 ? options_.threads : default_threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server_->set_payload_max_length(size_t{16} << 20);
+  server_->set_keep_alive_timeout(5);
+  // cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of new connections
+  // beyond it loses SYNs that the client resends a second later. The listening socket is remembered here
+  // and its backlog raised after bind (Linux applies a second listen() to a listening socket).
+  server_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = sock;
+  });
+  routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+Result<int> HttpServer::bind() {
+  int port = options_.port;
+  if (port == 0) {
+    port = server_->bind_to_any_port(options_.host);
+    if (port < 0) return unavailable(fmt::format("cannot listen on {} (any port)", options_.host));
+  } else if (!server_->bind_to_port(options_.host, port)) {
+    return unavailable(fmt::format("cannot listen on {}:{} (--host, --port): the address is in use or not local",
+                                   options_.host, port));
+  }
+  if (listen_socket_ >= 0) ::listen(listen_socket_, kListenBacklog);
+  return port;
+}
+
+Status HttpServer::listen() {
+  if (!server_->listen_after_bind() && server_->is_running()) return internal_error("the HTTP listener failed");
+  return ok_status();
+}
+
+void HttpServer::stop() { server_->stop(); }
+
+std::string HttpServer::metrics_text() const {
+  const ServiceCounters c = service_.counters();
+  std::string o;
+  auto counter = [&](const char* name, const char* help, const std::string& labels, int64_t v, bool head = true) {
+    if (head) o += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+    o += fmt::format("{}{} {}\n", name, labels, v);
+  };
+  auto gauge = [&](const char* name, const char* help, double v) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, v);
+  };
+  counter("genbridge_http_requests_total", "Generation requests received (/v1/completions, /v1/chat/completions).", "",
+          http_requests_.load());
+  counter("genbridge_requests_total", "Generation requests by outcome.", "{outcome=\"accepted\"}", c.requests_accepted);
+  counter("genbridge_requests_total", "", "{outcome=\"invalid\"}", bad_requests_.load(), false);
+  counter("genbridge_requests_total", "", "{outcome=\"queue_full\"}", c.requests_rejected_queue_full, false);
+  counter("genbridge_requests_finished_total",
+          "Accepted requests that ended: stop (eos token or stop string), length, cancelled (client gone, timeout, "
+          "shutdown), error, refused.",
+          "{reason=\"stop\"}", c.finished_stop);
+  counter("genbridge_requests_finished_total", "", "{reason=\"length\"}", c.finished_length, false);
+  counter("genbridge_requests_finished_total", "", "{reason=\"cancelled\"}", c.finished_cancelled, false);
+  counter("genbridge_requests_finished_total", "", "{reason=\"error\"}", c.finished_error, false);
+  counter("genbridge_requests_finished_total", "", "{reason=\"refused\"}", c.finished_refused, false);
+  counter("genbridge_prompt_tokens_total", "Prompt tokens of accepted requests.", "", c.prompt_tokens);
+  counter("genbridge_generation_tokens_total", "Tokens generated.", "", c.generation_tokens);
+  gauge("genbridge_queue_depth", "Accepted requests waiting to start.", static_cast<double>(c.queued));
+  gauge("genbridge_running_requests", "Requests being decoded.", static_cast<double>(c.running));
+  gauge("genbridge_kv_pages_used", "KV cache pages in use.", static_cast<double>(c.kv_pages_used));
+  gauge("genbridge_kv_pages_total", "KV cache pages in the pool.", static_cast<double>(c.kv_pages_total));
+  gauge("genbridge_kv_usage_ratio", "Fraction of the KV cache pool in use.",
+        c.kv_pages_total > 0 ? static_cast<double>(c.kv_pages_used) / static_cast<double>(c.kv_pages_total) : 0.0);
+  gauge("genbridge_kv_bytes_used", "KV cache bytes in use.",
+        static_cast<double>(c.kv_pages_used * c.kv_bytes_per_page));
+  o += service_.ttft().prometheus("genbridge_time_to_first_token_seconds",
+                                  "Time from a request's acceptance to its first token.");
+  o += service_.tpot().prometheus("genbridge_time_per_output_token_seconds",
+                                  "Time between consecutive tokens of a request.");
+  o += service_.e2e().prometheus("genbridge_request_duration_seconds", "Time from acceptance to the end of a request.");
+  return o;
+}
+
+void HttpServer::routes() {
+  httplib::Server& s = *server_;
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const ApiError e{.http_status = res.status,
+                     .message = res.status == 404 ? fmt::format("No route {} {}.", req.method, req.path)
+                                                  : fmt::format("HTTP error {}.", res.status),
+                     .code = res.status == 404 ? "not_found" : ""};
+    reply_json(res, res.status, error_json(e));
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply_error(res, server_error(500, "Internal error: " + what, "internal_error"));
+  });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (service_.failed()) {
+      reply_json(res, 503, json{{"status", "engine_failed"}});
+    } else if (service_.draining()) {
+      reply_json(res, 503, json{{"status", "shutting_down"}});
+    } else {
+      reply_json(res, 200, json{{"status", "ok"}});
+    }
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    reply_json(res, 200,
+               json{{"object", "list"},
+                    {"data", json::array({json{{"id", model_.name},
+                                               {"object", "model"},
+                                               {"created", created_},
+                                               {"owned_by", "genbridge"},
+                                               {"max_model_len", model_.max_position_embeddings}}})}});
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  for (bool chat : {false, true}) {
+    s.Post(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat](const httplib::Request& req,
+                                                                           httplib::Response& res) {
+      ++http_requests_;
+      auto parsed = parse_request(req.body, chat, model_);
+      if (auto* e = std::get_if<ApiError>(&parsed)) {
+        ++bad_requests_;
+        reply_error(res, *e);
+        return;
+      }
+      ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
+      if (!p.seeded) p.sampling.seed = mix(next_seed_++);
+      auto sub =
+          service_.submit(GenerationRequest{.prompt = p.prompt,
+                                            .max_tokens = p.max_tokens,
+                                            .sampling = p.sampling,
+                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens});
+      if (!sub.ok()) {
+        reply_error(res, submit_error(sub.status()));
+        return;
+      }
+      std::shared_ptr<RequestStream> stream = std::move(sub).value();
+      const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
+      const int64_t created = static_cast<int64_t>(std::time(nullptr));
+      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(options_.request_timeout_s));
+      const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
+      if (!p.stream) {
+        TextStream ts(*model_.tokenizer, p.stop);
+        std::string out;
+        std::vector<int32_t> ids;
+        const char* finish = nullptr;
+        engine::FinishReason reason = engine::FinishReason::kLength;
+        std::string message;
+        bool ended = false;
+        while (!ended && !ts.stopped()) {
+          std::vector<int32_t> toks;
+          ended = stream->wait(deadline, &toks, &reason, &message);
+          for (int32_t t : toks) {
+            if (ts.stopped()) break;
+            out += ts.push(t);
+            ids.push_back(t);
+          }
+          if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
+        }
+        if (ts.stopped()) {
+          service_.stop(stream->id());
+          finish = "stop";
+        } else if (ended && finish_name(reason)) {
+          out += ts.finish();
+          finish = ts.stopped() ? "stop" : finish_name(reason);
+        } else {
+          if (!ended) service_.cancel(stream->id());
+          reply_error(
+              res, finish_error(ended ? reason : engine::FinishReason::kLength, message, options_.request_timeout_s));
+          return;
+        }
+        Usage u = prompt_usage;
+        u.completion_tokens = static_cast<int64_t>(ids.size());
+        reply_json(res, 200, completion_json(p, id, created, model_.name, out, finish, u, ids));
+        return;
+      }
+      auto st = std::make_shared<StreamState>(StreamState{.request = p,
+                                                          .stream = stream,
+                                                          .text = TextStream(*model_.tokenizer, p.stop),
+                                                          .id = id,
+                                                          .created = created,
+                                                          .deadline = deadline});
+      res.set_header("Cache-Control", "no-cache");
+      GenerationService* svc = &service_;
+      const std::string model_name = model_.name;
+      const double timeout_s = options_.request_timeout_s;
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [st, svc, model_name, timeout_s](size_t, httplib::DataSink& sink) {
+            if (st->ended) {
+              sink.done();
+              return true;
+            }
+            const ParsedRequest& r = st->request;
+            std::vector<int32_t> toks;
+            engine::FinishReason reason = engine::FinishReason::kLength;
+            std::string message;
+            // Short slices: a client that went away is noticed at the next write.
+            const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)),
+                                                &toks, &reason, &message);
+            std::string out;
+            auto chunk = [&](const std::string& text, const char* finish, bool last) {
+              std::optional<Usage> usage;
+              if (last) {
+                usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
+                              .completion_tokens = st->completion_tokens};
+              }
+              out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
+                                    st->ids_pending));
+              st->ids_pending.clear();
+              st->first = false;
+            };
+            if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
+            std::string text;
+            for (int32_t t : toks) {
+              if (st->text.stopped()) break;
+              text += st->text.push(t);
+              st->ids_pending.push_back(t);
+              ++st->completion_tokens;
+            }
+            const Clock::time_point now = Clock::now();
+            if (st->text.stopped()) {
+              svc->stop(st->stream->id());
+              if (!text.empty()) chunk(text, nullptr, false);
+              chunk("", "stop", true);
+              st->ended = true;
+            } else if (ended && finish_name(reason)) {
+              text += st->text.finish();
+              if (!text.empty()) chunk(text, nullptr, false);
+              chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
+              st->ended = true;
+            } else {
+              if (!text.empty()) chunk(text, nullptr, false);
+              if (ended || now >= st->deadline) {
+                if (!ended) svc->cancel(st->stream->id());
+                out +=
+                    sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
+                st->ended = true;
+              }
+            }
+            if (st->ended) out += "data: [DONE]\n\n";
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+              svc->cancel(st->stream->id());  // the client went away
+              st->ended = true;
+              return false;
+            }
+            if (st->ended) sink.done();
+            return true;
+          },
+          [st, svc](bool) {
+            if (!st->ended) svc->cancel(st->stream->id());
+          });
+    });
+  }
+}
+
+}  // namespace genbridge::serve

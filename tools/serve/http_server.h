@@ -1,0 +1,58 @@
+#pragma once
+// The HTTP side of `genbridge serve` (cpp-httplib, Debian libcpp-httplib-dev): the OpenAI-compatible
+// endpoints over a GenerationService.
+//   POST /v1/completions, POST /v1/chat/completions   (JSON, or server-sent events with "stream": true)
+//   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
+// A streamed request whose client goes away is cancelled (its KV pages are freed) at the next token it
+// cannot send. Shutdown (stop()): /health turns 503 and new requests get 503 while in-flight ones finish
+// (until the deadline, then they are cancelled), then the listener closes.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "genbridge/core/status.h"
+#include "tools/serve/openai.h"
+#include "tools/serve/service.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace genbridge::serve {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                 // 0: any free port
+  int threads = 0;                 // HTTP worker threads; 0: max_batch + max_queued_requests + 8
+  double request_timeout_s = 600;  // most seconds one request may take; then it is cancelled
+};
+
+class HttpServer {
+ public:
+  HttpServer(GenerationService& service, const ServedModel& model, const HttpOptions& options, int default_threads);
+  ~HttpServer();
+  // Binds (Unavailable naming the address when it cannot); returns the port.
+  Result<int> bind();
+  // Serves until stop(); returns when the listener is closed and every worker has ended.
+  Status listen();
+  // Stops accepting connections (after the service has drained).
+  void stop();
+  // The /metrics text.
+  std::string metrics_text() const;
+
+ private:
+  void routes();
+  GenerationService& service_;
+  const ServedModel& model_;
+  HttpOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::atomic<int64_t> next_id_{0};
+  std::atomic<uint64_t> next_seed_;
+  std::atomic<int64_t> bad_requests_{0}, http_requests_{0};
+  int64_t created_ = 0;
+  int listen_socket_ = -1;
+  static constexpr int kListenBacklog = 1024;
+};
+
+}  // namespace genbridge::serve

@@ -1,0 +1,380 @@
+#include "tools/serve/openai.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace genbridge::serve {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+json error_json(const ApiError& e) {
+  return json{{"error",
+               {{"message", e.message},
+                {"type", e.type},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+namespace {
+
+// A JSON value as a message shows it: compact, at most 40 characters.
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  return s;
+}
+
+ApiError bad(std::string param, std::string message) {
+  return ApiError{.http_status = 400, .message = std::move(message), .param = std::move(param)};
+}
+ApiError type_error(const std::string& name, const char* what, const json& v) {
+  return bad(name, fmt::format("'{}' must be {}, got {}.", name, what, shown(v)));
+}
+
+bool is_int(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
+
+// Optional integer field in [lo, hi]; `rule` describes the range in the message.
+std::optional<ApiError> get_int(const json& body, const std::string& name, int64_t lo, int64_t hi, const char* rule,
+                                std::optional<int64_t>* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!is_int(*it)) return type_error(name, "an integer", *it);
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, shown(*it)));
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, v));
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_number(const json& body, const std::string& name, double lo, double hi, bool lo_open,
+                                   const char* rule, std::optional<double>* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return type_error(name, "a number", *it);
+  const double v = it->get<double>();
+  if (!(lo_open ? v > lo : v >= lo) || !(v <= hi))
+    return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, shown(*it)));
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& body, const std::string& name, bool* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return type_error(name, "a boolean", *it);
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+// "content" of a chat message: a string, null, or a list of {"type": "text", "text": "..."} parts (joined).
+std::optional<ApiError> normalize_content(json& msg, size_t i) {
+  const std::string name = fmt::format("messages[{}].content", i);
+  auto it = msg.find("content");
+  if (it == msg.end() || it->is_null() || it->is_string()) return std::nullopt;
+  if (!it->is_array()) return type_error(name, "a string, null or a list of text parts", *it);
+  std::string joined;
+  for (size_t p = 0; p < it->size(); ++p) {
+    const json& part = (*it)[p];
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      return bad(fmt::format("{}[{}]", name, p),
+                 fmt::format("'{}[{}]' must be a text part {{\"type\": \"text\", \"text\": \"...\"}}, got {}; this "
+                             "server takes text only.",
+                             name, p, shown(part)));
+    }
+    joined += part["text"].get<std::string>();
+  }
+  *it = joined;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model) {
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return bad("", fmt::format("The request body is not valid JSON (parse error at byte {}).", e.byte));
+  }
+  if (!body.is_object()) return bad("", fmt::format("The request body must be a JSON object, got {}.", shown(body)));
+  ParsedRequest r;
+  r.chat = chat;
+
+  // model
+  auto m = body.find("model");
+  if (m == body.end() || m->is_null()) return bad("model", "'model' is required.");
+  if (!m->is_string()) return type_error("model", "a string", *m);
+  if (m->get<std::string>() != model.name) {
+    ApiError e = bad("model", fmt::format("The model '{}' does not exist; this server serves '{}'.",
+                                          m->get<std::string>(), model.name));
+    e.code = "model_not_found";
+    return e;
+  }
+
+  // Unsupported options: refused, never ignored.
+  std::optional<int64_t> n;
+  if (auto e = get_int(body, "n", 1, 1, "1 (this server generates one choice per request)", &n)) return *e;
+  if (auto it = body.find("best_of"); it != body.end() && !it->is_null() && *it != 1) {
+    return bad("best_of",
+               fmt::format("'best_of' must be 1 (this server generates one choice per request), got {}.", shown(*it)));
+  }
+  for (const char* f : {"logprobs", "top_logprobs", "echo", "suffix", "logit_bias"}) {
+    auto it = body.find(f);
+    if (it == body.end() || it->is_null() || *it == false) continue;
+    if (std::string(f) == "logit_bias" && it->is_object() && it->empty()) continue;
+    return bad(f, fmt::format("'{}' is not supported by this server.", f));
+  }
+
+  // prompt / messages
+  std::string prompt_text;
+  bool have_text = true;
+  if (!chat) {
+    auto p = body.find("prompt");
+    if (p == body.end() || p->is_null()) return bad("prompt", "'prompt' is required.");
+    if (p->is_string()) {
+      prompt_text = p->get<std::string>();
+    } else if (p->is_array() && !p->empty() &&
+               std::all_of(p->begin(), p->end(), [](const json& v) { return is_int(v); })) {
+      have_text = false;
+      for (const json& v : *p) {
+        const int64_t t = v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
+        if (t < 0 || t >= model.vocab_size) {
+          return bad("prompt",
+                     fmt::format("'prompt' token {} is outside the vocabulary [0, {}).", shown(v), model.vocab_size));
+        }
+        r.prompt.push_back(static_cast<int32_t>(t));
+      }
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+      prompt_text = (*p)[0].get<std::string>();
+    } else if (p->is_array() && p->size() > 1 &&
+               std::all_of(p->begin(), p->end(), [](const json& v) { return v.is_string(); })) {
+      return bad("prompt",
+                 fmt::format("'prompt' holds {} prompts; this server takes one prompt per request.", p->size()));
+    } else {
+      return type_error("prompt", "a string or a list of token ids", *p);
+    }
+  } else {
+    if (!model.tokenizer_config || !model.tokenizer_config->chat_template) {
+      return bad("messages",
+                 "This model has no chat template (tokenizer_config.json's chat_template); use /v1/completions.");
+    }
+    auto ms = body.find("messages");
+    if (ms == body.end() || ms->is_null()) return bad("messages", "'messages' is required.");
+    if (!ms->is_array()) return type_error("messages", "a list of messages", *ms);
+    if (ms->empty()) return bad("messages", "'messages' is empty.");
+    json messages = *ms;
+    for (size_t i = 0; i < messages.size(); ++i) {
+      json& msg = messages[i];
+      if (!msg.is_object()) return type_error(fmt::format("messages[{}]", i), "an object", msg);
+      auto role = msg.find("role");
+      if (role == msg.end() || !role->is_string()) {
+        return bad(fmt::format("messages[{}].role", i), fmt::format("'messages[{}].role' must be a string.", i));
+      }
+      if (auto e = normalize_content(msg, i)) return *e;
+    }
+    ojson req = ojson::parse(json{{"messages", messages}}.dump());
+    req["add_generation_prompt"] = true;
+    if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
+      if (!t->is_array()) return type_error("tools", "a list of tools", *t);
+      req["tools"] = ojson::parse(t->dump());
+    }
+    if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+      if (!k->is_object()) return type_error("chat_template_kwargs", "an object", *k);
+      for (auto& [key, v] : k->items()) req[key] = ojson::parse(v.dump());
+    }
+    auto rendered = model.tokenizer_config->render_chat(req);
+    if (!rendered.ok()) return bad("messages", "The chat template failed: " + rendered.status().message());
+    prompt_text = std::move(rendered).value();
+  }
+  if (have_text) {
+    auto ids = model.tokenizer->encode(prompt_text);
+    if (!ids.ok())
+      return bad(chat ? "messages" : "prompt",
+                 fmt::format("'{}' cannot be encoded: {}", chat ? "messages" : "prompt", ids.status().message()));
+    r.prompt = std::move(ids).value();
+  }
+  if (r.prompt.empty()) return bad("prompt", "'prompt' is empty: it encodes to no token.");
+  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
+
+  // Sampling and length.
+  std::optional<int64_t> max_tokens;
+  const char* max_name = "max_tokens";
+  if (chat && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()) {
+    max_name = "max_completion_tokens";
+  }
+  if (auto e = get_int(body, max_name, 1, std::numeric_limits<int64_t>::max(), "at least 1", &max_tokens)) return *e;
+  const int64_t max_pos = model.max_position_embeddings;
+  if (prompt_len >= max_pos) {
+    return bad("prompt", fmt::format("The prompt has {} tokens but this model's maximum context length is {} tokens "
+                                     "(the prompt and at least one completion token must fit).",
+                                     prompt_len, max_pos));
+  }
+  if (max_tokens) {
+    if (*max_tokens > max_pos - prompt_len) {
+      return bad(max_name, fmt::format("This model's maximum context length is {} tokens, but the request asks for {} "
+                                       "({} prompt + {} completion tokens); lower '{}' or shorten the prompt.",
+                                       max_pos, prompt_len + *max_tokens, prompt_len, *max_tokens, max_name));
+    }
+    r.max_tokens = static_cast<int>(*max_tokens);
+  } else {
+    // Default: --default-max-tokens, within the context and the KV pool.
+    int64_t cap = std::min<int64_t>(model.default_max_tokens, max_pos - prompt_len);
+    cap = std::min(cap, model.kv_pages * model.kv_page_size - prompt_len + 1);
+    r.max_tokens = static_cast<int>(std::max<int64_t>(cap, 1));
+  }
+  const int64_t kv_tokens = prompt_len + r.max_tokens - 1;
+  const int64_t pages = (kv_tokens + model.kv_page_size - 1) / model.kv_page_size;
+  if (pages > model.kv_pages) {
+    return bad(
+        max_tokens ? max_name : "prompt",
+        fmt::format("The request needs {} KV pages ({} prompt + {} completion tokens at {} tokens per page) but "
+                    "the server's KV pool holds {} pages (--kv-memory-mb {}); lower '{}' or shorten the prompt.",
+                    pages, prompt_len, r.max_tokens, model.kv_page_size, model.kv_pages, model.kv_memory_mb, max_name));
+  }
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k, seed;
+  if (auto e = get_number(body, "temperature", 0, 2, false, "between 0 and 2", &temperature)) return *e;
+  if (auto e = get_number(body, "top_p", 0, 1, true, "greater than 0 and at most 1", &top_p)) return *e;
+  if (auto e = get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max(),
+                       "-1 or 0 (no limit) or a positive integer below 2^31", &top_k)) {
+    return *e;
+  }
+  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
+    if (!is_int(*it)) return type_error("seed", "an integer", *it);
+    r.sampling.seed = it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
+    r.seeded = true;
+  }
+  r.sampling.temperature = static_cast<float>(temperature.value_or(1.0));
+  r.sampling.top_p = static_cast<float>(top_p.value_or(1.0));
+  r.sampling.top_k = static_cast<int>(std::max<int64_t>(top_k.value_or(0), 0));
+
+  // stop
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.stop.push_back(it->get<std::string>());
+    } else if (it->is_array() && std::all_of(it->begin(), it->end(), [](const json& v) { return v.is_string(); })) {
+      if (it->size() > 4)
+        return bad("stop", fmt::format("'stop' holds {} strings; at most 4 are allowed.", it->size()));
+      for (const json& v : *it) r.stop.push_back(v.get<std::string>());
+    } else {
+      return type_error("stop", "a string or a list of strings", *it);
+    }
+    for (const auto& s : r.stop) {
+      if (s.empty()) return bad("stop", "'stop' strings must not be empty.");
+    }
+  }
+  if (auto e = get_bool(body, "stream", &r.stream)) return *e;
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return type_error("stream_options", "an object", *it);
+    if (!r.stream) return bad("stream_options", "'stream_options' is only allowed with 'stream': true.");
+  }
+  if (auto e = get_bool(body, "return_token_ids", &r.return_token_ids)) return *e;
+  if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
+  return r;
+}
+
+TextStream::TextStream(const text::Tokenizer& tokenizer, std::vector<std::string> stops)
+    : decoder_(tokenizer, /*skip_special_tokens=*/true), stops_(std::move(stops)) {}
+
+std::string TextStream::release() {
+  size_t first = std::string::npos;
+  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  if (first != std::string::npos) {
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    stopped_ = true;
+    return out;
+  }
+  // Hold back the longest tail that could begin a stop string (it starts at a character boundary: stop
+  // strings are valid UTF-8 and begin with a lead byte).
+  size_t hold = 0;
+  for (const auto& s : stops_) {
+    for (size_t k = std::min(s.size() - 1, held_.size()); k > hold; --k) {
+      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+    }
+  }
+  std::string out = held_.substr(0, held_.size() - hold);
+  held_.erase(0, held_.size() - hold);
+  return out;
+}
+
+std::string TextStream::push(int32_t token) {
+  if (stopped_) return "";
+  held_ += decoder_.push(token);
+  return release();
+}
+
+std::string TextStream::finish() {
+  if (stopped_) return "";
+  held_ += decoder_.finish();
+  std::string out = release();
+  out += held_;
+  held_.clear();
+  return out;
+}
+
+json usage_json(const Usage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+namespace {
+json reason_json(const char* r) { return r ? json(r) : json(nullptr); }
+}  // namespace
+
+json completion_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
+                     const std::string& text, const char* finish_reason, const Usage& usage,
+                     const std::vector<int32_t>& token_ids) {
+  json choice;
+  if (r.chat) {
+    choice = json{{"index", 0},
+                  {"message", {{"role", "assistant"}, {"content", text}}},
+                  {"logprobs", nullptr},
+                  {"finish_reason", reason_json(finish_reason)}};
+  } else {
+    choice = json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason_json(finish_reason)}};
+  }
+  if (r.return_token_ids) choice["token_ids"] = token_ids;
+  return json{{"id", id},
+              {"object", r.chat ? "chat.completion" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage", usage_json(usage)}};
+}
+
+json chunk_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
+                const std::string& text, const char* finish_reason, const std::optional<Usage>& usage,
+                bool first_chat_chunk, const std::vector<int32_t>& token_ids) {
+  json choice;
+  if (r.chat) {
+    json delta = json::object();
+    if (first_chat_chunk) delta["role"] = "assistant";
+    if (!text.empty() || (first_chat_chunk && !finish_reason)) delta["content"] = text;
+    choice = json{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", reason_json(finish_reason)}};
+  } else {
+    choice = json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason_json(finish_reason)}};
+  }
+  if (r.return_token_ids) choice["token_ids"] = token_ids;
+  json j{{"id", id},
+         {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+         {"created", created},
+         {"model", model},
+         {"choices", json::array({choice})}};
+  if (usage) j["usage"] = usage_json(*usage);
+  return j;
+}
+
+std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
+
+}  // namespace genbridge::serve

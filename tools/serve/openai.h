@@ -1,0 +1,92 @@
+#pragma once
+// The OpenAI-compatible request and response bodies of `genbridge serve`: parsing and validating
+// /v1/completions and /v1/chat/completions requests (every refusal is an OpenAI-style error object with a
+// message naming the field, the value and the rule), stop strings matched across token boundaries, and the
+// response / server-sent-event JSON. No HTTP here (tools/serve/http_server.cpp).
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "runtime/engine/sampler.h"
+#include "runtime/text/chat_template.h"
+#include "runtime/text/stream_decoder.h"
+#include "runtime/text/tokenizer.h"
+
+namespace genbridge::serve {
+
+// {"error": {"message", "type", "param", "code"}} with the HTTP status it goes with.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+nlohmann::json error_json(const ApiError& e);
+
+// What the server knows about the model it serves.
+struct ServedModel {
+  std::string name;  // the "model" every request must name
+  const text::Tokenizer* tokenizer = nullptr;
+  const text::TokenizerConfig* tokenizer_config = nullptr;  // nullptr: no tokenizer_config.json (no chat)
+  std::vector<int32_t> stop_tokens;                         // end of generation (the eos token), never shown
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  int64_t kv_pages = 0, kv_page_size = 0, kv_memory_mb = 0;
+  int default_max_tokens = 256;
+};
+
+struct ParsedRequest {
+  bool chat = false;
+  bool stream = false;
+  bool return_token_ids = false;  // extension: "return_token_ids": true adds each choice's token ids
+  bool ignore_eos = false;        // extension (as vLLM's): "ignore_eos": true generates past the eos token
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  engine::SamplingParams sampling;
+  bool seeded = false;  // "seed" was given (else the server draws one)
+  std::vector<std::string> stop;
+};
+
+// Parses and validates a request body for the model. `chat`: /v1/chat/completions.
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const ServedModel& model);
+
+// Decoded text of a generation with stop strings: text is released only once it cannot be the start of a
+// stop string; a completed stop string ends the text (it and anything after it are never released).
+class TextStream {
+ public:
+  TextStream(const text::Tokenizer& tokenizer, std::vector<std::string> stops);
+  // The text `token` makes safe to send (possibly empty). Once stopped(), returns "" for every token.
+  std::string push(int32_t token);
+  // The rest at the end of the generation (held bytes included, unless a stop string completes in them).
+  std::string finish();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::string release();
+  text::StreamDecoder decoder_;
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+// Response bodies. `created`: Unix seconds; `id`: "cmpl-N" / "chatcmpl-N".
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+nlohmann::json usage_json(const Usage& u);
+nlohmann::json completion_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
+                               const std::string& text, const char* finish_reason, const Usage& usage,
+                               const std::vector<int32_t>& token_ids);
+// One SSE chunk: `text` (content delta), `finish_reason` (nullptr: not the last), `usage` on the last one.
+nlohmann::json chunk_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
+                          const std::string& text, const char* finish_reason, const std::optional<Usage>& usage,
+                          bool first_chat_chunk, const std::vector<int32_t>& token_ids);
+// "data: <json>\n\n"
+std::string sse(const nlohmann::json& j);
+
+}  // namespace genbridge::serve

@@ -1,0 +1,158 @@
+#pragma once
+// GenerationService: the continuous-batching engine behind `genbridge serve`. One engine thread owns the
+// engine; HTTP threads submit requests through a bounded queue and read each request's tokens from its
+// RequestStream as the engine generates them. Concurrent requests share decode steps (and get the tokens
+// they would get alone: the kernels are batch-invariant).
+//
+// Every wait is bounded: the engine thread sleeps at most kIdleWait between checks, and readers pass a
+// deadline to RequestStream::wait.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "genbridge/core/status.h"
+#include "runtime/engine/engine.h"
+#include "runtime/memory/kv_page_pool.h"
+
+namespace genbridge::serve {
+
+using Clock = std::chrono::steady_clock;
+
+// Prometheus histogram with fixed upper bounds (seconds). Thread-safe.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // "# TYPE name histogram" and the _bucket / _sum / _count lines.
+  std::string prometheus(const std::string& name, const std::string& help) const;
+  std::vector<double> samples() const;  // every observation (the load test's percentiles)
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); last = +Inf
+  double sum_ = 0;
+  std::vector<double> samples_;
+};
+
+// The tokens of one request, from the engine thread to the HTTP thread that serves it.
+class RequestStream {
+ public:
+  explicit RequestStream(int64_t id) : id_(id) {}
+  int64_t id() const { return id_; }
+  // Moves the tokens generated since the last call into `tokens`; true once the request has ended (then
+  // `reason` and `message` say how). Waits until there is something new or `deadline` passes.
+  bool wait(Clock::time_point deadline, std::vector<int32_t>* tokens, engine::FinishReason* reason,
+            std::string* message);
+  // Engine thread side.
+  void push(int32_t token);
+  void finish(engine::FinishReason reason, std::string message);
+
+ private:
+  const int64_t id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> pending_;
+  bool done_ = false;
+  engine::FinishReason reason_ = engine::FinishReason::kLength;
+  std::string message_;
+};
+
+struct ServiceOptions {
+  int64_t max_batch = 32;
+  int64_t max_queued_requests = 256;  // accepted requests not yet started; more -> ResourceExhausted
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int max_tokens = 16;
+  engine::SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;
+};
+
+// Counters and gauges for /metrics.
+struct ServiceCounters {
+  int64_t requests_accepted = 0, requests_rejected_queue_full = 0;
+  int64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0, finished_refused = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  int64_t queued = 0, running = 0;
+  int64_t kv_pages_used = 0, kv_pages_total = 0, kv_bytes_per_page = 0;
+};
+
+class GenerationService {
+ public:
+  // `executor` and `pool` must outlive the service; start() launches the engine thread.
+  GenerationService(engine::ForwardExecutor& executor, runtime::KvPagePool& pool, const ServiceOptions& options);
+  ~GenerationService();
+  void start();
+
+  // Queues a request: ResourceExhausted when max_queued_requests are already waiting, Unavailable while
+  // shutting down (or after an engine failure), InvalidArgument for what the engine refuses at submit.
+  Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
+  // Asks the engine thread to end request `id` (it reaches its stream as kCancelled); frees its KV pages.
+  void cancel(int64_t id);
+  // The same for a request whose text reached a stop string: counted as finished by "stop", not cancelled.
+  void stop(int64_t id);
+  // Stops accepting (Unavailable), lets in-flight requests finish until `deadline`, cancels the rest, and
+  // joins the engine thread. Returns how many requests were cancelled at the deadline.
+  int64_t shutdown(Clock::time_point deadline);
+  bool draining() const { return draining_.load(); }
+  // The engine's forward failed: every request then ended with an error and new ones get Unavailable.
+  bool failed() const {
+    std::lock_guard lk(mu_);
+    return !failure_.empty();
+  }
+  int64_t in_flight() const;
+
+  ServiceCounters counters() const;
+  const Histogram& ttft() const { return ttft_; }
+  const Histogram& tpot() const { return tpot_; }
+  const Histogram& e2e() const { return e2e_; }
+
+  static constexpr auto kIdleWait = std::chrono::milliseconds(50);
+
+ private:
+  struct Entry {
+    std::shared_ptr<RequestStream> stream;
+    Clock::time_point submitted, last_token;
+    int64_t tokens = 0;
+    bool counted_queued = true;
+    bool stop_string = false;  // ended by stop(): a stop string in its text
+  };
+  void engine_loop();
+  void on_token(int64_t id, int32_t token);
+  void on_finish(engine::RequestResult&& result);
+  void dequeue(Entry& e);
+
+  engine::ForwardExecutor& executor_;
+  runtime::KvPagePool& pool_;
+  ServiceOptions options_;
+  std::unique_ptr<engine::Engine> engine_;  // engine thread only (after start)
+  std::thread thread_;
+
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::vector<std::pair<engine::Request, std::shared_ptr<RequestStream>>> inbox_;
+  std::vector<int64_t> cancels_;
+  std::unordered_map<int64_t, Entry> entries_;  // every accepted, unfinished request
+  int64_t next_id_ = 0;
+  bool stop_ = false, abort_all_ = false;
+  std::string failure_;  // the engine's error, once it failed
+  ServiceCounters counters_;
+
+  std::atomic<bool> draining_{false};
+  Histogram ttft_, tpot_, e2e_;
+};
+
+}  // namespace genbridge::serve
