@@ -266,7 +266,8 @@ Result<AttentionRankRun> run_attention_rank(Connector& conn, Metrics& metrics, c
   const runtime::KvPageGeometry geometry =
       dev.kv_page_geometry(model::kv_model_shape(c));
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages));
-  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(checkpoint, dev, pool));
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
+                      model::ModelRunner::create(checkpoint, dev, pool, options.quantized));
   AttentionRunner attention(conn, &metrics);
   AfdExecutor executor(*runner, attention, cfg.num_stages, lockstep.get(), options.warmup_steps);
   if (options.attention_hook) {
@@ -298,7 +299,7 @@ Result<EngineJobResult> run_inproc_engine_job(const model::Checkpoint& checkpoin
   const int A = cfg.num_attention;
   std::vector<engine::RequestResult> results(requests.size());
   std::vector<engine::EngineMetrics> rank_metrics(static_cast<size_t>(A));
-  const model::ExpertBank experts(checkpoint);
+  const model::ExpertBank experts(checkpoint, options.quantized);
 
   RankFns fns;
   fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
@@ -364,7 +365,7 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
   };
   std::unique_ptr<model::ExpertBank> experts;
   fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
-    experts = std::make_unique<model::ExpertBank>(checkpoint);
+    experts = std::make_unique<model::ExpertBank>(checkpoint, options.quantized);
     FfnRunner runner(conn, expert_compute_with_hook(*experts, c, options, conn.rank()), &metrics);
     GB_RETURN_IF_ERROR(runner.run());
     return gather_results(conn, serialize_rank({}, {}, {}));

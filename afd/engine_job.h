@@ -37,6 +37,9 @@ struct EngineJobOptions {
   // out of the AFD metrics and announced as warm-up on the sync connector's control plane.
   int warmup_steps = 2;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
+  // Weights quantized at load (issue 13), required when the DeviceOperator has weight_quant in force: the
+  // attention ranks' projections and shared experts, the FFN ranks' routed experts. Must outlive the job.
+  const model::QuantizedWeights* quantized = nullptr;
   // Tests only (fault injection): called on an FFN rank before each work item's expert compute; an error
   // fails that FFN rank. Empty: none.
   std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;

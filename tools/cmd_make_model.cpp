@@ -6,6 +6,7 @@
 
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
+#include "runtime/model/fp8_checkpoint.h"
 #include "runtime/model/synthetic.h"
 #include "runtime/text/synthetic_tokenizer.h"
 #include "runtime/text/tokenizer.h"
@@ -55,8 +56,15 @@ int make_model(const MakeModelOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   fmt::print(stderr, "writing synthetic model '{}' (seed {}, {} shard(s), vocabulary {}) to {} ...\n", o.preset,
              o.seed, o.shards, config->vocab_size, o.out_dir);
+  if (o.weight_quant == "fp8" && o.shards != 1) {
+    fmt::print(stderr,
+               "genbridge make-model: --weight-quant fp8 writes one shard; --shards {} is not supported with it\n",
+               o.shards);
+    return kExitUsage;
+  }
   Status st = o.vocab_size > 0 ? model::write_synthetic_checkpoint(*config, o.seed, o.out_dir, o.shards)
                                : model::write_synthetic_checkpoint(o.preset, o.seed, o.out_dir, o.shards);
+  if (st.ok() && o.weight_quant == "fp8") st = model::convert_checkpoint_to_fp8(o.out_dir);
   // tokenizer.json + tokenizer_config.json sized to the vocabulary (text in, text out), or copied.
   if (st.ok() && o.tokenizer_dir.empty()) st = text::write_synthetic_tokenizer(o.out_dir, config->vocab_size);
   if (st.ok() && !o.tokenizer_dir.empty()) {

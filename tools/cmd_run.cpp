@@ -37,12 +37,13 @@ struct RunOutput {
 };
 
 Result<RunOutput> run_monolithic(const RunOptions& o, const model::Checkpoint& ckpt, const runtime::DeviceOperator& dev,
-                                 std::vector<engine::Request> reqs, int64_t pages) {
+                                 const model::QuantizedWeights* quantized, std::vector<engine::Request> reqs,
+                                 int64_t pages) {
   const model::ModelConfig& c = ckpt.config();
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
                       runtime::KvPagePool::create(
                           dev.kv_page_geometry(model::kv_model_shape(c)), pages));
-  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool));
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool, quantized));
   engine::LocalExecutor executor(*runner);
   std::optional<engine::StepTrace> trace;  // --trace: every phase of every forward
   if (!o.trace.empty()) executor.set_trace(&trace.emplace());
@@ -98,6 +99,10 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (log_now) fmt::print(stderr, "{}\n", describe_model(*ckpt));
+  // --weight-quant: quantized once here, before any request runs (progress on a terminal, cost printed).
+  auto quantized = quantize_weights(*ckpt, *dev, log_now);
+  if (!quantized.ok()) return fail(quantized.status());
+  if (log_now) fmt::print(stderr, "{}\n", describe_weights(*ckpt, quantized->get()));
   // --prompt-text: encoded with the model's own tokenizer; the results are decoded with it too.
   std::optional<text::Tokenizer> tokenizer;
   if (!o.prompt_texts.empty()) {
@@ -123,7 +128,7 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
                : std::string();
   RunOutput out;
   if (!afd_mode) {
-    auto r = run_monolithic(o, *ckpt, *dev, std::move(reqs), *pages);
+    auto r = run_monolithic(o, *ckpt, *dev, quantized->get(), std::move(reqs), *pages);
     if (!r.ok()) return fail(r.status());
     out = std::move(r).value();
   } else {
@@ -131,7 +136,8 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
     afd::EngineJobOptions jo{.afd = *afd_cfg,
                              .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
                              .warmup_steps = o.afd_warmup_steps,
-                             .trace_path = o.trace};
+                             .trace_path = o.trace,
+                             .quantized = quantized->get()};
     auto fp = run_fingerprint(o, *ckpt, reqs);
     if (!fp.ok()) return fail(fp.status());
     jo.fingerprint = std::move(fp).value();
@@ -151,7 +157,8 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
     if (Status s = dump_logits(o.dump_logits, out.results, mc.vocab_size); !s.ok()) return fail(s);
   }
   if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
-  if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n{}\n", dev->log_line(), cpu_target_line(), describe_model(*ckpt), afd_line);
+  if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n{}\n{}\n", dev->log_line(), cpu_target_line(), describe_model(*ckpt),
+                              describe_weights(*ckpt, quantized->get()), afd_line);
   print_results(out.results, tokenizer ? &*tokenizer : nullptr);
   print_metrics(out.metrics, *dev, mc, static_cast<int64_t>(out.results.size()), out.num_ranks);
   if (out.report) fmt::print("\nAFD transfers and utilisation\n{}", afd::report_text(*out.report));

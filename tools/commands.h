@@ -22,6 +22,7 @@ struct MakeModelOptions {
   uint64_t seed = 0;
   int shards = 1;
   std::string out_dir;
+  std::string weight_quant = "none";  // none | fp8 (Hugging Face FP8 block-scaled)
 };
 
 struct RunOptions {
@@ -44,6 +45,7 @@ struct RunOptions {
   int max_batch = 32;
   int64_t kv_memory_mb = 0;  // 0: enough for every request
   std::string kv_cache_dtype = "auto";
+  std::string weight_quant = "none";  // none | auto | w8a8 | mxfp8 | mxfp4 (issue 13)
   std::string soc;
   int threads = 0;
   std::string dump_logits;

@@ -181,6 +181,7 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
       {"--seed", std::to_string(o.seed)},
       {"--max-batch", std::to_string(o.max_batch)},
       {"--kv-cache-dtype", o.kv_cache_dtype},
+      {"--weight-quant", o.weight_quant},
       {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
       {"--afd", or_not_given(o.afd)},
       {"--afd-connector", o.afd_connector},

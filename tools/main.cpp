@@ -120,6 +120,10 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_real_flag(run, "--top-p", &ro.top_p, 0, 1, true, "Nucleus sampling: keep the most likely tokens up to this mass");
   add_uint64_flag(run, "--seed", &ro.seed, "Sampling seed; request r uses seed + r (modulo 2^64)");
   add_engine_flags(run, ro);
+  add_choice_flag(run, "--weight-quant", &ro.weight_quant, {"none", "auto", "w8a8", "mxfp8", "mxfp4"},
+                  "Quantize attention projections and experts at load; auto = the generation's preferred\n"
+                  "scheme; a scheme the generation cannot run is refused, naming what it offers. Router and LM\n"
+                  "head stay bf16");
   add_string_flag(run, "--dump-logits", &ro.dump_logits,
                   "Write the last-position fp32 logits of every step to FILE.npy, shape (rows, vocab): rows grouped\n"
                   "by request in request order, one row per generated token. Checked before decoding; written\n"
@@ -239,6 +243,9 @@ int main(int argc, char** argv) {
                   "Copy tokenizer.json and tokenizer_config.json from this directory instead of writing the synthetic\n"
                   "tokenizer (its ids must fit the vocabulary), e.g. a real Qwen3 tokenizer",
                   "the synthetic tokenizer of the vocabulary");
+  add_choice_flag(make, "--weight-quant", &mo.weight_quant, {"none", "fp8"},
+                  "fp8: write projection weights as a Hugging Face FP8 block-scaled checkpoint\n"
+                  "(F8_E4M3 + weight_scale_inv per 128 x 128 block; one shard)");
   add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
   make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
 

@@ -191,7 +191,42 @@ Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const mo
 }
 
 Result<runtime::DeviceOperator> make_device(const RunOptions& o) {
-  return runtime::DeviceOperator::create(runtime::DeviceConfig::from_flags(o.soc, o.kv_cache_dtype));
+  runtime::DeviceConfig config = runtime::DeviceConfig::from_flags(o.soc, o.kv_cache_dtype);
+  config.weight_quant = o.weight_quant;
+  return runtime::DeviceOperator::create(config);
+}
+
+Result<std::unique_ptr<model::QuantizedWeights>> quantize_weights(const model::Checkpoint& ckpt,
+                                                                  const runtime::DeviceOperator& dev, bool show) {
+  const runtime::WeightQuantRepresentation* r = dev.weight_quant();
+  if (!r) return std::unique_ptr<model::QuantizedWeights>();
+  const bool tty = show && ::isatty(2);
+  int last_pct = -1;
+  const model::QuantizeProgressFn progress = [&](int64_t done, int64_t total) {
+    const int pct = total ? static_cast<int>(100 * done / total) : 100;
+    if (!tty || pct == last_pct) return;
+    last_pct = pct;
+    fmt::print(stderr, "\rquantizing weights to {}: {}/{} matrices ({}%)", ops::weight_quant_scheme_name(r->scheme),
+               done, total, pct);
+  };
+  model::QuantizeOptions qo;
+  qo.progress = &progress;
+  auto q = model::QuantizedWeights::quantize(ckpt, *r, dev.contract().weight_quant.layers, qo);
+  if (tty) fmt::print(stderr, "\r\033[K");
+  return q;
+}
+
+std::string describe_weights(const model::Checkpoint& ckpt, const model::QuantizedWeights* q) {
+  const uint64_t all = ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes();
+  if (!q) return fmt::format("weights: bf16 (weight_quant=none), {:.1f} MiB", static_cast<double>(all) / (1 << 20));
+  const uint64_t kept = all - q->replaced_bf16_bytes();
+  return fmt::format(
+      "weights: {} for attention projections and experts ({} matrices: {:.1f} MiB from {:.1f} MiB bf16, quantized "
+      "at load in {:.2f} s); router, LM head, embeddings and norms bf16 ({:.1f} MiB); {:.1f} MiB in all",
+      ops::weight_quant_scheme_name(q->representation().scheme), q->num_matrices(),
+      static_cast<double>(q->quantized_bytes()) / (1 << 20), static_cast<double>(q->replaced_bf16_bytes()) / (1 << 20),
+      q->seconds(), static_cast<double>(kept) / (1 << 20),
+      static_cast<double>(kept + q->quantized_bytes()) / (1 << 20));
 }
 
 std::filesystem::path synthetic_model_dir(const RunOptions& o) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/model/checkpoint.h"
+#include "runtime/model/quant_weights.h"
 #include "runtime/text/tokenizer.h"
 #include "tools/commands.h"
 
@@ -42,6 +44,12 @@ Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode);
 
 // The DeviceOperator for --soc (else GENBRIDGE_SOC) and --kv-cache-dtype.
 Result<runtime::DeviceOperator> make_device(const RunOptions& o);
+// The checkpoint's weights quantized into the DeviceOperator's weight_quant representation (null when none
+// is in force); `show`: progress on a terminal (stderr).
+Result<std::unique_ptr<model::QuantizedWeights>> quantize_weights(const model::Checkpoint& ckpt,
+                                                                  const runtime::DeviceOperator& dev, bool show);
+// One line: the weight scheme in force and the weight bytes (quantized and bf16).
+std::string describe_weights(const model::Checkpoint& ckpt, const model::QuantizedWeights* q);
 // The model directory: --model, or the cached synthetic model of --preset (built on first use when `build`).
 Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build);
 // Where the cached synthetic model of --preset / --model-seed lives (built or not).

@@ -25,6 +25,29 @@ namespace {
 
 using ops::KvCacheFormat;
 
+// ---- Quantized weights (issue 13): one representation per scheme, offered per generation below ----
+using ops::WeightQuantScheme;
+constexpr WeightQuantRepresentation kW8A8{WeightQuantScheme::kW8A8,          DType::kI8,  DType::kF32,
+                                          WeightScaleGranularity::kPerOutputChannel, 0, MxScaleLayout::kNone,
+                                          ActivationQuant::kPerTokenInt8};
+constexpr WeightQuantRepresentation kMxfp8{WeightQuantScheme::kMxfp8, DType::kFp8E4M3FN, DType::kE8M0,
+                                           WeightScaleGranularity::kPerBlockAlongK, ops::kMxWeightBlock,
+                                           MxScaleLayout::kPair, ActivationQuant::kNone};
+constexpr WeightQuantRepresentation kMxfp4{WeightQuantScheme::kMxfp4, DType::kFp4E2M1x2, DType::kE8M0,
+                                           WeightScaleGranularity::kPerBlockAlongK, ops::kMxWeightBlock,
+                                           MxScaleLayout::kPair, ActivationQuant::kNone};
+// Attention projections and every expert MLP; router and LM head stay bf16 (their outputs pick tokens
+// and experts, and they are a small share of the bytes).
+constexpr QuantizedLayers kQuantizedLayers{true, true, true, false, false};
+// A2/A3: INT8 is the only low-precision data path.
+constexpr WeightQuantContract kAscend910WeightQuant{WeightQuantScheme::kW8A8, {kW8A8}, 1, kQuantizedLayers};
+// A5: MXFP8 preferred (per-32 scales: smaller error than W8A8's per-channel scale at the same bytes),
+// MXFP4 for the bytes; W8A8 is kept (A5 keeps the INT8 data path, and a W8A8 deployment moved from A2/A3
+// keeps its representation and bits).
+constexpr WeightQuantContract kAscend950WeightQuant{WeightQuantScheme::kMxfp8, {kMxfp8, kMxfp4, kW8A8}, 3,
+                                                    kQuantizedLayers};
+// ---- end quantized weights ----
+
 // DESIGN §8 and §8b, one row per generation.
 constexpr GenerationContract kAscend910{
     .generation = Generation::kAscend910,
@@ -37,6 +60,7 @@ constexpr GenerationContract kAscend910{
     .indexer_keys = ops::IndexerKeyFormat::kBf16,
     .topk_indices = ops::TopkIndexFormat::kSequencePositions,
     // ---- end MLA + DSA ----
+    .weight_quant = kAscend910WeightQuant,  // issue 13
 };
 constexpr GenerationContract kAscend950{
     .generation = Generation::kAscend950,
@@ -49,7 +73,30 @@ constexpr GenerationContract kAscend950{
     .indexer_keys = ops::IndexerKeyFormat::kFp8HadamardPackedScale,
     .topk_indices = ops::TopkIndexFormat::kFlatKvSlots,
     // ---- end MLA + DSA ----
+    .weight_quant = kAscend950WeightQuant,  // issue 13
 };
+
+std::string offered_weight_quant(const WeightQuantContract& w) {
+  std::string out;
+  for (int i = 0; i < w.num_offered; ++i) {
+    if (i) out += ", ";
+    out += ops::weight_quant_scheme_name(w.offered[i].scheme);
+  }
+  return out;
+}
+
+std::string describe_weight_quant(const WeightQuantRepresentation* r) {
+  if (!r) return "none (bf16 weights)";
+  switch (r->scheme) {
+    case WeightQuantScheme::kW8A8:
+      return "w8a8 (int8 weights + fp32 scale per output channel, int8 activations per token)";
+    case WeightQuantScheme::kMxfp8: return "mxfp8 (fp8 e4m3fn weights + e8m0 scale per 32 along K, pair layout)";
+    case WeightQuantScheme::kMxfp4:
+      return "mxfp4 (fp4 e2m1 weights, two per byte, + e8m0 scale per 32 along K, pair layout)";
+    case WeightQuantScheme::kNone: break;
+  }
+  return "none (bf16 weights)";
+}
 
 // The element-name spelling of a quantized representation in kv_cache_dtype.
 std::string_view element_option(const GenerationContract& c) {
@@ -126,6 +173,31 @@ Result<KvCacheFormat> resolve_kv_cache_dtype(const GenerationContract& c, std::s
                                       generation_name(c.generation), element_option(c)));
 }
 
+int64_t quant_weight_bytes(const WeightQuantRepresentation& r, int64_t n, int64_t k) {
+  const int64_t data = r.weight_element == DType::kFp4E2M1x2 ? n * ((k + 1) / 2) : n * k;
+  if (r.granularity == WeightScaleGranularity::kPerOutputChannel) return data + n * 4;
+  const int64_t blocks = (k + r.block_k - 1) / r.block_k;
+  const int64_t slots = r.scale_layout == MxScaleLayout::kPair ? (blocks + 1) / 2 * 2 : blocks;
+  return data + n * slots * static_cast<int64_t>(dtype_size(r.scale_dtype));
+}
+
+Result<const WeightQuantRepresentation*> resolve_weight_quant(const GenerationContract& c, std::string_view v) {
+  const WeightQuantContract& w = c.weight_quant;
+  if (v == "none") return static_cast<const WeightQuantRepresentation*>(nullptr);
+  if (v == "auto") return w.find(w.preferred);
+  for (WeightQuantScheme s : {WeightQuantScheme::kW8A8, WeightQuantScheme::kMxfp8, WeightQuantScheme::kMxfp4}) {
+    if (v != ops::weight_quant_scheme_name(s)) continue;
+    if (const WeightQuantRepresentation* r = w.find(s)) return r;
+    return invalid_argument(fmt::format(
+        "--weight-quant={}: {} ({}) cannot run {} weights; it offers {} (auto = {}), or none for bf16 weights", v,
+        generation_name(c.generation), generation_family(c.generation), v, offered_weight_quant(w),
+        ops::weight_quant_scheme_name(w.preferred)));
+  }
+  return invalid_argument(fmt::format(
+      "--weight-quant={} is not one of none, auto, w8a8, mxfp8, mxfp4 ({} offers {}; auto = {})", v,
+      generation_name(c.generation), offered_weight_quant(w), ops::weight_quant_scheme_name(w.preferred)));
+}
+
 Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected) {
   const std::string build_text = fmt::format("this build targets {} ({}; built for {})", generation_name(build.generation),
                                              generation_family(build.generation), build.soc);
@@ -188,6 +260,7 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   GB_ASSIGN_OR_RETURN(d.kv_format_, resolve_kv_cache_dtype(*d.contract_, config.kv_cache_dtype));
   d.mla_kv_format_ =
       d.kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : d.contract_->quantized_mla_kv;
+  GB_ASSIGN_OR_RETURN(d.weight_quant_, resolve_weight_quant(*d.contract_, config.weight_quant));
   const GenerationContract& c = *d.contract_;
   const std::string soc_text = config.soc.empty() ? std::string("no SoC configured")
                                                   : fmt::format("configured SoC '{}'", config.soc);
@@ -195,11 +268,12 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
                                            : std::string("npu-smi not found, device not checked");
   d.log_line_ = fmt::format(
       "genbridge device: {} ({}) build for {}, {}, {} | KV cache (kv_cache_dtype={}): {}, slot mapping {}, page {} "
-      "tokens | MX scale layout: {}",
+      "tokens | MX scale layout: {} | weights (weight_quant={}): {}",
       generation_name(gen), generation_family(gen), build.soc, soc_text, device_text, config.kv_cache_dtype,
       describe_kv(d.kv_format_),
       c.slot_mapping == ops::SlotMapping::kFlat ? "flat (block * block_size + offset)" : "[block, offset] pairs",
-      c.kv_page_size, c.mx_scale_layout == MxScaleLayout::kPair ? "pair [..., K/64, 2]" : "none (no MX formats)");
+      c.kv_page_size, c.mx_scale_layout == MxScaleLayout::kPair ? "pair [..., K/64, 2]" : "none (no MX formats)",
+      config.weight_quant, describe_weight_quant(d.weight_quant_));
   return d;
 }
 

@@ -19,6 +19,7 @@
 //        dev.attention(q, views[l], batch, scale, out);  // "attention for these sequences"
 // Only runtime/device/ may name a generation; the engine never branches on one.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -30,6 +31,7 @@
 #include "genbridge/core/tensor.h"
 #include "genbridge/ops/attention/paged_decode.h"
 #include "genbridge/ops/kv_cache/kv_format.h"
+#include "genbridge/ops/linear/quant_linear.h"
 #include "runtime/device/soc.h"
 #include "runtime/memory/kv_page_pool.h"
 
@@ -39,6 +41,52 @@ enum class MxScaleLayout {
   kNone,  // the generation has no MX formats
   kPair,  // e8m0 scales as [..., ceil(ceil(K/32)/2), 2]
 };
+
+// ---- Quantized weights (issue 13) -------------------------------------------------------------------
+// How a weight scheme represents a matrix [N, K]: data the runtime allocates at load, the matmuls
+// (linear/quant_linear, moe/quant_expert_ffn) consume and the pool of weight bytes is sized from.
+enum class WeightScaleGranularity {
+  kPerOutputChannel,  // one scale per weight row (output channel)
+  kPerBlockAlongK,    // one scale per `block_k` consecutive elements of a weight row
+};
+enum class ActivationQuant {
+  kNone,          // activations enter the matmul as fp32 (widened from the model dtype)
+  kPerTokenInt8,  // int8 per token, dynamically (quant/dynamic_quant_per_token)
+};
+struct WeightQuantRepresentation {
+  ops::WeightQuantScheme scheme;
+  DType weight_element;  // int8 / fp8 e4m3fn / fp4 e2m1 (two per byte)
+  DType scale_dtype;     // fp32 / e8m0
+  WeightScaleGranularity granularity;
+  int64_t block_k;             // elements per scale along K (kPerBlockAlongK), else 0
+  MxScaleLayout scale_layout;  // kNone: scale [N]; kPair: [N, ceil(ceil(K / block_k) / 2), 2]
+  ActivationQuant activations;
+};
+// The roles a scheme quantizes; the others stay in the checkpoint's dtype (bf16).
+struct QuantizedLayers {
+  bool attention_projections;  // q/k/v/o
+  bool experts;                // routed experts' gate/up/down
+  bool shared_experts;         // shared experts and dense MLPs
+  bool router;
+  bool lm_head;
+};
+struct WeightQuantContract {
+  ops::WeightQuantScheme preferred;                    // what --weight-quant=auto selects
+  std::array<WeightQuantRepresentation, 3> offered{};  // the schemes this generation runs, first num_offered
+  int num_offered = 0;
+  QuantizedLayers layers;
+
+  // The representation of `s`, or nullptr when the generation does not offer it.
+  constexpr const WeightQuantRepresentation* find(ops::WeightQuantScheme s) const {
+    for (int i = 0; i < num_offered; ++i) {
+      if (offered[i].scheme == s) return &offered[i];
+    }
+    return nullptr;
+  }
+};
+// Bytes of a [N, K] weight in representation `r` (data + scales).
+int64_t quant_weight_bytes(const WeightQuantRepresentation& r, int64_t n, int64_t k);
+// ---- end quantized weights ---------------------------------------------------------------------------
 
 // The runtime-visible contract of one generation (DESIGN §8). Immutable data; compare two contracts'
 // fields to see every difference the runtime has to know. Element types, scale types, scale placement and
@@ -55,6 +103,8 @@ struct GenerationContract {
   ops::IndexerKeyFormat indexer_keys;  // the DSA indexer key cache (whatever kv_cache_dtype says)
   ops::TopkIndexFormat topk_indices;   // what the indexer hands sparse attention
   // ---- end MLA + DSA ----
+
+  WeightQuantContract weight_quant;  // issue 13: quantized weight representations
 };
 
 // The contract of generation `g`.
@@ -72,6 +122,12 @@ int64_t kv_side_bytes(ops::KvCacheFormat f);
 // InvalidArgument naming the generation, what it offers and the accepted values otherwise.
 Result<ops::KvCacheFormat> resolve_kv_cache_dtype(const GenerationContract& contract, std::string_view kv_cache_dtype);
 
+// Resolves --weight-quant for a generation: "none" gives nullptr (bf16 weights), "auto" the generation's
+// preferred representation, "w8a8" / "mxfp8" / "mxfp4" that one when the generation offers it.
+// InvalidArgument naming the generation and what it offers otherwise.
+Result<const WeightQuantRepresentation*> resolve_weight_quant(const GenerationContract& contract,
+                                                              std::string_view weight_quant);
+
 // The start-up check (pure): the build's SoC against the configured selector (empty: none) and the
 // SoC detected on the machine (nullopt: no npu-smi). InvalidArgument naming both sides on a mismatch.
 Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected);
@@ -80,6 +136,7 @@ struct DeviceConfig {
   std::string soc;                      // SoC selector from --soc / GENBRIDGE_SOC; empty = not configured
   std::string kv_cache_dtype = "auto";  // auto | bf16 | quantized (or the generation's own int8 / fp8)
   std::optional<std::string> path_env;  // where to look for npu-smi; nullopt = $PATH
+  std::string weight_quant = "none";    // none | auto | w8a8 | mxfp8 | mxfp4 (issue 13)
 
   // The environment variable naming the SoC when no selector is given on the command line.
   static constexpr std::string_view kSocEnv = "GENBRIDGE_SOC";
@@ -117,6 +174,8 @@ class DeviceOperator {
   const GenerationContract& contract() const { return *contract_; }
   // The KV representation in force.
   ops::KvCacheFormat kv_format() const { return kv_format_; }
+  // The weight representation in force (--weight-quant), or nullptr for bf16 weights.
+  const WeightQuantRepresentation* weight_quant() const { return weight_quant_; }
   // One line stating the contract in force, for the caller to print.
   const std::string& log_line() const { return log_line_; }
 
@@ -180,6 +239,7 @@ class DeviceOperator {
   const GenerationContract* contract_ = nullptr;
   ops::KvCacheFormat kv_format_ = ops::KvCacheFormat::kBf16;
   ops::MlaKvFormat mla_kv_format_ = ops::MlaKvFormat::kBf16;
+  const WeightQuantRepresentation* weight_quant_ = nullptr;
   std::string log_line_;
 };
 

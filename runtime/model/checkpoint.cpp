@@ -11,6 +11,7 @@
 #include "genbridge/core/threading.h"
 #include "runtime/model/deepseek_weights.h"
 #include "runtime/model/file_access.h"
+#include "runtime/model/fp8_checkpoint.h"
 
 namespace genbridge::model {
 
@@ -25,7 +26,8 @@ std::string expert_tensor_name(int64_t layer, int64_t expert, std::string_view p
 // Binds tensors by name to typed views, checking shape and dtype; records every name it used.
 class WeightBinder {
  public:
-  WeightBinder(Checkpoint& ckpt, const LoadOptions& options) : ckpt_(ckpt), options_(options) {}
+  WeightBinder(Checkpoint& ckpt, const LoadOptions& options, std::optional<Fp8BlockQuantConfig> fp8 = std::nullopt)
+      : ckpt_(ckpt), options_(options), fp8_(fp8) {}
 
   // `shape_rule` spells the expected shape in config terms, e.g. "[num_experts, hidden_size]";
   // `why` says why the config needs the tensor.
@@ -39,6 +41,7 @@ class WeightBinder {
           fmt::format("{}: tensor '{}' is missing ({} requires it: {})", store.source(), name, kConfigFileName, why));
     }
     used_.insert(name);
+    if (fp8_ && e->tensor->dtype == "F8_E4M3") return bind_fp8(name, *e, shape, shape_rule);
     GB_ASSIGN_OR_RETURN(TensorView v, e->file->view(*e->tensor));
     if (e->tensor->shape != shape) {
       return invalid_argument(fmt::format(
@@ -73,6 +76,41 @@ class WeightBinder {
     TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
     ckpt_.converted_.push_back(std::move(out));
     ckpt_.bound_.push_back({name, e->file->path(), bv, true});
+    return bv;
+  }
+
+  // An F8_E4M3 weight of an FP8 block-scaled checkpoint (fp8_checkpoint.h): dequantized into an owned bf16
+  // buffer with its "<name>_scale_inv" tensor.
+  Result<TensorView> bind_fp8(const std::string& name, const TensorStore::Entry& e, const std::vector<int64_t>& shape,
+                              std::string_view shape_rule) {
+    const TensorView q(const_cast<std::byte*>(e.file->mapping().data() + e.tensor->offset), DType::kFp8E4M3FN,
+                       e.tensor->shape.data(), static_cast<int>(e.tensor->shape.size()));
+    if (e.tensor->shape != shape) {
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' has shape {} but {} requires {} = {}", e.file->path(), name, q.shape_string(),
+          kConfigFileName, TensorView(nullptr, q.dtype(), shape.data(), static_cast<int>(shape.size())).shape_string(),
+          shape_rule));
+    }
+    if (shape.size() != 2) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is F8_E4M3 but only 2-D Linear weights may be FP8", e.file->path(), name));
+    }
+    const std::string scale_name = name + "_scale_inv";
+    const TensorStore::Entry* se = ckpt_.store_->find(scale_name);
+    if (!se) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is missing ('{}' is F8_E4M3 and {}'s quantization_config is fp8 block-scaled)",
+                      ckpt_.store_->source(), scale_name, name, kConfigFileName));
+    }
+    used_.insert(scale_name);
+    GB_ASSIGN_OR_RETURN(TensorView s, se->file->view(*se->tensor));
+    const int64_t n = q.numel();
+    std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(n)]);
+    GB_RETURN_IF_ERROR(dequantize_fp8_block(q, s, *fp8_, se->file->path(), name, out.get()));
+    ckpt_.converted_weight_bytes_ += static_cast<uint64_t>(n) * sizeof(bf16_t);
+    TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
+    ckpt_.converted_.push_back(std::move(out));
+    ckpt_.bound_.push_back({name, e.file->path(), bv, true});
     return bv;
   }
 
@@ -173,6 +211,7 @@ class WeightBinder {
  private:
   Checkpoint& ckpt_;
   const LoadOptions& options_;
+  std::optional<Fp8BlockQuantConfig> fp8_;
   std::set<std::string> used_;
 };
 
@@ -188,12 +227,16 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir, const Load
   ckpt.dir_ = dir;
   ckpt.precision_ = options.precision;
   GB_ASSIGN_OR_RETURN(ckpt.config_, load_model_config(dir / kConfigFileName));
+  // An FP8 block-scaled checkpoint (quantization_config, fp8_checkpoint.h): its F8_E4M3 weights load as bf16.
+  GB_ASSIGN_OR_RETURN(const std::string config_text, detail::read_regular_file(dir / kConfigFileName));
+  GB_ASSIGN_OR_RETURN(const std::optional<Fp8BlockQuantConfig> fp8,
+                      read_fp8_quantization_config(config_text, (dir / kConfigFileName).string()));
   MapOptions map_options;
   map_options.use_mmap = options.use_mmap;
   map_options.populate = options.populate;
   GB_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open_dir(dir, map_options));
   ckpt.store_ = std::make_unique<TensorStore>(std::move(store));
-  WeightBinder binder(ckpt, options);
+  WeightBinder binder(ckpt, options, fp8);
   GB_RETURN_IF_ERROR(binder.bind_all());
   return ckpt;
 }

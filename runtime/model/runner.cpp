@@ -9,7 +9,9 @@
 
 #include "genbridge/core/formats.h"
 #include "genbridge/ops/linear/linear.h"
+#include "genbridge/ops/linear/quant_linear.h"
 #include "genbridge/ops/moe/grouped_topk_router.h"
+#include "genbridge/ops/moe/quant_expert_ffn.h"
 #include "genbridge/ops/moe/moe_combine.h"
 #include "genbridge/ops/moe/topk_router.h"
 #include "genbridge/ops/attention/rope.h"
@@ -48,6 +50,11 @@ TensorView i32_view(std::vector<int32_t>& v, std::initializer_list<int64_t> shap
 // [rows, cols] view of a 2-D weight as a [1, rows, cols] stack of one.
 ops::ExpertWeights as_expert(const MlpWeights& m) { return {m.gate_proj, m.up_proj, m.down_proj}; }
 
+// A projection: quant_linear with the layer's quantized weight when there is one, else linear (bf16).
+Status project(const TensorView& x, const TensorView& w, const ops::QuantWeight* q, const TensorView& y) {
+  return q ? ops::quant_linear(x, *q, y) : ops::linear(x, w, y);
+}
+
 Status with_context(Status s, const char* what, int64_t layer) {
   if (s.ok()) return s;
   return Status(s.code(), fmt::format("{} of layer {}: {}", what, layer, s.message()));
@@ -73,7 +80,8 @@ TensorView ForwardBatch::index_selection(int64_t layer) const {
   return mla_->index_selection(*b_->mla, layer, num_tokens_);
 }
 
-ExpertBank::ExpertBank(const Checkpoint& checkpoint) : num_experts_(checkpoint.config().num_experts) {
+ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized)
+    : num_experts_(checkpoint.config().num_experts), quantized_(quantized) {
   for (const LayerWeights& l : checkpoint.weights().layers) {
     std::vector<ops::ExpertWeights> e;
     if (l.is_moe) {
@@ -91,20 +99,38 @@ Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView&
   if (begin < 0 || begin > end || end > num_experts_) {
     return invalid_argument(fmt::format("experts: range [{}, {}) is not inside [0, {})", begin, end, num_experts_));
   }
+  if (quantized_ && layer < quantized_->num_layers() && !quantized_->layer(layer).experts.empty()) {
+    std::span<const ops::QuantExpertWeights> q(quantized_->layer(layer).experts);
+    return ops::quant_expert_ffn(x, topk_ids, q.subspan(begin, end - begin), begin, end, out);
+  }
   std::span<const ops::ExpertWeights> all(layers_[layer]);
   return ops::expert_ffn(x, topk_ids, all.subspan(begin, end - begin), begin, end, out);
 }
 
-ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p)
-    : checkpoint_(c), w_(c.weights()), config_(c.config()), dev_(d), pool_(p), experts_(c) {}
+ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p,
+                         const QuantizedWeights* q)
+    : checkpoint_(c), w_(c.weights()), config_(c.config()), dev_(d), pool_(p), quantized_(q), experts_(c, q) {}
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& checkpoint,
                                                          const runtime::DeviceOperator& dev,
-                                                         const runtime::KvPagePool& pool) {
+                                                         const runtime::KvPagePool& pool,
+                                                         const QuantizedWeights* quantized) {
   if (checkpoint.precision() != WeightPrecision::kBF16) {
     return invalid_argument("model runner: the checkpoint must be opened with bf16 weights (LoadOptions::precision)");
   }
-  std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool));
+  const runtime::WeightQuantRepresentation* wq = dev.weight_quant();
+  if (wq && !quantized) {
+    return invalid_argument(fmt::format("model runner: weight_quant {} is in force but no quantized weights were given",
+                                        ops::weight_quant_scheme_name(wq->scheme)));
+  }
+  if (quantized && (!wq || quantized->representation().scheme != wq->scheme ||
+                    quantized->num_layers() != checkpoint.config().num_hidden_layers)) {
+    return invalid_argument(fmt::format(
+        "model runner: the quantized weights are {} for {} layers but the device's weight_quant is {} for {} layers",
+        ops::weight_quant_scheme_name(quantized->representation().scheme), quantized->num_layers(),
+        wq ? ops::weight_quant_scheme_name(wq->scheme) : "none", checkpoint.config().num_hidden_layers));
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool, quantized));
   const ModelConfig& c = r->config_;
   if (c.is_deepseek()) {  // MLA (+ DSA) attention: latent rows instead of GQA K/V (deepseek_attention.h)
     if (pool.geometry().num_layers != c.num_hidden_layers) {
@@ -269,9 +295,11 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
   }
   const TensorView q = bf16_view(b.q, {T, b.q_size}), k = bf16_view(b.k, {T, b.kv_size}),
                    v = bf16_view(b.v, {T, b.kv_size});
-  GB_RETURN_IF_ERROR(with_context(ops::linear(h, lw.attn.q_proj, q), "q_proj", layer));
-  GB_RETURN_IF_ERROR(with_context(ops::linear(h, lw.attn.k_proj, k), "k_proj", layer));
-  GB_RETURN_IF_ERROR(with_context(ops::linear(h, lw.attn.v_proj, v), "v_proj", layer));
+  const QuantizedWeights::Layer* ql =
+      quantized_ && quantized_->layer(layer).attention ? &quantized_->layer(layer) : nullptr;
+  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.q_proj, ql ? &ql->q_proj : nullptr, q), "q_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.k_proj, ql ? &ql->k_proj : nullptr, k), "k_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.v_proj, ql ? &ql->v_proj : nullptr, v), "v_proj", layer));
   const TensorView qn = bf16_view(b.qn, {T, b.heads, D}), kn = bf16_view(b.kn, {T, b.kv_heads, D});
   GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.q, {T, b.heads, D}), lw.attn.q_norm, qn), "q_norm", layer));
   GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.k, {T, b.kv_heads, D}), lw.attn.k_norm, kn), "k_norm", layer));
@@ -290,7 +318,8 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
   GB_RETURN_IF_ERROR(with_context(
       dev_.attention(qn, kv_[layer], ab, 1.0f / std::sqrt(static_cast<float>(D)), attn), "attention", layer));
   const TensorView delta = bf16_view(b.delta, {T, H});
-  GB_RETURN_IF_ERROR(with_context(ops::linear(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, delta), "o_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(
+      project(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
   return post_attention(fb, layer);
 }
 
@@ -302,7 +331,12 @@ Status ModelRunner::post_attention(ForwardBatch& fb, int64_t layer) const {
   const TensorView mlp_in = bf16_view(b.mlp_in, {T, H});
   GB_RETURN_IF_ERROR(
       with_context(add_norm(delta, lw.post_attention_layernorm, residual, mlp_in), "post-attention norm", layer));
-  if (!lw.is_moe) {
+  if (!lw.is_moe && quantized_ && quantized_->layer(layer).dense) {
+    GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}),
+                                                          std::span(&quantized_->layer(layer).dense_mlp, 1), 0, 1,
+                                                          bf16_view(b.delta, {T, 1, H})),
+                                    "dense mlp", layer));
+  } else if (!lw.is_moe) {
     const ops::ExpertWeights dense = as_expert(lw.dense);
     GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}), std::span(&dense, 1), 0, 1,
                                                     bf16_view(b.delta, {T, 1, H})),
@@ -353,9 +387,16 @@ Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView
   }
   const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
   const TensorView shared_out = bf16_view(b.shared_out, {T, H});
-  GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}), std::span(&shared, 1),
-                                                  0, 1, bf16_view(b.shared_out, {T, 1, H})),
-                                  "shared expert", layer));
+  if (quantized_ && quantized_->layer(layer).shared) {
+    GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                          std::span(&quantized_->layer(layer).shared_expert, 1), 0, 1,
+                                                          bf16_view(b.shared_out, {T, 1, H})),
+                                    "shared expert", layer));
+  } else {
+    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                    std::span(&shared, 1), 0, 1, bf16_view(b.shared_out, {T, 1, H})),
+                                    "shared expert", layer));
+  }
   const TensorView gate = f32_view(b.shared_gate, {T, 1});
   GB_RETURN_IF_ERROR(with_context(ops::linear(fb.moe_input(), lw.moe.shared_expert_gate, gate), "shared gate", layer));
   return with_context(ops::moe_combine(outs, fb.topk_weights(), delta, &shared_out, &gate), "combine", layer);

@@ -22,6 +22,7 @@
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/model/checkpoint.h"
 #include "runtime/model/deepseek_attention.h"
+#include "runtime/model/quant_weights.h"
 
 namespace genbridge::model {
 
@@ -62,7 +63,9 @@ class ForwardBatch {
 // The expert weights of every MoE layer, for whoever computes experts (monolithic runner or FFN rank).
 class ExpertBank {
  public:
-  explicit ExpertBank(const Checkpoint& checkpoint);
+  // `quantized` (optional; must outlive the bank): routed experts quantized at load (issue 13), used for
+  // every MoE layer whose experts it holds.
+  explicit ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized = nullptr);
   // out[t, j] for every slot whose expert is in [begin, end) (see ops::expert_ffn). Blocks until done.
   Status compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
                  const TensorView& out) const;
@@ -70,6 +73,7 @@ class ExpertBank {
 
  private:
   std::vector<std::vector<ops::ExpertWeights>> layers_;  // empty for dense layers
+  const QuantizedWeights* quantized_ = nullptr;
   int64_t num_experts_ = 0;
 };
 
@@ -87,8 +91,11 @@ class ModelRunner {
  public:
   // Binds the runner to a checkpoint (bf16 weights), the DeviceOperator in force and the KV pool sized
   // from it. The references must outlive the runner.
+  // With --weight-quant in force (dev.weight_quant() set), `quantized` must hold the weights quantized into
+  // that representation (QuantizedWeights::quantize); it must outlive the runner.
   static Result<std::unique_ptr<ModelRunner>> create(const Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
-                                                     const runtime::KvPagePool& pool);
+                                                     const runtime::KvPagePool& pool,
+                                                     const QuantizedWeights* quantized = nullptr);
 
   const ModelConfig& config() const { return config_; }
   // Workspace for micro-batches of up to max_tokens tokens from up to max_seqs sequences.
@@ -111,7 +118,8 @@ class ModelRunner {
   const ExpertBank& experts() const { return experts_; }
 
  private:
-  ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p);
+  ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p,
+              const QuantizedWeights* q);
   Status norm(const TensorView& x, const TensorView& w, const TensorView& y) const;
   Status add_norm(const TensorView& x, const TensorView& w, const TensorView& residual, const TensorView& y) const;
   // The post-attention norm, and the dense MLP on a dense layer (the tail of attention_block).
@@ -124,6 +132,7 @@ class ModelRunner {
   const runtime::KvPagePool& pool_;
   std::vector<ops::PagedKvCache> kv_;     // GQA models
   std::unique_ptr<MlaAttention> mla_;  // DeepSeek models (MLA / DSA attention)
+  const QuantizedWeights* quantized_ = nullptr;
   ExpertBank experts_;
 };
 

@@ -170,6 +170,11 @@ const cases = {
     let j = joinChunks(sse.chunks, false);
     eq([j.text, j.ids, j.finish, j.usage?.completion_tokens], [want.text, want.ids, "length", 8],
        "streamed completion: the same text and tokens, finish_reason and usage on the last chunk");
+    r = curl(s, "/v1/completions", { ...req, stream: true, stream_options: { include_usage: true } });
+    sse = parseSse(r.text);
+    const tail = sse.chunks[sse.chunks.length - 1];
+    eq([sse.done, tail.choices, tail.usage?.completion_tokens, joinChunks(sse.chunks.slice(0, -1), false).text],
+       [true, [], 8, want.text], "stream_options.include_usage: a last chunk with no choices and the usage");
     // Chat.
     const chat = { model: NAME, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hi there" }],
                    max_tokens: 6, temperature: 0, return_token_ids: true };
@@ -213,7 +218,7 @@ const cases = {
       // The engine may have generated all 16 tokens (length) before the server saw the stop string; if not,
       // the request ends as "stop". Never as a cancellation (that counter means clients that went away).
       await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="stop"}'] +
-                                   m['genbridge_requests_finished_total{reason="length"}'] === 15 &&
+                                   m['genbridge_requests_finished_total{reason="length"}'] === 16 &&
                                    m['genbridge_requests_finished_total{reason="cancelled"}'] === 0,
                         "metrics: the stop-string requests count as finished by stop or length, not cancelled");
     }
@@ -426,12 +431,14 @@ const cases = {
   // The official OpenAI Node client, on a synthetic model of Qwen3's vocabulary with the real Qwen3 tokenizer.
   async openai_client() {
     const { default: OpenAI } = await import(path.join(args["client-dir"], "node_modules/openai/index.mjs"));
+    // genbridge run first: execFileSync blocks this event loop, and a pooled keep-alive connection whose
+    // server closed it meanwhile would be reused before its close is seen.
+    const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
+    const want = runCli([prompt], 12)[0];
     const s = await startServer([]);
     const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
     const models = await client.models.list();
     eq(models.data.map((m) => m.id), [NAME], "models.list");
-    const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
-    const want = runCli([prompt], 12)[0];
     const c = await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true });
     eq([c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens], [want.text, "length", 12],
        "completions.create: genbridge run's text");
@@ -454,6 +461,17 @@ const cases = {
       finish = ch.choices[0]?.finish_reason ?? finish;
     }
     eq([role, text, finish], ["assistant", chat.choices[0].message.content, "length"], "chat.completions.create stream: the same content");
+    // chat_template_kwargs reach Qwen3's template: enable_thinking false appends an empty think block.
+    const noThink = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0,
+                                                           chat_template_kwargs: { enable_thinking: false } });
+    check(noThink.usage.prompt_tokens > chat.usage.prompt_tokens,
+          "chat_template_kwargs.enable_thinking false: a longer prompt (the empty think block)",
+          [noThink.usage.prompt_tokens, chat.usage.prompt_tokens]);
+    const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city",
+                                                   parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+    const withTools = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0, tools });
+    check(withTools.usage.prompt_tokens > chat.usage.prompt_tokens + 20, "tools reach the template (a longer prompt)",
+          [withTools.usage.prompt_tokens, chat.usage.prompt_tokens]);
     try {
       await client.completions.create({ model: "nope", prompt: "x" });
       check(false, "an unknown model throws");
@@ -538,7 +556,7 @@ try {
   await fn();
 } catch (e) {
   failures++;
-  console.log(`FAIL: ${e.stack ?? e}`);
+  console.log(`FAIL: ${e.stack ?? e}${e.cause ? `\n  cause: ${e.cause.stack ?? e.cause}${e.cause.cause ? `\n  cause: ${e.cause.cause.stack ?? e.cause.cause}` : ""}` : ""}`);
   for (const s of servers) console.log(`-- server log:\n${s.log()}`);
 }
 clearTimeout(watchdog);

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "genbridge/build_info.h"
 #include "genbridge/core/cpu_target.h"
 #include "runtime/text/tokenizer.h"
 
@@ -393,6 +394,9 @@ const std::vector<Row> kRows = {
      "genbridge run: --kv-cache-dtype fp4: expected one of auto | bf16 | quantized"},
     {"kv_cache_dtype_empty", R({"--kv-cache-dtype", ""}), 2,
      "genbridge run: --kv-cache-dtype '': expected one of auto | bf16 | quantized"},
+    // --weight-quant
+    {"weight_quant_unknown", R({"--weight-quant", "int4"}), 2,
+     "genbridge run: --weight-quant int4: expected one of none | auto | w8a8 | mxfp8 | mxfp4"},
     // --soc
     {"soc_empty", R({"--soc", ""}), 2, "genbridge run: --soc '': the value is empty"},
     // --threads (before: -1 was accepted)
@@ -902,3 +906,43 @@ TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_
     EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from " << genbridge::cpu_targets_available()[0];
   }
 }
+
+// --weight-quant: the scheme in force and the weight bytes are printed; AFD gives monolithic's tokens; a scheme
+// the generation cannot run fails at start-up naming the generation and what it offers.
+namespace {
+TEST_F(CliTest, weight_quant_prints_the_scheme_and_bytes_and_afd_agrees) {
+  const bool a5 = genbridge::ops::build_target() == std::string_view("Ascend950");
+  const std::vector<std::string> base = {"run", "--model", "$MODEL", "--max-new-tokens", "6", "--prompt", "1,2,3",
+                                         "--prompt", "7,8", "--weight-quant", "auto"};
+  const Outcome mono = run(base);
+  ASSERT_EQ(mono.exit_code, 0) << mono.err;
+  const std::string scheme = a5 ? "mxfp8" : "w8a8";
+  EXPECT_NE(mono.err.find("weights: " + scheme + " for attention projections and experts ("), std::string::npos)
+      << mono.err;
+  EXPECT_NE(mono.err.find("| weights (weight_quant=auto): " + scheme + " ("), std::string::npos) << mono.err;
+  std::vector<std::string> afd = base;
+  afd.insert(afd.end(), {"--afd", "2A2F"});
+  const Outcome split = run(afd);
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  auto requests = [](const std::string& out) {
+    std::string r;
+    for (const auto& l : lines(out)) {
+      if (l.rfind("request ", 0) == 0) r += l + "\n";
+    }
+    return r;
+  };
+  EXPECT_EQ(requests(split.out), requests(mono.out));
+  EXPECT_EQ(count_results(mono.out), 2);
+  const Outcome none = run({"run", "--model", "$MODEL", "--max-new-tokens", "2", "--prompt", "1,2,3"});
+  EXPECT_NE(none.err.find("weights: bf16 (weight_quant=none), "), std::string::npos) << none.err;
+  if (!a5) {
+    const Outcome mx = run({"run", "--model", "$MODEL", "--quiet", "--prompt", "1,2", "--weight-quant", "mxfp4"});
+    EXPECT_EQ(mx.exit_code, 1);
+    EXPECT_NE(mx.err.find("--weight-quant=mxfp4: Ascend910 (A2/A3) cannot run mxfp4 weights; it offers w8a8 (auto = "
+                          "w8a8), or none for bf16 weights"),
+              std::string::npos)
+        << mx.err;
+    EXPECT_EQ(mx.out, "");
+  }
+}
+}  // namespace

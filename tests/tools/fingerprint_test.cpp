@@ -93,13 +93,15 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
   const auto a = items(generated, root_ / "seed1"), b = items(typed, root_ / "seed1");
   std::vector<std::string> names;
   for (const auto& i : a) names.push_back(i.name);
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "build",          "--model",          "--preset",     "--model-seed",     "model config",
-                       "model weights",  "--num-prompts",    "--prompt-len", "--prompt",         "--prompt-text",
-                       "prompts",        "--max-new-tokens", "--stop-token", "--temperature",    "--top-k",
-                       "--top-p",        "--seed",           "--max-batch",  "--kv-cache-dtype", "--kv-memory-mb",
-                       "--afd",          "--afd-connector",  "--afd-stages", "--afd-timeout",    "--afd-warmup-steps",
-                       "--afd-transport"}));
+  std::vector<std::string> want = {
+      "build",          "--model",          "--preset",     "--model-seed",     "model config",
+      "model weights",  "--num-prompts",    "--prompt-len", "--prompt",         "--prompt-text",
+      "prompts",        "--max-new-tokens", "--stop-token", "--temperature",    "--top-k",
+      "--top-p",        "--seed",           "--max-batch",  "--kv-cache-dtype", "--kv-memory-mb",
+      "--afd",          "--afd-connector",  "--afd-stages", "--afd-timeout",    "--afd-warmup-steps",
+      "--afd-transport"};
+  want.insert(std::find(want.begin(), want.end(), "--kv-memory-mb"), "--weight-quant");
+  EXPECT_EQ(names, want);
   EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt", "prompts"}));
   EXPECT_EQ(b[8].value, "2 prompts, 4 tokens, digest " + b[8].value.substr(b[8].value.size() - 16));
   EXPECT_EQ(a[6].value, "8");
@@ -144,6 +146,7 @@ TEST_F(Fingerprint, each_setting_changes_its_own_item) {
   EXPECT_EQ(changed([](RunOptions& o) { o.stop_tokens = {5, 6}; }, root_ / "seed1"), V{"--stop-token"});
   EXPECT_EQ(changed([](RunOptions& o) { o.max_batch = 4; }, root_ / "seed1"), V{"--max-batch"});
   EXPECT_EQ(changed([](RunOptions& o) { o.kv_cache_dtype = "quantized"; }, root_ / "seed1"), V{"--kv-cache-dtype"});
+  EXPECT_EQ(changed([](RunOptions& o) { o.weight_quant = "auto"; }, root_ / "seed1"), V{"--weight-quant"});
   EXPECT_EQ(changed([](RunOptions& o) { o.kv_memory_mb = 64; }, root_ / "seed1"), V{"--kv-memory-mb"});
   EXPECT_EQ(changed([](RunOptions& o) { o.afd = "2A2F"; }, root_ / "seed1"), V{"--afd"});
   EXPECT_EQ(changed([](RunOptions& o) { o.afd_connector = "async"; }, root_ / "seed1"), V{"--afd-connector"});

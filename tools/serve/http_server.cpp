@@ -335,6 +335,16 @@ void HttpServer::routes() {
                 st->ended = true;
               }
             }
+            if (st->ended && r.include_usage) {
+              // OpenAI's usage chunk: no choices, the whole request's usage.
+              out += sse(json{{"id", st->id},
+                              {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+                              {"created", st->created},
+                              {"model", model_name},
+                              {"choices", json::array()},
+                              {"usage", usage_json(Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
+                                                         .completion_tokens = st->completion_tokens})}});
+            }
             if (st->ended) out += "data: [DONE]\n\n";
             if (!out.empty() && !sink.write(out.data(), out.size())) {
               svc->cancel(st->stream->id());  // the client went away

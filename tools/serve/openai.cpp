@@ -273,6 +273,11 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return type_error("stream_options", "an object", *it);
     if (!r.stream) return bad("stream_options", "'stream_options' is only allowed with 'stream': true.");
+    if (auto e = get_bool(*it, "include_usage", &r.include_usage)) {
+      e->param = "stream_options.include_usage";
+      e->message = "'stream_options.include_usage' must be a boolean, got " + shown((*it)["include_usage"]) + ".";
+      return *e;
+    }
   }
   if (auto e = get_bool(body, "return_token_ids", &r.return_token_ids)) return *e;
   if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;

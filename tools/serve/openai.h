@@ -44,7 +44,8 @@ struct ParsedRequest {
   bool chat = false;
   bool stream = false;
   bool return_token_ids = false;  // extension: "return_token_ids": true adds each choice's token ids
-  bool ignore_eos = false;        // extension (as vLLM's): "ignore_eos": true generates past the eos token
+  bool include_usage = false;  // "stream_options": {"include_usage": true}: a last chunk with "choices": [] and usage
+  bool ignore_eos = false;     // extension (as vLLM's): "ignore_eos": true generates past the eos token
   std::vector<int32_t> prompt;
   int max_tokens = 16;
   engine::SamplingParams sampling;

@@ -119,7 +119,7 @@ struct Kv {
   static constexpr bool kFused = kScaled && paged::kFusedQuantDot;
   static constexpr int kPairs = D / 32;
   // Bytes of one (token, kv head) row in the K/V cache (fp8: the packed fp32 scale included).
-  static constexpr int kRowBytes = kBf16 ? 2 * D : F == KvCacheFormat::kInt8Fp16Scale ? D : D + 4;
+  static constexpr int kRowBytes = static_cast<int>(gqa_kv_row_bytes(F, D).main);
   static constexpr int kUnits = kBf16 ? kPairs * kParts : D / (2 * kPart);
   static constexpr int kSingleBase = kBf16 ? 32 * kPairs : kUnits * 2 * kPart;
   static constexpr int kSingles = (D - kSingleBase) / kPart;

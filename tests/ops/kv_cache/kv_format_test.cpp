@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace genbridge::ops {
 namespace {
 
@@ -60,6 +62,19 @@ TEST(KvFormat, table_rows) {
   EXPECT_EQ(kv_representation(KvCacheFormat::kInt8Fp16Scale).scale_placement, KvScalePlacement::kSeparateCache);
   EXPECT_EQ(kv_representation(KvCacheFormat::kBf16).scale_placement, KvScalePlacement::kNone);
   EXPECT_EQ(kv_representation(KvCacheFormat::kBf16).name, "bf16");
+}
+
+TEST(KvFormat, element_and_scale_bytes_agree_with_the_dtypes) {
+  const std::vector<const KvRepresentation*> all = {
+      &kv_representation(KvCacheFormat::kBf16),           &kv_representation(KvCacheFormat::kInt8Fp16Scale),
+      &kv_representation(KvCacheFormat::kFp8Fp32PackedScale), &kv_representation(MlaKvFormat::kBf16),
+      &kv_representation(MlaKvFormat::kInt8Fp16ScaleSplitRope), &kv_representation(MlaKvFormat::kFp8TileScalePacked),
+      &kv_representation(IndexerKeyFormat::kBf16), &kv_representation(IndexerKeyFormat::kFp8HadamardPackedScale)};
+  for (const KvRepresentation* r : all) {
+    EXPECT_EQ(r->element_bytes, static_cast<int64_t>(dtype_size(r->element))) << r->name;
+    EXPECT_EQ(r->scale_bytes, r->scale_placement == KvScalePlacement::kNone ? 0 : static_cast<int64_t>(dtype_size(r->scale)))
+        << r->name;
+  }
 }
 
 TEST(KvFormat, dimension_rules_name_the_key) {

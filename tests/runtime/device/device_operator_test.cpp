@@ -147,13 +147,14 @@ TEST(DeviceOperatorCreate, matching_selector_and_no_npu_smi) {
               "genbridge device: Ascend910 (A2/A3) build for Ascend910B1, configured SoC '910C', npu-smi not found, "
               "device not checked | KV cache (kv_cache_dtype=quantized): int8 + fp16 scale per (token, kv head) in a "
               "separate scale cache (head_dim + 2 B per (token, kv head)), slot mapping [block, offset] pairs, page "
-              "128 tokens | MX scale layout: none (no MX formats)");
+              "128 tokens | MX scale layout: none (no MX formats) | weights (weight_quant=none): none (bf16 weights)");
   } else {
     EXPECT_EQ(line,
               "genbridge device: Ascend950 (A5) build for Ascend950PR_9599, configured SoC 'Ascend950DT_9591', "
               "npu-smi not found, device not checked | KV cache (kv_cache_dtype=quantized): fp8 e4m3fn + fp32 scale "
               "per (token, kv head) packed at the end of the row (head_dim + 4 B per (token, kv head)), slot mapping "
-              "flat (block * block_size + offset), page 128 tokens | MX scale layout: pair [..., K/64, 2]");
+              "flat (block * block_size + offset), page 128 tokens | MX scale layout: pair [..., K/64, 2] | weights "
+              "(weight_quant=none): none (bf16 weights)");
   }
 }
 

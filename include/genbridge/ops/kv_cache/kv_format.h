@@ -66,36 +66,92 @@ enum class KvRopePlacement {
 struct KvRepresentation {
   std::string_view name;            // used in messages and logs
   DType element;                    // dtype of the K / V / latent / indexer-key elements
+  int64_t element_bytes;            // bytes per element
   DType scale;                      // dtype of a scale (kF32 when scale_placement == kNone; unused then)
+  int64_t scale_bytes;              // bytes per scale (0 when unscaled)
   KvScalePlacement scale_placement;
   int64_t scale_group;              // elements per scale; 0 = one scale per row
-  KvRopePlacement rope_placement;   // MLA only
+  KvRopePlacement rope_placement;   // MLA only; the rope part is bf16 (kKvRopeElementBytes per element)
   bool hadamard_rotated;            // elements are of H k / sqrt(width) (indexer fp8 keys)
 };
+
+// Bytes per element of the MLA rope part (bf16 in every representation).
+inline constexpr int64_t kKvRopeElementBytes = 2;
 
 // Bytes of one row of each cache a representation uses.
 struct KvRowBytes {
   int64_t main = 0;   // the main cache's row, in-row scales and in-row rope included
   int64_t scale = 0;  // one entry of the separate scale cache (0: none)
   int64_t rope = 0;   // one row of the separate rope cache (0: none)
-  int64_t total() const { return main + scale + rope; }
+  constexpr int64_t total() const { return main + scale + rope; }
 };
 
-// The table (one static array behind all three): entries never change.
-const KvRepresentation& kv_representation(KvCacheFormat f);
-const KvRepresentation& kv_representation(MlaKvFormat f);
-const KvRepresentation& kv_representation(IndexerKeyFormat f);
+namespace kv_format_detail {
+using P = KvScalePlacement;
+using R = KvRopePlacement;
+// THE table. name, element, bytes, scale, bytes, scale placement, elements per scale (0 = per row), rope
+// placement, Hadamard rotation.
+inline constexpr KvRepresentation kGqaBf16{"bf16", DType::kBF16, 2, DType::kF32, 0, P::kNone, 0, R::kNone, false};
+inline constexpr KvRepresentation kGqaInt8{"int8+fp16 scale", DType::kI8, 1, DType::kF16, 2, P::kSeparateCache, 0,
+                                           R::kNone, false};
+inline constexpr KvRepresentation kGqaFp8{"fp8_e4m3fn+packed fp32 scale", DType::kFp8E4M3FN, 1, DType::kF32, 4,
+                                          P::kPackedInRow, 0, R::kNone, false};
+inline constexpr KvRepresentation kMlaBf16{"bf16 latent+rope", DType::kBF16, 2, DType::kF32, 0, P::kNone, 0, R::kInRow,
+                                           false};
+inline constexpr KvRepresentation kMlaInt8{"int8 latent+fp16 scale, bf16 rope cache", DType::kI8, 1, DType::kF16, 2,
+                                           P::kSeparateCache, 0, R::kSeparateCache, false};
+inline constexpr KvRepresentation kMlaFp8{"fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, packed", DType::kFp8E4M3FN, 1,
+                                          DType::kF32, 4, P::kPackedInRow, kMlaKvScaleTile, R::kInRow, false};
+inline constexpr KvRepresentation kIndexerBf16{"bf16", DType::kBF16, 2, DType::kF32, 0, P::kNone, 0, R::kNone, false};
+inline constexpr KvRepresentation kIndexerFp8{"fp8_e4m3fn (Hadamard-rotated)+packed fp32 scale", DType::kFp8E4M3FN, 1,
+                                              DType::kF32, 4, P::kPackedInRow, 0, R::kNone, true};
+}  // namespace kv_format_detail
+
+// The table's row of each representation (entries never change).
+constexpr const KvRepresentation& kv_representation(KvCacheFormat f) {
+  return f == KvCacheFormat::kInt8Fp16Scale        ? kv_format_detail::kGqaInt8
+         : f == KvCacheFormat::kFp8Fp32PackedScale ? kv_format_detail::kGqaFp8
+                                                   : kv_format_detail::kGqaBf16;
+}
+constexpr const KvRepresentation& kv_representation(MlaKvFormat f) {
+  return f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? kv_format_detail::kMlaInt8
+         : f == MlaKvFormat::kFp8TileScalePacked   ? kv_format_detail::kMlaFp8
+                                                   : kv_format_detail::kMlaBf16;
+}
+constexpr const KvRepresentation& kv_representation(IndexerKeyFormat f) {
+  return f == IndexerKeyFormat::kFp8HadamardPackedScale ? kv_format_detail::kIndexerFp8 : kv_format_detail::kIndexerBf16;
+}
 
 // Row bytes of representation `r` for rows of `width` elements (GQA head_dim, MLA kv_lora_rank, indexer
 // head_dim) plus `rope_dim` bf16 rope elements (MLA; 0 otherwise). width must be a multiple of
 // r.scale_group when that is non-zero (the callers check it with a message first).
-KvRowBytes kv_row_bytes(const KvRepresentation& r, int64_t width, int64_t rope_dim = 0);
+constexpr KvRowBytes kv_row_bytes(const KvRepresentation& r, int64_t width, int64_t rope_dim = 0) {
+  KvRowBytes b;
+  b.main = width * r.element_bytes;
+  if (r.scale_placement != KvScalePlacement::kNone) {
+    const int64_t bytes = (r.scale_group == 0 ? 1 : width / r.scale_group) * r.scale_bytes;
+    (r.scale_placement == KvScalePlacement::kPackedInRow ? b.main : b.scale) += bytes;
+  }
+  if (r.rope_placement != KvRopePlacement::kNone) {
+    (r.rope_placement == KvRopePlacement::kInRow ? b.main : b.rope) += rope_dim * kKvRopeElementBytes;
+  }
+  return b;
+}
 // Per (token, kv head), K or V: bf16 2d; int8 d + side 2; fp8 d + 4.
-KvRowBytes gqa_kv_row_bytes(KvCacheFormat f, int64_t head_dim);
+constexpr KvRowBytes gqa_kv_row_bytes(KvCacheFormat f, int64_t head_dim) {
+  return kv_row_bytes(kv_representation(f), head_dim);
+}
 // Per token: bf16 2 (L + R); int8 L + scale 2 + rope 2R; fp8 L + 4 L / 128 + 2R (656 at L = 512, R = 64).
-KvRowBytes mla_kv_row_bytes(MlaKvFormat f, int64_t kv_lora_rank, int64_t rope_dim);
+constexpr KvRowBytes mla_kv_row_bytes(MlaKvFormat f, int64_t kv_lora_rank, int64_t rope_dim) {
+  return kv_row_bytes(kv_representation(f), kv_lora_rank, rope_dim);
+}
 // Per token: bf16 2D; fp8 D + 4 (132 at D = 128).
-KvRowBytes indexer_key_row_bytes(IndexerKeyFormat f, int64_t index_head_dim);
+constexpr KvRowBytes indexer_key_row_bytes(IndexerKeyFormat f, int64_t index_head_dim) {
+  return kv_row_bytes(kv_representation(f), index_head_dim);
+}
+static_assert(gqa_kv_row_bytes(KvCacheFormat::kFp8Fp32PackedScale, 128).total() == 132);
+static_assert(mla_kv_row_bytes(MlaKvFormat::kFp8TileScalePacked, 512, 64).total() == 656);
+static_assert(indexer_key_row_bytes(IndexerKeyFormat::kFp8HadamardPackedScale, 128).total() == 132);
 
 // Checks that representation `f` can hold rows of these dimensions (InvalidArgument naming `what`, the
 // value and the rule: kv_lora_rank a multiple of 128 for fp8 tiles, index_head_dim a power of two for
@@ -103,30 +159,10 @@ KvRowBytes indexer_key_row_bytes(IndexerKeyFormat f, int64_t index_head_dim);
 Status check_mla_kv_dims(MlaKvFormat f, int64_t kv_lora_rank, int64_t rope_dim);
 Status check_indexer_key_dims(IndexerKeyFormat f, int64_t index_head_dim);
 
-// Names used in messages and logs.
-constexpr std::string_view kv_cache_format_name(KvCacheFormat f) {
-  switch (f) {
-    case KvCacheFormat::kBf16: return "bf16";
-    case KvCacheFormat::kInt8Fp16Scale: return "int8+fp16 scale";
-    case KvCacheFormat::kFp8Fp32PackedScale: return "fp8_e4m3fn+packed fp32 scale";
-  }
-  return "?";
-}
-constexpr std::string_view mla_kv_format_name(MlaKvFormat f) {
-  switch (f) {
-    case MlaKvFormat::kBf16: return "bf16 latent+rope";
-    case MlaKvFormat::kInt8Fp16ScaleSplitRope: return "int8 latent+fp16 scale, bf16 rope cache";
-    case MlaKvFormat::kFp8TileScalePacked: return "fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, packed";
-  }
-  return "?";
-}
-constexpr std::string_view indexer_key_format_name(IndexerKeyFormat f) {
-  switch (f) {
-    case IndexerKeyFormat::kBf16: return "bf16";
-    case IndexerKeyFormat::kFp8HadamardPackedScale: return "fp8_e4m3fn (Hadamard-rotated)+packed fp32 scale";
-  }
-  return "?";
-}
+// Names used in messages and logs (the table's).
+constexpr std::string_view kv_cache_format_name(KvCacheFormat f) { return kv_representation(f).name; }
+constexpr std::string_view mla_kv_format_name(MlaKvFormat f) { return kv_representation(f).name; }
+constexpr std::string_view indexer_key_format_name(IndexerKeyFormat f) { return kv_representation(f).name; }
 constexpr std::string_view topk_index_format_name(TopkIndexFormat f) {
   return f == TopkIndexFormat::kSequencePositions ? "int32 sequence positions, -1 padded"
                                                   : "int32 flat KV slots (block * block_size + offset), -1 padded";

@@ -188,11 +188,13 @@ HWY_INLINE U16 MxEncodeFinite16(V16 v) {
 
 // Encodes n finite values (x / 2^s = x * mul) into q: 16 at a time, then the tail. q receives n codes
 // (fp4: n / 2 bytes, n even).
+// `pf` (the same offset in the next row) is prefetched as the block is encoded.
 template <typename T, DType D>
-HWY_INLINE void MxEncode(const T* x, int64_t n, float mul, uint8_t* q) {
+HWY_INLINE void MxEncode(const T* x, const T* pf, int64_t n, float mul, uint8_t* q) {
   const V16 m = Set16(mul);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
+    __builtin_prefetch(pf + i);
     const U16 codes = MxEncodeFinite16<D>(Load16(x + i) * m);
     if constexpr (D == DType::kFp4E2M1x2) {
       StoreNibblePairs16(q + i / 2, codes);
@@ -211,9 +213,10 @@ HWY_INLINE void MxEncode(const T* x, int64_t n, float mul, uint8_t* q) {
 }
 
 // One row: q receives K codes (fp4: K / 2 bytes), s receives 2 * pairs scale bytes. Two passes: every
-// block's scale first (16 blocks' scale rule at a time), then every block's codes.
+// block's scale first (16 blocks' scale rule at a time), then every block's codes; the second pass
+// prefetches `next` (the next row, or x itself), so its memory reads overlap this row's arithmetic.
 template <typename T, DType D, MxScaleAlg A>
-void MxQuantRowT(const T* x, int64_t k, int64_t block, bool round_scale, uint8_t* q, uint8_t* s) {
+void MxQuantRowT(const T* x, const T* next, int64_t k, int64_t block, bool round_scale, uint8_t* q, uint8_t* s) {
   constexpr bool kFp4 = D == DType::kFp4E2M1x2;
   constexpr uint8_t kNaN = D == DType::kFp8E4M3FN ? 0x7f : (D == DType::kFp8E5M2 ? 0x7e : 0x00);
   const int64_t nb = mx_num_blocks(k, block), full = k / block;
@@ -233,38 +236,46 @@ void MxQuantRowT(const T* x, int64_t k, int64_t block, bool round_scale, uint8_t
     if (code == 0xff) {
       std::memset(qb, kNaN, static_cast<size_t>(kFp4 ? n / 2 : n));
     } else {
-      MxEncode<T, D>(x + lo, n, inverse_scale(code), qb);
+      MxEncode<T, D>(x + lo, next + lo, n, inverse_scale(code), qb);
     }
   }
 }
 
 template <typename T, DType D>
-HWY_INLINE void MxQuantRowAlg(MxScaleAlg a, const T* x, int64_t k, int64_t block, bool round_scale, uint8_t* q,
+HWY_INLINE void MxQuantRowAlg(MxScaleAlg a, const T* x, const T* next, int64_t k, int64_t block, bool round_scale, uint8_t* q,
                               uint8_t* s) {
   switch (a) {
-    case MxScaleAlg::kOcpFloor: MxQuantRowT<T, D, MxScaleAlg::kOcpFloor>(x, k, block, round_scale, q, s); return;
-    case MxScaleAlg::kCeil: MxQuantRowT<T, D, MxScaleAlg::kCeil>(x, k, block, round_scale, q, s); return;
-    default: MxQuantRowT<T, D, MxScaleAlg::kBiasedExponent>(x, k, block, round_scale, q, s); return;
+    case MxScaleAlg::kOcpFloor: MxQuantRowT<T, D, MxScaleAlg::kOcpFloor>(x, next, k, block, round_scale, q, s); return;
+    case MxScaleAlg::kCeil: MxQuantRowT<T, D, MxScaleAlg::kCeil>(x, next, k, block, round_scale, q, s); return;
+    default: MxQuantRowT<T, D, MxScaleAlg::kBiasedExponent>(x, next, k, block, round_scale, q, s); return;
   }
 }
 
 template <typename T>
-HWY_INLINE void MxQuantRowDst(DType dst, MxScaleAlg a, const T* x, int64_t k, int64_t block, bool round_scale,
+HWY_INLINE void MxQuantRowDst(DType dst, MxScaleAlg a, const T* x, const T* next, int64_t k, int64_t block, bool round_scale,
                               uint8_t* q, uint8_t* s) {
   switch (dst) {
-    case DType::kFp8E4M3FN: MxQuantRowAlg<T, DType::kFp8E4M3FN>(a, x, k, block, round_scale, q, s); return;
-    case DType::kFp8E5M2: MxQuantRowAlg<T, DType::kFp8E5M2>(a, x, k, block, round_scale, q, s); return;
-    default: MxQuantRowAlg<T, DType::kFp4E2M1x2>(a, x, k, block, round_scale, q, s); return;
+    case DType::kFp8E4M3FN: MxQuantRowAlg<T, DType::kFp8E4M3FN>(a, x, next, k, block, round_scale, q, s); return;
+    case DType::kFp8E5M2: MxQuantRowAlg<T, DType::kFp8E5M2>(a, x, next, k, block, round_scale, q, s); return;
+    default: MxQuantRowAlg<T, DType::kFp4E2M1x2>(a, x, next, k, block, round_scale, q, s); return;
   }
 }
 
 // One contiguous row of x (dtype `in`), validated arguments.
-void MxQuantRows(DType in, DType dst, MxScaleAlg a, const void* x, int64_t k, int64_t block, bool round_scale,
-                 uint8_t* q, uint8_t* s) {
+void MxQuantRows(DType in, DType dst, MxScaleAlg a, const void* x, const void* next, int64_t k, int64_t block,
+                 bool round_scale, uint8_t* q, uint8_t* s) {
   switch (in) {
-    case DType::kF32: MxQuantRowDst(dst, a, static_cast<const float*>(x), k, block, round_scale, q, s); return;
-    case DType::kF16: MxQuantRowDst(dst, a, static_cast<const fp16_t*>(x), k, block, round_scale, q, s); return;
-    default: MxQuantRowDst(dst, a, static_cast<const bf16_t*>(x), k, block, round_scale, q, s); return;
+    case DType::kF32:
+      MxQuantRowDst(dst, a, static_cast<const float*>(x), static_cast<const float*>(next), k, block, round_scale, q, s);
+      return;
+    case DType::kF16:
+      MxQuantRowDst(dst, a, static_cast<const fp16_t*>(x), static_cast<const fp16_t*>(next), k, block, round_scale, q,
+                    s);
+      return;
+    default:
+      MxQuantRowDst(dst, a, static_cast<const bf16_t*>(x), static_cast<const bf16_t*>(next), k, block, round_scale, q,
+                    s);
+      return;
   }
 }
 
@@ -294,11 +305,13 @@ Status run_dynamic_mx_quant(const TensorView& x, const MxQuantConfig& c, const T
       uint8_t* qr = q_fast ? q.data_as<uint8_t>() + row_offset(q, 1, r) : qbuf.data();
       uint8_t* sr = s_fast ? scale.data_as<uint8_t>() + row_offset(scale, 2, r) : sbuf.data();
       if (x_fast) {
-        const void* xr = static_cast<const uint8_t*>(x.data()) + row_offset(x, 1, r) * static_cast<int64_t>(elem);
-        quant_rows(x.dtype(), c.dst, c.scale_alg, xr, k, c.block_size, c.round_scale, qr, sr);
+        const auto* base = static_cast<const uint8_t*>(x.data());
+        const uint8_t* xr = base + row_offset(x, 1, r) * static_cast<int64_t>(elem);
+        const uint8_t* next = r + 1 < r1 ? base + row_offset(x, 1, r + 1) * static_cast<int64_t>(elem) : xr;
+        quant_rows(x.dtype(), c.dst, c.scale_alg, xr, next, k, c.block_size, c.round_scale, qr, sr);
       } else {
         load_row_f32(x, 1, r, k, xbuf.data());
-        quant_rows(DType::kF32, c.dst, c.scale_alg, xbuf.data(), k, c.block_size, c.round_scale, qr, sr);
+        quant_rows(DType::kF32, c.dst, c.scale_alg, xbuf.data(), xbuf.data(), k, c.block_size, c.round_scale, qr, sr);
       }
       if (!q_fast) {
         uint8_t* base = q.data_as<uint8_t>() + row_offset(q, 1, r);

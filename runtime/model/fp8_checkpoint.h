@@ -1,0 +1,45 @@
+#pragma once
+// Hugging Face FP8 block-scaled checkpoints (issue 13): the format of the published Qwen3 / DeepSeek-V3
+// FP8 checkpoints. config.json carries
+//   "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "fmt": "e4m3", ...}
+// and each quantized Linear weight W [N, K] is stored as F8_E4M3 codes plus "<name>_scale_inv" (F32 or BF16,
+// [ceil(N / bn), ceil(K / bk)]), with W[n, k] = e4m3(code[n, k]) * scale_inv[n / bn, k / bk].
+// genbridge reads such a checkpoint by dequantizing each FP8 weight at load into bf16 (one rounding:
+// |error| <= 2^-9 |W| on top of the FP8 quantization already in the file); --weight-quant then converts the
+// bf16 weights into the generation's scheme as for any bf16 checkpoint (docs/quant_weights.md).
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string_view>
+
+#include "genbridge/core/formats.h"
+#include "genbridge/core/status.h"
+#include "genbridge/core/tensor.h"
+
+namespace genbridge::model {
+
+struct Fp8BlockQuantConfig {
+  int64_t block_n = 128;  // weight_block_size[0]: rows (output channels) per scale
+  int64_t block_k = 128;  // weight_block_size[1]: columns (inputs) per scale
+};
+
+// The quantization_config of a config.json text: nullopt when absent; InvalidArgument naming `source`, the
+// key and the rule for anything but quant_method "fp8" with a weight_block_size of two positive integers
+// (and fmt, when given, "e4m3").
+Result<std::optional<Fp8BlockQuantConfig>> read_fp8_quantization_config(std::string_view json_text,
+                                                                        std::string_view source);
+
+// Dequantizes an FP8 weight into `out` (bf16, q's shape): out = bf16(fl32(e4m3(q) * scale_inv[block])).
+// q: fp8 e4m3fn [N, K] contiguous; scale_inv: F32 or BF16 [ceil(N / bn), ceil(K / bk)] contiguous.
+// InvalidArgument naming `file`, `name` and the rule when the scale tensor's dtype or shape is inconsistent.
+Status dequantize_fp8_block(const TensorView& q, const TensorView& scale_inv, const Fp8BlockQuantConfig& config,
+                            std::string_view file, std::string_view name, bf16_t* out);
+
+// Rewrites the single-file bf16 checkpoint in `dir` (model.safetensors + config.json) as an FP8 block-scaled
+// one: every attention projection and MLP / expert projection weight becomes F8_E4M3 + F32 "_scale_inv" with
+// scale_inv = amax(block) / 448 (amax 0: 1) and codes rounded to nearest even; everything else stays as it is;
+// config.json gets the quantization_config above. Blocking file I/O.
+Status convert_checkpoint_to_fp8(const std::filesystem::path& dir, const Fp8BlockQuantConfig& config = {});
+
+}  // namespace genbridge::model

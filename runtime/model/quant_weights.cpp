@@ -1,0 +1,93 @@
+#include "runtime/model/quant_weights.h"
+
+#include <chrono>
+
+namespace genbridge::model {
+
+Result<ops::QuantWeight> QuantizedWeights::quantize_one(const TensorView& w) {
+  const runtime::WeightQuantRepresentation& r = *repr_;
+  const int64_t N = w.dim(0), K = w.dim(1);
+  const int64_t data_cols = r.weight_element == DType::kFp4E2M1x2 ? K / 2 : K;
+  const int64_t bytes = runtime::quant_weight_bytes(r, N, K);
+  buffers_.push_back(std::make_unique<uint8_t[]>(static_cast<size_t>(bytes)));
+  uint8_t* p = buffers_.back().get();
+  ops::QuantWeight q;
+  q.scheme = r.scheme;
+  q.in_features = K;
+  q.data = TensorView(p, r.weight_element, {N, data_cols});
+  uint8_t* s = p + N * data_cols;  // scales follow the data
+  if (r.granularity == runtime::WeightScaleGranularity::kPerOutputChannel) {
+    q.scale = TensorView(s, r.scale_dtype, {N});
+  } else {
+    q.scale = TensorView(s, r.scale_dtype, {N, ops::mx_scale_pairs_of(K), 2});
+  }
+  GB_RETURN_IF_ERROR(ops::quantize_weight(w, q));
+  quantized_bytes_ += static_cast<uint64_t>(bytes);
+  replaced_bytes_ += static_cast<uint64_t>(N * K) * dtype_size(w.dtype());
+  return q;
+}
+
+Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Checkpoint& checkpoint,
+                                                                     const runtime::WeightQuantRepresentation& repr,
+                                                                     const runtime::QuantizedLayers& roles,
+                                                                     const QuantizeOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<QuantizedWeights> q(new QuantizedWeights());
+  q->repr_ = &repr;
+  const ModelWeights& w = checkpoint.weights();
+  const bool attn = roles.attention_projections && options.attention;
+  const bool experts = roles.experts && options.experts;
+  const bool shared = roles.shared_experts && options.attention;  // shared experts run on the attention side
+  const bool dense = roles.shared_experts && options.attention;   // dense MLPs run on the attention side
+  int64_t total = 0;
+  for (const LayerWeights& l : w.layers) {
+    if (attn && l.attn.q_proj.rank() == 2) total += 4;
+    if (l.is_moe && experts) total += 3 * static_cast<int64_t>(l.moe.experts.size());
+    if (l.is_moe && shared && checkpoint.config().has_shared_expert()) total += 3;
+    if (!l.is_moe && dense) total += 3;
+  }
+  int64_t done = 0;
+  auto one = [&](const TensorView& t) -> Result<ops::QuantWeight> {
+    GB_ASSIGN_OR_RETURN(ops::QuantWeight r, q->quantize_one(t));
+    ++done;
+    if (options.progress && *options.progress) (*options.progress)(done, total);
+    return r;
+  };
+  auto mlp = [&](const MlpWeights& m) -> Result<ops::QuantExpertWeights> {
+    ops::QuantExpertWeights e;
+    GB_ASSIGN_OR_RETURN(e.w_gate, one(m.gate_proj));
+    GB_ASSIGN_OR_RETURN(e.w_up, one(m.up_proj));
+    GB_ASSIGN_OR_RETURN(e.w_down, one(m.down_proj));
+    return e;
+  };
+  for (const LayerWeights& l : w.layers) {
+    Layer ql;
+    if (attn && l.attn.q_proj.rank() == 2) {  // GQA projections (an MLA model's attention stays bf16)
+      ql.attention = true;
+      GB_ASSIGN_OR_RETURN(ql.q_proj, one(l.attn.q_proj));
+      GB_ASSIGN_OR_RETURN(ql.k_proj, one(l.attn.k_proj));
+      GB_ASSIGN_OR_RETURN(ql.v_proj, one(l.attn.v_proj));
+      GB_ASSIGN_OR_RETURN(ql.o_proj, one(l.attn.o_proj));
+    }
+    if (l.is_moe && experts) {
+      for (const MlpWeights& m : l.moe.experts) {
+        GB_ASSIGN_OR_RETURN(ops::QuantExpertWeights e, mlp(m));
+        ql.experts.push_back(e);
+      }
+    }
+    if (l.is_moe && shared && checkpoint.config().has_shared_expert()) {
+      ql.shared = true;
+      GB_ASSIGN_OR_RETURN(ql.shared_expert, mlp(l.moe.shared_expert));
+    }
+    if (!l.is_moe && dense) {
+      ql.dense = true;
+      GB_ASSIGN_OR_RETURN(ql.dense_mlp, mlp(l.dense));
+    }
+    q->layers_.push_back(std::move(ql));
+  }
+  q->matrices_ = done;
+  q->seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return q;
+}
+
+}  // namespace genbridge::model

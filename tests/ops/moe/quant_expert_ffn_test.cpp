@@ -1,0 +1,135 @@
+// Contract test for moe/quant_expert_ffn (issue 13); runs unchanged in every target build. Each slot must
+// be bit-identical to the composition the contract names (quant_linear, the fp32 SwiGLU formula,
+// quant_linear, one rounding), whatever the batch, the expert range split or the CPU target.
+#include "genbridge/ops/moe/quant_expert_ffn.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "genbridge/build_info.h"
+#include "genbridge/ops/quant/dynamic_mx_quant.h"
+#include "support/each_cpu_target.h"
+#include "support/tensor_util.h"
+
+namespace genbridge::testing {
+namespace {
+
+using ops::QuantExpertWeights;
+using ops::QuantWeight;
+using ops::WeightQuantScheme;
+
+bool has_mx() { return ops::build_target() == std::string_view("Ascend950"); }
+
+struct Owned {
+  OwnedTensor data, scale;
+  QuantWeight view;
+};
+
+Owned quantize(WeightQuantScheme s, int64_t N, int64_t K, uint64_t seed) {
+  OwnedTensor w(DType::kBF16, {N, K});
+  fill_uniform(w.view(), seed, -0.3f, 0.3f);
+  const bool mx = s != WeightQuantScheme::kW8A8;
+  Owned o{OwnedTensor(s == WeightQuantScheme::kW8A8    ? DType::kI8
+                      : s == WeightQuantScheme::kMxfp8 ? DType::kFp8E4M3FN
+                                                       : DType::kFp4E2M1x2,
+                      {N, s == WeightQuantScheme::kMxfp4 ? K / 2 : K}),
+          OwnedTensor(mx ? DType::kE8M0 : DType::kF32,
+                      mx ? std::vector<int64_t>{N, ops::mx_scale_pairs(K, 32), 2} : std::vector<int64_t>{N}),
+          {}};
+  o.view = {s, o.data.view(), o.scale.view(), K};
+  const Status st = ops::quantize_weight(w.view(), o.view);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return o;
+}
+
+struct Bank {
+  std::vector<Owned> owned;  // 3 per expert
+  std::vector<QuantExpertWeights> experts;
+  Bank(WeightQuantScheme s, int64_t E, int64_t H, int64_t I) {
+    owned.reserve(static_cast<size_t>(3 * E));
+    for (int64_t e = 0; e < E; ++e) {
+      owned.push_back(quantize(s, I, H, 100 + 3 * e));
+      owned.push_back(quantize(s, I, H, 101 + 3 * e));
+      owned.push_back(quantize(s, H, I, 102 + 3 * e));
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      experts.push_back({owned[3 * e].view, owned[3 * e + 1].view, owned[3 * e + 2].view});
+    }
+  }
+};
+
+std::vector<WeightQuantScheme> runnable() {
+  if (has_mx()) return {WeightQuantScheme::kW8A8, WeightQuantScheme::kMxfp8, WeightQuantScheme::kMxfp4};
+  return {WeightQuantScheme::kW8A8};
+}
+
+TEST(QuantExpertFfn, each_slot_is_the_contracts_composition_on_every_cpu_target) {
+  const int64_t E = 4, H = 64, I = 96, T = 9, k = 2;
+  for (WeightQuantScheme s : runnable()) {
+    SCOPED_TRACE(std::string(ops::weight_quant_scheme_name(s)));
+    Bank bank(s, E, H, I);
+    OwnedTensor x(DType::kBF16, {T, H}), ids(DType::kI32, {T, k});
+    fill_uniform(x.view(), 7, -2.f, 2.f);
+    auto* idp = reinterpret_cast<int32_t*>(ids.data());
+    for (int64_t i = 0; i < T * k; ++i) idp[i] = static_cast<int32_t>((i * 7 + i / 3) % (E + 1)) - (i == 5 ? 5 : 0);
+    // The composition, token by token.
+    std::vector<bf16_t> want(static_cast<size_t>(T * k * H), float_to_bf16(-1.f));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = idp[t * k + j];
+        if (e < 0 || e >= E) continue;
+        std::vector<float> g(I), u(I), y(H);
+        const TensorView xt = x.view().slice0(t, t + 1);
+        ASSERT_TRUE(ops::quant_linear(xt, bank.experts[e].w_gate, TensorView(g.data(), DType::kF32, {1, I})).ok());
+        ASSERT_TRUE(ops::quant_linear(xt, bank.experts[e].w_up, TensorView(u.data(), DType::kF32, {1, I})).ok());
+        for (int64_t i = 0; i < I; ++i) g[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
+        ASSERT_TRUE(ops::quant_linear(TensorView(g.data(), DType::kF32, {1, I}), bank.experts[e].w_down,
+                                      TensorView(y.data(), DType::kF32, {1, H}))
+                        .ok());
+        for (int64_t h = 0; h < H; ++h) want[(t * k + j) * H + h] = float_to_bf16(y[h]);
+      }
+    }
+    for_each_cpu_target([&](const std::string& target) {
+      OwnedTensor out(DType::kBF16, {T, k, H}), split(DType::kBF16, {T, k, H});
+      for (auto* o : {&out, &split}) {
+        auto* p = reinterpret_cast<bf16_t*>(o->data());
+        std::fill(p, p + T * k * H, float_to_bf16(-1.f));
+      }
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, out.view()).ok());
+      EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * 2), 0) << target;
+      const std::span<const QuantExpertWeights> all(bank.experts);
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), all.subspan(0, 1), 0, 1, split.view()).ok());
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), all.subspan(1, 3), 1, 4, split.view()).ok());
+      EXPECT_EQ(out.bytes(), split.bytes()) << target;
+    });
+  }
+}
+
+TEST(QuantExpertFfn, invalid_and_unsupported) {
+  const int64_t E = 2, H = 64, I = 32;
+  Bank bank(WeightQuantScheme::kW8A8, E, H, I);
+  OwnedTensor x(DType::kBF16, {3, H}), ids(DType::kI32, {3, 1}), out(DType::kBF16, {3, 1, H});
+  EXPECT_EQ(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, 1, out.view()).message(),
+            "quant_expert_ffn: 2 expert weight sets given for expert range [0, 1); exactly one per expert in the "
+            "range is required");
+  OwnedTensor x32(DType::kBF16, {3, 32});
+  OwnedTensor out32(DType::kBF16, {3, 1, 32});
+  EXPECT_EQ(ops::quant_expert_ffn(x32.view(), ids.view(), bank.experts, 0, 2, out32.view()).message(),
+            "quant_expert_ffn: experts[0] does not hold w_gate, w_up [I, H] and w_down [H, I] with H = 32 (x's last "
+            "dimension) and I = 32 (experts[0].w_gate's rows)");
+  if (has_mx()) return;
+  OwnedTensor d(DType::kFp8E4M3FN, {I, H}), sc(DType::kE8M0, {I, 1, 2}), dd(DType::kFp8E4M3FN, {H, I}),
+      sd(DType::kE8M0, {H, 1, 2});
+  const QuantWeight gate{WeightQuantScheme::kMxfp8, d.view(), sc.view(), H};
+  const QuantExpertWeights mx{gate, gate, {WeightQuantScheme::kMxfp8, dd.view(), sd.view(), I}};
+  const Status st = ops::quant_expert_ffn(x.view(), ids.view(), std::span(&mx, 1), 0, 1, out.view());
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("mxfp8 weights are not supported on Ascend910"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace genbridge::testing
