@@ -88,7 +88,7 @@ int serve(const ServeOptions& so) {
 
   // The KV pool: --kv-memory-mb, or room for --max-batch sequences of the whole context.
   const runtime::KvPageGeometry geometry =
-      dev->kv_page_geometry({mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim});
+      dev->kv_page_geometry(model::kv_model_shape(mc));
   std::vector<engine::Request> sizing(static_cast<size_t>(o.max_batch));
   for (auto& r : sizing) {
     r.prompt = {0};

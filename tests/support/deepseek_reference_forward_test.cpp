@@ -30,8 +30,12 @@ TEST(DeepseekYarn, inverse_frequencies_follow_the_correction_ramp) {
     const double want = base * (1.0 - ramp) + base / 4.0 * ramp;
     EXPECT_NEAR(runtime[i], want, 1e-15 * want) << i;
     EXPECT_NEAR(ref[i], want, 1e-15 * want) << i;
-    if (i <= 5) EXPECT_NEAR(runtime[i], base, 1e-15 * base) << "extrapolated (kept) " << i;
-    if (i >= 18) EXPECT_NEAR(runtime[i], base / 4.0, 1e-15 * base) << "interpolated " << i;
+    if (i <= 5) {
+      EXPECT_NEAR(runtime[i], base, 1e-15 * base) << "extrapolated (kept) " << i;
+    }
+    if (i >= 18) {
+      EXPECT_NEAR(runtime[i], base / 4.0, 1e-15 * base) << "interpolated " << i;
+    }
   }
   // Without YaRN: plain theta^(-2i/d).
   const ModelConfig plain = model::synthetic_preset_config("tiny-dsv3-noq").value();
@@ -144,7 +148,9 @@ TEST_F(DeepseekReferenceModel, causal_prefix_and_grouped_routing_structure) {
         }
         EXPECT_EQ(static_cast<int64_t>(ids.size()), k);
         EXPECT_LE(static_cast<int64_t>(groups.size()), c.deepseek.topk_group);
-        if (c.norm_topk_prob) EXPECT_NEAR(sum, c.deepseek.routed_scaling_factor, 1e-12);
+        if (c.norm_topk_prob) {
+          EXPECT_NEAR(sum, c.deepseek.routed_scaling_factor, 1e-12);
+        }
       }
     }
     // Activations stay O(1) and logits are spread (the synthetic scales keep the model non-degenerate).

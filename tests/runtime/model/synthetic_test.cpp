@@ -28,7 +28,9 @@ TEST(Synthetic, presets_are_valid_and_kernel_friendly) {
   for (const std::string& name : synthetic_preset_names()) {
     const ModelConfig c = synthetic_preset_config(name).value();
     EXPECT_TRUE(validate_model_config(c, name).ok()) << name;
-    if (!c.is_deepseek()) EXPECT_TRUE(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256) << name;
+    if (!c.is_deepseek()) {
+      EXPECT_TRUE(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256) << name;
+    }
     EXPECT_GT(c.num_moe_layers(), 0) << name;
   }
   const ModelConfig tiny = synthetic_preset_config("tiny").value();
