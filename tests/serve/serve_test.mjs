@@ -409,7 +409,7 @@ const cases = {
     const s = await startServer(["--shutdown-timeout", "0"]);
     const res = await fetch(s.base + "/v1/completions", {
       method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(60000),
-      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true }) });
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true, ignore_eos: true }) });
     const reader = res.body.getReader();
     let text = new TextDecoder().decode((await reader.read()).value);
     const t0 = Date.now();
@@ -425,7 +425,8 @@ const cases = {
        "the stream ends with an error event and [DONE]");
     const e = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
     eq(e.code, 0, "exit 0");
-    check(Date.now() - t0 < 10000, "within the deadline (plus the listener's close)", Date.now() - t0);
+    // Generous: a sanitizer build on a loaded 2-core machine; a server that ignores the deadline runs 4,000 tokens.
+    check(Date.now() - t0 < 25000, "within the deadline (plus the listener's close)", Date.now() - t0);
   },
 
   // The official OpenAI Node client, on a synthetic model of Qwen3's vocabulary with the real Qwen3 tokenizer.
