@@ -267,10 +267,10 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   const std::string device_text = detected ? fmt::format("device {} (npu-smi)", detected->soc)
                                            : std::string("npu-smi not found, device not checked");
   d.log_line_ = fmt::format(
-      "genbridge device: {} ({}) build for {}, {}, {} | KV cache (kv_cache_dtype={}): {}, slot mapping {}, page {} "
-      "tokens | MX scale layout: {} | weights (weight_quant={}): {}",
+      "genbridge device: {} ({}) build for {}, {}, {} | KV cache (kv_cache_dtype={}): GQA {}; MLA {}, slot mapping {}, "
+      "page {} tokens | MX scale layout: {} | weights (weight_quant={}): {}",
       generation_name(gen), generation_family(gen), build.soc, soc_text, device_text, config.kv_cache_dtype,
-      describe_kv(d.kv_format_),
+      describe_kv(d.kv_format_), ops::mla_kv_format_name(d.mla_kv_format_),
       c.slot_mapping == ops::SlotMapping::kFlat ? "flat (block * block_size + offset)" : "[block, offset] pairs",
       c.kv_page_size, c.mx_scale_layout == MxScaleLayout::kPair ? "pair [..., K/64, 2]" : "none (no MX formats)",
       config.weight_quant, describe_weight_quant(d.weight_quant_));

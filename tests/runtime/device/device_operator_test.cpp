@@ -145,14 +145,16 @@ TEST(DeviceOperatorCreate, matching_selector_and_no_npu_smi) {
   if (is910()) {
     EXPECT_EQ(line,
               "genbridge device: Ascend910 (A2/A3) build for Ascend910B1, configured SoC '910C', npu-smi not found, "
-              "device not checked | KV cache (kv_cache_dtype=quantized): int8 + fp16 scale per (token, kv head) in a "
-              "separate scale cache (head_dim + 2 B per (token, kv head)), slot mapping [block, offset] pairs, page "
+              "device not checked | KV cache (kv_cache_dtype=quantized): GQA int8 + fp16 scale per (token, kv head) in a "
+              "separate scale cache (head_dim + 2 B per (token, kv head)); MLA int8 latent+fp16 scale, bf16 rope cache, "
+              "slot mapping [block, offset] pairs, page "
               "128 tokens | MX scale layout: none (no MX formats) | weights (weight_quant=none): none (bf16 weights)");
   } else {
     EXPECT_EQ(line,
               "genbridge device: Ascend950 (A5) build for Ascend950PR_9599, configured SoC 'Ascend950DT_9591', "
-              "npu-smi not found, device not checked | KV cache (kv_cache_dtype=quantized): fp8 e4m3fn + fp32 scale "
-              "per (token, kv head) packed at the end of the row (head_dim + 4 B per (token, kv head)), slot mapping "
+              "npu-smi not found, device not checked | KV cache (kv_cache_dtype=quantized): GQA fp8 e4m3fn + fp32 scale "
+              "per (token, kv head) packed at the end of the row (head_dim + 4 B per (token, kv head)); MLA fp8_e4m3fn "
+              "latent+fp32 scale per 128+bf16 rope, packed, slot mapping "
               "flat (block * block_size + offset), page 128 tokens | MX scale layout: pair [..., K/64, 2] | weights "
               "(weight_quant=none): none (bf16 weights)");
   }
