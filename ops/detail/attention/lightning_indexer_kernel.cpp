@@ -61,11 +61,6 @@ using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 using indexer::Item;
 using indexer::Plan;
 
-HWY_INLINE V16 LoadFp8Scaled16(const uint8_t* p) {
-  V16 r;
-  GB_UNROLL for (int i = 0; i < kParts; ++i) r.p[i] = LoadFp8ScaledPart(p + i * kPart);
-  return r;
-}
 
 // Key of flat slot `slot` as fp32 in dst[0, dp) (zero padded).
 HWY_INLINE void DecodeKey(const Plan& p, int64_t slot, float* dst) {

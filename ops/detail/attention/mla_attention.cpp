@@ -86,11 +86,6 @@ HWY_INLINE V16 LoadI8_16(const int8_t* p) {
   GB_UNROLL for (int i = 0; i < kParts; ++i) r.p[i] = LoadI8Part(reinterpret_cast<const uint8_t*>(p) + i * kPart);
   return r;
 }
-HWY_INLINE V16 LoadFp8Scaled16(const uint8_t* p) {
-  V16 r;
-  GB_UNROLL for (int i = 0; i < kParts; ++i) r.p[i] = LoadFp8ScaledPart(p + i * kPart);
-  return r;
-}
 
 // Decodes the cached row of flat slot `slot` into dst[0, w): latent (padded to lp), then rope (padded).
 HWY_INLINE void DecodeRow(const Plan& p, int64_t slot, float* dst) {

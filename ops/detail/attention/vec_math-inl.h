@@ -159,6 +159,13 @@ HWY_INLINE VF LoadFp8ScaledPart(const uint8_t* p) {
   }
 }
 
+// 16 consecutive fp8 e4m3fn codes as one contract vector, value * 2^-8 (LoadFp8ScaledPart per part).
+HWY_INLINE V16 LoadFp8Scaled16(const uint8_t* p) {
+  V16 r;
+  GB_UNROLL for (int i = 0; i < kParts; ++i) r.p[i] = LoadFp8ScaledPart(p + i * kPart);
+  return r;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace genbridge::ops::detail
 HWY_AFTER_NAMESPACE();

@@ -39,13 +39,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using namespace genbridge::simd::HWY_NAMESPACE;
 
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_SVE || \
-    HWY_TARGET == HWY_SVE2
-inline constexpr int kVecRegs = 32;
-#else
-inline constexpr int kVecRegs = 16;
-#endif
-
 template <typename T>
 HWY_INLINE void PrefetchL2(const T* base, int64_t i) {
   // Integer arithmetic: the address may lie past the end of the array (prefetches never fault).

@@ -154,16 +154,7 @@ HWY_INLINE void Stream16(float* y, V16 v) {
 HWY_INLINE void Stream16(bf16_t* y, V16 v) {
   const hn::Rebind<uint16_t, DI> d16;
   auto* py = reinterpret_cast<uint16_t*>(y);
-  GB_UNROLL for (int i = 0; i < kParts; ++i) {
-    const VU u = hn::BitCast(DU(), v.p[i]);
-    const VU hi = hn::ShiftRight<16>(u);
-    const VU rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(DU(), 0x7fffu)), hn::And(hi, hn::Set(DU(), 1u))));
-    const VU quiet = hn::Or(hi, hn::Set(DU(), 0x40u));
-    const auto is_nan = hn::RebindMask(DU(), hn::Gt(hn::BitCast(DI(), hn::And(u, hn::Set(DU(), 0x7fffffffu))),
-                                                     hn::Set(DI(), 0x7f800000)));
-    const VU r = hn::IfThenElse(is_nan, quiet, rounded);
-    hn::Stream(hn::DemoteTo(d16, hn::BitCast(DI(), r)), d16, py + i * kPart);
-  }
+  GB_UNROLL for (int i = 0; i < kParts; ++i) hn::Stream(Bf16BitsPart(v.p[i]), d16, py + i * kPart);
 }
 HWY_INLINE void Stream16(fp16_t* y, V16 v) {
   if constexpr (kNativeF16Demote) {

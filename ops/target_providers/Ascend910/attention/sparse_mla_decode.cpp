@@ -15,20 +15,18 @@ Status sparse_mla_decode(const TensorView& q_latent, const TensorView& q_rope, c
         "sparse_mla_decode: the fp8 MLA KV cache is not supported on Ascend910 (A2/A3 has no FP8 data path; its quantized MLA "
         "KV cache is int8 latent + fp16 scale with a separate bf16 rope cache)");
   }
-  detail::MlaAttentionCall c;
-  c.op = "sparse_mla_decode";
-  c.q_latent = q_latent;
-  c.q_rope = q_rope;
-  c.cache = cache;
-  c.block_tables = block_tables;
-  c.context_lens = context_lens;
-  c.query_start_loc = query_start_loc;
-  c.sparse = true;
-  c.topk_indices = topk_indices;
-  c.index_format = index_format;
-  c.softmax_scale = softmax_scale;
-  c.out = out;
-  return detail::run_mla_attention(c);
+  return detail::run_mla_attention({.op = "sparse_mla_decode",
+                                     .q_latent = q_latent,
+                                     .q_rope = q_rope,
+                                     .cache = cache,
+                                     .block_tables = block_tables,
+                                     .context_lens = context_lens,
+                                     .query_start_loc = query_start_loc,
+                                     .sparse = true,
+                                     .topk_indices = topk_indices,
+                                     .index_format = index_format,
+                                     .softmax_scale = softmax_scale,
+                                     .out = out});
 }
 
 }  // namespace genbridge::ops

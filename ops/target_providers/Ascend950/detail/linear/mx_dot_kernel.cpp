@@ -25,13 +25,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using namespace genbridge::simd::HWY_NAMESPACE;
 
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_SVE || \
-    HWY_TARGET == HWY_SVE2
-inline constexpr int kMxVecRegs = 32;
-#else
-inline constexpr int kMxVecRegs = 16;
-#endif
-
 // The fp32 bits the scalar decode table gives the positive e4m3fn NaN code.
 HWY_INLINE uint32_t E4m3NanBits() {
   uint32_t bits;
@@ -143,7 +136,7 @@ void MxDecodeRows(const uint8_t* q, int64_t ldq, const uint8_t* scale, int64_t l
 template <bool kFp4, int MR>
 constexpr int MxGemvCols() {
   // Registers: the accumulators, a decoded weight, an input vector and about 8 decode constants.
-  const int nr = (kMxVecRegs - 8 - 2 * kParts) / (MR * kParts);
+  const int nr = (kVecRegs - 8 - 2 * kParts) / (MR * kParts);
   return nr < 1 ? 1 : nr > 4 ? 4 : nr;
 }
 
