@@ -88,9 +88,11 @@ TEST(AfdFailure, hung_ffn_worker_hits_the_deadline_naming_rank_peer_layer_stage_
           ExpertComputeFn inner = testing::toy_expert_compute(m);
           return [&failed, inner](const FfnWorkItem& item) -> Status {
             if (item.meta.step == 2 && item.meta.layer == 2) {
-              // Stop responding until the job has failed.
+              // Stop responding until an attention rank has timed out, then finish normally: an error
+              // returned here could reach the job before the attention rank's deadline error does (the
+              // flag is set just before that rank returns), so the FFN rank's only failure is the abort.
               while (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-              return internal_error("released after the job failed");
+              return inner(item);
             }
             return inner(item);
           };
