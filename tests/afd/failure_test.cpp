@@ -11,6 +11,7 @@
 
 #include "afd/job.h"
 #include "afd/runner.h"
+#include "afd/transport.h"
 #include "afd/support/toy_model.h"
 
 namespace genbridge::afd {
@@ -162,8 +163,15 @@ TEST(AfdFailure, attention_rank_stalled_between_steps_ends_the_job_naming_it) {
         const std::vector<int> idle(cfg.num_stages, 0);
         GB_RETURN_IF_ERROR(runner.step(0, idle, false, AttentionLayerFns{}));
         for (int i = 0; i < 10000 && !failed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (failed) return internal_error("released after the job failed");
-        return runner.finish();
+        if (!failed) return runner.finish();
+        // Released: end only when the job's abort reaches this rank (a wait on a message nobody sends), so
+        // that the FFN rank's deadline error, not one of ours, is the job's first failure.
+        Transport& t = c.transport();
+        GB_ASSIGN_OR_RETURN(RequestId id, t.irecv(kAnySource, Channel::kControl, 0x7ead, {}));
+        const RequestId ids[] = {id};
+        Completion done;
+        Result<int> woke = t.wait_any(ids, deadline_after_ms(10000), &done);
+        return woke.ok() ? internal_error("a message nobody sent arrived") : woke.status();
       }
       ToyAttention att(model, w, cfg, c.rank());
       Status s = att.run(runner, 0);
