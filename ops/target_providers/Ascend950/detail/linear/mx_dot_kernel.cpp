@@ -27,7 +27,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using namespace genbridge::simd::HWY_NAMESPACE;
 
-// The fp32 bits the scalar decode table gives the positive e4m3fn NaN code.
+// The fp32 bits the scalar decode table gives the e4m3fn NaN codes (0x7F and 0xFF alike).
 HWY_INLINE uint32_t E4m3NanBits() {
   uint32_t bits;
   const float v = genbridge::detail::fp8_e4m3fn_decode_table()[0x7F];
@@ -46,9 +46,9 @@ HWY_INLINE VF DecodeE4m3(VU u, uint32_t nan_bits) {
   const VU em = hn::And(u, hn::Set(du, 0x7Fu));
   const VU sign = hn::ShiftLeft<24>(hn::And(u, hn::Set(du, 0x80u)));
   const VU magnitude = hn::BitCast(du, hn::Mul(hn::BitCast(df, hn::ShiftLeft<20>(em)), hn::Set(df, 0x1p120f)));
-  const VU bits = hn::IfThenElse(hn::RebindMask(du, hn::Eq(hn::BitCast(di, em), hn::Set(di, 0x7F))),
-                                 hn::Set(du, nan_bits), magnitude);
-  return hn::BitCast(df, hn::Or(bits, sign));
+  // Both NaN codes decode to the table's NaN (the positive quiet NaN: the sign is not kept).
+  return hn::BitCast(df, hn::IfThenElse(hn::RebindMask(du, hn::Eq(hn::BitCast(di, em), hn::Set(di, 0x7F))),
+                                        hn::Set(du, nan_bits), hn::Or(magnitude, sign)));
 }
 
 // fp4 e2m1 codes (u32 lanes, 0..15) -> fp32.
