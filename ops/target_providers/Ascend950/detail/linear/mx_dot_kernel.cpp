@@ -252,25 +252,6 @@ HWY_INLINE V16 Fp4Unpermute(V16 v) { return v; }
 HWY_INLINE V16 Fp4Permute(V16 v) { return v; }
 #endif
 
-template <bool kFp4>
-void MxDecodeRows(const uint8_t* q, int64_t ldq, const uint8_t* scale, int64_t lds, int64_t n, int64_t K, float* out,
-                  int64_t ldo) {
-  const float* e8m0 = genbridge::detail::e8m0_decode_table();
-  const uint32_t nan_bits = E4m3NanBits();
-  for (int64_t r = 0; r < n; ++r) {
-    const uint8_t* qr = q + r * ldq;
-    const uint8_t* sr = scale + r * lds;
-    float* o = out + r * ldo;
-    int64_t k = 0;
-    for (; k + kLanes <= K; k += kLanes) Store16(o + k, DecodeChunk<kFp4>(qr, k, e8m0[sr[k / 32]], nan_bits));
-    if (k < K) {
-      alignas(64) float tmp[kLanes];
-      DecodeTail<kFp4>(qr, k, K - k, e8m0[sr[k / 32]], tmp);
-      std::memcpy(o + k, tmp, static_cast<size_t>(K - k) * sizeof(float));
-    }
-  }
-}
-
 template <bool kFp4, int MR, int NR>
 HWY_NOINLINE void MxGemvTile(const float* HWY_RESTRICT a, int64_t lda, const uint8_t* HWY_RESTRICT q, int64_t ldq,
                              const uint8_t* HWY_RESTRICT scale, int64_t lds, int64_t K, float* HWY_RESTRICT out,
@@ -455,13 +436,49 @@ void MxGemv(const float* a, int64_t lda, int64_t m, const uint8_t* q, int64_t ld
   }
 }
 
-void MxDecodeRowsFp8(const uint8_t* q, int64_t ldq, const uint8_t* s, int64_t lds, int64_t n, int64_t K, float* out,
-                     int64_t ldo) {
-  MxDecodeRows<false>(q, ldq, s, lds, n, K, out, ldo);
+// GEMM weight chunks (dot_kernel.h WeightChunkFn): rows [c0, c0 + nc) of *ctx (MxWeightRows), elements
+// [k, k + 16), decoded with the fast decodes (a fp8 chunk with a scale above kFp8FastMaxScale or a NaN code with
+// the exact one) into t[c * 16 + l], in contract lane order.
+template <bool kFp4>
+void MxChunk(const void* ctx, int64_t c0, int64_t nc, int64_t k, int64_t K, float* HWY_RESTRICT t) {
+  const MxWeightRows& w = *static_cast<const MxWeightRows*>(ctx);
+  const float* e8m0 = genbridge::detail::e8m0_decode_table();
+  const uint8_t* q = w.q + c0 * w.ldq;
+  const uint8_t* sc = w.scale + c0 * w.lds + k / 32;
+  if (k + kLanes > K) {
+    for (int64_t c = 0; c < nc; ++c) DecodeTail<kFp4>(q + c * w.ldq, k, K - k, e8m0[sc[c * w.lds]], t + c * kLanes);
+    return;
+  }
+  const int64_t kb = kFp4 ? k / 2 : k;  // byte offset of the chunk in a row
+  if (kb % 64 == 0) {
+    for (int64_t c = 0; c < nc; ++c) PrefetchL2(q, (c + nc) * w.ldq + kb);  // the next panel's rows
+  }
+  for (int64_t c = 0; c < nc; ++c) {
+    const uint8_t* qr = q + c * w.ldq;
+    const uint32_t s = sc[c * w.lds];
+    V16 v;
+    if constexpr (kFp4) {
+      if constexpr (kFp4Fast) {
+        v = Fp4Unpermute(DecodeE2m1Fast16(qr + kb, Fp4Table(e8m0[s]), MakeFp4Consts()));
+      } else {
+        v = DecodeChunk<true>(qr, k, e8m0[s], 0);
+      }
+    } else {
+      if (HWY_LIKELY(s <= kFp8FastMaxScale && !NanIn16(qr + kb))) {
+        v = DecodeE4m3Fast16(qr + kb, Fp8FastMultiplier(s));
+      } else {
+        v = DecodeChunk<false>(qr, k, e8m0[s], E4m3NanBits());
+      }
+    }
+    Store16(t + c * kLanes, v);
+  }
 }
-void MxDecodeRowsFp4(const uint8_t* q, int64_t ldq, const uint8_t* s, int64_t lds, int64_t n, int64_t K, float* out,
-                     int64_t ldo) {
-  MxDecodeRows<true>(q, ldq, s, lds, n, K, out, ldo);
+
+void MxChunkFp8(const void* ctx, int64_t c0, int64_t nc, int64_t k, int64_t K, float* t) {
+  MxChunk<false>(ctx, c0, nc, k, K, t);
+}
+void MxChunkFp4(const void* ctx, int64_t c0, int64_t nc, int64_t k, int64_t K, float* t) {
+  MxChunk<true>(ctx, c0, nc, k, K, t);
 }
 void MxGemvFp8(const float* a, int64_t lda, int64_t m, const uint8_t* q, int64_t ldq, const uint8_t* s, int64_t lds,
                int64_t n, int64_t K, float* out, int64_t ldo) {
@@ -478,12 +495,12 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace genbridge::ops::detail {
-HWY_EXPORT(MxDecodeRowsFp8);
-HWY_EXPORT(MxDecodeRowsFp4);
+HWY_EXPORT(MxChunkFp8);
+HWY_EXPORT(MxChunkFp4);
 HWY_EXPORT(MxGemvFp8);
 HWY_EXPORT(MxGemvFp4);
 
-MxDecodeRowsFn mx_decode_rows_fn(bool fp4) { return fp4 ? GB_DISPATCH(MxDecodeRowsFp4) : GB_DISPATCH(MxDecodeRowsFp8); }
+WeightChunkFn mx_chunk_fn(bool fp4) { return fp4 ? GB_DISPATCH(MxChunkFp4) : GB_DISPATCH(MxChunkFp8); }
 MxGemvFn mx_gemv_fn(bool fp4) { return fp4 ? GB_DISPATCH(MxGemvFp4) : GB_DISPATCH(MxGemvFp8); }
 
 }  // namespace genbridge::ops::detail
