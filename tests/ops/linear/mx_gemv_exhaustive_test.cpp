@@ -28,11 +28,6 @@ using ops::WeightQuantScheme;
 
 bool has_mx() { return ops::build_target() == std::string_view("Ascend950"); }
 
-float bits_float(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
 uint32_t float_bits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
