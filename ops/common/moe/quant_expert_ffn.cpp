@@ -109,14 +109,15 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
   std::vector<int64_t> active;  // experts with rows, most rows first
   for (int64_t e = 0; e < end - begin; ++e)
     if (!slots[static_cast<size_t>(e)].empty()) active.push_back(e);
-  std::stable_sort(active.begin(), active.end(), [&](int64_t a, int64_t b) { return slots[a].size() > slots[b].size(); });
+  std::stable_sort(active.begin(), active.end(),
+                   [&](int64_t a, int64_t b) { return slots[a].size() > slots[b].size(); });
   if (static_cast<int64_t>(active.size()) >= 2 * num_threads()) {
     // Enough experts to keep every thread busy (e.g. decode): one expert per work item, its three quant_linear
     // calls on the item's thread (a loop started inside a running one runs on its caller's thread), so a layer
     // costs one hand-out loop instead of three per expert. quant_linear's bits do not depend on the thread count.
     std::vector<Status> status(active.size(), ok_status());
     genbridge::detail::parallel_for_dynamic(static_cast<int64_t>(active.size()),
-                                 [&](int64_t i) { status[static_cast<size_t>(i)] = run_expert(active[i]); });
+                                            [&](int64_t i) { status[static_cast<size_t>(i)] = run_expert(active[i]); });
     for (const Status& st : status) GB_RETURN_IF_ERROR(st);
     return ok_status();
   }

@@ -332,7 +332,8 @@ void GemmChunks(const float* a, int64_t lda, int64_t m, WeightChunkFn chunk, con
   GemmPanels(
       a, lda, m,
       [&](int64_t c0, int64_t nc, int64_t J, float* bp) {
-        PackPanel(nc, J, [&](int64_t k, float* HWY_RESTRICT t) { chunk(ctx, c0, nc, k, K, t); }, bp);
+        PackPanel(
+            nc, J, [&](int64_t k, float* HWY_RESTRICT t) { chunk(ctx, c0, nc, k, K, t); }, bp);
       },
       n, K, out, ldo);
 }

@@ -52,8 +52,12 @@ Weight make_weight(const Case& cs, const std::vector<int>& scales) {
   const bool fp4 = cs.scheme == WeightQuantScheme::kMxfp4;
   const int64_t N = static_cast<int64_t>(scales.size()) * cs.codes + 1, K = cs.K;
   const int64_t row_bytes = fp4 ? K / 2 : K, pairs = ops::mx_scale_pairs_of(K);
-  Weight w{N, K, OwnedTensor(fp4 ? DType::kFp4E2M1x2 : DType::kFp8E4M3FN, {N, row_bytes}),
-           OwnedTensor(DType::kE8M0, {N, pairs, 2}), {}, {}};
+  Weight w{N,
+           K,
+           OwnedTensor(fp4 ? DType::kFp4E2M1x2 : DType::kFp8E4M3FN, {N, row_bytes}),
+           OwnedTensor(DType::kE8M0, {N, pairs, 2}),
+           {},
+           {}};
   w.q.assign(static_cast<size_t>(N * row_bytes), 0);
   w.sc.assign(static_cast<size_t>(N * pairs * 2), 0);
   for (size_t si = 0; si < scales.size(); ++si) {
@@ -92,8 +96,9 @@ void check(const Case& cs, const std::vector<int>& scales, std::initializer_list
   auto* wfp = reinterpret_cast<float*>(wf.data());
   for (int64_t r = 0; r < N; ++r) {
     for (int64_t k = 0; k < K; ++k) {
-      const uint8_t b = fp4 ? static_cast<uint8_t>(k % 2 ? w.q[r * (K / 2) + k / 2] >> 4 : w.q[r * (K / 2) + k / 2] & 0xF)
-                            : w.q[r * K + k];
+      const uint8_t b =
+          fp4 ? static_cast<uint8_t>(k % 2 ? w.q[r * (K / 2) + k / 2] >> 4 : w.q[r * (K / 2) + k / 2] & 0xF)
+              : w.q[r * K + k];
       const uint8_t s = w.sc[r * ops::mx_scale_pairs_of(K) * 2 + k / 32];
       wfp[r * K + k] = (fp4 ? fp4_e2m1_to_float(b) : fp8_e4m3fn_to_float(fp8_e4m3fn_t{b})) * e8m0_to_float(e8m0_t{s});
       const float rf = static_cast<float>(ref[r * K + k]);
@@ -114,8 +119,8 @@ void check(const Case& cs, const std::vector<int>& scales, std::initializer_list
       for (int64_t m = 0; m < M; ++m) {
         for (int64_t r = 0; r < N; ++r) {
           const float got = yp[m * N + r], exp = scalar_value(cs, scales, r);
-          const bool same = float_bits(got) == float_bits(exp) || (got == 0.f && exp == 0.f) ||
-                            (std::isnan(got) && std::isnan(exp));
+          const bool same =
+              float_bits(got) == float_bits(exp) || (got == 0.f && exp == 0.f) || (std::isnan(got) && std::isnan(exp));
           if (!same && bad++ < 5) {
             ADD_FAILURE() << target << " M=" << M << " row " << r << " (scale " << scales[r / cs.codes] << ", code "
                           << r % cs.codes << "): " << got << " vs " << exp;

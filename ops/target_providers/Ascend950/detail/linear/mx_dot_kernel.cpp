@@ -1,18 +1,19 @@
-// MX weight decode and fused decode + dot GEMV (contract: mx_dot_kernel.h). Each 16-element chunk of a
-// weight row is decoded in registers from its codes with integer operations (fp8 e4m3fn: exponent and
-// mantissa shifted into fp32 position and scaled by 2^120, subnormals included; fp4 e2m1: the eight magnitudes built
-// from exponent and mantissa bits) and multiplied by its block's power-of-two scale (one IEEE multiplication, as the
-// scalar decode), then used in the contract's FMA chain.
+// MX weight decode, the fused decode + dot GEMV and the GEMM's weight chunks (contract: mx_dot_kernel.h). Each
+// 16-element chunk of a weight row is decoded in registers and used in the contract's FMA chain. Two decodes give
+// the same values: the exact one (every code and scale: the element built from its bits, then one IEEE
+// multiplication by 2^(s - 127), as the scalar decode tables do), and the fast one the kernels run (below: fp8 in
+// one multiplication by 2^(s - 7) when that is a normal fp32 and no NaN code is present, tiles or chunks that do
+// not qualify redone exactly; fp4 through a per-block scaled table and a lane permutation on AVX2 / AVX-512).
 #include "ops/target_providers/Ascend950/detail/linear/mx_dot_kernel.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 
 #include "core/simd/dispatch.h"
-#include "ops/detail/linear/dot_kernel.h"
 #include "genbridge/core/formats.h"
+#include "ops/detail/linear/dot_kernel.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/target_providers/Ascend950/detail/linear/mx_dot_kernel.cpp"
@@ -127,10 +128,11 @@ HWY_INLINE void DecodeTail(const uint8_t* q, int64_t k, int64_t n, float scale, 
 // again with the exact decode; both are detected cheaply (a scalar max of the scales, a byte max of the codes
 // with the sign bit set: 0xFF only for a NaN code).
 //
-// fp4 e2m1 (x86 with AVX2 / AVX-512): the block's table of the 16 (AVX-512) or 8 magnitude (AVX2) code values is
-// scaled once per block (one multiplication per entry: exactly fl32(value * 2^(s - 127)), every scale, NaN
-// included), then each code is looked up with a lane permutation (vpermps) whose index is the nibble itself,
-// shifted into the lane by a variable shift of the broadcast codes. On AVX-512 the 64-bit shift puts element q in
+// fp4 e2m1 (x86 with AVX2 / AVX-512): the block's table of the 16 code values (AVX-512; AVX2: two tables of 8, the
+// positive and the negative codes) is scaled once per block (one multiplication per entry: exactly
+// fl32(value * 2^(s - 127)), every scale, NaN included), then each code is looked up with a lane permutation
+// (vpermps) whose index is the nibble itself, shifted into the lane by a variable shift of the broadcast codes (AVX2:
+// the code's sign bit, shifted to bit 31, selects the table). On AVX-512 the 64-bit shift puts element q in
 // lane 2q and element 8 + q in lane 2q + 1, so the input rows are permuted the same way once per call and the
 // accumulator lanes are put back in contract order before the reduction (each lane's chain is unchanged).
 
@@ -297,9 +299,9 @@ constexpr int FastGemvCols() {
 // fp8 GEMV tile with the fast decode. Returns false (outputs not written) when the tile met a scale above
 // kFp8FastMaxScale or a NaN code: the caller computes it again with the exact decode.
 template <int MR, int NR>
-HWY_NOINLINE bool Fp8GemvTileFast(const float* HWY_RESTRICT a, int64_t lda, const uint8_t* HWY_RESTRICT q,
-                                  int64_t ldq, const uint8_t* HWY_RESTRICT scale, int64_t lds, int64_t K,
-                                  float* HWY_RESTRICT out, int64_t ldo) {
+HWY_NOINLINE bool Fp8GemvTileFast(const float* HWY_RESTRICT a, int64_t lda, const uint8_t* HWY_RESTRICT q, int64_t ldq,
+                                  const uint8_t* HWY_RESTRICT scale, int64_t lds, int64_t K, float* HWY_RESTRICT out,
+                                  int64_t ldo) {
   V16 acc[MR][NR];
   GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int c = 0; c < NR; ++c) acc[r][c] = Zero16();
   VB nan = hn::Zero(DB());
@@ -348,9 +350,9 @@ HWY_NOINLINE bool Fp8GemvTileFast(const float* HWY_RESTRICT a, int64_t lda, cons
 // fp4 GEMV tile with the table decode (kFp4Fast targets). `a`: the input rows, permuted per 16 elements like
 // the decoded chunks (kFp4Permuted) and zero-padded to a multiple of 16 elements.
 template <int MR, int NR>
-HWY_NOINLINE void Fp4GemvTileFast(const float* HWY_RESTRICT a, int64_t lda, const uint8_t* HWY_RESTRICT q,
-                                  int64_t ldq, const uint8_t* HWY_RESTRICT scale, int64_t lds, int64_t K,
-                                  float* HWY_RESTRICT out, int64_t ldo) {
+HWY_NOINLINE void Fp4GemvTileFast(const float* HWY_RESTRICT a, int64_t lda, const uint8_t* HWY_RESTRICT q, int64_t ldq,
+                                  const uint8_t* HWY_RESTRICT scale, int64_t lds, int64_t K, float* HWY_RESTRICT out,
+                                  int64_t ldo) {
   const float* e8m0 = genbridge::detail::e8m0_decode_table();
   const Fp4Consts cst = MakeFp4Consts();
   V16 acc[MR][NR];
