@@ -23,6 +23,8 @@
 
 #ifndef GB_INT8_DOT_ONCE
 #define GB_INT8_DOT_ONCE
+// Full unrolling of the loops over a tile's rows (early, so the accumulator arrays live in registers).
+#define GB_I8_UNROLL _Pragma("GCC unroll 16")
 namespace genbridge::ops::detail {
 namespace {
 std::atomic<bool> g_vnni_allowed{true};
@@ -55,23 +57,23 @@ HWY_NOINLINE void TileI16(const int16_t* HWY_RESTRICT a, int64_t lda, const int8
   using V32 = hn::Vec<decltype(d32)>;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d16));
   V32 acc0[MR][NR], acc1[MR][NR];
-  for (int r = 0; r < MR; ++r) {
-    for (int c = 0; c < NR; ++c) acc0[r][c] = acc1[r][c] = hn::Zero(d32);
+  GB_I8_UNROLL for (int r = 0; r < MR; ++r) {
+    GB_I8_UNROLL for (int c = 0; c < NR; ++c) acc0[r][c] = acc1[r][c] = hn::Zero(d32);
   }
   int64_t k = 0;
   for (; k + L <= K; k += L) {
     if ((k & 63) == 0) {
-      for (int c = 0; c < NR; ++c) __builtin_prefetch(pf + c * ldb + k, 0, 1);  // to L2
+      GB_I8_UNROLL for (int c = 0; c < NR; ++c) __builtin_prefetch(pf + c * ldb + k, 0, 1);  // to L2
     }
     hn::Vec<decltype(d16)> av[MR];
-    for (int r = 0; r < MR; ++r) av[r] = hn::LoadU(d16, a + r * lda + k);
-    for (int c = 0; c < NR; ++c) {
+    GB_I8_UNROLL for (int r = 0; r < MR; ++r) av[r] = hn::LoadU(d16, a + r * lda + k);
+    GB_I8_UNROLL for (int c = 0; c < NR; ++c) {
       const auto bv = hn::PromoteTo(d16, hn::LoadU(d8, b + c * ldb + k));
-      for (int r = 0; r < MR; ++r) acc0[r][c] = hn::ReorderWidenMulAccumulate(d32, av[r], bv, acc0[r][c], acc1[r][c]);
+      GB_I8_UNROLL for (int r = 0; r < MR; ++r) acc0[r][c] = hn::ReorderWidenMulAccumulate(d32, av[r], bv, acc0[r][c], acc1[r][c]);
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    for (int c = 0; c < NR; ++c) {
+  GB_I8_UNROLL for (int r = 0; r < MR; ++r) {
+    GB_I8_UNROLL for (int c = 0; c < NR; ++c) {
       int32_t s = hn::GetLane(hn::SumOfLanes(d32, hn::Add(acc0[r][c], acc1[r][c])));
       for (int64_t t = k; t < K; ++t) s += int32_t{a[r * lda + t]} * int32_t{b[c * ldb + t]};
       out[r * ldo + c] = s;
@@ -170,6 +172,12 @@ GB_VNNI_ATTR HWY_INLINE int32_t VnniReduce(__m512i v) {
   return _mm_cvtsi128_si32(s4);
 }
 
+// acc += the 4-byte dot products of a (u8) and w (s8) per int32 lane, in place. Inline assembly: with the
+// intrinsic GCC 12 copies each accumulator to another register and back around every instruction.
+GB_VNNI_ATTR HWY_INLINE void Dpbusd(__m512i& acc, __m512i a, __m512i w) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w));
+}
+
 // out[r, c] for MR rows of au (a + 128 as u8, padded to a multiple of 64) and NR weight rows. kSum: the
 // weight row sums are accumulated in the same pass; otherwise wsum holds them.
 template <int MR, int NR, bool kSum>
@@ -178,36 +186,36 @@ GB_VNNI_ATTR HWY_NOINLINE void TileVnni(const uint8_t* HWY_RESTRICT a, int64_t l
                                         int32_t* HWY_RESTRICT out, int64_t ldo) {
   __m512i acc[MR][NR], s[NR];
   const __m512i ones = _mm512_set1_epi8(1);
-  for (int c = 0; c < NR; ++c) {
+  GB_I8_UNROLL for (int c = 0; c < NR; ++c) {
     s[c] = _mm512_setzero_si512();
-    for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_setzero_si512();
+    GB_I8_UNROLL for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_setzero_si512();
   }
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
     __m512i av[MR];
-    for (int r = 0; r < MR; ++r) av[r] = _mm512_loadu_si512(a + r * lda + k);
-    for (int c = 0; c < NR; ++c) {
+    GB_I8_UNROLL for (int r = 0; r < MR; ++r) av[r] = _mm512_loadu_si512(a + r * lda + k);
+    GB_I8_UNROLL for (int c = 0; c < NR; ++c) {
       _mm_prefetch(reinterpret_cast<const char*>(pf + c * ldb + k), _MM_HINT_T1);  // to L2
       const __m512i w = _mm512_loadu_si512(b + c * ldb + k);
-      if constexpr (kSum) s[c] = _mm512_dpbusd_epi32(s[c], ones, w);
-      for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], av[r], w);
+      if constexpr (kSum) Dpbusd(s[c], ones, w);
+      GB_I8_UNROLL for (int r = 0; r < MR; ++r) Dpbusd(acc[r][c], av[r], w);
     }
   }
   if (k < K) {  // the tail: masked weight loads (the padded activations then multiply zeros)
     const __mmask64 mask = (__mmask64{1} << (K - k)) - 1;
     __m512i av[MR];
-    for (int r = 0; r < MR; ++r) av[r] = _mm512_loadu_si512(a + r * lda + k);
-    for (int c = 0; c < NR; ++c) {
+    GB_I8_UNROLL for (int r = 0; r < MR; ++r) av[r] = _mm512_loadu_si512(a + r * lda + k);
+    GB_I8_UNROLL for (int c = 0; c < NR; ++c) {
       const __m512i w = _mm512_maskz_loadu_epi8(mask, b + c * ldb + k);
-      if constexpr (kSum) s[c] = _mm512_dpbusd_epi32(s[c], ones, w);
-      for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], av[r], w);
+      if constexpr (kSum) Dpbusd(s[c], ones, w);
+      GB_I8_UNROLL for (int r = 0; r < MR; ++r) Dpbusd(acc[r][c], av[r], w);
     }
   }
-  for (int c = 0; c < NR; ++c) {
+  GB_I8_UNROLL for (int c = 0; c < NR; ++c) {
     // Lane-wise correction: 128 x the lane's weight sum (kSum), or 128 x the row's sum in lane 0.
     const __m512i corr = kSum ? _mm512_slli_epi32(s[c], 7)
                               : _mm512_maskz_set1_epi32(1, static_cast<int32_t>(static_cast<uint32_t>(wsum[c]) << 7));
-    for (int r = 0; r < MR; ++r) out[r * ldo + c] = VnniReduce(_mm512_sub_epi32(acc[r][c], corr));
+    GB_I8_UNROLL for (int r = 0; r < MR; ++r) out[r * ldo + c] = VnniReduce(_mm512_sub_epi32(acc[r][c], corr));
   }
 }
 
@@ -216,16 +224,16 @@ template <int NR>
 GB_VNNI_ATTR HWY_NOINLINE void RowSumsVnni(const int8_t* HWY_RESTRICT b, int64_t ldb, int64_t K, int32_t* wsum) {
   const __m512i ones = _mm512_set1_epi8(1);
   __m512i s[NR];
-  for (int c = 0; c < NR; ++c) s[c] = _mm512_setzero_si512();
+  GB_I8_UNROLL for (int c = 0; c < NR; ++c) s[c] = _mm512_setzero_si512();
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
-    for (int c = 0; c < NR; ++c) s[c] = _mm512_dpbusd_epi32(s[c], ones, _mm512_loadu_si512(b + c * ldb + k));
+    GB_I8_UNROLL for (int c = 0; c < NR; ++c) Dpbusd(s[c], ones, _mm512_loadu_si512(b + c * ldb + k));
   }
   if (k < K) {
     const __mmask64 mask = (__mmask64{1} << (K - k)) - 1;
-    for (int c = 0; c < NR; ++c) s[c] = _mm512_dpbusd_epi32(s[c], ones, _mm512_maskz_loadu_epi8(mask, b + c * ldb + k));
+    GB_I8_UNROLL for (int c = 0; c < NR; ++c) Dpbusd(s[c], ones, _mm512_maskz_loadu_epi8(mask, b + c * ldb + k));
   }
-  for (int c = 0; c < NR; ++c) wsum[c] = VnniReduce(s[c]);
+  GB_I8_UNROLL for (int c = 0; c < NR; ++c) wsum[c] = VnniReduce(s[c]);
 }
 
 // Up to 4 input rows: one tile of all of them, the weight sums in the same pass, 4 weight rows streamed

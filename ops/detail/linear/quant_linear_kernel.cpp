@@ -133,9 +133,12 @@ void run_w8a8_linear(const TensorView& x, const QuantWeight& w, const TensorView
   const int8_t* wp = w.data.data_as<const int8_t>();
   const int64_t ldw = w.data.stride(0);
   const Int8DotRowsFn dot = int8_dot_rows_fn();
-  const int64_t mb = rows_per_item(M);
+  // Items of at most kW8A8ItemRows x kW8A8ItemCols outputs: the kernel's row block, and int32 / fp32
+  // partials of an item that stay in L2 beside the block's activations and weights.
+  constexpr int64_t kW8A8ItemRows = 64, kW8A8ItemCols = 512;
+  const int64_t mb = std::min(M, kW8A8ItemRows);
   const int64_t row_blocks = (M + mb - 1) / mb;
-  const int64_t nc = cols_per_item(N, row_blocks, num_threads());
+  const int64_t nc = std::min(cols_per_item(N, row_blocks, num_threads()), kW8A8ItemCols);
   const int64_t col_chunks = (N + nc - 1) / nc;
   parallel_items(row_blocks * col_chunks, M * N * K / 4, [&](int64_t item) {
     const int64_t r0 = item / col_chunks * mb, c0 = item % col_chunks * nc;
