@@ -225,6 +225,64 @@ void shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_quant_linear)->Name("quant_linear")->Apply(shapes);
 
+// W8A8 against bf16 linear with the two calls interleaved (each iteration runs linear on a cold bf16
+// weight, then quant_linear on a cold int8 copy of it): on a shared machine both see the same moments,
+// so vs_bf16 = best bf16 time / best W8A8 time is steadier than the ratio of two rows. Counters: the best
+// times (bf16_us, w8a8_us), vs_bf16, mem_frac (W8A8 bytes moved per second over the copy roof, measured
+// after the row) and int8_frac (2 M N K over the best W8A8 time, over the int8 roof).
+void BM_w8a8_vs_bf16(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  state.SetLabel(ops::detail::int8_vnni_in_use() ? "w8a8+vnni" : "w8a8");
+  OwnedTensor x(DType::kBF16, {M, K}), w0(DType::kBF16, {N, K}), y(DType::kBF16, {M, N});
+  testing::fill_uniform(x.view(), 1);
+  testing::fill_uniform(w0.view(), 2, -0.1f, 0.1f);
+  QW q0{OwnedTensor(DType::kI8, {N, K}), OwnedTensor(DType::kF32, {N})};
+  if (const Status st = ops::quantize_weight(w0.view(), {WeightQuantScheme::kW8A8, q0.data.view(), q0.scale.view(), K});
+      !st.ok()) {
+    state.SkipWithError(st.to_string().c_str());
+    return;
+  }
+  const size_t q_bytes = static_cast<size_t>(N * K + 4 * N), b_bytes = static_cast<size_t>(N * K) * 2;
+  const size_t copies = static_cast<size_t>(cold_copies(q_bytes));
+  std::vector<OwnedTensor> wb(copies, w0);
+  std::vector<QW> wq(copies, q0);
+  auto seconds = [](auto&& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double best_b = 1e30, best_q = 1e30;
+  int64_t i = 0;
+  for (auto _ : state) {
+    const size_t c = static_cast<size_t>(i++) % copies;
+    const double tb = seconds([&] { (void)ops::linear(x.view(), wb[c].view(), y.view()); });
+    const double tq = seconds([&] {
+      (void)ops::quant_linear(x.view(), {WeightQuantScheme::kW8A8, wq[c].data.view(), wq[c].scale.view(), K}, y.view());
+    });
+    state.SetIterationTime(tb + tq);
+    if (i > 1) {  // the first pair pages in outputs and code
+      best_b = std::min(best_b, tb);
+      best_q = std::min(best_q, tq);
+    }
+  }
+  const double moved = static_cast<double>(q_bytes + static_cast<size_t>(M * K + M * N) * 2);
+  state.counters["bf16_us"] = best_b * 1e6;
+  state.counters["w8a8_us"] = best_q * 1e6;
+  state.counters["vs_bf16"] = best_b / best_q;
+  state.counters["mem_frac"] = moved / best_q / 1e9 / copy_gbps(static_cast<size_t>(moved), true, true);
+  state.counters["int8_frac"] = 2.0 * static_cast<double>(M * N * K) / best_q / 1e9 / int8_gops();
+  state.counters["load"] = load_average();
+  (void)b_bytes;
+}
+
+BENCHMARK(BM_w8a8_vs_bf16)
+    ->Name("w8a8_vs_bf16")
+    ->ArgNames({"M", "N", "K"})
+    ->Args({1, 4096, 4096})
+    ->Args({1, 512, 1024})
+    ->Args({64, 4096, 4096})
+    ->UseManualTime();
+
 }  // namespace
 }  // namespace genbridge::bench
 #endif  // HWY_ONCE

@@ -80,8 +80,8 @@ struct W8A8Item {
   int64_t c0, nc;
 };
 
-// Rows of an expert's item per call of the kernel (its row block) and the columns of an item.
-constexpr int64_t kW8A8ExpertCols = 128;
+// Output columns per item (a long enough run of weight rows for the prefetches to pay).
+constexpr int64_t kW8A8ExpertCols = 256;
 
 // out[i, c0 + j] = w8a8_scale(sum_k q[i, k] w[c0 + j, k], sq[i], sw[c0 + j]) for the item's columns.
 void run_item(const W8A8Item& it, detail::Int8DotRowsFn dot, int64_t H, int64_t I) {

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/simd/dispatch.h"
 #include "ops/detail/linear/dot_kernel.h"
@@ -77,7 +77,8 @@ HWY_NOINLINE void TileI16(const int16_t* HWY_RESTRICT a, int64_t lda, const int8
     GB_I8_UNROLL for (int r = 0; r < MR; ++r) av[r] = hn::LoadU(d16, a + r * lda + k);
     GB_I8_UNROLL for (int c = 0; c < NR; ++c) {
       const auto bv = hn::PromoteTo(d16, hn::LoadU(d8, b + c * ldb + k));
-      GB_I8_UNROLL for (int r = 0; r < MR; ++r) acc0[r][c] = hn::ReorderWidenMulAccumulate(d32, av[r], bv, acc0[r][c], acc1[r][c]);
+      GB_I8_UNROLL for (int r = 0; r < MR; ++r) acc0[r][c] =
+          hn::ReorderWidenMulAccumulate(d32, av[r], bv, acc0[r][c], acc1[r][c]);
     }
   }
   GB_I8_UNROLL for (int r = 0; r < MR; ++r) {
@@ -140,8 +141,8 @@ void DotI16Block(const int16_t* a, int64_t lda, int64_t m, const int8_t* b, int6
   }
 }
 
-void DotI16(const int8_t* a, int64_t lda, int64_t m, const int8_t* b, int64_t ldb, int64_t n, int64_t K,
-            int32_t* out, int64_t ldo) {
+void DotI16(const int8_t* a, int64_t lda, int64_t m, const int8_t* b, int64_t ldb, int64_t n, int64_t K, int32_t* out,
+            int64_t ldo) {
   const hn::ScalableTag<int16_t> d16;
   const hn::Rebind<int8_t, decltype(d16)> d8;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d16));
@@ -289,8 +290,8 @@ void VnniGemm(const uint8_t* a, int64_t lda, int64_t m, const int8_t* b, int64_t
   }
 }
 
-GB_VNNI_ATTR void DotVnni(const int8_t* a, int64_t lda, int64_t m, const int8_t* b, int64_t ldb, int64_t n,
-                          int64_t K, int32_t* out, int64_t ldo) {
+GB_VNNI_ATTR void DotVnni(const int8_t* a, int64_t lda, int64_t m, const int8_t* b, int64_t ldb, int64_t n, int64_t K,
+                          int32_t* out, int64_t ldo) {
   const int64_t ldu = (K + 63) / 64 * 64;
   const int64_t mb = std::min(m, kInt8RowBlock);
   uint8_t* au = static_cast<uint8_t*>(thread_scratch_bytes(4, static_cast<size_t>(mb * ldu)));
@@ -307,11 +308,20 @@ GB_VNNI_ATTR void DotVnni(const int8_t* a, int64_t lda, int64_t m, const int8_t*
     }
     int32_t* o = out + r0 * ldo;
     switch (mr) {
-      case 1: VnniGemv<1>(au, ldu, b, ldb, n, K, o, ldo); break;
-      case 2: VnniGemv<2>(au, ldu, b, ldb, n, K, o, ldo); break;
-      case 3: VnniGemv<3>(au, ldu, b, ldb, n, K, o, ldo); break;
-      case 4: VnniGemv<4>(au, ldu, b, ldb, n, K, o, ldo); break;
-      default: VnniGemm(au, ldu, mr, b, ldb, n, K, o, ldo);
+      case 1:
+        VnniGemv<1>(au, ldu, b, ldb, n, K, o, ldo);
+        break;
+      case 2:
+        VnniGemv<2>(au, ldu, b, ldb, n, K, o, ldo);
+        break;
+      case 3:
+        VnniGemv<3>(au, ldu, b, ldb, n, K, o, ldo);
+        break;
+      case 4:
+        VnniGemv<4>(au, ldu, b, ldb, n, K, o, ldo);
+        break;
+      default:
+        VnniGemm(au, ldu, mr, b, ldb, n, K, o, ldo);
     }
   }
 }

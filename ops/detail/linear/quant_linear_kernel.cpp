@@ -136,7 +136,12 @@ void run_w8a8_linear(const TensorView& x, const QuantWeight& w, const TensorView
   const Int8DotRowsFn dot = int8_dot_rows_fn();
   const int64_t mb = std::min(M, kW8A8ItemRows);
   const int64_t row_blocks = (M + mb - 1) / mb;
-  const int64_t nc = std::min(cols_per_item(N, row_blocks, num_threads()), kW8A8ItemCols);
+  // Batch 1..4 (weight-bandwidth bound): one contiguous share of the weight rows per thread, so that each
+  // streams (and prefetches) one long run of memory; more rows: items that fit in L2.
+  const int64_t threads = num_threads();
+  const int64_t nc =
+      M <= 4 ? std::max<int64_t>(kPanelCols, ((N + threads - 1) / threads + kPanelCols - 1) / kPanelCols * kPanelCols)
+             : std::min(cols_per_item(N, row_blocks, static_cast<int>(threads)), kW8A8ItemCols);
   const int64_t col_chunks = (N + nc - 1) / nc;
   parallel_items(row_blocks * col_chunks, M * N * K / 4, [&](int64_t item) {
     const int64_t r0 = item / col_chunks * mb, c0 = item % col_chunks * nc;

@@ -76,12 +76,11 @@ TEST(Int8DotKernel, every_path_and_tail_is_bit_exact_on_every_cpu_target) {
   struct Case {
     int64_t m, n, K;
   };
-  const Case cases[] = {{1, 1, 1},    {1, 7, 63},   {1, 259, 100}, {1, 37, 4096 + 17}, {2, 6, 65},   {3, 13, 129},
-                        {4, 9, 31},   {5, 11, 200}, {17, 35, 96},  {17, 6, 1000},      {64, 21, 77}, {67, 259, 33},
-                        {3, 4, 0}};
+  const Case cases[] = {{1, 1, 1},    {1, 7, 63},    {1, 259, 100}, {1, 37, 4096 + 17}, {2, 6, 65},
+                        {3, 13, 129}, {4, 9, 31},    {5, 11, 200},  {17, 35, 96},       {17, 6, 1000},
+                        {64, 21, 77}, {67, 259, 33}, {3, 4, 0}};
   for (const Case& cs : cases) {
-    const std::string what =
-        "M=" + std::to_string(cs.m) + " N=" + std::to_string(cs.n) + " K=" + std::to_string(cs.K);
+    const std::string what = "M=" + std::to_string(cs.m) + " N=" + std::to_string(cs.n) + " K=" + std::to_string(cs.K);
     // Row strides wider than K (a view of a wider matrix).
     const int64_t lda = cs.K + 5, ldb = cs.K + 3;
     const std::vector<int8_t> a = random_int8(static_cast<size_t>(cs.m * lda), cs.m * 131 + cs.K);

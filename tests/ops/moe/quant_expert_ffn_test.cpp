@@ -110,11 +110,11 @@ TEST(QuantExpertFfn, each_slot_is_the_contracts_composition_on_every_cpu_target)
   }
 }
 
-// W8A8 runs every expert's projections in shared parallel regions, in items of 128 output columns and
-// kernel calls of at most 64 rows: an expert with more than 64 slots, I and H not multiples of 128, and
+// W8A8 runs every expert's projections in shared parallel regions, in items of 256 output columns and
+// kernel calls of at most 64 rows: an expert with more than 64 slots, I = 300 (two items, the second partial), and
 // every slot checked against its token run alone through quant_linear.
 TEST(QuantExpertFfn, w8a8_many_slots_per_expert_and_column_tails) {
-  const int64_t E = 3, H = 136, I = 200, T = 75, k = 2;
+  const int64_t E = 3, H = 136, I = 300, T = 75, k = 2;
   Bank bank(WeightQuantScheme::kW8A8, E, H, I);
   OwnedTensor x(DType::kF32, {T, H}), ids(DType::kI32, {T, k});
   fill_uniform(x.view(), 11, -3.f, 3.f);
