@@ -77,7 +77,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t VnniLoop(int64_t 
   }
   __m512i sum = s[0];
   for (int c = 1; c < kI8Chains; ++c) sum = _mm512_add_epi32(sum, s[c]);
-  return _mm_cvtsi128_si32(_mm512_castsi512_si128(sum));
+  int32_t lanes[16];
+  _mm512_storeu_si512(lanes, sum);
+  return lanes[0] + lanes[15];
 }
 #endif
 
