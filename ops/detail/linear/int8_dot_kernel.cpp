@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "core/simd/dispatch.h"
@@ -16,11 +15,7 @@
 #include <immintrin.h>
 #endif
 
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "ops/detail/linear/int8_dot_kernel.cpp"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
-#include <hwy/highway.h>
-
+// Compiled once, for the baseline (before the per-target passes).
 #ifndef GB_INT8_DOT_ONCE
 #define GB_INT8_DOT_ONCE
 // Full unrolling of the loops over a tile's rows (early, so the accumulator arrays live in registers).
@@ -46,6 +41,12 @@ inline int64_t prefetch_row(int64_t c, int nr, int64_t n, int64_t ldb) {
 inline constexpr int64_t kInt8RowBlock = 64;
 }  // namespace genbridge::ops::detail
 #endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/detail/linear/int8_dot_kernel.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
 
 HWY_BEFORE_NAMESPACE();
 namespace genbridge::ops::detail {
