@@ -59,7 +59,8 @@ int32_t I16MaddLoop(int64_t iters, int16_t bv) {
   hn::Vec<decltype(d32)> s[kI8Chains], t[kI8Chains];
   for (int c = 0; c < kI8Chains; ++c) s[c] = t[c] = hn::Set(d32, c + 1);
   for (int64_t i = 0; i < iters; ++i) {
-    for (int c = 0; c < kI8Chains; ++c) s[c] = hn::ReorderWidenMulAccumulate(d32, hn::BitCast(d16, s[c]), b, s[c], t[c]);
+    for (int c = 0; c < kI8Chains; ++c)
+      s[c] = hn::ReorderWidenMulAccumulate(d32, hn::BitCast(d16, s[c]), b, s[c], t[c]);
   }
   auto sum = hn::Zero(d32);
   for (int c = 0; c < kI8Chains; ++c) sum = hn::Add(sum, hn::Add(s[c], t[c]));

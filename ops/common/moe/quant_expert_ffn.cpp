@@ -131,7 +131,8 @@ Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertW
     const TensorView xv(e.xs.data(), DType::kF32, {n, H}), gv(e.g.data(), DType::kF32, {n, I}),
         yv(e.y.data(), DType::kF32, {n, H});
     int64_t M = 0, N = 0, K = 0;
-    for (const QuantWeight* w : {&e.w->w_gate, &e.w->w_up}) GB_RETURN_IF_ERROR(detail::check_quant_linear(xv, *w, gv, M, N, K));
+    for (const QuantWeight* w : {&e.w->w_gate, &e.w->w_up})
+      GB_RETURN_IF_ERROR(detail::check_quant_linear(xv, *w, gv, M, N, K));
     GB_RETURN_IF_ERROR(detail::check_quant_linear(gv, e.w->w_down, yv, M, N, K));
     e.qx.resize(static_cast<size_t>(n * H));
     e.sx.resize(static_cast<size_t>(n));
@@ -143,7 +144,8 @@ Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertW
     detail::load_row_f32(e.w->w_up.scale, 1, 0, I, e.sw_up.data());
     detail::load_row_f32(e.w->w_down.scale, 1, 0, H, e.sw_down.data());
     for (int which : {0, 1}) {
-      for (int64_t c0 = 0; c0 < I; c0 += kW8A8ExpertCols) items.push_back({&e, which, c0, std::min(kW8A8ExpertCols, I - c0)});
+      for (int64_t c0 = 0; c0 < I; c0 += kW8A8ExpertCols)
+        items.push_back({&e, which, c0, std::min(kW8A8ExpertCols, I - c0)});
     }
     work += n * I * H / 2;
   }

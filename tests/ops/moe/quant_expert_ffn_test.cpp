@@ -120,7 +120,7 @@ TEST(QuantExpertFfn, w8a8_many_slots_per_expert_and_column_tails) {
   fill_uniform(x.view(), 11, -3.f, 3.f);
   auto* idp = reinterpret_cast<int32_t*>(ids.data());
   for (int64_t t = 0; t < T; ++t) {
-    idp[t * k] = 0;  // expert 0 gets all 75 tokens
+    idp[t * k] = 0;                                    // expert 0 gets all 75 tokens
     idp[t * k + 1] = static_cast<int32_t>(1 + t % 3);  // 1, 2, and 3 (outside the range: not written)
   }
   std::vector<float> want(static_cast<size_t>(T * k * H), -1.f);
