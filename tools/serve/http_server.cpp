@@ -82,6 +82,7 @@ struct StreamState {
   bool first = true, ended = false;
   int64_t completion_tokens = 0;
   std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
+  LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
 };
 
 }  // namespace
@@ -225,7 +226,8 @@ void HttpServer::routes() {
           service_.submit(GenerationRequest{.prompt = p.prompt,
                                             .max_tokens = p.max_tokens,
                                             .sampling = p.sampling,
-                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens});
+                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens,
+                                            .logprobs = p.logprobs});
       if (!sub.ok()) {
         reply_error(res, submit_error(sub.status()));
         return;
@@ -238,6 +240,7 @@ void HttpServer::routes() {
       const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
       if (!p.stream) {
         TextStream ts(*model_.tokenizer, p.stop);
+        LogprobQueue lq;
         std::string out;
         std::vector<int32_t> ids;
         const char* finish = nullptr;
@@ -246,11 +249,13 @@ void HttpServer::routes() {
         bool ended = false;
         while (!ended && !ts.stopped()) {
           std::vector<int32_t> toks;
-          ended = stream->wait(deadline, &toks, &reason, &message);
-          for (int32_t t : toks) {
+          std::vector<engine::TokenLogprobs> lps;
+          ended = stream->wait(deadline, &toks, &reason, &message, &lps);
+          for (size_t i = 0; i < toks.size(); ++i) {
             if (ts.stopped()) break;
-            out += ts.push(t);
-            ids.push_back(t);
+            if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
+            out += ts.push(toks[i]);
+            ids.push_back(toks[i]);
           }
           if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
         }
@@ -268,7 +273,9 @@ void HttpServer::routes() {
         }
         Usage u = prompt_usage;
         u.completion_tokens = static_cast<int64_t>(ids.size());
-        reply_json(res, 200, completion_json(p, id, created, model_.name, out, finish, u, ids));
+        reply_json(res, 200,
+                   completion_json(p, id, created, model_.name, out, finish, u, ids,
+                                   logprobs_json(p, *model_.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
         return;
       }
       auto st = std::make_shared<StreamState>(StreamState{.request = p,
@@ -279,55 +286,67 @@ void HttpServer::routes() {
                                                           .deadline = deadline});
       res.set_header("Cache-Control", "no-cache");
       GenerationService* svc = &service_;
+      const text::Tokenizer* tokenizer = model_.tokenizer;
       const std::string model_name = model_.name;
       const double timeout_s = options_.request_timeout_s;
       res.set_chunked_content_provider(
           "text/event-stream",
-          [st, svc, model_name, timeout_s](size_t, httplib::DataSink& sink) {
+          [st, svc, tokenizer, model_name, timeout_s](size_t, httplib::DataSink& sink) {
             if (st->ended) {
               sink.done();
               return true;
             }
             const ParsedRequest& r = st->request;
             std::vector<int32_t> toks;
+            std::vector<engine::TokenLogprobs> lps;
             engine::FinishReason reason = engine::FinishReason::kLength;
             std::string message;
             // Short slices: a client that went away is noticed at the next write.
             const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)),
-                                                &toks, &reason, &message);
+                                                &toks, &reason, &message, &lps);
             std::string out;
-            auto chunk = [&](const std::string& text, const char* finish, bool last) {
+            auto chunk = [&](const std::string& text, const char* finish, bool last,
+                             const std::vector<LogprobEntry>* entries = nullptr) {
               std::optional<Usage> usage;
               if (last) {
                 usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
                               .completion_tokens = st->completion_tokens};
               }
               out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
-                                    st->ids_pending));
+                                    st->ids_pending, entries ? logprobs_json(r, *tokenizer, *entries) : json()));
               st->ids_pending.clear();
               st->first = false;
             };
             if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
             std::string text;
-            for (int32_t t : toks) {
+            for (size_t i = 0; i < toks.size(); ++i) {
               if (st->text.stopped()) break;
-              text += st->text.push(t);
-              st->ids_pending.push_back(t);
+              if (i < lps.size())
+                st->logprobs.add(std::move(lps[i]), st->text.decoded_bytes(), st->text.decoded_chars());
+              text += st->text.push(toks[i]);
+              st->ids_pending.push_back(toks[i]);
               ++st->completion_tokens;
             }
+            // The text of this call and the logprobs of the tokens it begins; every one left at an end without
+            // a stop string.
+            auto text_chunk = [&](bool all) {
+              std::vector<LogprobEntry> entries;
+              if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
+              if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
+            };
             const Clock::time_point now = Clock::now();
             if (st->text.stopped()) {
               svc->stop(st->stream->id());
-              if (!text.empty()) chunk(text, nullptr, false);
+              text_chunk(false);
               chunk("", "stop", true);
               st->ended = true;
             } else if (ended && finish_name(reason)) {
               text += st->text.finish();
-              if (!text.empty()) chunk(text, nullptr, false);
+              text_chunk(!st->text.stopped());
               chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
               st->ended = true;
             } else {
-              if (!text.empty()) chunk(text, nullptr, false);
+              text_chunk(false);
               if (ended || now >= st->deadline) {
                 if (!ended) svc->cancel(st->stream->id());
                 out +=

@@ -85,8 +85,9 @@ GenerationService::GenerationService(engine::ForwardExecutor& executor, runtime:
       tpot_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
       e2e_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {
   engine_ = std::make_unique<engine::Engine>(executor_, pool_, engine::EngineOptions{.max_batch = options_.max_batch});
-  engine_->set_listener({.on_token = [this](int64_t id, int32_t t, const engine::TokenLogprobs* lp) { on_token(id, t, lp); },
-                         .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
+  engine_->set_listener(
+      {.on_token = [this](int64_t id, int32_t t, const engine::TokenLogprobs* lp) { on_token(id, t, lp); },
+       .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
   counters_.kv_pages_total = pool_.num_pages();
   counters_.kv_bytes_per_page = pool_.geometry().bytes_per_page();
 }
