@@ -585,6 +585,45 @@ const cases = {
       finish = ch.choices[0]?.finish_reason ?? finish;
     }
     eq([role, text, finish], ["assistant", chat.choices[0].message.content, "length"], "chat.completions.create stream: the same content");
+    // Logprobs through the client, streamed and not: one entry per token, the same values either way, the
+    // tokens' bytes (chat) spell the content; greedy: the chosen token is the most likely one.
+    const lc = await client.completions.create({ model: NAME, prompt, max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: 2 });
+    const llp = lc.choices[0].logprobs;
+    eq([llp?.tokens?.length, llp?.token_logprobs?.length, llp?.top_logprobs?.length, llp?.text_offset?.length], [6, 6, 6, 6],
+       "completions.create logprobs: 2: one entry per token");
+    check(llp.top_logprobs.every((t, i) => Object.keys(t).length >= 1 && Object.keys(t).length <= 3 &&
+                                             Math.abs(Math.max(...Object.values(t)) - llp.token_logprobs[i]) < 1e-12 &&
+                                             llp.token_logprobs[i] < 0),
+          "completions logprobs: at most 2 + 1 alternatives, greedy picks the likeliest, logprobs < 0", llp);
+    let slp = { text_offset: [], token_logprobs: [], tokens: [], top_logprobs: [] };
+    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 6, temperature: 0, ignore_eos: true,
+                                                             logprobs: 2, stream: true })) {
+      const l = ch.choices[0]?.logprobs;
+      if (l) for (const k of Object.keys(slp)) slp[k] = slp[k].concat(l[k]);
+    }
+    eq(slp, llp, "completions.create stream logprobs: the same entries");
+    const lchat = await client.chat.completions.create({ model: NAME, messages, max_tokens: 6, temperature: 0, ignore_eos: true,
+                                                         logprobs: true, top_logprobs: 3 });
+    const content = lchat.choices[0].logprobs?.content ?? [];
+    eq([content.length, content.map((e) => e.top_logprobs.length)], [6, [3, 3, 3, 3, 3, 3]], "chat logprobs: 6 entries of 3 alternatives");
+    eq(Buffer.from(content.flatMap((e) => e.bytes)).toString("utf8"), lchat.choices[0].message.content,
+       "chat logprobs: the tokens' bytes spell the content (Qwen3's byte-level tokens)");
+    check(content.every((e) => e.logprob === e.top_logprobs[0].logprob && e.top_logprobs[0].token === e.token &&
+                               e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob),
+          "greedy chat: the chosen token is the most likely", content);
+    let scontent = [];
+    for await (const ch of await client.chat.completions.create({ model: NAME, messages, max_tokens: 6, temperature: 0,
+                                                                  ignore_eos: true, logprobs: true, top_logprobs: 3, stream: true })) {
+      scontent = scontent.concat(ch.choices[0]?.logprobs?.content ?? []);
+    }
+    eq(scontent, content, "chat stream logprobs: the same entries");
+    try {
+      await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, logprobs: true, top_logprobs: 25 });
+      check(false, "top_logprobs 25 throws");
+    } catch (e) {
+      eq([e.status, e.error?.message, e.error?.param], [400, "'top_logprobs' must be between 0 and 20, got 25.", "top_logprobs"],
+         "top_logprobs 25: the client sees the 400 naming the field");
+    }
     // chat_template_kwargs reach Qwen3's template: enable_thinking false appends an empty think block.
     const noThink = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0,
                                                            chat_template_kwargs: { enable_thinking: false } });
