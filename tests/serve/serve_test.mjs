@@ -460,6 +460,30 @@ const cases = {
     await stopServer(s);
   },
 
+  // A client that goes away while it waits for a non-streamed reply: its request is cancelled and its KV
+  // pages freed (the server polls the connection while the request runs).
+  async disconnect_non_streamed() {
+    const s = await startServer(["--max-batch", "4"]);
+    const ac = new AbortController();
+    const pending = fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: ac.signal,
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, ignore_eos: true }) })
+      .then((r) => r.status, (e) => e.name);
+    await waitMetrics(s, (m) => m.genbridge_running_requests === 1 && m.genbridge_kv_pages_used > 0 &&
+                                 m.genbridge_generation_tokens_total > 0, "while it waits: 1 running, KV pages held");
+    ac.abort();
+    eq(await pending, "AbortError", "the client gave up");
+    const m = await waitMetrics(s, (x) => x['genbridge_requests_finished_total{reason="cancelled"}'] === 1 &&
+                                           x.genbridge_kv_pages_used === 0 && x.genbridge_running_requests === 0,
+                                "after the disconnect: cancelled, KV pages freed, nothing running", 30000);
+    check(m.genbridge_generation_tokens_total < 4000 && m['genbridge_requests_finished_total{reason="length"}'] === 0,
+          "it stopped generating", m.genbridge_generation_tokens_total);
+    // The server goes on: a short request still gets its reply.
+    const r = await post(s, "/v1/completions", { model: NAME, prompt: [1, 2, 3], max_tokens: 2, temperature: 0 });
+    eq(r.status, 200, "a later request is served");
+    await stopServer(s);
+  },
+
   // --request-timeout: a request still running then is cancelled (its KV pages freed) and answered 504.
   async request_timeout() {
     const s = await startServer(["--request-timeout", "0.05"]);

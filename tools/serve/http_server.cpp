@@ -1,12 +1,17 @@
 #include "tools/serve/http_server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 
 namespace genbridge::serve {
 
@@ -69,6 +74,57 @@ uint64_t mix(uint64_t x) {  // splitmix64
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// The socket of the connection `req` came on. cpp-httplib 0.11 hands handlers no socket, so it is found
+// among the process's open descriptors by the connection's two endpoints (a TCP connection is the only
+// socket with them); -1 when none matches. Costs one directory listing and a few syscalls per descriptor:
+// done once per non-streamed request that is still running after kPeerCheckInterval.
+int find_connection_socket(const httplib::Request& req) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (...) {
+      continue;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || local.ss_family != peer.ss_family) {
+      continue;
+    }
+    char ip[INET6_ADDRSTRLEN] = {};
+    int local_port = -1, peer_port = -1;
+    if (peer.ss_family == AF_INET) {
+      const auto* l = reinterpret_cast<const sockaddr_in*>(&local);
+      const auto* r = reinterpret_cast<const sockaddr_in*>(&peer);
+      local_port = ntohs(l->sin_port);
+      peer_port = ntohs(r->sin_port);
+      inet_ntop(AF_INET, &r->sin_addr, ip, sizeof ip);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto* l = reinterpret_cast<const sockaddr_in6*>(&local);
+      const auto* r = reinterpret_cast<const sockaddr_in6*>(&peer);
+      local_port = ntohs(l->sin6_port);
+      peer_port = ntohs(r->sin6_port);
+      inet_ntop(AF_INET6, &r->sin6_addr, ip, sizeof ip);
+    } else {
+      continue;
+    }
+    if (local_port == req.local_port && peer_port == req.remote_port && req.remote_addr == ip) return fd;
+  }
+  return -1;
+}
+
+// Whether the client closed (or reset) its side of connection `fd`, without reading from it: a request
+// body or a pipelined request waiting to be read is not a close.
+bool peer_closed(int fd) {
+  pollfd p{.fd = fd, .events = POLLIN | POLLRDHUP, .revents = 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 // One streamed response: everything its content provider needs between calls.
@@ -247,10 +303,22 @@ void HttpServer::routes() {
         engine::FinishReason reason = engine::FinishReason::kLength;
         std::string message;
         bool ended = false;
+        // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
+        Clock::time_point next_check = Clock::now() + kPeerCheckInterval;
+        int fd = -2;  // not looked up yet
         while (!ended && !ts.stopped()) {
           std::vector<int32_t> toks;
           std::vector<engine::TokenLogprobs> lps;
-          ended = stream->wait(deadline, &toks, &reason, &message, &lps);
+          ended = stream->wait(std::min(deadline, next_check), &toks, &reason, &message, &lps);
+          if (!ended && Clock::now() >= next_check) {
+            next_check = Clock::now() + kPeerCheckInterval;
+            if (fd == -2) fd = find_connection_socket(req);
+            if (fd >= 0 && peer_closed(fd)) {
+              service_.cancel(stream->id());
+              res.status = 499;  // never sent: nobody reads it
+              return;
+            }
+          }
           for (size_t i = 0; i < toks.size(); ++i) {
             if (ts.stopped()) break;
             if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
