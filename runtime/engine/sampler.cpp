@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace genbridge::engine {
@@ -101,18 +102,20 @@ void token_logprobs(std::span<const float> logits, int32_t sampled, int k, Token
   const double lse = m + std::log(sum);
   out->sampled = {sampled, static_cast<double>(logits[sampled]) - lse};
   // The top k by logit: ids ascend, so a strictly greater logit is the only way past an equal one (ties
-  // keep the lower id first).
+  // keep the lower id first). `cut` is the k-th logit so far: most entries fail the one compare against it.
   const size_t kk = std::min<size_t>(static_cast<size_t>(std::max(k, 0)), vocab);
   std::vector<TokenLogprob>& top = out->top;
   top.clear();
-  top.reserve(kk);
+  top.reserve(kk + 1);
+  float cut = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < vocab && kk > 0; ++i) {
     const float x = logits[i];
-    if (top.size() == kk && !(x > logits[top.back().token])) continue;
-    if (top.size() == kk) top.pop_back();
+    if (top.size() == kk && !(x > cut)) continue;
     size_t at = top.size();
     while (at > 0 && x > logits[top[at - 1].token]) --at;
     top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), TokenLogprob{static_cast<int32_t>(i), 0});
+    if (top.size() > kk) top.pop_back();
+    if (top.size() == kk) cut = logits[top.back().token];
   }
   for (TokenLogprob& t : top) t.logprob = static_cast<double>(logits[t.token]) - lse;
 }
