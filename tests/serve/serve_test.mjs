@@ -299,6 +299,16 @@ const cases = {
     r = await post(s, "/v1/completions", { ...req, stream: true });
     let sse = parseSse(r.text);
     eq(joinLogprobs(sse.chunks, false), lp, "streamed completion: the chunks' logprobs joined equal the reply's");
+    // Sampled (temperature 1.5, top_k 2): the logprobs are still the model's raw distribution, not the
+    // tempered and truncated one the token was drawn from: the first token's values are the greedy reply's.
+    const raw = (await post(s, "/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "x" }], max_tokens: 1,
+                                                          temperature: 0, logprobs: true, top_logprobs: 5 })).json?.choices?.[0]?.logprobs?.content?.[0];
+    const hot = (await post(s, "/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "x" }], max_tokens: 1,
+                                                          temperature: 1.5, top_k: 2, seed: 11, logprobs: true, top_logprobs: 5 }))
+                  .json?.choices?.[0]?.logprobs?.content?.[0];
+    eq(hot?.top_logprobs, raw?.top_logprobs, "sampled: the same top_logprobs as greedy (raw distribution)");
+    check(raw && hot && raw.top_logprobs.slice(0, 2).some((t) => t.token === hot.token && t.logprob === hot.logprob),
+          "sampled: the drawn token (one of the top 2) with its raw logprob", [hot, raw]);
     // Chat: the same oracle on a chat prompt's tokens (run with the rendered prompt's ids).
     const chat = { model: NAME, messages: [{ role: "user", content: "Hi there" }], max_tokens: 6, temperature: 0,
                    ignore_eos: true, return_token_ids: true, logprobs: true, top_logprobs: 2 };
