@@ -494,6 +494,35 @@ const cases = {
     await stopServer(s);
   },
 
+  // Clients that go away while their requests wait in the queue (one streamed, one not; --max-batch 1 and a
+  // long stream running): both are cancelled without ever starting (one first token in all: the running one's).
+  async disconnect_queued() {
+    const s = await startServer(["--max-batch", "1"]);
+    const body = (stream) => JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream, ignore_eos: true });
+    const acA = new AbortController(), acB = new AbortController(), acC = new AbortController();
+    const a = await fetch(s.base + "/v1/completions", { method: "POST", headers: { "content-type": "application/json" },
+                                                        signal: acA.signal, body: body(true) });
+    const reader = a.body.getReader();
+    await reader.read();  // A runs
+    const b = fetch(s.base + "/v1/completions", { method: "POST", headers: { "content-type": "application/json" },
+                                                  signal: acB.signal, body: body(true) }).then((r) => r.body.getReader().read()).catch((e) => e.name);
+    const c = fetch(s.base + "/v1/completions", { method: "POST", headers: { "content-type": "application/json" },
+                                                  signal: acC.signal, body: body(false) }).then((r) => r.status, (e) => e.name);
+    await waitMetrics(s, (m) => m.genbridge_queue_depth === 2 && m.genbridge_running_requests === 1, "B and C queued behind A");
+    acB.abort();
+    acC.abort();
+    eq([await b, await c], ["AbortError", "AbortError"], "B and C gave up");
+    await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="cancelled"}'] === 2 && m.genbridge_queue_depth === 0 &&
+                                 m.genbridge_running_requests === 1, "B and C cancelled while queued (A still running)", 30000);
+    acA.abort();
+    const m = await waitMetrics(s, (x) => x['genbridge_requests_finished_total{reason="cancelled"}'] === 3 &&
+                                           x.genbridge_kv_pages_used === 0 && x.genbridge_running_requests === 0,
+                                "A cancelled too, no KV pages held", 30000);
+    eq([m.genbridge_time_to_first_token_seconds_count, m['genbridge_requests_finished_total{reason="length"}']], [1, 0],
+       "B and C never started (one first token: A's), A never finished");
+    await stopServer(s);
+  },
+
   // --request-timeout: a request still running then is cancelled (its KV pages freed) and answered 504.
   async request_timeout() {
     const s = await startServer(["--request-timeout", "0.05"]);

@@ -80,7 +80,7 @@ uint64_t mix(uint64_t x) {  // splitmix64
 // among the process's open descriptors by the connection's two endpoints (a TCP connection is the only
 // socket with them); -1 when none matches. Costs one directory listing and a few syscalls per descriptor:
 // done once per non-streamed request that is still running after kPeerCheckInterval.
-int find_connection_socket(const httplib::Request& req) {
+int find_connection_socket(int local_port_wanted, const std::string& remote_addr, int remote_port) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     int fd = -1;
@@ -114,7 +114,7 @@ int find_connection_socket(const httplib::Request& req) {
     } else {
       continue;
     }
-    if (local_port == req.local_port && peer_port == req.remote_port && req.remote_addr == ip) return fd;
+    if (local_port == local_port_wanted && peer_port == remote_port && remote_addr == ip) return fd;
   }
   return -1;
 }
@@ -126,6 +126,37 @@ bool peer_closed(int fd) {
   if (::poll(&p, 1, 0) <= 0) return false;
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
+
+// How often a request that has nothing to send checks that its client is still connected.
+constexpr auto kPeerCheckInterval = std::chrono::milliseconds(100);
+
+// Notices a client that went away while its request has nothing to send yet (a non-streamed reply, a
+// streamed request still queued): polls the connection's socket at most every kPeerCheckInterval, looking
+// it up at the first check (so requests that end sooner never pay for the lookup). Call from the thread
+// that serves the request (it owns the socket).
+class PeerWatch {
+ public:
+  explicit PeerWatch(const httplib::Request& req)
+      : local_port_(req.local_port),
+        remote_port_(req.remote_port),
+        remote_addr_(req.remote_addr),
+        next_(Clock::now() + kPeerCheckInterval) {}
+  Clock::time_point next_check() const { return next_; }
+  // True once the client has closed its side (checked only when next_check() has passed).
+  bool gone() {
+    const Clock::time_point now = Clock::now();
+    if (now < next_) return false;
+    next_ = now + kPeerCheckInterval;
+    if (fd_ == -2) fd_ = find_connection_socket(local_port_, remote_addr_, remote_port_);
+    return fd_ >= 0 && peer_closed(fd_);
+  }
+
+ private:
+  int local_port_, remote_port_;
+  std::string remote_addr_;
+  Clock::time_point next_;
+  int fd_ = -2;  // not looked up yet; -1: not found
+};
 
 // One streamed response: everything its content provider needs between calls.
 struct StreamState {
@@ -139,6 +170,7 @@ struct StreamState {
   int64_t completion_tokens = 0;
   std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
   LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
+  PeerWatch peer;                    // while nothing is written (a queued request)
 };
 
 }  // namespace
@@ -304,20 +336,15 @@ void HttpServer::routes() {
         std::string message;
         bool ended = false;
         // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
-        Clock::time_point next_check = Clock::now() + kPeerCheckInterval;
-        int fd = -2;  // not looked up yet
+        PeerWatch peer(req);
         while (!ended && !ts.stopped()) {
           std::vector<int32_t> toks;
           std::vector<engine::TokenLogprobs> lps;
-          ended = stream->wait(std::min(deadline, next_check), &toks, &reason, &message, &lps);
-          if (!ended && Clock::now() >= next_check) {
-            next_check = Clock::now() + kPeerCheckInterval;
-            if (fd == -2) fd = find_connection_socket(req);
-            if (fd >= 0 && peer_closed(fd)) {
-              service_.cancel(stream->id());
-              res.status = 499;  // never sent: nobody reads it
-              return;
-            }
+          ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
+          if (!ended && peer.gone()) {
+            service_.cancel(stream->id());
+            res.status = 499;  // never sent: nobody reads it
+            return;
           }
           for (size_t i = 0; i < toks.size(); ++i) {
             if (ts.stopped()) break;
@@ -351,7 +378,8 @@ void HttpServer::routes() {
                                                           .text = TextStream(*model_.tokenizer, p.stop),
                                                           .id = id,
                                                           .created = created,
-                                                          .deadline = deadline});
+                                                          .deadline = deadline,
+                                                          .peer = PeerWatch(req)});
       res.set_header("Cache-Control", "no-cache");
       GenerationService* svc = &service_;
       const text::Tokenizer* tokenizer = model_.tokenizer;
@@ -433,6 +461,11 @@ void HttpServer::routes() {
                                                          .completion_tokens = st->completion_tokens})}});
             }
             if (st->ended) out += "data: [DONE]\n\n";
+            if (out.empty() && st->peer.gone()) {  // nothing to write yet (queued): is anyone still there?
+              svc->cancel(st->stream->id());
+              st->ended = true;
+              return false;
+            }
             if (!out.empty() && !sink.write(out.data(), out.size())) {
               svc->cancel(st->stream->id());  // the client went away
               st->ended = true;

@@ -3,8 +3,9 @@
 // endpoints over a GenerationService.
 //   POST /v1/completions, POST /v1/chat/completions   (JSON, or server-sent events with "stream": true)
 //   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
-// A request whose client goes away is cancelled (its KV pages are freed): a streamed one at the next token it
-// cannot send, a non-streamed one within kPeerCheckInterval (its connection's socket is polled). Shutdown (stop()):
+// A request whose client goes away is cancelled (its KV pages are freed): a streamed one at the next event it
+// cannot send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
+// connection's socket is polled). Shutdown (stop()):
 // /health turns 503 and new requests get 503 while in-flight ones finish (until the deadline, then they are cancelled),
 // then the listener closes.
 
@@ -54,8 +55,6 @@ class HttpServer {
   int64_t created_ = 0;
   int listen_socket_ = -1;
   static constexpr int kListenBacklog = 1024;
-  // How often a non-streamed request checks that its client is still connected.
-  static constexpr auto kPeerCheckInterval = std::chrono::milliseconds(100);
 };
 
 }  // namespace genbridge::serve
