@@ -125,7 +125,8 @@ struct Fed {
 Fed feed_with_logprobs(TextStream& ts, LogprobQueue& q, const std::string& bytes) {
   Fed f;
   auto take = [&](bool all) {
-    for (const LogprobEntry& e : q.take(ts.released_bytes(), all)) f.released.emplace_back(e.logprobs.sampled.logprob, e.text_offset);
+    for (const LogprobEntry& e : q.take(ts.released_bytes(), all))
+      f.released.emplace_back(e.logprobs.sampled.logprob, e.text_offset);
   };
   for (size_t i = 0; i < bytes.size() && !ts.stopped(); ++i) {
     engine::TokenLogprobs lp;
@@ -155,7 +156,9 @@ TEST(LogprobQueue, entries_wait_for_held_text_and_offsets_count_characters) {
   std::vector<size_t> released_after;
   std::string text;
   std::vector<LogprobEntry> got;
-  const std::string bytes = "a\xc3\xa9" "bx?";
+  const std::string bytes =
+      "a\xc3\xa9"
+      "bx?";
   for (size_t i = 0; i < bytes.size(); ++i) {
     engine::TokenLogprobs lp;
     lp.sampled = {static_cast<unsigned char>(bytes[i]), -static_cast<double>(i + 1)};
@@ -168,7 +171,9 @@ TEST(LogprobQueue, entries_wait_for_held_text_and_offsets_count_characters) {
   EXPECT_EQ(released_after, (std::vector<size_t>{1, 0, 2, 1, 0, 2}));  // x is held until "?" rules out "x!"
   text += ts.finish();
   for (auto& e : q.take(ts.released_bytes(), true)) got.push_back(std::move(e));
-  EXPECT_EQ(text, "a\xc3\xa9" "bx?");
+  EXPECT_EQ(text,
+            "a\xc3\xa9"
+            "bx?");
   std::vector<size_t> offsets;
   for (const auto& e : got) offsets.push_back(e.text_offset);
   EXPECT_EQ(offsets, (std::vector<size_t>{0, 1, 1, 2, 3, 4}));
@@ -226,7 +231,8 @@ TEST(ParseRequest, bad_logprobs_name_the_field_and_the_rule) {
        "'top_logprobs' must be between 0 and 20, got 21."},
       {true, R"("logprobs": true, "top_logprobs": -1)", "top_logprobs",
        "'top_logprobs' must be between 0 and 20, got -1."},
-      {true, R"("logprobs": true, "top_logprobs": "5")", "top_logprobs", "'top_logprobs' must be an integer, got \"5\"."},
+      {true, R"("logprobs": true, "top_logprobs": "5")", "top_logprobs",
+       "'top_logprobs' must be an integer, got \"5\"."},
       {true, R"("top_logprobs": 2)", "top_logprobs", "'top_logprobs' requires 'logprobs': true."},
       {true, R"("logprobs": false, "top_logprobs": 2)", "top_logprobs", "'top_logprobs' requires 'logprobs': true."},
   };
@@ -253,10 +259,11 @@ TEST(LogprobsJson, legacy_completions_and_chat_formats) {
   const std::vector<LogprobEntry> entries = {{a, 0}, {b, 1}};
   EXPECT_EQ(logprobs_json(r, tokenizer(), entries),
             nlohmann::json::parse(R"({"text_offset":[0,1],"token_logprobs":[-0.5,-1.5],"tokens":["h","\ufffd"],)"
-            R"("top_logprobs":[{"h":-0.5,"i":-0.25},{"\ufffd":-1.5}]})"));
+                                  R"("top_logprobs":[{"h":-0.5,"i":-0.25},{"\ufffd":-1.5}]})"));
   r.chat = true;
-  EXPECT_EQ(logprobs_json(r, tokenizer(), {{a, 0}}).dump(),
-            R"({"content":[{"bytes":[104],"logprob":-0.5,"token":"h","top_logprobs":[{"bytes":[105],"logprob":-0.25,"token":"i"}]}]})");
+  EXPECT_EQ(
+      logprobs_json(r, tokenizer(), {{a, 0}}).dump(),
+      R"({"content":[{"bytes":[104],"logprob":-0.5,"token":"h","top_logprobs":[{"bytes":[105],"logprob":-0.25,"token":"i"}]}]})");
   r.logprobs = -1;
   EXPECT_TRUE(logprobs_json(r, tokenizer(), entries).is_null());
 }
