@@ -1,5 +1,7 @@
 #include "runtime/model/quant_weights.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 
 namespace genbridge::model {
@@ -35,14 +37,26 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   std::unique_ptr<QuantizedWeights> q(new QuantizedWeights());
   q->repr_ = &repr;
   const ModelWeights& w = checkpoint.weights();
+  const int64_t E = checkpoint.config().num_experts;
+  const int64_t eb = options.expert_begin, ee = options.expert_end < 0 ? E : options.expert_end;
+  if (eb < 0 || eb > ee || ee > E) {
+    return invalid_argument(fmt::format(
+        "quantize weights: the expert range [{}, {}) is not inside the model's {} experts", eb, options.expert_end, E));
+  }
   const bool attn = roles.attention_projections && options.attention;
   const bool experts = roles.experts && options.experts;
   const bool shared = roles.shared_experts && options.attention;  // shared experts run on the attention side
   const bool dense = roles.shared_experts && options.attention;   // dense MLPs run on the attention side
+  q->attention_side_ = options.attention && (roles.attention_projections || roles.shared_experts);
+  q->experts_role_ = roles.experts;
+  q->share_ = !options.attention || !options.experts || eb != 0 || ee != E;
+  q->num_experts_ = E;
+  q->expert_begin_ = experts ? eb : 0;
+  q->expert_end_ = experts ? ee : 0;
   int64_t total = 0;
   for (const LayerWeights& l : w.layers) {
     if (attn && l.attn.q_proj.rank() == 2) total += 4;
-    if (l.is_moe && experts) total += 3 * static_cast<int64_t>(l.moe.experts.size());
+    if (l.is_moe && experts) total += 3 * (ee - eb);
     if (l.is_moe && shared && checkpoint.config().has_shared_expert()) total += 3;
     if (!l.is_moe && dense) total += 3;
   }
@@ -70,9 +84,9 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
       GB_ASSIGN_OR_RETURN(ql.o_proj, one(l.attn.o_proj));
     }
     if (l.is_moe && experts) {
-      for (const MlpWeights& m : l.moe.experts) {
-        GB_ASSIGN_OR_RETURN(ops::QuantExpertWeights e, mlp(m));
-        ql.experts.push_back(e);
+      ql.experts.resize(l.moe.experts.size());
+      for (int64_t e = eb; e < ee; ++e) {
+        GB_ASSIGN_OR_RETURN(ql.experts[static_cast<size_t>(e)], mlp(l.moe.experts[static_cast<size_t>(e)]));
       }
     }
     if (l.is_moe && shared && checkpoint.config().has_shared_expert()) {
@@ -88,6 +102,24 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   q->matrices_ = done;
   q->seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return q;
+}
+
+std::string QuantizedWeights::describe() const {
+  std::string what;
+  if (attention_side_ && expert_end_ > expert_begin_ && !share_) {
+    what = "attention projections and experts";
+  } else {
+    if (attention_side_) what = "the attention side (attention projections, shared experts, dense MLPs)";
+    if (expert_end_ > expert_begin_) {
+      if (!what.empty()) what += " and ";
+      what += fmt::format("routed experts [{}, {}) of {}", expert_begin_, expert_end_, num_experts_);
+    }
+    if (what.empty()) what = "nothing";
+  }
+  return fmt::format("{} for {} ({} matrices: {:.1f} MiB from {:.1f} MiB bf16, quantized at load in {:.2f} s)",
+                     ops::weight_quant_scheme_name(repr_->scheme), what, matrices_,
+                     static_cast<double>(quantized_bytes_) / (1 << 20),
+                     static_cast<double>(replaced_bytes_) / (1 << 20), seconds_);
 }
 
 }  // namespace genbridge::model
