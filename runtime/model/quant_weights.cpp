@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "runtime/model/deepseek_attention.h"
+
 namespace genbridge::model {
 
 Result<ops::QuantWeight> QuantizedWeights::quantize_one(const TensorView& w) {
@@ -53,9 +55,12 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   q->num_experts_ = E;
   q->expert_begin_ = experts ? eb : 0;
   q->expert_end_ = experts ? ee : 0;
+  const ModelConfig& c = checkpoint.config();
+  const int64_t heads = c.num_attention_heads;
   int64_t total = 0;
   for (const LayerWeights& l : w.layers) {
     if (attn && l.attn.q_proj.rank() == 2) total += 4;
+    if (attn && l.mla.kv_b_proj.rank() == 2) total += (l.mla.q_a_proj.rank() == 2 ? 4 : 3) + 2 * heads;
     if (l.is_moe && experts) total += 3 * (ee - eb);
     if (l.is_moe && shared && checkpoint.config().has_shared_expert()) total += 3;
     if (!l.is_moe && dense) total += 3;
@@ -82,6 +87,28 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
       GB_ASSIGN_OR_RETURN(ql.k_proj, one(l.attn.k_proj));
       GB_ASSIGN_OR_RETURN(ql.v_proj, one(l.attn.v_proj));
       GB_ASSIGN_OR_RETURN(ql.o_proj, one(l.attn.o_proj));
+    }
+    if (attn && l.mla.kv_b_proj.rank() == 2) {  // MLA: the projections in the layout the absorbed form reads
+      ql.mla = true;
+      const MlaWeights& a = l.mla;
+      const DeepseekConfig& d = c.deepseek;
+      if (a.q_a_proj.rank() == 2) {
+        GB_ASSIGN_OR_RETURN(ql.q_a_proj, one(a.q_a_proj));
+        GB_ASSIGN_OR_RETURN(ql.q_b_proj, one(a.q_b_proj));
+      } else {
+        GB_ASSIGN_OR_RETURN(ql.q_proj, one(a.q_proj));
+      }
+      GB_ASSIGN_OR_RETURN(ql.kv_a_proj, one(a.kv_a_proj_with_mqa));
+      std::vector<bf16_t> t(static_cast<size_t>(d.kv_lora_rank * d.qk_nope_head_dim));
+      for (int64_t h = 0; h < heads; ++h) {
+        mla_w_uk_t(a.kv_b_proj, d, h, t.data());
+        GB_ASSIGN_OR_RETURN(ops::QuantWeight uk,
+                            one(TensorView(t.data(), DType::kBF16, {d.kv_lora_rank, d.qk_nope_head_dim})));
+        ql.w_uk_t.push_back(uk);
+        GB_ASSIGN_OR_RETURN(ops::QuantWeight uv, one(mla_w_uv(a.kv_b_proj, d, h)));
+        ql.w_uv.push_back(uv);
+      }
+      GB_ASSIGN_OR_RETURN(ql.o_proj, one(a.o_proj));
     }
     if (l.is_moe && experts) {
       ql.experts.resize(l.moe.experts.size());

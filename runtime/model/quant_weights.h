@@ -34,8 +34,15 @@ struct QuantizeOptions {
 class QuantizedWeights {
  public:
   struct Layer {
-    bool attention = false;  // q, k, v, o below are set
+    bool attention = false;  // GQA: q, k, v, o below are set
     ops::QuantWeight q_proj, k_proj, v_proj, o_proj;
+    // MLA (DeepSeek): q_a + q_b (q_lora_rank > 0) or q_proj, kv_a (kv_a_proj_with_mqa), o_proj, and kv_b in
+    // the absorbed form's layout, per head: w_uk_t[h] = W_UK[h]^T [kv_lora_rank, qk_nope_head_dim] (scales
+    // along qk_nope_head_dim) and w_uv[h] = kv_b's value rows [v_head_dim, kv_lora_rank]. The indexer's
+    // projections stay bf16 (QuantizedLayers::indexer_projections).
+    bool mla = false;
+    ops::QuantWeight q_a_proj, q_b_proj, kv_a_proj;
+    std::vector<ops::QuantWeight> w_uk_t, w_uv;
     // Indexed by expert id; only [expert_begin(), expert_end()) are set. Empty: bf16 experts (or a dense layer).
     std::vector<ops::QuantExpertWeights> experts;
     bool shared = false;  // shared expert quantized

@@ -150,7 +150,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
       return invalid_argument(fmt::format("model runner: the KV pool holds {} layers but the model has {}",
                                           pool.geometry().num_layers, c.num_hidden_layers));
     }
-    GB_ASSIGN_OR_RETURN(r->mla_, MlaAttention::create(checkpoint, dev, pool));
+    GB_ASSIGN_OR_RETURN(r->mla_, MlaAttention::create(checkpoint, dev, pool, quantized));
     return r;
   }
   if (pool.geometry().num_layers != c.num_hidden_layers || pool.geometry().num_kv_heads != c.num_key_value_heads) {
