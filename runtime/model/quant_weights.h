@@ -68,6 +68,9 @@ class QuantizedWeights {
   uint64_t quantized_bytes() const { return quantized_bytes_; }
   uint64_t replaced_bf16_bytes() const { return replaced_bytes_; }
   int64_t num_matrices() const { return matrices_; }
+  // Matrices converted from an FP8 block-scaled checkpoint's codes and scales (Checkpoint::fp8_source)
+  // rather than from bf16 weights.
+  int64_t num_from_fp8() const { return from_fp8_; }
   double seconds() const { return seconds_; }
   // The share held: the attention side (when the contract quantizes any of it), and the routed experts
   // [expert_begin, expert_end) of every MoE layer (an empty range when the contract keeps them bf16 or
@@ -83,6 +86,8 @@ class QuantizedWeights {
   QuantizedWeights() = default;
   Result<ops::QuantWeight> quantize_one(const TensorView& w);
   const runtime::WeightQuantRepresentation* repr_ = nullptr;
+  const Checkpoint* checkpoint_ = nullptr;
+  int64_t from_fp8_ = 0;
   bool attention_side_ = false, experts_role_ = false, share_ = false;
   int64_t expert_begin_ = 0, expert_end_ = 0, num_experts_ = 0;
   std::vector<Layer> layers_;
