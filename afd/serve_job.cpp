@@ -29,7 +29,8 @@ Status AttentionIdle::empty_step() {
   return ok_status();
 }
 
-Result<bool> AttentionIdle::idle(bool want_stop, const std::function<WorkWait(std::chrono::milliseconds)>& wait) {
+Result<bool> AttentionIdle::idle(bool want_stop,
+                                 const std::function<WorkWait(std::chrono::milliseconds, bool others)>& wait) {
   StepAgreement* agreement = executor_.agreement();
   if (agreement == nullptr) {
     // This rank steps on its own: an empty step once keep_alive_ms passed since its last step.
@@ -38,7 +39,7 @@ Result<bool> AttentionIdle::idle(bool want_stop, const std::function<WorkWait(st
     const int64_t now = now_ns();
     if (now < due) {
       const auto left = std::chrono::milliseconds((due - now + 999'999) / 1'000'000);
-      if (wait(left) != WorkWait::kTimeout || now_ns() < due) return false;  // the loop looks again
+      if (wait(left, false) != WorkWait::kTimeout || now_ns() < due) return false;  // the loop looks again
     }
     GB_RETURN_IF_ERROR(empty_step());
     ++keep_alive_steps_;
@@ -46,7 +47,7 @@ Result<bool> AttentionIdle::idle(bool want_stop, const std::function<WorkWait(st
   }
   // Lockstep: sleep only while every rank was idle at the last agreement; something for this rank goes
   // back to the loop, whose engine step agrees with the others (AfdExecutor::forward).
-  if (!others_active_ && !want_stop && wait(std::chrono::milliseconds(keep_alive_ms_)) == WorkWait::kMine) {
+  if (!others_active_ && !want_stop && wait(std::chrono::milliseconds(keep_alive_ms_), true) == WorkWait::kMine) {
     return false;
   }
   GB_ASSIGN_OR_RETURN(const bool any_work, agreement->any_active(false));

@@ -52,10 +52,12 @@ class AttentionIdle {
   AttentionIdle(AfdExecutor& executor, int64_t keep_alive_ms, std::function<void()> after_step = {})
       : executor_(executor), keep_alive_ms_(keep_alive_ms), after_step_(std::move(after_step)) {}
   // Called by the serving loop whenever its engine has no work. `want_stop`: this rank would stop now (the
-  // server is shutting down and holds nothing more for it). `wait(timeout)` blocks at most `timeout` for
-  // something to do. Returns true when the loop must stop (every attention rank wants to); false to go on
-  // (the loop looks for work again). Sends empty steps as the keep-alive and the lockstep require.
-  Result<bool> idle(bool want_stop, const std::function<WorkWait(std::chrono::milliseconds)>& wait);
+  // server is shutting down and holds nothing more for it). `wait(timeout, others)` blocks at most
+  // `timeout` for something to do; with `others` it also returns (kOther) at once while another attention
+  // rank of this process has a request to serve (a lockstep rank steps beside it). Returns true when the
+  // loop must stop (every attention rank wants to); false to go on (the loop looks for work again). Sends
+  // empty steps as the keep-alive and the lockstep require.
+  Result<bool> idle(bool want_stop, const std::function<WorkWait(std::chrono::milliseconds, bool others)>& wait);
   int64_t keep_alive_steps() const { return keep_alive_steps_; }
 
  private:

@@ -31,6 +31,7 @@
 #include "tools/commands.h"
 #include "tools/fingerprint.h"
 #include "tools/run_support.h"
+#include "tools/serve_afd.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
 
@@ -71,17 +72,6 @@ Status check_serve_afd_flags(const ServeOptions& so, RunMode mode) {
     }
   }
   return ok_status();
-}
-
-afd::WorkWait to_afd(serve::WorkWait w) {
-  switch (w) {
-    case serve::WorkWait::kMine:
-      return afd::WorkWait::kMine;
-    case serve::WorkWait::kOther:
-      return afd::WorkWait::kOther;
-    default:
-      return afd::WorkWait::kTimeout;
-  }
 }
 
 // An FFN rank of an mpirun serving job: no HTTP; serves its experts until the attention rank finishes.
@@ -276,17 +266,7 @@ int serve(const ServeOptions& so) {
   if (!afd_mode) {
     service->start();
   } else {
-    const afd::AttentionServeFn serve_fn = [&](int a, engine::Engine& eng, runtime::KvPagePool& p,
-                                               afd::AttentionIdle& idle) -> Status {
-      Status s = service->run_worker(
-          a, eng, p,
-          [&idle](bool want_stop, const std::function<serve::WorkWait(std::chrono::milliseconds)>& wait) {
-            return idle.idle(want_stop, [&wait](std::chrono::milliseconds t) { return to_afd(wait(t)); });
-          });
-      // Before the job ends (under mpirun: the process), let the HTTP handlers answer with the error.
-      if (!s.ok()) service->wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));
-      return s;
-    };
+    const afd::AttentionServeFn serve_fn = service_worker_fn(*service);
     job_thread = std::thread([&, serve_fn] {
       Status s = mpi ? afd::run_mpi_serve_rank(*ckpt, *dev, *pages, job_options, declared, serve_fn)
                      : afd::run_inproc_serve_job(*ckpt, *dev, *pages, job_options, serve_fn);

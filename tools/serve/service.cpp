@@ -104,10 +104,9 @@ void GenerationService::start() {
   if (!engine_) return;
   thread_ = std::thread([this] {
     // As before workers: sleep kIdleWait at most between looks for work; stop once shutting down and idle.
-    (void)run_worker(0, *engine_, *pool_, [](bool want_stop, const std::function<WorkWait(std::chrono::milliseconds)>& wait)
-                                              -> Result<bool> {
+    (void)run_worker(0, *engine_, *pool_, [](bool want_stop, const WorkerWaitFn& wait) -> Result<bool> {
       if (want_stop) return true;
-      wait(std::chrono::duration_cast<std::chrono::milliseconds>(kIdleWait));
+      wait(std::chrono::duration_cast<std::chrono::milliseconds>(kIdleWait), false);
       return false;
     });
   });
@@ -313,9 +312,18 @@ Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPage
   auto mine = [&] {
     return !inboxes_[w].empty() || !cancels_[w].empty() || abort_epoch_ != seen_epoch || stop_ || !failure_.empty();
   };
-  auto wait = [&](std::chrono::milliseconds timeout) {
+  // Another worker has an unfinished request (mu_ held).
+  auto others_busy = [&] {
+    for (int o = 0; o < workers_; ++o) {
+      if (o != w && load_[o] > 0) return true;
+    }
+    return false;
+  };
+  const WorkerWaitFn wait = [&](std::chrono::milliseconds timeout, bool others) {
     std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, timeout, [&] { return wake_seq_ != seen_seq; })) return WorkWait::kTimeout;
+    if (!cv_.wait_for(lk, timeout, [&] { return wake_seq_ != seen_seq || (others && others_busy()); })) {
+      return WorkWait::kTimeout;
+    }
     seen_seq = wake_seq_;
     return mine() ? WorkWait::kMine : WorkWait::kOther;
   };

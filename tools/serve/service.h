@@ -98,11 +98,12 @@ enum class WorkWait {
   kOther,    // something for another worker only
 };
 // Called by run_worker whenever its engine has no work: `want_stop` says the service is shutting down and
-// holds nothing more for this worker; `wait(timeout)` blocks at most `timeout` for something to happen.
-// Returns true to end the worker, false to look for work again; an error ends the worker (and fails the
-// service).
-using WorkerIdleFn =
-    std::function<Result<bool>(bool want_stop, const std::function<WorkWait(std::chrono::milliseconds)>& wait)>;
+// holds nothing more for this worker; `wait(timeout, others)` blocks at most `timeout` for something to
+// happen (with `others`: returns kOther at once while another worker has an unfinished request, as a
+// lockstep worker must step beside it). Returns true to end the worker, false to look for work again; an
+// error ends the worker (and fails the service).
+using WorkerWaitFn = std::function<WorkWait(std::chrono::milliseconds timeout, bool others)>;
+using WorkerIdleFn = std::function<Result<bool>(bool want_stop, const WorkerWaitFn& wait)>;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
