@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -275,11 +276,22 @@ int serve(const ServeOptions& so) {
       job_done = true;
     });
   }
+  // Under mpirun a failed job does not return here (MPI_Abort), and mpirun, seeing a rank die or abort, sends
+  // this process SIGTERM (which the signal thread takes) and SIGKILL a second later: once the service has
+  // failed, this process answers the requests in flight with the error and exits 1 itself.
+  auto exit_if_mpi_job_failed = [&] {
+    if (!mpi || !service->failed()) return;
+    service->wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));
+    fmt::print(stderr, "genbridge serve: the AFD job failed: {}\n", service->failure());
+    std::fflush(stderr);
+    std::_Exit(kExitFailed);
+  };
   // The AFD job ends (stopped or failed) within its deadlines once the service stops; bounded here too.
   const auto job_bound = std::chrono::milliseconds(afd_mode ? 4 * afd_cfg->timeout_ms + 60'000 : 0);
   auto wait_job = [&] {
     const auto deadline = serve::Clock::now() + job_bound;
     while (afd_mode && !job_done.load() && serve::Clock::now() < deadline) {
+      exit_if_mpi_job_failed();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return !afd_mode || job_done.load();
@@ -301,6 +313,7 @@ int serve(const ServeOptions& so) {
   std::thread signal_thread([&] {
     const timespec slice{0, 100'000'000};
     while (!listener_done.load()) {
+      exit_if_mpi_job_failed();
       if (job_done.load() && !job_status.ok()) {
         fmt::print(stderr, "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
         service->wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));

@@ -542,7 +542,9 @@ const cases = {
   },
 
   // Under mpirun: a killed FFN rank (SIGKILL) ends the server: the stream in flight ends with an error event
-  // naming the rank (or its connection closes), and mpirun exits non-zero, within a bound.
+  // naming the rank once --afd-timeout passes (or its connection closes, when mpirun kills world rank 0
+  // first: it sends SIGTERM, then SIGKILL odls_base_sigkill_timeout seconds later; --want-error-event
+  // requires the event), and mpirun exits non-zero, within a bound.
   async afd_killed_ffn() {
     const s = await startServer([]);
     const res = await fetch(s.base + "/v1/completions", {
@@ -565,8 +567,12 @@ const cases = {
     const sse = parseSse(text);
     const last = sse.chunks[sse.chunks.length - 1];
     const errorEvent = last?.error?.code === "generation_error" && /ffn rank 0 \(world rank 1\)/.test(last?.error?.message ?? "");
-    check(errorEvent || closed || !sse.done, "the stream ends with an error event naming the FFN rank, or is cut off",
-          text.slice(-600));
+    if (args["want-error-event"]) {
+      check(errorEvent && sse.done, "the stream ends with an error event naming the FFN rank, then [DONE]", text.slice(-600));
+    } else {
+      check(errorEvent || closed || !sse.done, "the stream ends with an error event naming the FFN rank, or is cut off",
+            text.slice(-600));
+    }
     console.log(errorEvent ? `error event: ${last.error.message}` : "the connection was closed");
     check(joinChunks(sse.chunks, false).finish !== "length", "the stream did not complete");
     const e = await Promise.race([s.exited, sleep(60000).then(() => ({ code: "timeout" }))]);
