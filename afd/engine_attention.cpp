@@ -68,6 +68,14 @@ Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logi
     return runner_.finish_moe(batches_[stage], layer, &expert_out);
   };
   const StepPhase phase = num_seqs > 0 && !seen_.contains(in.seq_ids[0]) ? StepPhase::kPrefill : StepPhase::kDecode;
+  // A decode forward holds every running sequence except those prefilled since the previous decode: any
+  // other has ended (a server's stream of requests would otherwise grow the set for ever).
+  if (phase == StepPhase::kDecode) {
+    seen_.swap(prefilled_);
+    prefilled_.clear();
+  } else {
+    for (const runtime::SeqId id : in.seq_ids) prefilled_.insert(id);
+  }
   for (const runtime::SeqId id : in.seq_ids) seen_.insert(id);
   ++step_;
   GB_RETURN_IF_ERROR(attention_.step(step_, stage_tokens, step_ <= warmup_steps_, fns, phase));

@@ -51,6 +51,7 @@ class AfdExecutor final : public engine::ForwardExecutor {
   // Sequences seen in an earlier forward: a forward whose sequences are new is a prefill (the engine never
   // mixes prefill and decode in one forward, and prefills a prompt in one forward).
   std::unordered_set<runtime::SeqId> seen_;
+  std::unordered_set<runtime::SeqId> prefilled_;  // since the last decode forward
   std::function<Status(int64_t step)> before_step_;
 };
 
