@@ -132,7 +132,7 @@ class GenerationService {
 
   // Workers mode: drives `engine` (over `pool`) as worker `w` until `idle` says stop (OK) or the engine or
   // `idle` fails: then every unfinished request ends with that error, new ones get Unavailable, the other
-  // workers end too (Cancelled), and the error is returned. Sets the engine's listener.
+  // workers end too (Unavailable), and the error is returned. Sets the engine's listener.
   Status run_worker(int w, engine::Engine& engine, runtime::KvPagePool& pool, const WorkerIdleFn& idle);
   // Fails the service from outside (e.g. the job around the workers failed): as a worker's failure.
   void fail(const std::string& message);
