@@ -125,7 +125,7 @@ class ServeAfd : public ::testing::TestWithParam<Case> {};
 // Without the keep-alive the FFN ranks end the job after the deadline (the requests after the pause fail).
 TEST_P(ServeAfd, idle_past_the_deadline_then_serves_the_monolithic_tokens_and_drains) {
   const Case k = GetParam();
-  constexpr int64_t kTimeoutMs = 1000;
+  constexpr int64_t kTimeoutMs = 1500;
   Server server(options(k, kTimeoutMs), k.a);
   Served first = read_all(*server.submit(0, 4));
   EXPECT_EQ(first.reason, engine::FinishReason::kLength) << first.message;
