@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <memory>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "afd/engine_ffn.h"
 #include "afd/engine_job.h"
@@ -79,8 +79,8 @@ std::string ServeLiveMetrics::prometheus(bool ffn_here) const {
   counter("genbridge_afd_transfer_bytes_total", "Bytes of AFD transfers received, by direction.",
           "{direction=\"ffn_to_attention\"}", ffn_to_attention_bytes.load(), true);
   if (ffn_here) {
-    counter("genbridge_afd_transfer_bytes_total", "", "{direction=\"attention_to_ffn\"}",
-            attention_to_ffn_bytes.load(), false);
+    counter("genbridge_afd_transfer_bytes_total", "", "{direction=\"attention_to_ffn\"}", attention_to_ffn_bytes.load(),
+            false);
   }
   counter("genbridge_afd_transfer_messages_total", "AFD transfers received, by direction.",
           "{direction=\"ffn_to_attention\"}", ffn_to_attention_messages.load(), true);
@@ -204,14 +204,14 @@ Status serve_attention_rank(Connector& conn, Metrics& metrics, const model::Chec
   const int a = conn.rank();
   std::unique_ptr<StepAgreement> lockstep;
   if (!cfg.async_dp && cfg.num_attention > 1) {
-    GB_ASSIGN_OR_RETURN(lockstep,
-                        make_step_agreement(conn.transport(),
-                                            StepAgreementOptions{.attention_world = conn.topology().attention_world,
-                                                                 .rank_names = conn.topology().rank_names(),
-                                                                 .attention_rank = a,
-                                                                 .timeout_ms = cfg.timeout_ms,
-                                                                 .id = 0,
-                                                                 .purpose = "agree on the next step"}));
+    GB_ASSIGN_OR_RETURN(
+        lockstep,
+        make_step_agreement(conn.transport(), StepAgreementOptions{.attention_world = conn.topology().attention_world,
+                                                                   .rank_names = conn.topology().rank_names(),
+                                                                   .attention_rank = a,
+                                                                   .timeout_ms = cfg.timeout_ms,
+                                                                   .id = 0,
+                                                                   .purpose = "agree on the next step"}));
   }
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
                       runtime::KvPagePool::create(dev.kv_page_geometry(model::kv_model_shape(c)), pool_pages));
@@ -260,9 +260,10 @@ RankFns serve_rank_fns(const model::Checkpoint& checkpoint, const runtime::Devic
 }  // namespace
 
 Status run_inproc_serve_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
-                            int64_t pool_pages_per_rank, const ServeJobOptions& options, const AttentionServeFn& serve) {
-  GB_ASSIGN_OR_RETURN(const PreparedJob job, prepare(checkpoint, dev, pool_pages_per_rank, options,
-                                                     TransportKind::kInproc));
+                            int64_t pool_pages_per_rank, const ServeJobOptions& options,
+                            const AttentionServeFn& serve) {
+  GB_ASSIGN_OR_RETURN(const PreparedJob job,
+                      prepare(checkpoint, dev, pool_pages_per_rank, options, TransportKind::kInproc));
   JobOptions jo;
   jo.fingerprint = job.fingerprint;
   return run_inproc_job(job.cfg, serve_rank_fns(checkpoint, dev, pool_pages_per_rank, job.cfg, options, serve), jo);

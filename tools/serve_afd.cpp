@@ -18,11 +18,10 @@ afd::WorkWait to_afd(serve::WorkWait w) {
 
 afd::AttentionServeFn service_worker_fn(serve::GenerationService& service) {
   return [&service](int a, engine::Engine& eng, runtime::KvPagePool& pool, afd::AttentionIdle& idle) -> Status {
-    Status s = service.run_worker(
-        a, eng, pool, [&idle](bool want_stop, const serve::WorkerWaitFn& wait) {
-          return idle.idle(want_stop,
-                           [&wait](std::chrono::milliseconds t, bool others) { return to_afd(wait(t, others)); });
-        });
+    Status s = service.run_worker(a, eng, pool, [&idle](bool want_stop, const serve::WorkerWaitFn& wait) {
+      return idle.idle(want_stop,
+                       [&wait](std::chrono::milliseconds t, bool others) { return to_afd(wait(t, others)); });
+    });
     if (!s.ok()) service.wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));
     return s;
   };

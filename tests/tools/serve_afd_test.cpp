@@ -3,6 +3,8 @@
 // steps), greedy tokens equal the monolithic engine's, SIGTERM's drain ends every rank cleanly, and a
 // failing FFN rank ends the requests and the job with its error. The HTTP side, curl and mpirun are tested
 // on loopback by tests/serve/ (serve.afd.*).
+#include "tools/serve_afd.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,7 +16,6 @@
 #include "runtime/model/synthetic.h"
 #include "support/temp_dir.h"
 #include "tools/serve/service.h"
-#include "tools/serve_afd.h"
 
 namespace genbridge::tools {
 namespace {
