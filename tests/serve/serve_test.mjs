@@ -6,6 +6,7 @@
 // --serve-args: more `genbridge serve` flags for every server (e.g. "--afd 2A1F"). --mpirun: every server is
 // an mpirun job of two `genbridge serve` processes (--role attention, --role ffn; the flags must include
 // --afd 1A1F --afd-transport mpi); it is stopped by SIGTERM to world rank 0 and mpirun must exit 0.
+// --drain-tokens: the in-flight request's length in sigterm_drains (default 1500).
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -406,13 +407,15 @@ const cases = {
     await stopServer(s);
   },
 
-  // SIGTERM: /health and new requests 503, the in-flight stream (1,500 tokens: it outlasts the checks)
+  // SIGTERM: /health and new requests 503, the in-flight stream (--drain-tokens, 1,500: it outlasts the checks)
   // finishes, exit 0.
   async sigterm_drains() {
+    const DRAIN_TOKENS = Number(args["drain-tokens"] ?? 1500);
     const s = await startServer(["--shutdown-timeout", "60"]);
     const res = await fetch(s.base + "/v1/completions", {
       method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
-      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 1500, temperature: 0, stream: true }) });
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: DRAIN_TOKENS, temperature: 0, stream: true,
+                             ignore_eos: true }) });
     const reader = res.body.getReader();
     let text = new TextDecoder().decode((await reader.read()).value);
     terminate(s);
@@ -429,7 +432,7 @@ const cases = {
     }
     const sse = parseSse(text);
     const j = joinChunks(sse.chunks, false);
-    eq([sse.wellFormed, sse.done, j.finish, j.usage?.completion_tokens], [true, true, "length", 1500], "the in-flight stream finished");
+    eq([sse.wellFormed, sse.done, j.finish, j.usage?.completion_tokens], [true, true, "length", DRAIN_TOKENS], "the in-flight stream finished");
     const e = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
     eq(e.code, 0, "exit 0 after draining");
   },
