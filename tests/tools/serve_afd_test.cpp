@@ -106,6 +106,11 @@ struct Case {
   afd::ConnectorKind connector;
   int a, f, s;
 };
+std::string case_name(const Case& k) {
+  return std::string(k.connector == afd::ConnectorKind::kSync ? "sync_" : "async_") + std::to_string(k.a) + "A" +
+         std::to_string(k.f) + "F_S" + std::to_string(k.s);
+}
+void PrintTo(const Case& k, std::ostream* os) { *os << case_name(k); }
 
 afd::ServeJobOptions options(const Case& k, int64_t timeout_ms) {
   afd::ServeJobOptions o;
@@ -156,11 +161,7 @@ TEST_P(ServeAfd, idle_past_the_deadline_then_serves_the_monolithic_tokens_and_dr
 INSTANTIATE_TEST_SUITE_P(Topologies, ServeAfd,
                          ::testing::Values(Case{afd::ConnectorKind::kSync, 2, 1, 2},
                                            Case{afd::ConnectorKind::kAsync, 2, 2, 1}),
-                         [](const auto& info) {
-                           const Case& k = info.param;
-                           return std::string(k.connector == afd::ConnectorKind::kSync ? "sync_" : "async_") +
-                                  std::to_string(k.a) + "A" + std::to_string(k.f) + "F_S" + std::to_string(k.s);
-                         });
+                         [](const auto& info) { return case_name(info.param); });
 
 // An FFN rank whose expert compute fails at its 5th work item: the request in flight ends with the job's
 // error naming the rank, the job returns it, the service refuses new requests, and every rank ends.
