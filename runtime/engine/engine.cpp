@@ -86,6 +86,10 @@ Status Engine::submit(Request r) {
                                         "max_position_embeddings ({})",
                                         r.id, r.prompt.size(), r.max_new_tokens, total, max_pos));
   }
+  if (r.logprobs < -1 || r.logprobs > kMaxLogprobs) {
+    return invalid_argument(fmt::format("request {}: logprobs is {} but must be -1 (none) or 0..{}", r.id, r.logprobs,
+                                        kMaxLogprobs));
+  }
   if (Status s = validate(r.sampling); !s.ok()) return Status(s.code(), fmt::format("request {}: {}", r.id, s.message()));
   if (!ids_.insert(r.id).second) return invalid_argument(fmt::format("request {}: the id is already in use", r.id));
   auto a = std::make_unique<Active>();
@@ -171,7 +175,13 @@ Status Engine::sample_into(Active& a, const float* logits) {
   res.tokens.push_back(tok);
   ++generated_;
   if (options_.record_logits) res.logits.insert(res.logits.end(), logits, logits + vocab);
-  if (listener_.on_token) listener_.on_token(a.request.id, tok);
+  const TokenLogprobs* lp = nullptr;
+  if (a.request.logprobs >= 0) {  // only requests that asked pay for the log-sum-exp
+    res.logprobs.emplace_back();
+    token_logprobs(std::span<const float>(logits, vocab), tok, a.request.logprobs, &res.logprobs.back());
+    lp = &res.logprobs.back();
+  }
+  if (listener_.on_token) listener_.on_token(a.request.id, tok, lp);
   const auto& stops = a.request.stop_tokens;
   if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
     finish(a, FinishReason::kStop);

@@ -33,6 +33,7 @@ struct Request {
   int max_new_tokens = 16;
   std::vector<int32_t> stop_tokens;  // generating one of these ends the request (the token is kept)
   SamplingParams sampling;
+  int logprobs = -1;  // -1: none; k in [0, kMaxLogprobs]: each token's logprob and the k most likely tokens'
 };
 
 // kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
@@ -48,6 +49,7 @@ struct RequestResult {
   FinishReason reason = FinishReason::kLength;
   std::string message;          // why a request was refused or failed (empty otherwise)
   std::vector<float> logits;    // [tokens.size(), vocab] when EngineOptions::record_logits
+  std::vector<TokenLogprobs> logprobs;  // one per token when Request::logprobs >= 0
 };
 
 // Whether the request generated what it was asked to (kLength or kStop), as opposed to refused or failed.
@@ -64,7 +66,9 @@ struct EngineOptions {
 // Streaming use (a server): the engine hands each generated token and each finished request to these
 // instead of keeping results (results() stays empty), on the thread that runs step(). Either may be empty.
 struct EngineListener {
-  std::function<void(int64_t id, int32_t token)> on_token;
+  // `logprobs`: the token's log-probabilities when its request asked for them (Request::logprobs >= 0), else
+  // nullptr; valid during the call only.
+  std::function<void(int64_t id, int32_t token, const TokenLogprobs* logprobs)> on_token;
   std::function<void(RequestResult&& result)> on_finish;  // every request ends here once, refused ones too
 };
 

@@ -1,10 +1,11 @@
 #include "runtime/engine/sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace genbridge::engine {
 namespace {
@@ -46,8 +47,8 @@ Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams
                              std::span<int32_t> scratch) {
   if (logits.empty()) return invalid_argument("sampling: logits are empty; the vocabulary must be non-empty");
   if (scratch.size() < logits.size()) {
-    return invalid_argument(fmt::format("sampling: scratch has {} entries but the vocabulary has {}", scratch.size(),
-                                        logits.size()));
+    return invalid_argument(
+        fmt::format("sampling: scratch has {} entries but the vocabulary has {}", scratch.size(), logits.size()));
   }
   for (size_t i = 0; i < logits.size(); ++i) {
     if (!std::isfinite(logits[i])) {
@@ -89,6 +90,34 @@ Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams
     if (u < cum) return ids[i];
   }
   return ids[keep - 1];
+}
+
+void token_logprobs(std::span<const float> logits, int32_t sampled, int k, TokenLogprobs* out) {
+  const size_t vocab = logits.size();
+  float max = logits[0];
+  for (size_t i = 1; i < vocab; ++i) max = std::max(max, logits[i]);
+  double sum = 0;
+  const double m = static_cast<double>(max);
+  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
+  const double lse = m + std::log(sum);
+  out->sampled = {sampled, static_cast<double>(logits[sampled]) - lse};
+  // The top k by logit: ids ascend, so a strictly greater logit is the only way past an equal one (ties
+  // keep the lower id first). `cut` is the k-th logit so far: most entries fail the one compare against it.
+  const size_t kk = std::min<size_t>(static_cast<size_t>(std::max(k, 0)), vocab);
+  std::vector<TokenLogprob>& top = out->top;
+  top.clear();
+  top.reserve(kk + 1);
+  float cut = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < vocab && kk > 0; ++i) {
+    const float x = logits[i];
+    if (top.size() == kk && !(x > cut)) continue;
+    size_t at = top.size();
+    while (at > 0 && x > logits[top[at - 1].token]) --at;
+    top.insert(top.begin() + static_cast<std::ptrdiff_t>(at), TokenLogprob{static_cast<int32_t>(i), 0});
+    if (top.size() > kk) top.pop_back();
+    if (top.size() == kk) cut = logits[top.back().token];
+  }
+  for (TokenLogprob& t : top) t.logprob = static_cast<double>(logits[t.token]) - lse;
 }
 
 }  // namespace genbridge::engine

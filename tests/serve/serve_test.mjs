@@ -146,14 +146,14 @@ function joinChunks(chunks, chat) {
   return { text, ids, finish: last?.choices?.[0]?.finish_reason, usage: last?.usage };
 }
 
-// `genbridge run` on the same model: [{ids, text}] per prompt, greedy.
-function runCli(prompts, maxNew, model = MODEL) {
+// `genbridge run` on the same model: [{ids, text}] per prompt, greedy. `extra`: more flags (--dump-logits).
+function runCli(prompts, maxNew, model = MODEL, extra = []) {
   const flags = [];
   for (const p of prompts) {
     if (typeof p === "string") flags.push("--prompt-text", p);
     else flags.push("--prompt", p.join(","));
   }
-  const out = execFileSync(G, ["run", "--model", model, ...flags, "--max-new-tokens", String(maxNew), "--quiet"],
+  const out = execFileSync(G, ["run", "--model", model, ...flags, "--max-new-tokens", String(maxNew), "--quiet", ...extra],
                            { encoding: "utf8", timeout: 120000, maxBuffer: 1 << 26 });
   const res = [];
   for (const line of out.split("\n")) {
@@ -163,6 +163,42 @@ function runCli(prompts, maxNew, model = MODEL) {
     if (m) res[Number(m[1])].text = JSON.parse(m[2]);
   }
   return res;
+}
+
+// A float32 .npy file (genbridge run --dump-logits): {rows, cols, data}.
+function readNpyF32(file) {
+  const b = fs.readFileSync(file);
+  const major = b[6];
+  const hlen = major === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
+  const start = (major === 1 ? 10 : 12) + hlen;
+  const header = b.slice(major === 1 ? 10 : 12, start).toString("latin1");
+  const [rows, cols] = /'shape': \((\d+), (\d+)\)/.exec(header).slice(1).map(Number);
+  const data = new Float32Array(b.buffer.slice(b.byteOffset + start, b.byteOffset + start + rows * cols * 4));
+  return { rows, cols, data };
+}
+// The oracle of logprobs: fp64 log-softmax of one logits row; the chosen token's and the top k (ties to the
+// lower id).
+function logSoftmaxRow(npy, row, chosen, k) {
+  const x = npy.data.subarray(row * npy.cols, (row + 1) * npy.cols);
+  let m = -Infinity;
+  for (const v of x) m = Math.max(m, v);
+  let sum = 0;
+  for (const v of x) sum += Math.exp(v - m);
+  const lse = m + Math.log(sum);
+  const ids = Array.from(x.keys()).sort((a, b) => x[b] - x[a] || a - b).slice(0, k);
+  return { chosen: x[chosen] - lse, top: ids.map((i) => ({ id: i, logprob: x[i] - lse })) };
+}
+const close = (a, b, tol = 1e-9) => typeof a === "number" && Math.abs(a - b) <= tol;
+// The logprobs of a stream's chunks joined: legacy completions arrays or chat content entries.
+function joinLogprobs(chunks, chat) {
+  // (Keys in the server's order: eq compares JSON text.)
+  const out = chat ? { content: [] } : { text_offset: [], token_logprobs: [], tokens: [], top_logprobs: [] };
+  for (const c of chunks) {
+    const lp = c.choices?.[0]?.logprobs;
+    if (!lp) continue;
+    for (const key of Object.keys(out)) out[key] = out[key].concat(lp[key]);
+  }
+  return out;
 }
 
 function curl(s, route, body, extra = []) {
@@ -262,6 +298,92 @@ const cases = {
     await stopServer(s);
   },
 
+  // Logprobs over HTTP: greedy requests' logprobs equal an fp64 log-softmax of `genbridge run --dump-logits`
+  // rows; streamed chunks carry the same entries as the non-streamed reply; a stop string drops the logprobs
+  // of the tokens whose text starts in it.
+  async logprobs() {
+    const prompt = [5, 17, 33, 2, 250, 99];
+    const N = 12, K = 3;
+    const npyFile = path.join(WORK, "logits.npy");
+    const want = runCli([prompt], N, MODEL, ["--dump-logits", npyFile])[0];
+    const npy = readNpyF32(npyFile);
+    eq([npy.rows, want.ids.length], [N, N], "genbridge run --dump-logits: one row per token");
+    const s = await startServer([]);
+    const req = { model: NAME, prompt, max_tokens: N, temperature: 0, ignore_eos: true, return_token_ids: true, logprobs: K };
+    let r = await post(s, "/v1/completions", req);
+    const c = r.json?.choices?.[0];
+    eq([r.status, c?.token_ids], [200, want.ids], "completion with logprobs: 200, genbridge run's tokens");
+    const lp = c.logprobs;
+    eq([lp.tokens.length, lp.token_logprobs.length, lp.top_logprobs.length, lp.text_offset.length], [N, N, N, N],
+       "legacy logprobs: one entry per token in each list");
+    let bad = [];
+    for (let i = 0; i < N; ++i) {
+      const o = logSoftmaxRow(npy, i, want.ids[i], K);
+      const top = Object.values(lp.top_logprobs[i]);
+      if (!close(lp.token_logprobs[i], o.chosen) || !close(Math.max(...top), o.top[0].logprob) ||
+          !(lp.top_logprobs[i][lp.tokens[i]] >= o.chosen - 1e-9) || top.length > K + 1 ||
+          !top.every((v) => o.top.some((t) => close(v, t.logprob)) || close(v, o.chosen))) bad.push(i);
+    }
+    eq(bad, [], "token_logprobs and top_logprobs: the fp64 log-softmax of genbridge run's logits");
+    check(lp.text_offset[0] === 0 && lp.text_offset.every((v, i) => i === 0 || v >= lp.text_offset[i - 1]),
+          "text_offset: from 0, non-decreasing", lp.text_offset);
+    r = await post(s, "/v1/completions", { ...req, stream: true });
+    let sse = parseSse(r.text);
+    eq(joinLogprobs(sse.chunks, false), lp, "streamed completion: the chunks' logprobs joined equal the reply's");
+    // Sampled (temperature 1.5, top_k 2): the logprobs are still the model's raw distribution, not the
+    // tempered and truncated one the token was drawn from: the first token's values are the greedy reply's.
+    const raw = (await post(s, "/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "x" }], max_tokens: 1,
+                                                          temperature: 0, logprobs: true, top_logprobs: 5 })).json?.choices?.[0]?.logprobs?.content?.[0];
+    const hot = (await post(s, "/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "x" }], max_tokens: 1,
+                                                          temperature: 1.5, top_k: 2, seed: 11, logprobs: true, top_logprobs: 5 }))
+                  .json?.choices?.[0]?.logprobs?.content?.[0];
+    eq(hot?.top_logprobs, raw?.top_logprobs, "sampled: the same top_logprobs as greedy (raw distribution)");
+    check(raw && hot && raw.top_logprobs.slice(0, 2).some((t) => t.token === hot.token && t.logprob === hot.logprob),
+          "sampled: the drawn token (one of the top 2) with its raw logprob", [hot, raw]);
+    // Chat: the same oracle on a chat prompt's tokens (run with the rendered prompt's ids).
+    const chat = { model: NAME, messages: [{ role: "user", content: "Hi there" }], max_tokens: 6, temperature: 0,
+                   ignore_eos: true, return_token_ids: true, logprobs: true, top_logprobs: 2 };
+    r = await post(s, "/v1/chat/completions", chat);
+    const cc = r.json?.choices?.[0];
+    const content = cc?.logprobs?.content ?? [];
+    eq([r.status, content.length, content.map((e) => e.top_logprobs.length)], [200, 6, [2, 2, 2, 2, 2, 2]],
+       "chat logprobs: one entry per token, top_logprobs of 2");
+    eq(Buffer.from(content.flatMap((e) => e.bytes)).toString("utf8"), cc.message.content,
+       "chat logprobs: the tokens' bytes are the content");
+    check(content.every((e, i) => e.top_logprobs[0].logprob >= e.logprob - 1e-12 && e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob &&
+                                  close(e.logprob, e.top_logprobs[0].logprob)),
+          "greedy chat: the chosen token is the most likely, top_logprobs sorted", content);
+    r = await post(s, "/v1/chat/completions", { ...chat, stream: true });
+    sse = parseSse(r.text);
+    eq(joinLogprobs(sse.chunks, true), cc.logprobs, "streamed chat: the chunks' logprobs joined equal the reply's");
+    r = await post(s, "/v1/chat/completions", { ...chat, logprobs: false, top_logprobs: undefined });
+    eq(r.json?.choices?.[0]?.logprobs, null, "chat without logprobs: null");
+    // Stop: a two-character stop string that begins inside a token's text; the logprobs are those of the
+    // tokens whose text starts before it (from the full reply's text_offset), streamed or not.
+    const full = [...c.text];
+    let stop = null, at = -1;
+    for (let j = 2; j < N - 1 && stop === null; ++j) {
+      const p = lp.text_offset[j] - 1;
+      const cand = full.slice(p, p + 2).join("");
+      if (p >= 1 && [...cand].length === 2 && full.join("").indexOf(cand) === full.slice(0, p).join("").length &&
+          !/\uFFFD/.test(cand)) { stop = cand; at = p; }
+    }
+    check(stop !== null, "found a stop string that begins inside a token", c.text);
+    if (stop !== null) {
+      const keep = lp.text_offset.filter((o) => o < at).length;
+      const wantLp = { text_offset: lp.text_offset.slice(0, keep), token_logprobs: lp.token_logprobs.slice(0, keep),
+                       tokens: lp.tokens.slice(0, keep), top_logprobs: lp.top_logprobs.slice(0, keep) };
+      r = await post(s, "/v1/completions", { ...req, stop });
+      eq([r.json?.choices?.[0]?.text, r.json?.choices?.[0]?.finish_reason, r.json?.choices?.[0]?.logprobs],
+         [full.slice(0, at).join(""), "stop", wantLp], `stop ${JSON.stringify(stop)}: its tokens' logprobs are not sent`);
+      r = await post(s, "/v1/completions", { ...req, stop, stream: true });
+      sse = parseSse(r.text);
+      eq([joinChunks(sse.chunks, false).text, joinLogprobs(sse.chunks, false)], [full.slice(0, at).join(""), wantLp],
+         "streamed stop: the same text and logprobs");
+    }
+    await stopServer(s);
+  },
+
   // Every refusal: its status and exact OpenAI-style error.
   async errors() {
     const s = await startServer(["--kv-memory-mb", "4", "--max-batch", "1", "--max-queued-requests", "1"]);
@@ -295,7 +417,18 @@ const cases = {
       ["/v1/completions", { ...base, stop: [""] }, 400, "'stop' strings must not be empty.", "stop"],
       ["/v1/completions", { ...base, stop: 3 }, 400, "'stop' must be a string or a list of strings, got 3.", "stop"],
       ["/v1/completions", { ...base, stream: "yes" }, 400, "'stream' must be a boolean, got \"yes\".", "stream"],
-      ["/v1/completions", { ...base, logprobs: 2 }, 400, "'logprobs' is not supported by this server.", "logprobs"],
+      ["/v1/completions", { ...base, logprobs: 21 }, 400, "'logprobs' must be between 0 and 20, got 21.", "logprobs"],
+      ["/v1/completions", { ...base, logprobs: -1 }, 400, "'logprobs' must be between 0 and 20, got -1.", "logprobs"],
+      ["/v1/completions", { ...base, logprobs: true }, 400, "'logprobs' must be an integer, got true.", "logprobs"],
+      ["/v1/completions", { ...base, top_logprobs: 2 }, 400,
+       "'top_logprobs' belongs to /v1/chat/completions; /v1/completions takes 'logprobs': k.", "top_logprobs"],
+      ["/v1/completions", { ...base, echo: true }, 400, "'echo' is not supported by this server.", "echo"],
+      ["/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "hi" }], logprobs: 2 }, 400,
+       "'logprobs' must be a boolean, got 2.", "logprobs"],
+      ["/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "hi" }], logprobs: true, top_logprobs: 21 }, 400,
+       "'top_logprobs' must be between 0 and 20, got 21.", "top_logprobs"],
+      ["/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "hi" }], top_logprobs: 3 }, 400,
+       "'top_logprobs' requires 'logprobs': true.", "top_logprobs"],
       ["/v1/chat/completions", { model: NAME }, 400, "'messages' is required.", "messages"],
       ["/v1/chat/completions", { model: NAME, messages: [] }, 400, "'messages' is empty.", "messages"],
       ["/v1/chat/completions", { model: NAME, messages: [{ content: "hi" }] }, 400, "'messages[0].role' must be a string.", "messages[0].role"],
@@ -365,6 +498,59 @@ const cases = {
                                            x.genbridge_kv_pages_used === 0 && x.genbridge_running_requests === 0,
                                 "after the disconnect: cancelled, KV pages freed, nothing running");
     check(m.genbridge_generation_tokens_total < 4000, "it stopped generating", m.genbridge_generation_tokens_total);
+    await stopServer(s);
+  },
+
+  // A client that goes away while it waits for a non-streamed reply: its request is cancelled and its KV
+  // pages freed (the server polls the connection while the request runs).
+  async disconnect_non_streamed() {
+    const s = await startServer(["--max-batch", "4"]);
+    const ac = new AbortController();
+    const pending = fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: ac.signal,
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, ignore_eos: true }) })
+      .then((r) => r.status, (e) => e.name);
+    await waitMetrics(s, (m) => m.genbridge_running_requests === 1 && m.genbridge_kv_pages_used > 0 &&
+                                 m.genbridge_generation_tokens_total > 0, "while it waits: 1 running, KV pages held");
+    ac.abort();
+    eq(await pending, "AbortError", "the client gave up");
+    const m = await waitMetrics(s, (x) => x['genbridge_requests_finished_total{reason="cancelled"}'] === 1 &&
+                                           x.genbridge_kv_pages_used === 0 && x.genbridge_running_requests === 0,
+                                "after the disconnect: cancelled, KV pages freed, nothing running", 30000);
+    check(m.genbridge_generation_tokens_total < 4000 && m['genbridge_requests_finished_total{reason="length"}'] === 0,
+          "it stopped generating", m.genbridge_generation_tokens_total);
+    // The server goes on: a short request still gets its reply.
+    const r = await post(s, "/v1/completions", { model: NAME, prompt: [1, 2, 3], max_tokens: 2, temperature: 0 });
+    eq(r.status, 200, "a later request is served");
+    await stopServer(s);
+  },
+
+  // Clients that go away while their requests wait in the queue (one streamed, one not; --max-batch 1 and a
+  // long stream running): both are cancelled without ever starting (one first token in all: the running one's).
+  async disconnect_queued() {
+    const s = await startServer(["--max-batch", "1"]);
+    const body = (stream) => JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream, ignore_eos: true });
+    const acA = new AbortController(), acB = new AbortController(), acC = new AbortController();
+    const a = await fetch(s.base + "/v1/completions", { method: "POST", headers: { "content-type": "application/json" },
+                                                        signal: acA.signal, body: body(true) });
+    const reader = a.body.getReader();
+    await reader.read();  // A runs
+    const b = fetch(s.base + "/v1/completions", { method: "POST", headers: { "content-type": "application/json" },
+                                                  signal: acB.signal, body: body(true) }).then((r) => r.body.getReader().read()).catch((e) => e.name);
+    const c = fetch(s.base + "/v1/completions", { method: "POST", headers: { "content-type": "application/json" },
+                                                  signal: acC.signal, body: body(false) }).then((r) => r.status, (e) => e.name);
+    await waitMetrics(s, (m) => m.genbridge_queue_depth === 2 && m.genbridge_running_requests === 1, "B and C queued behind A");
+    acB.abort();
+    acC.abort();
+    eq([await b, await c], ["AbortError", "AbortError"], "B and C gave up");
+    await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="cancelled"}'] === 2 && m.genbridge_queue_depth === 0 &&
+                                 m.genbridge_running_requests === 1, "B and C cancelled while queued (A still running)", 30000);
+    acA.abort();
+    const m = await waitMetrics(s, (x) => x['genbridge_requests_finished_total{reason="cancelled"}'] === 3 &&
+                                           x.genbridge_kv_pages_used === 0 && x.genbridge_running_requests === 0,
+                                "A cancelled too, no KV pages held", 30000);
+    eq([m.genbridge_time_to_first_token_seconds_count, m['genbridge_requests_finished_total{reason="length"}']], [1, 0],
+       "B and C never started (one first token: A's), A never finished");
     await stopServer(s);
   },
 
@@ -495,6 +681,45 @@ const cases = {
       finish = ch.choices[0]?.finish_reason ?? finish;
     }
     eq([role, text, finish], ["assistant", chat.choices[0].message.content, "length"], "chat.completions.create stream: the same content");
+    // Logprobs through the client, streamed and not: one entry per token, the same values either way, the
+    // tokens' bytes (chat) spell the content; greedy: the chosen token is the most likely one.
+    const lc = await client.completions.create({ model: NAME, prompt, max_tokens: 6, temperature: 0, ignore_eos: true, logprobs: 2 });
+    const llp = lc.choices[0].logprobs;
+    eq([llp?.tokens?.length, llp?.token_logprobs?.length, llp?.top_logprobs?.length, llp?.text_offset?.length], [6, 6, 6, 6],
+       "completions.create logprobs: 2: one entry per token");
+    check(llp.top_logprobs.every((t, i) => Object.keys(t).length >= 1 && Object.keys(t).length <= 3 &&
+                                             Math.abs(Math.max(...Object.values(t)) - llp.token_logprobs[i]) < 1e-12 &&
+                                             llp.token_logprobs[i] < 0),
+          "completions logprobs: at most 2 + 1 alternatives, greedy picks the likeliest, logprobs < 0", llp);
+    let slp = { text_offset: [], token_logprobs: [], tokens: [], top_logprobs: [] };
+    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 6, temperature: 0, ignore_eos: true,
+                                                             logprobs: 2, stream: true })) {
+      const l = ch.choices[0]?.logprobs;
+      if (l) for (const k of Object.keys(slp)) slp[k] = slp[k].concat(l[k]);
+    }
+    eq(slp, llp, "completions.create stream logprobs: the same entries");
+    const lchat = await client.chat.completions.create({ model: NAME, messages, max_tokens: 6, temperature: 0, ignore_eos: true,
+                                                         logprobs: true, top_logprobs: 3 });
+    const content = lchat.choices[0].logprobs?.content ?? [];
+    eq([content.length, content.map((e) => e.top_logprobs.length)], [6, [3, 3, 3, 3, 3, 3]], "chat logprobs: 6 entries of 3 alternatives");
+    eq(Buffer.from(content.flatMap((e) => e.bytes)).toString("utf8"), lchat.choices[0].message.content,
+       "chat logprobs: the tokens' bytes spell the content (Qwen3's byte-level tokens)");
+    check(content.every((e) => e.logprob === e.top_logprobs[0].logprob && e.top_logprobs[0].token === e.token &&
+                               e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob),
+          "greedy chat: the chosen token is the most likely", content);
+    let scontent = [];
+    for await (const ch of await client.chat.completions.create({ model: NAME, messages, max_tokens: 6, temperature: 0,
+                                                                  ignore_eos: true, logprobs: true, top_logprobs: 3, stream: true })) {
+      scontent = scontent.concat(ch.choices[0]?.logprobs?.content ?? []);
+    }
+    eq(scontent, content, "chat stream logprobs: the same entries");
+    try {
+      await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, logprobs: true, top_logprobs: 25 });
+      check(false, "top_logprobs 25 throws");
+    } catch (e) {
+      eq([e.status, e.error?.message, e.error?.param], [400, "'top_logprobs' must be between 0 and 20, got 25.", "top_logprobs"],
+         "top_logprobs 25: the client sees the 400 naming the field");
+    }
     // chat_template_kwargs reach Qwen3's template: enable_thinking false appends an empty think block.
     const noThink = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0,
                                                            chat_template_kwargs: { enable_thinking: false } });

@@ -3,6 +3,8 @@
 // loopback by tests/serve/.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "runtime/text/synthetic_tokenizer.h"
 #include "support/temp_dir.h"
 #include "tools/serve/openai.h"
@@ -112,6 +114,158 @@ TEST(ParseRequest, chat_without_a_template_is_refused) {
 TEST(ParseRequest, error_object_is_openai_shaped) {
   const nlohmann::json j = error_json(ApiError{.message = "m", .param = "p"});
   EXPECT_EQ(j.dump(), R"({"error":{"code":null,"message":"m","param":"p","type":"invalid_request_error"}})");
+}
+
+// Feeds `bytes` (one token per byte) with a logprob entry per token whose sampled logprob is -(index + 1),
+// collecting what the queue releases after each push (all at the end when no stop string ended the text).
+struct Fed {
+  std::string text;
+  std::vector<std::pair<double, size_t>> released;  // (logprob, text_offset)
+};
+Fed feed_with_logprobs(TextStream& ts, LogprobQueue& q, const std::string& bytes) {
+  Fed f;
+  auto take = [&](bool all) {
+    for (const LogprobEntry& e : q.take(ts.released_bytes(), all))
+      f.released.emplace_back(e.logprobs.sampled.logprob, e.text_offset);
+  };
+  for (size_t i = 0; i < bytes.size() && !ts.stopped(); ++i) {
+    engine::TokenLogprobs lp;
+    lp.sampled = {static_cast<unsigned char>(bytes[i]), -static_cast<double>(i + 1)};
+    q.add(lp, ts.decoded_bytes(), ts.decoded_chars());
+    f.text += ts.push(static_cast<unsigned char>(bytes[i]));
+    take(false);
+  }
+  f.text += ts.finish();
+  take(!ts.stopped());
+  return f;
+}
+
+TEST(LogprobQueue, tokens_of_a_stop_string_are_never_released) {
+  TextStream ts(tokenizer(), {"cd"});
+  LogprobQueue q;
+  const Fed f = feed_with_logprobs(ts, q, "abcdef");
+  EXPECT_EQ(f.text, "ab");
+  EXPECT_EQ(f.released, (std::vector<std::pair<double, size_t>>{{-1, 0}, {-2, 1}}));
+}
+
+TEST(LogprobQueue, entries_wait_for_held_text_and_offsets_count_characters) {
+  // "é" is two tokens (two bytes): both entries go out with the character, at character offset 1; "x" is
+  // held (it could start the stop string "x!") and goes out with "?", with its entry.
+  TextStream ts(tokenizer(), {"x!"});
+  LogprobQueue q;
+  std::vector<size_t> released_after;
+  std::string text;
+  std::vector<LogprobEntry> got;
+  const std::string bytes =
+      "a\xc3\xa9"
+      "bx?";
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    engine::TokenLogprobs lp;
+    lp.sampled = {static_cast<unsigned char>(bytes[i]), -static_cast<double>(i + 1)};
+    q.add(lp, ts.decoded_bytes(), ts.decoded_chars());
+    text += ts.push(static_cast<unsigned char>(bytes[i]));
+    auto now = q.take(ts.released_bytes(), false);
+    released_after.push_back(now.size());
+    for (auto& e : now) got.push_back(std::move(e));
+  }
+  EXPECT_EQ(released_after, (std::vector<size_t>{1, 0, 2, 1, 0, 2}));  // x is held until "?" rules out "x!"
+  text += ts.finish();
+  for (auto& e : q.take(ts.released_bytes(), true)) got.push_back(std::move(e));
+  EXPECT_EQ(text,
+            "a\xc3\xa9"
+            "bx?");
+  std::vector<size_t> offsets;
+  for (const auto& e : got) offsets.push_back(e.text_offset);
+  EXPECT_EQ(offsets, (std::vector<size_t>{0, 1, 1, 2, 3, 4}));
+}
+
+TEST(LogprobQueue, a_stop_string_completed_at_the_end_drops_its_tokens) {
+  TextStream ts(tokenizer(), {"yz"});
+  LogprobQueue q;
+  const Fed f = feed_with_logprobs(ts, q, "xyz");
+  EXPECT_EQ(f.text, "x");
+  EXPECT_EQ(f.released, (std::vector<std::pair<double, size_t>>{{-1, 0}}));
+}
+
+ParsedRequest parsed_chat(const std::string& body, const ServedModel& m) {
+  auto r = parse_request(body, true, m);
+  if (auto* e = std::get_if<ApiError>(&r)) {
+    ADD_FAILURE() << e->message;
+    return {};
+  }
+  return std::get<ParsedRequest>(r);
+}
+
+TEST(ParseRequest, logprobs_of_completions_and_chat) {
+  const ServedModel m = model_of(64);
+  EXPECT_EQ(parsed(R"({"model": "m", "prompt": "a"})", m).logprobs, -1);
+  EXPECT_EQ(parsed(R"({"model": "m", "prompt": "a", "logprobs": null})", m).logprobs, -1);
+  EXPECT_EQ(parsed(R"({"model": "m", "prompt": "a", "logprobs": 0})", m).logprobs, 0);
+  EXPECT_EQ(parsed(R"({"model": "m", "prompt": "a", "logprobs": 20})", m).logprobs, 20);
+  static text::TokenizerConfig config = [] {
+    genbridge::testing::TempDir dir;
+    EXPECT_TRUE(text::write_synthetic_tokenizer(dir.path(), 512).ok());
+    return text::TokenizerConfig::load(dir.path() / "tokenizer_config.json").value();
+  }();
+  ServedModel chat = m;
+  chat.tokenizer_config = &config;
+  const std::string msgs = R"("model": "m", "messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(parsed_chat("{" + msgs + "}", chat).logprobs, -1);
+  EXPECT_EQ(parsed_chat("{" + msgs + R"(, "logprobs": false})", chat).logprobs, -1);
+  EXPECT_EQ(parsed_chat("{" + msgs + R"(, "logprobs": true})", chat).logprobs, 0);
+  EXPECT_EQ(parsed_chat("{" + msgs + R"(, "logprobs": true, "top_logprobs": 7})", chat).logprobs, 7);
+}
+
+TEST(ParseRequest, bad_logprobs_name_the_field_and_the_rule) {
+  const ServedModel m = model_of(64);
+  const std::vector<std::tuple<bool, std::string, std::string, std::string>> cases = {
+      {false, R"("logprobs": 21)", "logprobs", "'logprobs' must be between 0 and 20, got 21."},
+      {false, R"("logprobs": -1)", "logprobs", "'logprobs' must be between 0 and 20, got -1."},
+      {false, R"("logprobs": true)", "logprobs", "'logprobs' must be an integer, got true."},
+      {false, R"("logprobs": 2.5)", "logprobs", "'logprobs' must be an integer, got 2.5."},
+      {false, R"("top_logprobs": 2)", "top_logprobs",
+       "'top_logprobs' belongs to /v1/chat/completions; /v1/completions takes 'logprobs': k."},
+      {false, R"("echo": true)", "echo", "'echo' is not supported by this server."},
+      {true, R"("logprobs": 3)", "logprobs", "'logprobs' must be a boolean, got 3."},
+      {true, R"("logprobs": true, "top_logprobs": 21)", "top_logprobs",
+       "'top_logprobs' must be between 0 and 20, got 21."},
+      {true, R"("logprobs": true, "top_logprobs": -1)", "top_logprobs",
+       "'top_logprobs' must be between 0 and 20, got -1."},
+      {true, R"("logprobs": true, "top_logprobs": "5")", "top_logprobs",
+       "'top_logprobs' must be an integer, got \"5\"."},
+      {true, R"("top_logprobs": 2)", "top_logprobs", "'top_logprobs' requires 'logprobs': true."},
+      {true, R"("logprobs": false, "top_logprobs": 2)", "top_logprobs", "'top_logprobs' requires 'logprobs': true."},
+  };
+  for (const auto& [chat, field, param, message] : cases) {
+    const std::string body = chat ? R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], )" + field + "}"
+                                  : R"({"model": "m", "prompt": "a", )" + field + "}";
+    auto r = parse_request(body, chat, m);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+    EXPECT_EQ(std::get<ApiError>(r).message, message) << body;
+    EXPECT_EQ(std::get<ApiError>(r).param, param) << body;
+    EXPECT_EQ(std::get<ApiError>(r).http_status, 400);
+  }
+}
+
+TEST(LogprobsJson, legacy_completions_and_chat_formats) {
+  ParsedRequest r;
+  r.logprobs = 1;
+  engine::TokenLogprobs a;
+  a.sampled = {'h', -0.5};
+  a.top = {{'i', -0.25}};
+  engine::TokenLogprobs b;
+  b.sampled = {0xc3, -1.5};  // a piece of a character: text U+FFFD, bytes exact
+  b.top = {{0xc3, -1.5}};
+  const std::vector<LogprobEntry> entries = {{a, 0}, {b, 1}};
+  EXPECT_EQ(logprobs_json(r, tokenizer(), entries),
+            nlohmann::json::parse(R"({"text_offset":[0,1],"token_logprobs":[-0.5,-1.5],"tokens":["h","\ufffd"],)"
+                                  R"("top_logprobs":[{"h":-0.5,"i":-0.25},{"\ufffd":-1.5}]})"));
+  r.chat = true;
+  EXPECT_EQ(
+      logprobs_json(r, tokenizer(), {{a, 0}}).dump(),
+      R"({"content":[{"bytes":[104],"logprob":-0.5,"token":"h","top_logprobs":[{"bytes":[105],"logprob":-0.25,"token":"i"}]}]})");
+  r.logprobs = -1;
+  EXPECT_TRUE(logprobs_json(r, tokenizer(), entries).is_null());
 }
 
 }  // namespace

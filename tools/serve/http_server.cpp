@@ -1,12 +1,17 @@
 #include "tools/serve/http_server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 
 namespace genbridge::serve {
 
@@ -71,6 +76,88 @@ uint64_t mix(uint64_t x) {  // splitmix64
   return x ^ (x >> 31);
 }
 
+// The socket of the connection `req` came on. cpp-httplib 0.11 hands handlers no socket, so it is found
+// among the process's open descriptors by the connection's two endpoints (a TCP connection is the only
+// socket with them); -1 when none matches. Costs one directory listing and a few syscalls per descriptor:
+// done once per non-streamed request that is still running after kPeerCheckInterval.
+int find_connection_socket(int local_port_wanted, const std::string& remote_addr, int remote_port) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (...) {
+      continue;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || local.ss_family != peer.ss_family) {
+      continue;
+    }
+    char ip[INET6_ADDRSTRLEN] = {};
+    int local_port = -1, peer_port = -1;
+    if (peer.ss_family == AF_INET) {
+      const auto* l = reinterpret_cast<const sockaddr_in*>(&local);
+      const auto* r = reinterpret_cast<const sockaddr_in*>(&peer);
+      local_port = ntohs(l->sin_port);
+      peer_port = ntohs(r->sin_port);
+      inet_ntop(AF_INET, &r->sin_addr, ip, sizeof ip);
+    } else if (peer.ss_family == AF_INET6) {
+      const auto* l = reinterpret_cast<const sockaddr_in6*>(&local);
+      const auto* r = reinterpret_cast<const sockaddr_in6*>(&peer);
+      local_port = ntohs(l->sin6_port);
+      peer_port = ntohs(r->sin6_port);
+      inet_ntop(AF_INET6, &r->sin6_addr, ip, sizeof ip);
+    } else {
+      continue;
+    }
+    if (local_port == local_port_wanted && peer_port == remote_port && remote_addr == ip) return fd;
+  }
+  return -1;
+}
+
+// Whether the client closed (or reset) its side of connection `fd`, without reading from it: a request
+// body or a pipelined request waiting to be read is not a close.
+bool peer_closed(int fd) {
+  pollfd p{.fd = fd, .events = POLLIN | POLLRDHUP, .revents = 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+// How often a request that has nothing to send checks that its client is still connected.
+constexpr auto kPeerCheckInterval = std::chrono::milliseconds(100);
+
+// Notices a client that went away while its request has nothing to send yet (a non-streamed reply, a
+// streamed request still queued): polls the connection's socket at most every kPeerCheckInterval, looking
+// it up at the first check (so requests that end sooner never pay for the lookup). Call from the thread
+// that serves the request (it owns the socket).
+class PeerWatch {
+ public:
+  explicit PeerWatch(const httplib::Request& req)
+      : local_port_(req.local_port),
+        remote_port_(req.remote_port),
+        remote_addr_(req.remote_addr),
+        next_(Clock::now() + kPeerCheckInterval) {}
+  Clock::time_point next_check() const { return next_; }
+  // True once the client has closed its side (checked only when next_check() has passed).
+  bool gone() {
+    const Clock::time_point now = Clock::now();
+    if (now < next_) return false;
+    next_ = now + kPeerCheckInterval;
+    if (fd_ == -2) fd_ = find_connection_socket(local_port_, remote_addr_, remote_port_);
+    return fd_ >= 0 && peer_closed(fd_);
+  }
+
+ private:
+  int local_port_, remote_port_;
+  std::string remote_addr_;
+  Clock::time_point next_;
+  int fd_ = -2;  // not looked up yet; -1: not found
+};
+
 // One streamed response: everything its content provider needs between calls.
 struct StreamState {
   ParsedRequest request;
@@ -82,6 +169,8 @@ struct StreamState {
   bool first = true, ended = false;
   int64_t completion_tokens = 0;
   std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
+  LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
+  PeerWatch peer;                    // while nothing is written (a queued request)
 };
 
 }  // namespace
@@ -226,7 +315,8 @@ void HttpServer::routes() {
           service_.submit(GenerationRequest{.prompt = p.prompt,
                                             .max_tokens = p.max_tokens,
                                             .sampling = p.sampling,
-                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens});
+                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens,
+                                            .logprobs = p.logprobs});
       if (!sub.ok()) {
         reply_error(res, submit_error(sub.status()));
         return;
@@ -239,19 +329,29 @@ void HttpServer::routes() {
       const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
       if (!p.stream) {
         TextStream ts(*model_.tokenizer, p.stop);
+        LogprobQueue lq;
         std::string out;
         std::vector<int32_t> ids;
         const char* finish = nullptr;
         engine::FinishReason reason = engine::FinishReason::kLength;
         std::string message;
         bool ended = false;
+        // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
+        PeerWatch peer(req);
         while (!ended && !ts.stopped()) {
           std::vector<int32_t> toks;
-          ended = stream->wait(deadline, &toks, &reason, &message);
-          for (int32_t t : toks) {
+          std::vector<engine::TokenLogprobs> lps;
+          ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
+          if (!ended && peer.gone()) {
+            service_.cancel(stream->id());
+            res.status = 499;  // never sent: nobody reads it
+            return;
+          }
+          for (size_t i = 0; i < toks.size(); ++i) {
             if (ts.stopped()) break;
-            out += ts.push(t);
-            ids.push_back(t);
+            if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
+            out += ts.push(toks[i]);
+            ids.push_back(toks[i]);
           }
           if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
         }
@@ -269,7 +369,9 @@ void HttpServer::routes() {
         }
         Usage u = prompt_usage;
         u.completion_tokens = static_cast<int64_t>(ids.size());
-        reply_json(res, 200, completion_json(p, id, created, model_.name, out, finish, u, ids));
+        reply_json(res, 200,
+                   completion_json(p, id, created, model_.name, out, finish, u, ids,
+                                   logprobs_json(p, *model_.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
         return;
       }
       auto st = std::make_shared<StreamState>(StreamState{.request = p,
@@ -277,58 +379,71 @@ void HttpServer::routes() {
                                                           .text = TextStream(*model_.tokenizer, p.stop),
                                                           .id = id,
                                                           .created = created,
-                                                          .deadline = deadline});
+                                                          .deadline = deadline,
+                                                          .peer = PeerWatch(req)});
       res.set_header("Cache-Control", "no-cache");
       GenerationService* svc = &service_;
+      const text::Tokenizer* tokenizer = model_.tokenizer;
       const std::string model_name = model_.name;
       const double timeout_s = options_.request_timeout_s;
       res.set_chunked_content_provider(
           "text/event-stream",
-          [st, svc, model_name, timeout_s](size_t, httplib::DataSink& sink) {
+          [st, svc, tokenizer, model_name, timeout_s](size_t, httplib::DataSink& sink) {
             if (st->ended) {
               sink.done();
               return true;
             }
             const ParsedRequest& r = st->request;
             std::vector<int32_t> toks;
+            std::vector<engine::TokenLogprobs> lps;
             engine::FinishReason reason = engine::FinishReason::kLength;
             std::string message;
             // Short slices: a client that went away is noticed at the next write.
             const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)),
-                                                &toks, &reason, &message);
+                                                &toks, &reason, &message, &lps);
             std::string out;
-            auto chunk = [&](const std::string& text, const char* finish, bool last) {
+            auto chunk = [&](const std::string& text, const char* finish, bool last,
+                             const std::vector<LogprobEntry>* entries = nullptr) {
               std::optional<Usage> usage;
               if (last) {
                 usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
                               .completion_tokens = st->completion_tokens};
               }
               out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
-                                    st->ids_pending));
+                                    st->ids_pending, entries ? logprobs_json(r, *tokenizer, *entries) : json()));
               st->ids_pending.clear();
               st->first = false;
             };
             if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
             std::string text;
-            for (int32_t t : toks) {
+            for (size_t i = 0; i < toks.size(); ++i) {
               if (st->text.stopped()) break;
-              text += st->text.push(t);
-              st->ids_pending.push_back(t);
+              if (i < lps.size())
+                st->logprobs.add(std::move(lps[i]), st->text.decoded_bytes(), st->text.decoded_chars());
+              text += st->text.push(toks[i]);
+              st->ids_pending.push_back(toks[i]);
               ++st->completion_tokens;
             }
+            // The text of this call and the logprobs of the tokens it begins; every one left at an end without
+            // a stop string.
+            auto text_chunk = [&](bool all) {
+              std::vector<LogprobEntry> entries;
+              if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
+              if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
+            };
             const Clock::time_point now = Clock::now();
             if (st->text.stopped()) {
               svc->stop(st->stream->id());
-              if (!text.empty()) chunk(text, nullptr, false);
+              text_chunk(false);
               chunk("", "stop", true);
               st->ended = true;
             } else if (ended && finish_name(reason)) {
               text += st->text.finish();
-              if (!text.empty()) chunk(text, nullptr, false);
+              text_chunk(!st->text.stopped());
               chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
               st->ended = true;
             } else {
-              if (!text.empty()) chunk(text, nullptr, false);
+              text_chunk(false);
               if (ended || now >= st->deadline) {
                 if (!ended) svc->cancel(st->stream->id());
                 out +=
@@ -347,6 +462,11 @@ void HttpServer::routes() {
                                                          .completion_tokens = st->completion_tokens})}});
             }
             if (st->ended) out += "data: [DONE]\n\n";
+            if (out.empty() && st->peer.gone()) {  // nothing to write yet (queued): is anyone still there?
+              svc->cancel(st->stream->id());
+              st->ended = true;
+              return false;
+            }
             if (!out.empty() && !sink.write(out.data(), out.size())) {
               svc->cancel(st->stream->id());  // the client went away
               st->ended = true;

@@ -3,9 +3,11 @@
 // endpoints over a GenerationService.
 //   POST /v1/completions, POST /v1/chat/completions   (JSON, or server-sent events with "stream": true)
 //   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
-// A streamed request whose client goes away is cancelled (its KV pages are freed) at the next token it
-// cannot send. Shutdown (stop()): /health turns 503 and new requests get 503 while in-flight ones finish
-// (until the deadline, then they are cancelled), then the listener closes.
+// A request whose client goes away is cancelled (its KV pages are freed): a streamed one at the next event it
+// cannot send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
+// connection's socket is polled). Shutdown (stop()):
+// /health turns 503 and new requests get 503 while in-flight ones finish (until the deadline, then they are cancelled),
+// then the listener closes.
 
 #include <chrono>
 #include <memory>

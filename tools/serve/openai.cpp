@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "runtime/text/utf8.h"
+
 namespace genbridge::serve {
 
 using nlohmann::json;
@@ -124,7 +126,25 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     return bad("best_of",
                fmt::format("'best_of' must be 1 (this server generates one choice per request), got {}.", shown(*it)));
   }
-  for (const char* f : {"logprobs", "top_logprobs", "echo", "suffix", "logit_bias"}) {
+  // Log-probabilities (0..20 alternatives, OpenAI's limit).
+  const std::string logprobs_rule = fmt::format("between 0 and {}", engine::kMaxLogprobs);
+  if (!chat) {
+    std::optional<int64_t> k;
+    if (auto e = get_int(body, "logprobs", 0, engine::kMaxLogprobs, logprobs_rule.c_str(), &k)) return *e;
+    if (k) r.logprobs = static_cast<int>(*k);
+    if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null()) {
+      return bad("top_logprobs",
+                 "'top_logprobs' belongs to /v1/chat/completions; /v1/completions takes 'logprobs': k.");
+    }
+  } else {
+    bool want = false;
+    if (auto e = get_bool(body, "logprobs", &want)) return *e;
+    std::optional<int64_t> k;
+    if (auto e = get_int(body, "top_logprobs", 0, engine::kMaxLogprobs, logprobs_rule.c_str(), &k)) return *e;
+    if (k && !want) return bad("top_logprobs", "'top_logprobs' requires 'logprobs': true.");
+    if (want) r.logprobs = static_cast<int>(k.value_or(0));
+  }
+  for (const char* f : {"echo", "suffix", "logit_bias"}) {
     auto it = body.find(f);
     if (it == body.end() || it->is_null() || *it == false) continue;
     if (std::string(f) == "logit_bias" && it->is_object() && it->empty()) continue;
@@ -284,6 +304,72 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   return r;
 }
 
+void LogprobQueue::add(engine::TokenLogprobs lp, size_t start_byte, size_t start_char) {
+  pending_.emplace_back(start_byte, LogprobEntry{.logprobs = std::move(lp), .text_offset = start_char});
+}
+
+std::vector<LogprobEntry> LogprobQueue::take(size_t released_bytes, bool all) {
+  std::vector<LogprobEntry> out;
+  size_t n = 0;
+  while (n < pending_.size() && (all || pending_[n].first < released_bytes))
+    out.push_back(std::move(pending_[n++].second));
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+  return out;
+}
+
+namespace {
+// A token's text as logprobs show it: its bytes, invalid UTF-8 (a piece of a character) as U+FFFD.
+std::string token_text(const text::Tokenizer& tokenizer, int32_t id) {
+  const std::string* b = tokenizer.token_bytes(id);
+  return b ? text::utf8_replace_invalid(*b) : std::string();
+}
+json token_bytes_json(const text::Tokenizer& tokenizer, int32_t id) {
+  json a = json::array();
+  if (const std::string* b = tokenizer.token_bytes(id)) {
+    for (unsigned char c : *b) a.push_back(static_cast<int>(c));
+  }
+  return a;
+}
+}  // namespace
+
+json logprobs_json(const ParsedRequest& r, const text::Tokenizer& tokenizer, const std::vector<LogprobEntry>& entries) {
+  if (r.logprobs < 0) return json();
+  if (r.chat) {
+    json content = json::array();
+    for (const LogprobEntry& e : entries) {
+      const engine::TokenLogprobs& lp = e.logprobs;
+      json top = json::array();
+      for (const engine::TokenLogprob& t : lp.top) {
+        top.push_back(json{{"token", token_text(tokenizer, t.token)},
+                           {"logprob", t.logprob},
+                           {"bytes", token_bytes_json(tokenizer, t.token)}});
+      }
+      content.push_back(json{{"token", token_text(tokenizer, lp.sampled.token)},
+                             {"logprob", lp.sampled.logprob},
+                             {"bytes", token_bytes_json(tokenizer, lp.sampled.token)},
+                             {"top_logprobs", std::move(top)}});
+    }
+    return json{{"content", std::move(content)}};
+  }
+  // Legacy completions: top_logprobs maps token text to logprob, the k most likely plus the sampled token
+  // (so up to k + 1 entries, as OpenAI documents); two ids with the same text keep the likelier one.
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  for (const LogprobEntry& e : entries) {
+    const engine::TokenLogprobs& lp = e.logprobs;
+    tokens.push_back(token_text(tokenizer, lp.sampled.token));
+    token_logprobs.push_back(lp.sampled.logprob);
+    json top = json::object();
+    for (const engine::TokenLogprob& t : lp.top) top.emplace(token_text(tokenizer, t.token), t.logprob);
+    top.emplace(token_text(tokenizer, lp.sampled.token), lp.sampled.logprob);
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(e.text_offset);
+  }
+  return json{{"tokens", std::move(tokens)},
+              {"token_logprobs", std::move(token_logprobs)},
+              {"top_logprobs", std::move(top_logprobs)},
+              {"text_offset", std::move(offsets)}};
+}
+
 TextStream::TextStream(const text::Tokenizer& tokenizer, std::vector<std::string> stops)
     : decoder_(tokenizer, /*skip_special_tokens=*/true), stops_(std::move(stops)) {}
 
@@ -312,18 +398,27 @@ std::string TextStream::release() {
   return out;
 }
 
+void TextStream::take_decoded(const std::string& s) {
+  held_ += s;
+  decoded_bytes_ += s.size();
+  for (unsigned char c : s) decoded_chars_ += (c & 0xc0) != 0x80;  // the decoder's output is valid UTF-8
+}
+
 std::string TextStream::push(int32_t token) {
   if (stopped_) return "";
-  held_ += decoder_.push(token);
-  return release();
+  take_decoded(decoder_.push(token));
+  std::string out = release();
+  released_bytes_ += out.size();
+  return out;
 }
 
 std::string TextStream::finish() {
   if (stopped_) return "";
-  held_ += decoder_.finish();
+  take_decoded(decoder_.finish());
   std::string out = release();
   out += held_;
   held_.clear();
+  released_bytes_ += out.size();
   return out;
 }
 
@@ -339,15 +434,15 @@ json reason_json(const char* r) { return r ? json(r) : json(nullptr); }
 
 json completion_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
                      const std::string& text, const char* finish_reason, const Usage& usage,
-                     const std::vector<int32_t>& token_ids) {
+                     const std::vector<int32_t>& token_ids, const json& logprobs) {
   json choice;
   if (r.chat) {
     choice = json{{"index", 0},
                   {"message", {{"role", "assistant"}, {"content", text}}},
-                  {"logprobs", nullptr},
+                  {"logprobs", logprobs},
                   {"finish_reason", reason_json(finish_reason)}};
   } else {
-    choice = json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason_json(finish_reason)}};
+    choice = json{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", reason_json(finish_reason)}};
   }
   if (r.return_token_ids) choice["token_ids"] = token_ids;
   return json{{"id", id},
@@ -360,15 +455,16 @@ json completion_json(const ParsedRequest& r, const std::string& id, int64_t crea
 
 json chunk_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
                 const std::string& text, const char* finish_reason, const std::optional<Usage>& usage,
-                bool first_chat_chunk, const std::vector<int32_t>& token_ids) {
+                bool first_chat_chunk, const std::vector<int32_t>& token_ids, const json& logprobs) {
   json choice;
   if (r.chat) {
     json delta = json::object();
     if (first_chat_chunk) delta["role"] = "assistant";
     if (!text.empty() || (first_chat_chunk && !finish_reason)) delta["content"] = text;
-    choice = json{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", reason_json(finish_reason)}};
+    choice =
+        json{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", reason_json(finish_reason)}};
   } else {
-    choice = json{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason_json(finish_reason)}};
+    choice = json{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", reason_json(finish_reason)}};
   }
   if (r.return_token_ids) choice["token_ids"] = token_ids;
   json j{{"id", id},

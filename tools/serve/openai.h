@@ -46,6 +46,9 @@ struct ParsedRequest {
   bool return_token_ids = false;  // extension: "return_token_ids": true adds each choice's token ids
   bool include_usage = false;  // "stream_options": {"include_usage": true}: a last chunk with "choices": [] and usage
   bool ignore_eos = false;     // extension (as vLLM's): "ignore_eos": true generates past the eos token
+  // Log-probabilities: -1 none; k in 0..20 each token's and the k most likely ones' (/v1/completions:
+  // "logprobs": k; /v1/chat/completions: "logprobs": true with "top_logprobs": k, default 0).
+  int logprobs = -1;
   std::vector<int32_t> prompt;
   int max_tokens = 16;
   engine::SamplingParams sampling;
@@ -66,14 +69,47 @@ class TextStream {
   // The rest at the end of the generation (held bytes included, unless a stop string completes in them).
   std::string finish();
   bool stopped() const { return stopped_; }
+  // Positions in the decoded text (bytes, and characters = code points): everything the pushed tokens
+  // decoded to so far, and what of it has been released. Released text is a prefix of decoded text.
+  size_t decoded_bytes() const { return decoded_bytes_; }
+  size_t decoded_chars() const { return decoded_chars_; }
+  size_t released_bytes() const { return released_bytes_; }
 
  private:
   std::string release();
+  void take_decoded(const std::string& s);
   text::StreamDecoder decoder_;
   std::vector<std::string> stops_;
   std::string held_;
   bool stopped_ = false;
+  size_t decoded_bytes_ = 0, decoded_chars_ = 0, released_bytes_ = 0;
 };
+
+// The logprobs of a generation, released together with its text: a token's entry goes out once the text
+// from its first byte on has been released (in the same chunk as that text), so a token whose text starts
+// inside a stop string (or after it) is never sent, like the text itself.
+struct LogprobEntry {
+  engine::TokenLogprobs logprobs;
+  size_t text_offset = 0;  // characters (code points) of the generated text before this token's text
+};
+class LogprobQueue {
+ public:
+  // Call before TextStream::push(token) with the stream's decoded_bytes() and decoded_chars().
+  void add(engine::TokenLogprobs lp, size_t start_byte, size_t start_char);
+  // The entries whose text starts before `released_bytes` (every entry when `all`: the generation ended
+  // without a stop string), in order.
+  std::vector<LogprobEntry> take(size_t released_bytes, bool all);
+
+ private:
+  std::vector<std::pair<size_t, LogprobEntry>> pending_;  // (start byte, entry)
+};
+
+// The "logprobs" object of a choice (or of one chunk's choice) for `entries`; null when the request asked
+// for none. Completions: OpenAI's legacy {tokens, token_logprobs, top_logprobs, text_offset}; chat:
+// {content: [{token, logprob, bytes, top_logprobs}]}. A token's text is its bytes (a byte-level token that
+// is part of a character shows U+FFFD; "bytes" holds the exact bytes).
+nlohmann::json logprobs_json(const ParsedRequest& r, const text::Tokenizer& tokenizer,
+                             const std::vector<LogprobEntry>& entries);
 
 // Response bodies. `created`: Unix seconds; `id`: "cmpl-N" / "chatcmpl-N".
 struct Usage {
@@ -82,11 +118,13 @@ struct Usage {
 nlohmann::json usage_json(const Usage& u);
 nlohmann::json completion_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
                                const std::string& text, const char* finish_reason, const Usage& usage,
-                               const std::vector<int32_t>& token_ids);
+                               const std::vector<int32_t>& token_ids,
+                               const nlohmann::json& logprobs = nlohmann::json());
 // One SSE chunk: `text` (content delta), `finish_reason` (nullptr: not the last), `usage` on the last one.
 nlohmann::json chunk_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
                           const std::string& text, const char* finish_reason, const std::optional<Usage>& usage,
-                          bool first_chat_chunk, const std::vector<int32_t>& token_ids);
+                          bool first_chat_chunk, const std::vector<int32_t>& token_ids,
+                          const nlohmann::json& logprobs = nlohmann::json());
 // "data: <json>\n\n"
 std::string sse(const nlohmann::json& j);
 

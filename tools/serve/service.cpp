@@ -41,11 +41,15 @@ std::string Histogram::prometheus(const std::string& name, const std::string& he
 }
 
 bool RequestStream::wait(Clock::time_point deadline, std::vector<int32_t>* tokens, engine::FinishReason* reason,
-                         std::string* message) {
+                         std::string* message, std::vector<engine::TokenLogprobs>* logprobs) {
   std::unique_lock lk(mu_);
   cv_.wait_until(lk, deadline, [&] { return done_ || !pending_.empty(); });
   tokens->insert(tokens->end(), pending_.begin(), pending_.end());
   pending_.clear();
+  if (logprobs) {
+    for (auto& lp : pending_logprobs_) logprobs->push_back(std::move(lp));
+  }
+  pending_logprobs_.clear();
   if (done_) {
     *reason = reason_;
     *message = message_;
@@ -53,10 +57,11 @@ bool RequestStream::wait(Clock::time_point deadline, std::vector<int32_t>* token
   return done_;
 }
 
-void RequestStream::push(int32_t token) {
+void RequestStream::push(int32_t token, const engine::TokenLogprobs* logprobs) {
   {
     std::lock_guard lk(mu_);
     pending_.push_back(token);
+    if (logprobs) pending_logprobs_.push_back(*logprobs);
   }
   cv_.notify_all();
 }
@@ -135,7 +140,8 @@ Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationReque
                       .prompt = std::move(request.prompt),
                       .max_new_tokens = request.max_tokens,
                       .stop_tokens = std::move(request.stop_tokens),
-                      .sampling = request.sampling};
+                      .sampling = request.sampling,
+                      .logprobs = request.logprobs};
     const int w = static_cast<int>(std::min_element(load_.begin(), load_.end()) - load_.begin());
     ++load_[w];
     const Clock::time_point now = Clock::now();
@@ -253,7 +259,7 @@ void GenerationService::dequeue(Entry& e) {
   }
 }
 
-void GenerationService::on_token(int64_t id, int32_t token) {
+void GenerationService::on_token(int64_t id, int32_t token, const engine::TokenLogprobs* logprobs) {
   std::lock_guard lk(mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
@@ -268,7 +274,7 @@ void GenerationService::on_token(int64_t id, int32_t token) {
   e.last_token = now;
   ++e.tokens;
   ++counters_.generation_tokens;
-  e.stream->push(token);
+  e.stream->push(token, logprobs);
 }
 
 void GenerationService::on_finish(engine::RequestResult&& r) {
@@ -301,8 +307,9 @@ void GenerationService::on_finish(engine::RequestResult&& r) {
 }
 
 Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPagePool& pool, const WorkerIdleFn& idle) {
-  eng.set_listener({.on_token = [this](int64_t id, int32_t t) { on_token(id, t); },
-                    .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
+  eng.set_listener(
+      {.on_token = [this](int64_t id, int32_t t, const engine::TokenLogprobs* lp) { on_token(id, t, lp); },
+       .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
   uint64_t seen_epoch = 0, seen_seq = 0;
   {
     std::lock_guard lk(mu_);

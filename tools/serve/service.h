@@ -57,11 +57,12 @@ class RequestStream {
   explicit RequestStream(int64_t id) : id_(id) {}
   int64_t id() const { return id_; }
   // Moves the tokens generated since the last call into `tokens`; true once the request has ended (then
-  // `reason` and `message` say how). Waits until there is something new or `deadline` passes.
+  // `reason` and `message` say how). Waits until there is something new or `deadline` passes. `logprobs`
+  // (optional) receives the tokens' log-probabilities, one per token, when the request asked for them.
   bool wait(Clock::time_point deadline, std::vector<int32_t>* tokens, engine::FinishReason* reason,
-            std::string* message);
-  // Engine thread side.
-  void push(int32_t token);
+            std::string* message, std::vector<engine::TokenLogprobs>* logprobs = nullptr);
+  // Engine thread side. `logprobs`: nullptr unless the request asked for them.
+  void push(int32_t token, const engine::TokenLogprobs* logprobs);
   void finish(engine::FinishReason reason, std::string message);
 
  private:
@@ -69,6 +70,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> pending_;
+  std::vector<engine::TokenLogprobs> pending_logprobs_;
   bool done_ = false;
   engine::FinishReason reason_ = engine::FinishReason::kLength;
   std::string message_;
@@ -110,6 +112,7 @@ struct GenerationRequest {
   int max_tokens = 16;
   engine::SamplingParams sampling;
   std::vector<int32_t> stop_tokens;
+  int logprobs = -1;  // engine::Request::logprobs
 };
 
 // Counters and gauges for /metrics.
@@ -179,7 +182,7 @@ class GenerationService {
     bool counted_queued = true;
     bool stop_string = false;  // ended by stop(): a stop string in its text
   };
-  void on_token(int64_t id, int32_t token);
+  void on_token(int64_t id, int32_t token, const engine::TokenLogprobs* logprobs);
   void on_finish(engine::RequestResult&& result);
   void dequeue(Entry& e);
   void fail_locked(const std::string& message);

@@ -115,27 +115,33 @@ void store_y_block(const TensorView& y, int64_t r0, int64_t m, int64_t c0, int64
   });
 }
 
+void w8a8_quantize_rows(const TensorView& x, int8_t* qx, float* sx) {
+  // The op's contract names dynamic_quant_per_token.
+  std::vector<int64_t> shape = shape_of(x);
+  std::vector<int64_t> lead(shape.begin(), shape.end() - 1);
+  const Status s = dynamic_quant_per_token(x, kDynamicQuantPerTokenDefaultEps,
+                                           TensorView(qx, DType::kI8, shape.data(), static_cast<int>(shape.size())),
+                                           TensorView(sx, DType::kF32, lead.data(), static_cast<int>(lead.size())));
+  GB_CHECK(s.ok(), "quant_linear: dynamic_quant_per_token failed on checked arguments");
+}
+
 void run_w8a8_linear(const TensorView& x, const QuantWeight& w, const TensorView& y, int64_t M, int64_t N, int64_t K) {
-  // Activations: int8 per token (the op's contract names dynamic_quant_per_token), into [M, K].
   std::vector<int8_t> qx(static_cast<size_t>(M * K));
   std::vector<float> sx(static_cast<size_t>(M));
-  {
-    std::vector<int64_t> shape = shape_of(x);
-    std::vector<int64_t> lead(shape.begin(), shape.end() - 1);
-    const Status s =
-        dynamic_quant_per_token(x, kDynamicQuantPerTokenDefaultEps,
-                                TensorView(qx.data(), DType::kI8, shape.data(), static_cast<int>(shape.size())),
-                                TensorView(sx.data(), DType::kF32, lead.data(), static_cast<int>(lead.size())));
-    GB_CHECK(s.ok(), "quant_linear: dynamic_quant_per_token failed on checked arguments");
-  }
+  w8a8_quantize_rows(x, qx.data(), sx.data());
   std::vector<float> sw(static_cast<size_t>(N));
   load_row_f32(w.scale, 1, 0, N, sw.data());
   const int8_t* wp = w.data.data_as<const int8_t>();
   const int64_t ldw = w.data.stride(0);
   const Int8DotRowsFn dot = int8_dot_rows_fn();
-  const int64_t mb = rows_per_item(M);
+  const int64_t mb = std::min(M, kW8A8ItemRows);
   const int64_t row_blocks = (M + mb - 1) / mb;
-  const int64_t nc = cols_per_item(N, row_blocks, num_threads());
+  // Batch 1..4 (weight-bandwidth bound): one contiguous share of the weight rows per thread, so that each
+  // streams (and prefetches) one long run of memory; more rows: items that fit in L2.
+  const int64_t threads = num_threads();
+  const int64_t nc =
+      M <= 4 ? std::max<int64_t>(kPanelCols, ((N + threads - 1) / threads + kPanelCols - 1) / kPanelCols * kPanelCols)
+             : std::min(cols_per_item(N, row_blocks, static_cast<int>(threads)), kW8A8ItemCols);
   const int64_t col_chunks = (N + nc - 1) / nc;
   parallel_items(row_blocks * col_chunks, M * N * K / 4, [&](int64_t item) {
     const int64_t r0 = item / col_chunks * mb, c0 = item % col_chunks * nc;
@@ -145,9 +151,7 @@ void run_w8a8_linear(const TensorView& x, const QuantWeight& w, const TensorView
     dot(qx.data() + r0 * K, K, m, wp + c0 * ldw, ldw, n, K, acc, n);
     for (int64_t i = 0; i < m; ++i) {
       const float s = sx[static_cast<size_t>(r0 + i)];
-      for (int64_t j = 0; j < n; ++j) {
-        out[i * n + j] = (static_cast<float>(acc[i * n + j]) * s) * sw[static_cast<size_t>(c0 + j)];
-      }
+      for (int64_t j = 0; j < n; ++j) out[i * n + j] = w8a8_scale(acc[i * n + j], s, sw[static_cast<size_t>(c0 + j)]);
     }
     store_y_block(y, r0, m, c0, n, out, n);
   });

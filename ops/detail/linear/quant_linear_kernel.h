@@ -20,6 +20,16 @@ Status check_quantize_weight(const TensorView& w, const QuantWeight& out, int64_
 
 // The W8A8 scheme (arguments already checked, M, N, K > 0).
 void run_w8a8_linear(const TensorView& x, const QuantWeight& w, const TensorView& y, int64_t M, int64_t N, int64_t K);
+// W8A8's parts, shared with moe/quant_expert_ffn (which runs them for all its experts at once):
+// the activations of x ([..., K], checked) quantized per token as quant_linear does, into qx ([M, K]
+// row-major) and sx ([M]);
+void w8a8_quantize_rows(const TensorView& x, int8_t* qx, float* sx);
+// and the epilogue y = fl32(fl32(fl32(acc) * sx) * sw).
+inline float w8a8_scale(int32_t acc, float sx, float sw) { return (static_cast<float>(acc) * sx) * sw; }
+// Items of at most kW8A8ItemRows x kW8A8ItemCols outputs: the int8 kernel's row block, and int32 / fp32
+// partials of an item that stay in L2 beside the block's activations and weights.
+inline constexpr int64_t kW8A8ItemRows = 64, kW8A8ItemCols = 512;
+
 // quantize_weight for W8A8 (arguments already checked).
 Status run_w8a8_quantize_weight(const TensorView& w, const QuantWeight& out);
 

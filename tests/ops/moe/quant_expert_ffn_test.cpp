@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -107,6 +108,43 @@ TEST(QuantExpertFfn, each_slot_is_the_contracts_composition_on_every_cpu_target)
       EXPECT_EQ(out.bytes(), split.bytes()) << target;
     });
   }
+}
+
+// W8A8 runs every expert's projections in shared parallel regions, in items of 256 output columns and
+// kernel calls of at most 64 rows: an expert with more than 64 slots, I = 300 (two items, the second partial), and
+// every slot checked against its token run alone through quant_linear.
+TEST(QuantExpertFfn, w8a8_many_slots_per_expert_and_column_tails) {
+  const int64_t E = 3, H = 136, I = 300, T = 75, k = 2;
+  Bank bank(WeightQuantScheme::kW8A8, E, H, I);
+  OwnedTensor x(DType::kF32, {T, H}), ids(DType::kI32, {T, k});
+  fill_uniform(x.view(), 11, -3.f, 3.f);
+  auto* idp = reinterpret_cast<int32_t*>(ids.data());
+  for (int64_t t = 0; t < T; ++t) {
+    idp[t * k] = 0;                                    // expert 0 gets all 75 tokens
+    idp[t * k + 1] = static_cast<int32_t>(1 + t % 3);  // 1, 2, and 3 (outside the range: not written)
+  }
+  std::vector<float> want(static_cast<size_t>(T * k * H), -1.f);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = idp[t * k + j];
+      if (e >= E) continue;
+      std::vector<float> g(I), u(I);
+      const TensorView xt = x.view().slice0(t, t + 1);
+      ASSERT_TRUE(ops::quant_linear(xt, bank.experts[e].w_gate, TensorView(g.data(), DType::kF32, {1, I})).ok());
+      ASSERT_TRUE(ops::quant_linear(xt, bank.experts[e].w_up, TensorView(u.data(), DType::kF32, {1, I})).ok());
+      for (int64_t i = 0; i < I; ++i) g[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
+      ASSERT_TRUE(ops::quant_linear(TensorView(g.data(), DType::kF32, {1, I}), bank.experts[e].w_down,
+                                    TensorView(want.data() + (t * k + j) * H, DType::kF32, {1, H}))
+                      .ok());
+    }
+  }
+  for_each_cpu_target([&](const std::string& target) {
+    OwnedTensor out(DType::kF32, {T, k, H});
+    auto* p = reinterpret_cast<float*>(out.data());
+    std::fill(p, p + T * k * H, -1.f);
+    ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, out.view()).ok());
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)), 0) << target;
+  });
 }
 
 TEST(QuantExpertFfn, invalid_and_unsupported) {

@@ -1,8 +1,11 @@
 // The engine's streaming use (a server): a listener receives every token in order and every finished
 // request once; cancel() ends a waiting or running request and frees its KV pages; step() by step()
 // gives the same tokens as run_to_completion.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "engine_harness.h"
@@ -13,13 +16,14 @@ namespace {
 using namespace genbridge::engine::harness;
 
 struct Streamed {
-  std::map<int64_t, std::vector<int32_t>> tokens;  // from on_token
-  std::map<int64_t, RequestResult> finished;       // from on_finish
+  std::map<int64_t, std::vector<int32_t>> tokens;          // from on_token
+  std::map<int64_t, RequestResult> finished;               // from on_finish
+  std::map<int64_t, std::vector<TokenLogprobs>> logprobs;  // from on_token
 };
 
 class StreamingEngine {
  public:
-  explicit StreamingEngine(int64_t pool_pages, int64_t max_batch = 8) {
+  explicit StreamingEngine(int64_t pool_pages, int64_t max_batch = 8, bool record_logits = false) {
     const model::ModelConfig& c = checkpoint("tiny").config();
     dev_ = std::make_unique<runtime::DeviceOperator>(runtime::DeviceOperator::create({}).value());
     pool_ = std::make_unique<runtime::KvPagePool>(
@@ -28,8 +32,13 @@ class StreamingEngine {
             .value());
     runner_ = model::ModelRunner::create(checkpoint("tiny"), *dev_, *pool_).value();
     executor_ = std::make_unique<LocalExecutor>(*runner_);
-    engine_ = std::make_unique<Engine>(*executor_, *pool_, EngineOptions{.max_batch = max_batch});
-    engine_->set_listener({.on_token = [this](int64_t id, int32_t t) { out.tokens[id].push_back(t); },
+    engine_ = std::make_unique<Engine>(*executor_, *pool_,
+                                       EngineOptions{.max_batch = max_batch, .record_logits = record_logits});
+    engine_->set_listener({.on_token =
+                               [this](int64_t id, int32_t t, const TokenLogprobs* lp) {
+                                 out.tokens[id].push_back(t);
+                                 if (lp) out.logprobs[id].push_back(*lp);
+                               },
                            .on_finish =
                                [this](RequestResult&& r) {
                                  EXPECT_EQ(out.finished.count(r.id), 0u) << "request " << r.id << " finished twice";
@@ -100,6 +109,81 @@ TEST(EngineStreaming, refused_request_reaches_the_listener) {
   EXPECT_EQ(s.out.finished[9].reason, FinishReason::kRefused);
   EXPECT_FALSE(s.out.finished[9].message.empty());
   EXPECT_FALSE(s.engine().has_work());
+}
+
+// Logprobs: only requests that ask get them (the listener sees nullptr for the others); each is the fp64
+// log-softmax of the raw logits the token was drawn from (before temperature / top-k / top-p: the model's
+// own distribution), the top k most likely first; the listener and the result carry the same values.
+TEST(EngineStreaming, logprobs_are_the_log_softmax_of_the_raw_logits_and_only_for_requests_that_ask) {
+  const int64_t vocab = checkpoint("tiny").config().vocab_size;
+  StreamingEngine s(64, 8, /*record_logits=*/true);
+  Request sampled = request_of(0, 7, 5, vocab);
+  sampled.logprobs = 4;
+  sampled.sampling = {.temperature = 0.7f, .top_k = 50, .top_p = 0.9f, .seed = 3};
+  Request greedy = request_of(1, 4, 5, vocab);
+  greedy.logprobs = 0;
+  ASSERT_TRUE(s.engine().submit(std::move(sampled)).ok());
+  ASSERT_TRUE(s.engine().submit(std::move(greedy)).ok());
+  ASSERT_TRUE(s.engine().submit(request_of(2, 5, 5, vocab)).ok());
+  for (int i = 0; i < 100 && s.engine().has_work(); ++i) ASSERT_TRUE(s.engine().step().ok());
+  EXPECT_EQ(s.out.logprobs.count(2), 0u) << "request 2 did not ask";
+  EXPECT_TRUE(s.out.finished[2].logprobs.empty());
+  for (int64_t id : {0, 1}) {
+    const RequestResult& r = s.out.finished[id];
+    const size_t k = id == 0 ? 4 : 0;
+    ASSERT_EQ(r.tokens.size(), 5u);
+    ASSERT_EQ(r.logprobs.size(), 5u);
+    ASSERT_EQ(s.out.logprobs[id].size(), 5u);
+    ASSERT_EQ(r.logits.size(), 5u * static_cast<size_t>(vocab));
+    for (size_t step = 0; step < 5; ++step) {
+      const float* row = r.logits.data() + step * static_cast<size_t>(vocab);
+      double m = row[0];
+      for (int64_t v = 1; v < vocab; ++v) m = std::max(m, static_cast<double>(row[v]));
+      double sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - m);
+      const double lse = m + std::log(sum);
+      const TokenLogprobs& lp = r.logprobs[step];
+      EXPECT_EQ(lp.sampled.token, r.tokens[step]);
+      EXPECT_NEAR(lp.sampled.logprob, row[r.tokens[step]] - lse, 1e-9) << "request " << id << " step " << step;
+      ASSERT_EQ(lp.top.size(), k);
+      for (size_t i = 0; i < k; ++i) {
+        EXPECT_NEAR(lp.top[i].logprob, row[lp.top[i].token] - lse, 1e-9);
+        // Sorted, and nothing outside the list beats its last entry (ties to the lower id).
+        if (i > 0) {
+          EXPECT_TRUE(row[lp.top[i - 1].token] > row[lp.top[i].token] ||
+                      (row[lp.top[i - 1].token] == row[lp.top[i].token] && lp.top[i - 1].token < lp.top[i].token));
+        }
+      }
+      if (k > 0) {
+        const TokenLogprob last = lp.top.back();
+        for (int64_t v = 0; v < vocab; ++v) {
+          const bool listed =
+              std::any_of(lp.top.begin(), lp.top.end(), [&](const TokenLogprob& t) { return t.token == v; });
+          if (!listed) {
+            EXPECT_TRUE(row[v] < row[last.token] || (row[v] == row[last.token] && v > last.token)) << "token " << v;
+          }
+        }
+      }
+      const TokenLogprobs& heard = s.out.logprobs[id][step];
+      EXPECT_EQ(heard.sampled.token, lp.sampled.token);
+      EXPECT_EQ(heard.sampled.logprob, lp.sampled.logprob);
+      EXPECT_EQ(heard.top.size(), lp.top.size());
+    }
+    if (id == 1) {  // greedy: the sampled token is the most likely one
+      for (const auto& lp : r.logprobs) EXPECT_GE(lp.sampled.logprob, std::log(1.0 / static_cast<double>(vocab)));
+    }
+  }
+}
+
+TEST(EngineStreaming, logprobs_out_of_range_are_refused_at_submit) {
+  const int64_t vocab = checkpoint("tiny").config().vocab_size;
+  StreamingEngine s(8);
+  for (int bad : {-2, 21}) {
+    Request r = request_of(0, 3, 2, vocab);
+    r.logprobs = bad;
+    const Status st = s.engine().submit(std::move(r));
+    EXPECT_EQ(st.message(), fmt::format("request 0: logprobs is {} but must be -1 (none) or 0..20", bad));
+  }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 namespace genbridge::engine {
@@ -78,6 +80,58 @@ TEST(Sampler, non_finite_logits_are_an_error_not_a_token) {
     l = {-INFINITY, 2.f, 1.f};
     EXPECT_EQ(sample_token(l, p, 0, s).status().message(), "sampling: logits[0] is -inf; every logit must be finite");
   }
+}
+
+// The oracle: log-softmax in long double summed from the smallest term up (another order than the
+// sampler's), the top k by a stable sort of every id.
+void expect_logprobs_match(const std::vector<float>& l, int32_t sampled, int k) {
+  std::vector<long double> terms;
+  const long double m = *std::max_element(l.begin(), l.end());
+  for (float x : l) terms.push_back(std::exp(static_cast<long double>(x) - m));
+  std::sort(terms.begin(), terms.end());
+  long double sum = 0;
+  for (long double t : terms) sum += t;
+  const long double lse = m + std::log(sum);
+  std::vector<int32_t> ids(l.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  TokenLogprobs got;
+  got.top.assign(3, TokenLogprob{99, 1.0});  // stale entries must go
+  token_logprobs(l, sampled, k, &got);
+  EXPECT_EQ(got.sampled.token, sampled);
+  EXPECT_NEAR(got.sampled.logprob, static_cast<double>(l[sampled] - lse), 1e-12);
+  ASSERT_EQ(got.top.size(), std::min<size_t>(static_cast<size_t>(k), l.size()));
+  for (size_t i = 0; i < got.top.size(); ++i) {
+    EXPECT_EQ(got.top[i].token, ids[i]) << "rank " << i;
+    EXPECT_NEAR(got.top[i].logprob, static_cast<double>(l[ids[i]] - lse), 1e-12) << "rank " << i;
+  }
+}
+
+TEST(Logprobs, log_softmax_in_fp64_top_k_sorted_ties_to_the_lower_id) {
+  // Ties (3.0 three times, -1 twice) across the cut, a large offset (exp would overflow without the max).
+  std::vector<float> l{0.5f, 3.f, -1.f, 3.f, 2.f, -1.f, 3.f, 1000.f, 0.f};
+  for (int k : {0, 1, 2, 3, 4, 5, 9, 20}) expect_logprobs_match(l, 2, k);
+  std::vector<float> big(1000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 8.0);
+  big[500] = big[17];  // a tie inside the top
+  for (int k : {1, 7, 20}) expect_logprobs_match(big, 999, k);
+}
+
+TEST(Logprobs, probabilities_sum_to_one_and_a_uniform_row_gives_log_one_over_n) {
+  std::vector<float> l(64, 0.25f);
+  TokenLogprobs lp;
+  token_logprobs(l, 5, 3, &lp);
+  EXPECT_NEAR(lp.sampled.logprob, -std::log(64.0), 1e-14);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].token, 0);
+  EXPECT_EQ(lp.top[2].token, 2);
+  std::vector<float> r{1.f, 2.f, 3.f};
+  double total = 0;
+  for (int32_t t = 0; t < 3; ++t) {
+    token_logprobs(r, t, 0, &lp);
+    total += std::exp(lp.sampled.logprob);
+  }
+  EXPECT_NEAR(total, 1.0, 1e-15);
 }
 
 }  // namespace
