@@ -10,8 +10,10 @@
 
 #include "afd/job.h"
 #include "afd/transports/step_agreement.h"
+#include "afd/wire.h"
 #include "runtime/model/config.h"
 #include "runtime/model/deepseek_attention.h"
+#include "runtime/model/quant_weights.h"
 
 namespace genbridge::afd {
 
@@ -99,6 +101,9 @@ std::vector<FingerprintItem> job_fingerprint(const model::Checkpoint& checkpoint
   items.push_back({"engine record_logits", eopt.record_logits ? "true" : "false"});
   items.push_back({"KV pages per attention rank", std::to_string(pool_pages)});
   items.push_back({"KV cache format", std::string(ops::kv_cache_format_name(dev.kv_format()))});
+  items.push_back({"weight quantization",
+                   std::string(ops::weight_quant_scheme_name(dev.weight_quant() ? dev.weight_quant()->scheme
+                                                                                : ops::WeightQuantScheme::kNone))});
   return items;
 }
 
@@ -225,6 +230,58 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
   return m;
 }
 
+// Under mpirun (issue 13): quantizes this rank's share of the weights (an attention rank the attention side,
+// FFN rank f the experts it owns), then every rank meets before the first step: world rank 0 gathers each
+// rank's load line and releases every rank once all have loaded, so no rank's step deadline runs while
+// another still quantizes. The deadline is the init deadline (loads may end far apart).
+Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& conn,
+                                                                     const model::Checkpoint& checkpoint,
+                                                                     const runtime::DeviceOperator& dev,
+                                                                     const AfdConfig& cfg,
+                                                                     std::vector<std::string>* lines) {
+  model::QuantizeOptions share;
+  if (conn.role() == Role::kAttention) {
+    share.experts = false;
+  } else {
+    share.attention = false;
+    share.expert_begin = conn.topology().expert_begin(conn.rank());
+    share.expert_end = conn.topology().expert_end(conn.rank());
+  }
+  Result<std::unique_ptr<model::QuantizedWeights>> q =
+      model::QuantizedWeights::quantize(checkpoint, *dev.weight_quant(), dev.contract().weight_quant.layers, share);
+  // A failed rank still meets the others: its line carries the error and world rank 0 ends the job with it.
+  const std::string me = conn.topology().rank_name(conn.world_rank());
+  const std::string line = q.ok() ? fmt::format("{}: {}", me, (*q)->describe())
+                                  : fmt::format("!{} failed quantizing its weights: {}", me, q.status().to_string());
+  GB_ASSIGN_OR_RETURN(std::vector<std::string> all, conn.gather(line, cfg.init_timeout_ms));
+  Transport& t = conn.transport();
+  const Deadline deadline = deadline_after_ms(cfg.init_timeout_ms);
+  Completion c;
+  int32_t failed = 0;
+  if (conn.world_rank() == 0) {
+    for (const std::string& l : all) {
+      if (!l.empty() && l[0] == '!') return internal_error(l.substr(1));  // ends the job (MPI_Abort)
+    }
+    std::vector<RequestId> ids;
+    for (int r = 1; r < t.world_size(); ++r) {
+      const ConstSegment seg{&failed, sizeof(failed)};
+      GB_ASSIGN_OR_RETURN(RequestId id, t.isend(r, Channel::kControl, wire::kTagLoadRelease, {&seg, 1}));
+      ids.push_back(id);
+    }
+    for (RequestId& id : ids) GB_RETURN_IF_ERROR(t.wait_any({&id, 1}, deadline, &c).status());
+    *lines = std::move(all);
+  } else {
+    const MutSegment seg{&failed, sizeof(failed)};
+    GB_ASSIGN_OR_RETURN(RequestId id, t.irecv(0, Channel::kControl, wire::kTagLoadRelease, {&seg, 1}));
+    Result<int> w = t.wait_any({&id, 1}, deadline, &c);
+    if (!w.ok()) {
+      return Status(w.status().code(),
+                    fmt::format("afd: {} waiting for every rank to load its weights: {}", me, w.status().message()));
+    }
+  }
+  return q;
+}
+
 }  // namespace
 
 namespace {
@@ -263,8 +320,7 @@ Result<AttentionRankRun> run_attention_rank(Connector& conn, Metrics& metrics, c
     GB_ASSIGN_OR_RETURN(
         all_done, make_step_agreement(conn.transport(), agreement_options(1, cfg.idle_timeout_ms, "finish decoding")));
   }
-  const runtime::KvPageGeometry geometry =
-      dev.kv_page_geometry(model::kv_model_shape(c));
+  const runtime::KvPageGeometry geometry = dev.kv_page_geometry(model::kv_model_shape(c));
   GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pool_pages));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
                       model::ModelRunner::create(checkpoint, dev, pool, options.quantized));
@@ -357,15 +413,26 @@ Result<EngineJobResult> run_mpi_engine_rank(const model::Checkpoint& checkpoint,
     return ok_status();
   };
 
+  // --weight-quant without weights from the caller: each rank quantizes only its share (see quantize_rank_share).
+  std::unique_ptr<model::QuantizedWeights> share;
+  EngineJobOptions rank_options = options;
+  auto load_share = [&](Connector& conn) -> Status {
+    if (options.quantized || !dev.weight_quant()) return ok_status();
+    GB_ASSIGN_OR_RETURN(share, quantize_rank_share(conn, checkpoint, dev, cfg, &out.weight_lines));
+    rank_options.quantized = share.get();
+    return ok_status();
+  };
   RankFns fns;
   fns.attention = [&](Connector& conn, Metrics& metrics) -> Status {
+    GB_RETURN_IF_ERROR(load_share(conn));
     GB_ASSIGN_OR_RETURN(AttentionRankRun run, run_attention_rank(conn, metrics, checkpoint, dev, requests,
-                                                                 pool_pages_per_rank, cfg, eopt, options, true));
+                                                                 pool_pages_per_rank, cfg, eopt, rank_options, true));
     return gather_results(conn, serialize_rank(run.mine, run.results, run.metrics));
   };
   std::unique_ptr<model::ExpertBank> experts;
   fns.ffn = [&](Connector& conn, Metrics& metrics) -> Status {
-    experts = std::make_unique<model::ExpertBank>(checkpoint, options.quantized);
+    GB_RETURN_IF_ERROR(load_share(conn));
+    experts = std::make_unique<model::ExpertBank>(checkpoint, rank_options.quantized);
     FfnRunner runner(conn, expert_compute_with_hook(*experts, c, options, conn.rank()), &metrics);
     GB_RETURN_IF_ERROR(runner.run());
     return gather_results(conn, serialize_rank({}, {}, {}));

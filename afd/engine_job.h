@@ -37,8 +37,10 @@ struct EngineJobOptions {
   // out of the AFD metrics and announced as warm-up on the sync connector's control plane.
   int warmup_steps = 2;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
-  // Weights quantized at load (issue 13), required when the DeviceOperator has weight_quant in force: the
-  // attention ranks' projections and shared experts, the FFN ranks' routed experts. Must outlive the job.
+  // Weights quantized at load (issue 13) when the DeviceOperator has weight_quant in force: the attention
+  // ranks' projections and shared experts, the FFN ranks' routed experts. Must outlive the job. Required
+  // in process (every rank shares them). Under mpirun, when null, each rank quantizes only its own share
+  // (an attention rank the attention side, FFN rank f its experts) and the ranks meet before the first step.
   const model::QuantizedWeights* quantized = nullptr;
   // Tests only (fault injection): called on an FFN rank before each work item's expert compute; an error
   // fails that FFN rank. Empty: none.
@@ -53,6 +55,9 @@ struct EngineJobResult {
   engine::EngineMetrics metrics;               // merged over attention ranks
   AfdReport report;
   int num_ranks = 0;
+  // Under mpirun with each rank quantizing its share: one line per rank in world-rank order, "<rank
+  // name>: <QuantizedWeights::describe()>" (world rank 0 only).
+  std::vector<std::string> weight_lines;
 };
 
 // Fills the model-shape keys of `afd` (experts, top-k, hidden size, layers, dense layers) and sizes the

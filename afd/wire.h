@@ -48,6 +48,7 @@ inline constexpr int kTagGatherSize = 2;
 inline constexpr int kTagGatherData = 3;
 inline constexpr int kTagScatterSize = 4;
 inline constexpr int kTagScatterData = 5;
+inline constexpr int kTagLoadRelease = 6;  // world rank 0 -> every rank: every rank has loaded its weights
 // StepAgreement instance i uses tags kTagStepAgreement + 2i (to the coordinator) and + 2i + 1 (its answer).
 inline constexpr int kTagStepAgreement = 16;
 

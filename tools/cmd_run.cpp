@@ -34,6 +34,7 @@ struct RunOutput {
   std::optional<afd::AfdReport> report;  // AFD modes
   int num_ranks = 1;
   bool prints = true;  // false on every rank of an mpirun job but world rank 0
+  std::vector<std::string> weight_lines;  // mpirun with --weight-quant: each rank's share (world rank 0)
 };
 
 Result<RunOutput> run_monolithic(const RunOptions& o, const model::Checkpoint& ckpt, const runtime::DeviceOperator& dev,
@@ -99,8 +100,10 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (log_now) fmt::print(stderr, "{}\n", describe_model(*ckpt));
-  // --weight-quant: quantized once here, before any request runs (progress on a terminal, cost printed).
-  auto quantized = quantize_weights(*ckpt, *dev, log_now);
+  // --weight-quant: quantized once here, before any request runs (progress on a terminal, cost printed);
+  // under mpirun each rank quantizes only its share once it knows its role (afd::run_mpi_engine_rank).
+  auto quantized = mpi ? Result<std::unique_ptr<model::QuantizedWeights>>(std::unique_ptr<model::QuantizedWeights>())
+                       : quantize_weights(*ckpt, *dev, log_now);
   if (!quantized.ok()) return fail(quantized.status());
   if (log_now) fmt::print(stderr, "{}\n", describe_weights(*ckpt, quantized->get()));
   // --prompt-text: encoded with the model's own tokenizer; the results are decoded with it too.
@@ -148,7 +151,8 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
                     .metrics = std::move(job->metrics),
                     .report = std::move(job->report),
                     .num_ranks = job->num_ranks,
-                    .prints = job->num_ranks != 0};
+                    .prints = job->num_ranks != 0,
+                    .weight_lines = std::move(job->weight_lines)};
   }
   if (!out.prints) return kExitOk;  // not world rank 0: rank 0 writes and prints the job's results
 
@@ -157,8 +161,15 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
     if (Status s = dump_logits(o.dump_logits, out.results, mc.vocab_size); !s.ok()) return fail(s);
   }
   if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
-  if (mpi && !o.quiet) fmt::print(stderr, "{}\n{}\n{}\n{}\n{}\n", dev->log_line(), cpu_target_line(), describe_model(*ckpt),
-                              describe_weights(*ckpt, quantized->get()), afd_line);
+  if (mpi && !o.quiet) {
+    std::string weights = describe_weights(*ckpt, quantized->get());
+    if (!out.weight_lines.empty()) {  // each rank quantized its share: its load cost (time and bytes)
+      weights = "weights quantized per rank at load:";
+      for (const std::string& l : out.weight_lines) weights += "\n  " + l;
+    }
+    fmt::print(stderr, "{}\n{}\n{}\n{}\n{}\n", dev->log_line(), cpu_target_line(), describe_model(*ckpt), weights,
+               afd_line);
+  }
   print_results(out.results, tokenizer ? &*tokenizer : nullptr);
   print_metrics(out.metrics, *dev, mc, static_cast<int64_t>(out.results.size()), out.num_ranks);
   if (out.report) fmt::print("\nAFD transfers and utilisation\n{}", afd::report_text(*out.report));

@@ -221,11 +221,12 @@ std::string describe_weights(const model::Checkpoint& ckpt, const model::Quantiz
   if (!q) return fmt::format("weights: bf16 (weight_quant=none), {:.1f} MiB", static_cast<double>(all) / (1 << 20));
   const uint64_t kept = all - q->replaced_bf16_bytes();
   return fmt::format(
-      "weights: {} for attention projections and experts ({} matrices: {:.1f} MiB from {:.1f} MiB bf16, quantized "
-      "at load in {:.2f} s); router, LM head, embeddings and norms bf16 ({:.1f} MiB); {:.1f} MiB in all",
+      "weights: {} for attention projections and experts ({} matrices{}: {:.1f} MiB from {:.1f} MiB bf16, quantized "
+      "at load in {:.2f} s); router, LM head, {}embeddings and norms bf16 ({:.1f} MiB); {:.1f} MiB in all",
       ops::weight_quant_scheme_name(q->representation().scheme), q->num_matrices(),
+      q->num_from_fp8() ? fmt::format(", {} of them from the checkpoint's FP8 blocks directly", q->num_from_fp8()) : "",
       static_cast<double>(q->quantized_bytes()) / (1 << 20), static_cast<double>(q->replaced_bf16_bytes()) / (1 << 20),
-      q->seconds(), static_cast<double>(kept) / (1 << 20),
+      q->seconds(), ckpt.config().has_indexer() ? "DSA indexer, " : "", static_cast<double>(kept) / (1 << 20),
       static_cast<double>(kept + q->quantized_bytes()) / (1 << 20));
 }
 

@@ -36,9 +36,11 @@ constexpr WeightQuantRepresentation kMxfp8{WeightQuantScheme::kMxfp8, DType::kFp
 constexpr WeightQuantRepresentation kMxfp4{WeightQuantScheme::kMxfp4, DType::kFp4E2M1x2, DType::kE8M0,
                                            WeightScaleGranularity::kPerBlockAlongK, ops::kMxWeightBlock,
                                            MxScaleLayout::kPair, ActivationQuant::kNone};
-// Attention projections and every expert MLP; router and LM head stay bf16 (their outputs pick tokens
-// and experts, and they are a small share of the bytes).
-constexpr QuantizedLayers kQuantizedLayers{true, true, true, false, false};
+// Attention projections (GQA and MLA) and every expert MLP; router and LM head stay bf16 (their outputs
+// pick tokens and experts, and they are a small share of the bytes), and so do the DSA indexer's
+// projections (their scores pick the attended positions, whose near-ties a quantized score flips; ~7% of
+// a DeepSeek-V3.2 layer's attention weight bytes).
+constexpr QuantizedLayers kQuantizedLayers{true, true, true, false, false, false};
 // A2/A3: INT8 is the only low-precision data path.
 constexpr WeightQuantContract kAscend910WeightQuant{WeightQuantScheme::kW8A8, {kW8A8}, 1, kQuantizedLayers};
 // A5: MXFP8 preferred (per-32 scales: smaller error than W8A8's per-channel scale at the same bytes),

@@ -64,11 +64,14 @@ struct WeightQuantRepresentation {
 };
 // The roles a scheme quantizes; the others stay in the checkpoint's dtype (bf16).
 struct QuantizedLayers {
-  bool attention_projections;  // q/k/v/o
-  bool experts;                // routed experts' gate/up/down
-  bool shared_experts;         // shared experts and dense MLPs
+  // GQA: q/k/v/o. MLA (DeepSeek): q_a/q_b (or q), kv_a_proj_with_mqa, kv_b (as the absorbed form reads it:
+  // W_UK^T [kv_lora_rank, qk_nope_head_dim] and W_UV [v_head_dim, kv_lora_rank] per head) and o.
+  bool attention_projections;
+  bool experts;         // routed experts' gate/up/down
+  bool shared_experts;  // shared experts and dense MLPs
   bool router;
   bool lm_head;
+  bool indexer_projections;  // DSA lightning indexer: wq_b, wk, weights_proj
 };
 struct WeightQuantContract {
   ops::WeightQuantScheme preferred;                    // what --weight-quant=auto selects

@@ -111,6 +111,7 @@ class WeightBinder {
     TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
     ckpt_.converted_.push_back(std::move(out));
     ckpt_.bound_.push_back({name, e.file->path(), bv, true});
+    ckpt_.fp8_sources_[bv.data()] = Checkpoint::Fp8Source{q, s, *fp8_, se->file->path(), name};
     return bv;
   }
 
@@ -359,6 +360,11 @@ Status Checkpoint::check_finite(WeightScan* scan) const {
                   "weight must be finite",
                   bt.file, bt.name, non_finite_name(bt.view.dtype(), element_bits(bt.view, i)), i,
                   multi_index(bt.view, i), bt.view.shape_string(), converted));
+}
+
+const Checkpoint::Fp8Source* Checkpoint::fp8_source(const TensorView& w) const {
+  const auto it = fp8_sources_.find(w.data());
+  return it == fp8_sources_.end() ? nullptr : &it->second;
 }
 
 }  // namespace genbridge::model

@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "genbridge/core/formats.h"
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"
 #include "runtime/model/config.h"
+#include "runtime/model/fp8_checkpoint.h"
 #include "runtime/model/tensor_store.h"
 
 namespace genbridge::model {
@@ -144,6 +146,17 @@ class Checkpoint {
   // are read from disk).
   Status check_finite(WeightScan* scan = nullptr) const;
 
+  // An F8_E4M3 weight of an FP8 block-scaled checkpoint, as in the file (the bound view is its bf16
+  // dequantization): --weight-quant converts from these codes and scales directly (quant_weights.h).
+  struct Fp8Source {
+    TensorView codes;      // fp8 e4m3fn [N, K], mapped
+    TensorView scale_inv;  // F32 or BF16 [ceil(N / bn), ceil(K / bk)], mapped
+    Fp8BlockQuantConfig config;
+    std::string file, name;
+  };
+  // The FP8 source of the bound weight view `w` (by its data pointer), or nullptr (a bf16/F16/F32 tensor).
+  const Fp8Source* fp8_source(const TensorView& w) const;
+
  private:
   Checkpoint() = default;
   friend class WeightBinder;
@@ -159,6 +172,7 @@ class Checkpoint {
     bool converted = false;  // an owned bf16 copy of an F16/F32 tensor
   };
   std::vector<BoundTensor> bound_;
+  std::unordered_map<const void*, Fp8Source> fp8_sources_;  // by the bound bf16 view's data pointer
   ModelWeights weights_;
   WeightPrecision precision_ = WeightPrecision::kBF16;
   uint64_t mapped_weight_bytes_ = 0;

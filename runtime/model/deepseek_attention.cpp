@@ -5,9 +5,11 @@
 #include <cmath>
 
 #include "genbridge/ops/linear/linear.h"
+#include "genbridge/ops/linear/quant_linear.h"
 #include "genbridge/ops/norm/layer_norm.h"
 #include "genbridge/ops/norm/rms_norm.h"
 #include "runtime/model/deepseek_rope.h"
+#include "runtime/model/quant_weights.h"
 
 namespace genbridge::model {
 
@@ -60,10 +62,31 @@ std::shared_ptr<MlaAttention::Scratch> MlaAttention::make_scratch(int64_t max_to
   return s;
 }
 
+bool MlaAttention::quantized_mla(int64_t layer) const {
+  return quantized_ && layer < quantized_->num_layers() && quantized_->layer(layer).mla;
+}
+
+void mla_w_uk_t(const TensorView& kv_b, const DeepseekConfig& d, int64_t head, bf16_t* out) {
+  // kv_b_proj rows [h (nope + v), h (nope + v) + nope) hold W_UK[h] [nope, kv_lora_rank].
+  const auto* src = kv_b.data_as<const bf16_t>();
+  for (int64_t i = 0; i < d.qk_nope_head_dim; ++i) {
+    const bf16_t* row = src + (head * (d.qk_nope_head_dim + d.v_head_dim) + i) * kv_b.stride(0);
+    for (int64_t r = 0; r < d.kv_lora_rank; ++r) out[r * d.qk_nope_head_dim + i] = row[r];
+  }
+}
+
+TensorView mla_w_uv(const TensorView& kv_b, const DeepseekConfig& d, int64_t head) {
+  const int64_t nope = d.qk_nope_head_dim, vd = d.v_head_dim;
+  return TensorView::strided(const_cast<bf16_t*>(kv_b.data_as<const bf16_t>()) + (head * (nope + vd) + nope) * kv_b.stride(0),
+                             DType::kBF16, {vd, d.kv_lora_rank}, {kv_b.stride(0), 1});
+}
+
 Result<std::unique_ptr<MlaAttention>> MlaAttention::create(const Checkpoint& checkpoint,
                                                            const runtime::DeviceOperator& dev,
-                                                           const runtime::KvPagePool& pool) {
+                                                           const runtime::KvPagePool& pool,
+                                                           const QuantizedWeights* quantized) {
   std::unique_ptr<MlaAttention> m(new MlaAttention(checkpoint, dev));
+  m->quantized_ = quantized;
   const ModelConfig& c = m->config_;
   const DeepseekConfig& d = c.deepseek;
   const runtime::KvModelShape shape = kv_model_shape(c);
@@ -75,16 +98,10 @@ Result<std::unique_ptr<MlaAttention>> MlaAttention::create(const Checkpoint& che
       GB_ASSIGN_OR_RETURN(ops::IndexerKeyCache keys, dev.indexer_layer_view(pool, shape, l));
       m->index_keys_.push_back(keys);
     }
-    // W_UK^T per head: kv_b_proj rows [h (nope + v), h (nope + v) + nope) hold W_UK[h] [nope, kv_lora_rank].
-    const TensorView& kvb = m->w_.layers[l].mla.kv_b_proj;
-    const auto* src = kvb.data_as<const bf16_t>();
     std::vector<std::unique_ptr<bf16_t[]>> heads;
-    for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+    for (int64_t h = 0; !m->quantized_mla(l) && h < c.num_attention_heads; ++h) {
       std::unique_ptr<bf16_t[]> t(new bf16_t[static_cast<size_t>(d.kv_lora_rank * d.qk_nope_head_dim)]);
-      for (int64_t i = 0; i < d.qk_nope_head_dim; ++i) {
-        const bf16_t* row = src + (h * (d.qk_nope_head_dim + d.v_head_dim) + i) * kvb.stride(0);
-        for (int64_t r = 0; r < d.kv_lora_rank; ++r) t[r * d.qk_nope_head_dim + i] = row[r];
-      }
+      mla_w_uk_t(m->w_.layers[l].mla.kv_b_proj, d, h, t.get());
       heads.push_back(std::move(t));
     }
     m->w_uk_t_.push_back(std::move(heads));
@@ -127,6 +144,11 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
   const ModelConfig& c = config_;
   const DeepseekConfig& d = c.deepseek;
   const MlaWeights& a = w_.layers[layer].mla;
+  const QuantizedWeights::Layer* ql = quantized_mla(layer) ? &quantized_->layer(layer) : nullptr;
+  // A projection: quant_linear with the layer's quantized weight when it holds them, else linear (bf16).
+  auto proj = [ql](const TensorView& x, const TensorView& w, const ops::QuantWeight& qw, const TensorView& y) {
+    return ql ? ops::quant_linear(x, qw, y) : ops::linear(x, w, y);
+  };
   const int64_t T = h.dim(0), H = c.num_attention_heads, nope = d.qk_nope_head_dim, rope = d.qk_rope_head_dim;
   const int64_t qk = d.qk_head_dim(), r = d.kv_lora_rank, vd = d.v_head_dim, half = rope / 2;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -145,15 +167,15 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
   if (d.q_lora_rank > 0) {
     const TensorView qa(s.qa.data(), DType::kBF16, {T, d.q_lora_rank});
     qr = TensorView(s.qr.data(), DType::kBF16, {T, d.q_lora_rank});
-    GB_RETURN_IF_ERROR(ctx(ops::linear(h, a.q_a_proj, qa), "q_a_proj"));
+    GB_RETURN_IF_ERROR(ctx(proj(h, a.q_a_proj, ql ? ql->q_a_proj : ops::QuantWeight{}, qa), "q_a_proj"));
     GB_RETURN_IF_ERROR(ctx(ops::rms_norm(qa, a.q_a_layernorm, eps, qr, rstd), "q_a_layernorm"));
-    GB_RETURN_IF_ERROR(ctx(ops::linear(qr, a.q_b_proj, q), "q_b_proj"));
+    GB_RETURN_IF_ERROR(ctx(proj(qr, a.q_b_proj, ql ? ql->q_b_proj : ops::QuantWeight{}, q), "q_b_proj"));
   } else {
-    GB_RETURN_IF_ERROR(ctx(ops::linear(h, a.q_proj, q), "q_proj"));
+    GB_RETURN_IF_ERROR(ctx(proj(h, a.q_proj, ql ? ql->q_proj : ops::QuantWeight{}, q), "q_proj"));
   }
   // Latent and shared rope key.
   const TensorView kv(s.kv.data(), DType::kBF16, {T, r + rope});
-  GB_RETURN_IF_ERROR(ctx(ops::linear(h, a.kv_a_proj_with_mqa, kv), "kv_a_proj_with_mqa"));
+  GB_RETURN_IF_ERROR(ctx(proj(h, a.kv_a_proj_with_mqa, ql ? ql->kv_a_proj : ops::QuantWeight{}, kv), "kv_a_proj_with_mqa"));
   const TensorView latent(s.latent.data(), DType::kBF16, {T, r});
   GB_RETURN_IF_ERROR(ctx(ops::rms_norm(TensorView::strided(s.kv.data(), DType::kBF16, {T, r}, {r + rope, 1}),
                                        a.kv_a_layernorm, eps, latent, rstd),
@@ -168,9 +190,13 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
   // Absorb W_UK: q_latent[t, h] = W_UK[h]^T q_nope[t, h].
   for (int64_t hh = 0; hh < H; ++hh) {
     const TensorView q_nope = TensorView::strided(s.q.data() + hh * qk, DType::kF32, {T, nope}, {H * qk, 1});
-    const TensorView w_uk_t(w_uk_t_[layer][hh].get(), DType::kBF16, {r, nope});
-    const TensorView ql = TensorView::strided(s.q_latent.data() + hh * r, DType::kF32, {T, r}, {H * r, 1});
-    GB_RETURN_IF_ERROR(ctx(ops::linear(q_nope, w_uk_t, ql), "W_UK absorption"));
+    const TensorView q_lat = TensorView::strided(s.q_latent.data() + hh * r, DType::kF32, {T, r}, {H * r, 1});
+    if (ql) {
+      GB_RETURN_IF_ERROR(ctx(ops::quant_linear(q_nope, ql->w_uk_t[hh], q_lat), "W_UK absorption"));
+    } else {
+      const TensorView w_uk_t(w_uk_t_[layer][hh].get(), DType::kBF16, {r, nope});
+      GB_RETURN_IF_ERROR(ctx(ops::linear(q_nope, w_uk_t, q_lat), "W_UK absorption"));
+    }
   }
   const TensorView q_latent(s.q_latent.data(), DType::kF32, {T, H, r});
   const TensorView q_rope = TensorView::strided(s.q.data() + nope, DType::kF32, {T, H, rope}, {H * qk, qk, 1});
@@ -201,16 +227,15 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
         ctx(dev_.mla_attention(q_latent, q_rope, kv_[layer], batch, softmax_scale_, o_latent), "MLA attention"));
   }
   // W_UV per head, then o_proj.
-  const TensorView& kvb = a.kv_b_proj;
   for (int64_t hh = 0; hh < H; ++hh) {
     const TensorView ol = TensorView::strided(s.o_latent.data() + hh * r, DType::kF32, {T, r}, {H * r, 1});
-    const TensorView w_uv = TensorView::strided(
-        const_cast<bf16_t*>(kvb.data_as<const bf16_t>()) + (hh * (nope + vd) + nope) * kvb.stride(0), DType::kBF16,
-        {vd, r}, {kvb.stride(0), 1});
     const TensorView ov = TensorView::strided(s.o_v.data() + hh * vd, DType::kBF16, {T, vd}, {H * vd, 1});
-    GB_RETURN_IF_ERROR(ctx(ops::linear(ol, w_uv, ov), "W_UV"));
+    GB_RETURN_IF_ERROR(
+        ctx(proj(ol, mla_w_uv(a.kv_b_proj, d, hh), ql ? ql->w_uv[hh] : ops::QuantWeight{}, ov), "W_UV"));
   }
-  return ctx(ops::linear(TensorView(s.o_v.data(), DType::kBF16, {T, H * vd}), a.o_proj, out), "o_proj");
+  return ctx(proj(TensorView(s.o_v.data(), DType::kBF16, {T, H * vd}), a.o_proj, ql ? ql->o_proj : ops::QuantWeight{},
+                  out),
+             "o_proj");
 }
 
 TensorView MlaAttention::index_selection(const Scratch& s, int64_t layer, int64_t num_tokens) const {

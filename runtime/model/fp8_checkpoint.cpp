@@ -43,8 +43,10 @@ Result<std::optional<Fp8BlockQuantConfig>> read_fp8_quantization_config(std::str
   return std::optional<Fp8BlockQuantConfig>(Fp8BlockQuantConfig{(*b)[0].get<int64_t>(), (*b)[1].get<int64_t>()});
 }
 
-Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c,
-                            std::string_view file, std::string_view name, bf16_t* out) {
+namespace {
+
+Status check_fp8_scale(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c, std::string_view file,
+                       std::string_view name) {
   const int64_t N = q.dim(0), K = q.dim(1);
   const int64_t bn = (N + c.block_n - 1) / c.block_n, bk = (K + c.block_k - 1) / c.block_k;
   if (s.dtype() != DType::kF32 && s.dtype() != DType::kBF16) {
@@ -56,6 +58,37 @@ Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8B
         fmt::format("{}: tensor '{}_scale_inv' has shape {} but '{}' {} with weight_block_size [{}, {}] needs [{}, {}]",
                     file, name, s.shape_string(), name, q.shape_string(), c.block_n, c.block_k, bn, bk));
   }
+  return ok_status();
+}
+
+}  // namespace
+
+Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c,
+                               std::string_view file, std::string_view name, int64_t row_begin, int64_t row_end,
+                               float* out) {
+  GB_RETURN_IF_ERROR(check_fp8_scale(q, s, c, file, name));
+  const int64_t N = q.dim(0), K = q.dim(1), bk = (K + c.block_k - 1) / c.block_k;
+  if (row_begin < 0 || row_begin > row_end || row_end > N) {
+    return invalid_argument(fmt::format("{}: rows [{}, {}) of tensor '{}' {} are out of range", file, row_begin,
+                                        row_end, name, q.shape_string()));
+  }
+  const float* table = detail::fp8_e4m3fn_decode_table();
+  const uint8_t* qp = q.data_as<const uint8_t>();
+  for (int64_t n = row_begin; n < row_end; ++n) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t si = (n / c.block_n) * bk + k / c.block_k;
+      const float sc =
+          s.dtype() == DType::kF32 ? s.data_as<const float>()[si] : bf16_to_float(s.data_as<const bf16_t>()[si]);
+      out[(n - row_begin) * K + k] = table[qp[n * K + k]] * sc;
+    }
+  }
+  return ok_status();
+}
+
+Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c,
+                            std::string_view file, std::string_view name, bf16_t* out) {
+  GB_RETURN_IF_ERROR(check_fp8_scale(q, s, c, file, name));
+  const int64_t N = q.dim(0), K = q.dim(1), bk = (K + c.block_k - 1) / c.block_k;
   const float* table = detail::fp8_e4m3fn_decode_table();
   const uint8_t* qp = q.data_as<const uint8_t>();
   for (int64_t n = 0; n < N; ++n) {

@@ -36,6 +36,13 @@ Result<std::optional<Fp8BlockQuantConfig>> read_fp8_quantization_config(std::str
 Status dequantize_fp8_block(const TensorView& q, const TensorView& scale_inv, const Fp8BlockQuantConfig& config,
                             std::string_view file, std::string_view name, bf16_t* out);
 
+// Rows [row_begin, row_end) of an FP8 weight decoded into fp32 `out` ([row_end - row_begin, K] row-major):
+// out = fl32(e4m3(q) * scale_inv[block]) (one fp32 rounding of the exact product, no bf16 step). The source
+// --weight-quant converts FP8 weights from (QuantizedWeights). Same checks and errors as dequantize_fp8_block.
+Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& scale_inv, const Fp8BlockQuantConfig& config,
+                               std::string_view file, std::string_view name, int64_t row_begin, int64_t row_end,
+                               float* out);
+
 // Rewrites the single-file bf16 checkpoint in `dir` (model.safetensors + config.json) as an FP8 block-scaled
 // one: every attention projection and MLP / expert projection weight becomes F8_E4M3 + F32 "_scale_inv" with
 // scale_inv = amax(block) / 448 (amax 0: 1) and codes rounded to nearest even; everything else stays as it is;

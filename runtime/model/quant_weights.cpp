@@ -1,6 +1,11 @@
 #include "runtime/model/quant_weights.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <chrono>
+
+#include "runtime/model/deepseek_attention.h"
 
 namespace genbridge::model {
 
@@ -21,7 +26,30 @@ Result<ops::QuantWeight> QuantizedWeights::quantize_one(const TensorView& w) {
   } else {
     q.scale = TensorView(s, r.scale_dtype, {N, ops::mx_scale_pairs_of(K), 2});
   }
-  GB_RETURN_IF_ERROR(ops::quantize_weight(w, q));
+  if (const Checkpoint::Fp8Source* src = checkpoint_ ? checkpoint_->fp8_source(w) : nullptr) {
+    // An FP8 block-scaled checkpoint's weight: converted from the file's codes and block scales, decoded to
+    // fp32 (one rounding of the exact product) a block of rows at a time, without the bf16 step. Every
+    // scheme's scales are per row, so converting rows in blocks gives the bits of the whole matrix at once.
+    constexpr int64_t kRows = 64;
+    const int64_t scale_row_bytes =
+        (r.granularity == runtime::WeightScaleGranularity::kPerOutputChannel ? 1 : 2 * ops::mx_scale_pairs_of(K)) *
+        static_cast<int64_t>(dtype_size(r.scale_dtype));
+    std::vector<float> rows(static_cast<size_t>(std::min(N, kRows) * K));
+    for (int64_t r0 = 0; r0 < N; r0 += kRows) {
+      const int64_t r1 = std::min(N, r0 + kRows), n = r1 - r0;
+      GB_RETURN_IF_ERROR(dequantize_fp8_rows_f32(src->codes, src->scale_inv, src->config, src->file, src->name, r0, r1,
+                                                 rows.data()));
+      ops::QuantWeight part = q;
+      part.data = TensorView(p + r0 * data_cols, r.weight_element, {n, data_cols});
+      part.scale = r.granularity == runtime::WeightScaleGranularity::kPerOutputChannel
+                       ? TensorView(s + r0 * scale_row_bytes, r.scale_dtype, {n})
+                       : TensorView(s + r0 * scale_row_bytes, r.scale_dtype, {n, ops::mx_scale_pairs_of(K), 2});
+      GB_RETURN_IF_ERROR(ops::quantize_weight(TensorView(rows.data(), DType::kF32, {n, K}), part));
+    }
+    ++from_fp8_;
+  } else {
+    GB_RETURN_IF_ERROR(ops::quantize_weight(w, q));
+  }
   quantized_bytes_ += static_cast<uint64_t>(bytes);
   replaced_bytes_ += static_cast<uint64_t>(N * K) * dtype_size(w.dtype());
   return q;
@@ -34,15 +62,31 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<QuantizedWeights> q(new QuantizedWeights());
   q->repr_ = &repr;
+  q->checkpoint_ = &checkpoint;
   const ModelWeights& w = checkpoint.weights();
+  const int64_t E = checkpoint.config().num_experts;
+  const int64_t eb = options.expert_begin, ee = options.expert_end < 0 ? E : options.expert_end;
+  if (eb < 0 || eb > ee || ee > E) {
+    return invalid_argument(fmt::format(
+        "quantize weights: the expert range [{}, {}) is not inside the model's {} experts", eb, options.expert_end, E));
+  }
   const bool attn = roles.attention_projections && options.attention;
   const bool experts = roles.experts && options.experts;
   const bool shared = roles.shared_experts && options.attention;  // shared experts run on the attention side
   const bool dense = roles.shared_experts && options.attention;   // dense MLPs run on the attention side
+  q->attention_side_ = options.attention && (roles.attention_projections || roles.shared_experts);
+  q->experts_role_ = roles.experts;
+  q->share_ = !options.attention || !options.experts || eb != 0 || ee != E;
+  q->num_experts_ = E;
+  q->expert_begin_ = experts ? eb : 0;
+  q->expert_end_ = experts ? ee : 0;
+  const ModelConfig& c = checkpoint.config();
+  const int64_t heads = c.num_attention_heads;
   int64_t total = 0;
   for (const LayerWeights& l : w.layers) {
     if (attn && l.attn.q_proj.rank() == 2) total += 4;
-    if (l.is_moe && experts) total += 3 * static_cast<int64_t>(l.moe.experts.size());
+    if (attn && l.mla.kv_b_proj.rank() == 2) total += (l.mla.q_a_proj.rank() == 2 ? 4 : 3) + 2 * heads;
+    if (l.is_moe && experts) total += 3 * (ee - eb);
     if (l.is_moe && shared && checkpoint.config().has_shared_expert()) total += 3;
     if (!l.is_moe && dense) total += 3;
   }
@@ -69,10 +113,32 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
       GB_ASSIGN_OR_RETURN(ql.v_proj, one(l.attn.v_proj));
       GB_ASSIGN_OR_RETURN(ql.o_proj, one(l.attn.o_proj));
     }
+    if (attn && l.mla.kv_b_proj.rank() == 2) {  // MLA: the projections in the layout the absorbed form reads
+      ql.mla = true;
+      const MlaWeights& a = l.mla;
+      const DeepseekConfig& d = c.deepseek;
+      if (a.q_a_proj.rank() == 2) {
+        GB_ASSIGN_OR_RETURN(ql.q_a_proj, one(a.q_a_proj));
+        GB_ASSIGN_OR_RETURN(ql.q_b_proj, one(a.q_b_proj));
+      } else {
+        GB_ASSIGN_OR_RETURN(ql.q_proj, one(a.q_proj));
+      }
+      GB_ASSIGN_OR_RETURN(ql.kv_a_proj, one(a.kv_a_proj_with_mqa));
+      std::vector<bf16_t> t(static_cast<size_t>(d.kv_lora_rank * d.qk_nope_head_dim));
+      for (int64_t h = 0; h < heads; ++h) {
+        mla_w_uk_t(a.kv_b_proj, d, h, t.data());
+        GB_ASSIGN_OR_RETURN(ops::QuantWeight uk,
+                            one(TensorView(t.data(), DType::kBF16, {d.kv_lora_rank, d.qk_nope_head_dim})));
+        ql.w_uk_t.push_back(uk);
+        GB_ASSIGN_OR_RETURN(ops::QuantWeight uv, one(mla_w_uv(a.kv_b_proj, d, h)));
+        ql.w_uv.push_back(uv);
+      }
+      GB_ASSIGN_OR_RETURN(ql.o_proj, one(a.o_proj));
+    }
     if (l.is_moe && experts) {
-      for (const MlpWeights& m : l.moe.experts) {
-        GB_ASSIGN_OR_RETURN(ops::QuantExpertWeights e, mlp(m));
-        ql.experts.push_back(e);
+      ql.experts.resize(l.moe.experts.size());
+      for (int64_t e = eb; e < ee; ++e) {
+        GB_ASSIGN_OR_RETURN(ql.experts[static_cast<size_t>(e)], mlp(l.moe.experts[static_cast<size_t>(e)]));
       }
     }
     if (l.is_moe && shared && checkpoint.config().has_shared_expert()) {
@@ -88,6 +154,26 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
   q->matrices_ = done;
   q->seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return q;
+}
+
+std::string QuantizedWeights::describe() const {
+  std::string what;
+  if (attention_side_ && expert_end_ > expert_begin_ && !share_) {
+    what = "attention projections and experts";
+  } else {
+    if (attention_side_) what = "the attention side (attention projections, shared experts, dense MLPs)";
+    if (expert_end_ > expert_begin_) {
+      if (!what.empty()) what += " and ";
+      what += fmt::format("routed experts [{}, {}) of {}", expert_begin_, expert_end_, num_experts_);
+    }
+    if (what.empty()) what = "nothing";
+  }
+  const std::string fp8 = from_fp8_ ? fmt::format(", {} of them from the checkpoint's FP8 blocks directly", from_fp8_)
+                                    : std::string();
+  return fmt::format("{} for {} ({} matrices{}: {:.1f} MiB from {:.1f} MiB bf16, quantized at load in {:.2f} s)",
+                     ops::weight_quant_scheme_name(repr_->scheme), what, matrices_, fp8,
+                     static_cast<double>(quantized_bytes_) / (1 << 20),
+                     static_cast<double>(replaced_bytes_) / (1 << 20), seconds_);
 }
 
 }  // namespace genbridge::model

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "genbridge/core/status.h"
@@ -20,19 +21,31 @@ namespace genbridge::model {
 // Told after each weight matrix is quantized: matrices done and in all.
 using QuantizeProgressFn = std::function<void(int64_t done, int64_t total)>;
 
+// Which share of the model to quantize (the roles the contract's layers name, intersected with this):
+// everything (monolithic, in-process AFD), an AFD attention rank's side, or an FFN rank's experts.
 struct QuantizeOptions {
-  bool attention = true;  // quantize attention projections (when the contract's layers say so)
-  bool experts = true;    // quantize routed experts (when the contract's layers say so)
+  bool attention = true;  // the attention side: attention projections, shared experts, dense MLPs
+  bool experts = true;    // routed experts, those in [expert_begin, expert_end)
+  int64_t expert_begin = 0;
+  int64_t expert_end = -1;  // -1: every expert
   const QuantizeProgressFn* progress = nullptr;
 };
 
 class QuantizedWeights {
  public:
   struct Layer {
-    bool attention = false;  // q, k, v, o below are set
+    bool attention = false;  // GQA: q, k, v, o below are set
     ops::QuantWeight q_proj, k_proj, v_proj, o_proj;
-    std::vector<ops::QuantExpertWeights> experts;  // empty: bf16 experts (or a dense layer)
-    bool shared = false;                           // shared expert quantized
+    // MLA (DeepSeek): q_a + q_b (q_lora_rank > 0) or q_proj, kv_a (kv_a_proj_with_mqa), o_proj, and kv_b in
+    // the absorbed form's layout, per head: w_uk_t[h] = W_UK[h]^T [kv_lora_rank, qk_nope_head_dim] (scales
+    // along qk_nope_head_dim) and w_uv[h] = kv_b's value rows [v_head_dim, kv_lora_rank]. The indexer's
+    // projections stay bf16 (QuantizedLayers::indexer_projections).
+    bool mla = false;
+    ops::QuantWeight q_a_proj, q_b_proj, kv_a_proj;
+    std::vector<ops::QuantWeight> w_uk_t, w_uv;
+    // Indexed by expert id; only [expert_begin(), expert_end()) are set. Empty: bf16 experts (or a dense layer).
+    std::vector<ops::QuantExpertWeights> experts;
+    bool shared = false;  // shared expert quantized
     ops::QuantExpertWeights shared_expert;
     bool dense = false;  // dense MLP quantized
     ops::QuantExpertWeights dense_mlp;
@@ -40,7 +53,9 @@ class QuantizedWeights {
 
   // Quantizes `checkpoint`'s bf16 weights into `repr` for the roles `layers` names (and `options` keeps).
   // Uses the kernel threads; the result does not depend on their number. Unimplemented when the build's
-  // generation cannot run repr (quant_linear's message).
+  // generation cannot run repr (quant_linear's message). Each matrix is quantized alone, so a share has
+  // the bits of the same matrices quantized with the whole model. An expert range outside [0, experts)
+  // is InvalidArgument.
   static Result<std::unique_ptr<QuantizedWeights>> quantize(const Checkpoint& checkpoint,
                                                             const runtime::WeightQuantRepresentation& repr,
                                                             const runtime::QuantizedLayers& layers,
@@ -53,12 +68,28 @@ class QuantizedWeights {
   uint64_t quantized_bytes() const { return quantized_bytes_; }
   uint64_t replaced_bf16_bytes() const { return replaced_bytes_; }
   int64_t num_matrices() const { return matrices_; }
+  // Matrices converted from an FP8 block-scaled checkpoint's codes and scales (Checkpoint::fp8_source)
+  // rather than from bf16 weights.
+  int64_t num_from_fp8() const { return from_fp8_; }
   double seconds() const { return seconds_; }
+  // The share held: the attention side (when the contract quantizes any of it), and the routed experts
+  // [expert_begin, expert_end) of every MoE layer (an empty range when the contract keeps them bf16 or
+  // the share left them out).
+  bool holds_attention_side() const { return attention_side_; }
+  bool experts_quantized() const { return experts_role_; }  // the contract quantizes routed experts
+  int64_t expert_begin() const { return expert_begin_; }
+  int64_t expert_end() const { return expert_end_; }
+  // "mxfp8 for <what> (<n> matrices: <q> MiB from <b> MiB bf16, quantized at load in <t> s)".
+  std::string describe() const;
 
  private:
   QuantizedWeights() = default;
   Result<ops::QuantWeight> quantize_one(const TensorView& w);
   const runtime::WeightQuantRepresentation* repr_ = nullptr;
+  const Checkpoint* checkpoint_ = nullptr;
+  int64_t from_fp8_ = 0;
+  bool attention_side_ = false, experts_role_ = false, share_ = false;
+  int64_t expert_begin_ = 0, expert_end_ = 0, num_experts_ = 0;
   std::vector<Layer> layers_;
   std::vector<std::unique_ptr<uint8_t[]>> buffers_;
   uint64_t quantized_bytes_ = 0, replaced_bytes_ = 0;

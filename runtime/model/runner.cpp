@@ -99,6 +99,12 @@ Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView&
   if (begin < 0 || begin > end || end > num_experts_) {
     return invalid_argument(fmt::format("experts: range [{}, {}) is not inside [0, {})", begin, end, num_experts_));
   }
+  if (quantized_ && quantized_->experts_quantized() &&
+      (begin < quantized_->expert_begin() || end > quantized_->expert_end()) && begin < end) {
+    return invalid_argument(fmt::format(
+        "experts: layer {}'s experts [{}, {}) are not among the quantized experts [{}, {}) these weights hold", layer,
+        begin, end, quantized_->expert_begin(), quantized_->expert_end()));
+  }
   if (quantized_ && layer < quantized_->num_layers() && !quantized_->layer(layer).experts.empty()) {
     std::span<const ops::QuantExpertWeights> q(quantized_->layer(layer).experts);
     return ops::quant_expert_ffn(x, topk_ids, q.subspan(begin, end - begin), begin, end, out);
@@ -130,6 +136,13 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
         ops::weight_quant_scheme_name(quantized->representation().scheme), quantized->num_layers(),
         wq ? ops::weight_quant_scheme_name(wq->scheme) : "none", checkpoint.config().num_hidden_layers));
   }
+  const runtime::QuantizedLayers& roles = dev.contract().weight_quant.layers;
+  if (quantized && !quantized->holds_attention_side() && (roles.attention_projections || roles.shared_experts)) {
+    return invalid_argument(fmt::format(
+        "model runner: the quantized weights hold only routed experts [{}, {}) (an FFN rank's share), not the "
+        "attention side the runner computes",
+        quantized->expert_begin(), quantized->expert_end()));
+  }
   std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool, quantized));
   const ModelConfig& c = r->config_;
   if (c.is_deepseek()) {  // MLA (+ DSA) attention: latent rows instead of GQA K/V (deepseek_attention.h)
@@ -137,7 +150,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
       return invalid_argument(fmt::format("model runner: the KV pool holds {} layers but the model has {}",
                                           pool.geometry().num_layers, c.num_hidden_layers));
     }
-    GB_ASSIGN_OR_RETURN(r->mla_, MlaAttention::create(checkpoint, dev, pool));
+    GB_ASSIGN_OR_RETURN(r->mla_, MlaAttention::create(checkpoint, dev, pool, quantized));
     return r;
   }
   if (pool.geometry().num_layers != c.num_hidden_layers || pool.geometry().num_kv_heads != c.num_key_value_heads) {

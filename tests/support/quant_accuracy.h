@@ -12,6 +12,7 @@
 
 #include "runtime/device/device_operator.h"
 #include "runtime/memory/kv_page_pool.h"
+#include "runtime/model/deepseek_attention.h"
 #include "runtime/model/quant_weights.h"
 #include "runtime/model/runner.h"
 
@@ -46,14 +47,15 @@ inline int32_t argmax(const std::vector<float>& v) {
 inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt, const std::string& weight_quant,
                                                    const std::vector<int32_t>& prompt, int64_t steps,
                                                    const std::vector<int32_t>& forced, std::vector<int32_t>* tokens,
-                                                   QuantAccuracy* acc) {
+                                                   QuantAccuracy* acc, const runtime::QuantizedLayers* roles = nullptr) {
   runtime::DeviceConfig dc;
   dc.weight_quant = weight_quant;
   GB_ASSIGN_OR_RETURN(runtime::DeviceOperator dev, runtime::DeviceOperator::create(dc));
   std::unique_ptr<model::QuantizedWeights> q;
   if (dev.weight_quant()) {
     GB_ASSIGN_OR_RETURN(
-        q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(), dev.contract().weight_quant.layers));
+        q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(),
+                                             roles ? *roles : dev.contract().weight_quant.layers));
     if (acc) {
       acc->scheme = std::string(ops::weight_quant_scheme_name(dev.weight_quant()->scheme));
       acc->quantize_seconds = q->seconds();
@@ -65,8 +67,7 @@ inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt
   const int64_t P = static_cast<int64_t>(prompt.size()), V = c.vocab_size;
   GB_ASSIGN_OR_RETURN(
       runtime::KvPagePool pool,
-      runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}),
-                                  (P + steps) / 128 + 2));
+      runtime::KvPagePool::create(dev.kv_page_geometry(model::kv_model_shape(c)), (P + steps) / 128 + 2));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool, q.get()));
   model::ForwardBatch batch = runner->make_batch(P, 1);
   std::vector<float> logits(static_cast<size_t>(V));
@@ -92,13 +93,14 @@ inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt
 }  // namespace quant_accuracy_detail
 
 // `steps` greedy tokens of the bf16 engine after `prompt`, and the quantized engine (`weight_quant`) on
-// the same tokens.
+// the same tokens. `roles` (optional) replaces the contract's quantized roles (to split the error by role).
 inline Result<QuantAccuracy> measure_quant_accuracy(const model::Checkpoint& ckpt, const std::string& weight_quant,
-                                                    const std::vector<int32_t>& prompt, int64_t steps) {
+                                                    const std::vector<int32_t>& prompt, int64_t steps,
+                                                    const runtime::QuantizedLayers* roles = nullptr) {
   QuantAccuracy acc;
   std::vector<int32_t> tokens;
   GB_ASSIGN_OR_RETURN(auto ref, quant_accuracy_detail::run(ckpt, "none", prompt, steps, {}, &tokens, nullptr));
-  GB_ASSIGN_OR_RETURN(auto got, quant_accuracy_detail::run(ckpt, weight_quant, prompt, steps, tokens, nullptr, &acc));
+  GB_ASSIGN_OR_RETURN(auto got, quant_accuracy_detail::run(ckpt, weight_quant, prompt, steps, tokens, nullptr, &acc, roles));
   for (size_t s = 0; s < ref.size(); ++s) {
     double num = 0, den = 0;
     for (size_t i = 0; i < ref[s].size(); ++i) {

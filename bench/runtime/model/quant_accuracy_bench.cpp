@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "runtime/device/device_operator.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/model/synthetic.h"
 #include "support/quant_accuracy.h"
@@ -35,18 +36,30 @@ int main(int argc, char** argv) {
         static_cast<int32_t>(engine::uniform_from(2026, i) * static_cast<double>(ckpt->config().vocab_size)));
   }
   fmt::print("preset {}, prompt 16 tokens, {} teacher-forced greedy steps (+ prefill)\n", preset, steps);
-  fmt::print("{:<7} {:>12} {:>12} {:>12} {:>10} {:>10} {:>12}\n", "scheme", "relL2 med", "relL2 p99", "relL2 max",
+  fmt::print("{:<22} {:>12} {:>12} {:>12} {:>10} {:>10} {:>12}\n", "scheme", "relL2 med", "relL2 p99", "relL2 max",
              "agree", "bytes", "quantize s");
+  // The error split by role: every quantized role, the attention projections alone, the FFN side alone
+  // (routed and shared experts, dense MLPs).
+  const runtime::QuantizedLayers all = runtime::DeviceOperator::create({}).value().contract().weight_quant.layers;
+  runtime::QuantizedLayers attention_only = all, experts_only = all;
+  attention_only.experts = attention_only.shared_experts = false;
+  experts_only.attention_projections = false;
+  struct Row {
+    const char* label;
+    const runtime::QuantizedLayers* roles;
+  };
   for (const char* s : {"w8a8", "mxfp8", "mxfp4"}) {
-    auto acc = testing::measure_quant_accuracy(*ckpt, s, prompt, steps);
-    if (!acc.ok()) {
-      fmt::print("{:<7} not run: {}\n", s, acc.status().message());
-      continue;
+    for (Row row : {Row{"", &all}, Row{" attn proj. only", &attention_only}, Row{" FFN only", &experts_only}}) {
+      auto acc = testing::measure_quant_accuracy(*ckpt, s, prompt, steps, row.roles);
+      if (!acc.ok()) {
+        fmt::print("{:<7} not run: {}\n", s, acc.status().message());
+        break;
+      }
+      fmt::print("{:<22} {:>12.3e} {:>12.3e} {:>12.3e} {:>9.1f}% {:>9.3f}x {:>12.2f}\n", std::string(s) + row.label,
+                 acc->quantile(0.5), acc->quantile(0.99), acc->quantile(1.0), 100 * acc->agreement(),
+                 static_cast<double>(acc->quantized_bytes) / static_cast<double>(acc->replaced_bytes),
+                 acc->quantize_seconds);
     }
-    fmt::print("{:<7} {:>12.3e} {:>12.3e} {:>12.3e} {:>9.1f}% {:>9.3f}x {:>12.2f}\n", s, acc->quantile(0.5),
-               acc->quantile(0.99), acc->quantile(1.0), 100 * acc->agreement(),
-               static_cast<double>(acc->quantized_bytes) / static_cast<double>(acc->replaced_bytes),
-               acc->quantize_seconds);
   }
   return 0;
 }

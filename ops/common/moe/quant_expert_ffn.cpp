@@ -3,13 +3,16 @@
 // SwiGLU activation in fp32 between them. quant_linear is batch-invariant, so each slot's bits are those
 // of its token alone. W8A8 runs quant_linear's own parts (the same kernel and formula, so the same bits)
 // for every expert at once: two parallel regions per call (gate and up of all experts, then all downs)
-// instead of three per expert (at decode a layer's experts are a few small matrices each).
+// instead of three per expert (at decode a layer's experts are a few small matrices each). The MX schemes, with at
+// least two active experts per thread (decode), spread the experts over the threads, each expert's three calls on
+// one thread (one parallel region per call).
 #include "genbridge/ops/moe/quant_expert_ffn.h"
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "core/parallel.h"
 #include "ops/detail/activation/swiglu.h"
 #include "ops/detail/common/rows.h"
 #include "ops/detail/common/tensor_checks.h"
@@ -194,31 +197,49 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
     }
   }
   if (experts[0].w_gate.scheme == WeightQuantScheme::kW8A8) return w8a8_experts(x, k, experts, slots, H, I, out);
-  std::vector<float> xs, g, u, y;
-  for (int64_t e = 0; e < end - begin; ++e) {
+  // One contiguous fp32 buffer per intermediate, each expert's rows at its first slot.
+  std::vector<int64_t> first(static_cast<size_t>(end - begin) + 1, 0);
+  for (int64_t e = 0; e < end - begin; ++e) first[e + 1] = first[e] + static_cast<int64_t>(slots[e].size());
+  const int64_t rows = first[end - begin];
+  std::vector<float> xs(static_cast<size_t>(rows * H)), g(static_cast<size_t>(rows * I)),
+      u(static_cast<size_t>(rows * I)), y(static_cast<size_t>(rows * H));
+  auto run_expert = [&](int64_t e) -> Status {
     const std::vector<int64_t>& sl = slots[static_cast<size_t>(e)];
-    const int64_t n = static_cast<int64_t>(sl.size());
-    if (n == 0) continue;
-    xs.resize(static_cast<size_t>(n * H));
-    g.resize(static_cast<size_t>(n * I));
-    u.resize(static_cast<size_t>(n * I));
-    y.resize(static_cast<size_t>(n * H));
-    for (int64_t i = 0; i < n; ++i) detail::load_row_f32(x, 1, sl[i] / k, H, xs.data() + i * H);
-    const TensorView xv(xs.data(), DType::kF32, {n, H}), gv(g.data(), DType::kF32, {n, I}),
-        uv(u.data(), DType::kF32, {n, I}), yv(y.data(), DType::kF32, {n, H});
+    const int64_t n = static_cast<int64_t>(sl.size()), f = first[e];
+    float *xe = xs.data() + f * H, *ge = g.data() + f * I, *ue = u.data() + f * I, *ye = y.data() + f * H;
+    for (int64_t i = 0; i < n; ++i) detail::load_row_f32(x, 1, sl[i] / k, H, xe + i * H);
+    const TensorView xv(xe, DType::kF32, {n, H}), gv(ge, DType::kF32, {n, I}), uv(ue, DType::kF32, {n, I}),
+        yv(ye, DType::kF32, {n, H});
     const QuantExpertWeights& w = experts[static_cast<size_t>(e)];
     GB_RETURN_IF_ERROR(quant_linear(xv, w.w_gate, gv));
     GB_RETURN_IF_ERROR(quant_linear(xv, w.w_up, uv));
-    for (int64_t i = 0; i < n * I; ++i) g[i] = detail::silu_mul(g[i], u[i]);
+    for (int64_t i = 0; i < n * I; ++i) ge[i] = detail::silu_mul(ge[i], ue[i]);
     GB_RETURN_IF_ERROR(quant_linear(gv, w.w_down, yv));
     for (int64_t i = 0; i < n; ++i) {
       const TensorView row = out.slice0(sl[i] / k, sl[i] / k + 1);  // [1, k, H]
       const TensorView slot = TensorView::strided(
           static_cast<char*>(row.data()) + (sl[i] % k) * out.stride(1) * static_cast<int64_t>(dtype_size(out.dtype())),
           out.dtype(), {1, H}, {H, out.stride(2)});
-      detail::store_row_f32(slot, 1, 0, H, y.data() + i * H);
+      detail::store_row_f32(slot, 1, 0, H, ye + i * H);
     }
+    return ok_status();
+  };
+  std::vector<int64_t> active;  // experts with rows, most rows first
+  for (int64_t e = 0; e < end - begin; ++e)
+    if (!slots[static_cast<size_t>(e)].empty()) active.push_back(e);
+  std::stable_sort(active.begin(), active.end(),
+                   [&](int64_t a, int64_t b) { return slots[a].size() > slots[b].size(); });
+  if (static_cast<int64_t>(active.size()) >= 2 * num_threads()) {
+    // Enough experts to keep every thread busy (e.g. decode): one expert per work item, its three quant_linear
+    // calls on the item's thread (a loop started inside a running one runs on its caller's thread), so a layer
+    // costs one hand-out loop instead of three per expert. quant_linear's bits do not depend on the thread count.
+    std::vector<Status> status(active.size(), ok_status());
+    genbridge::detail::parallel_for_dynamic(static_cast<int64_t>(active.size()),
+                                            [&](int64_t i) { status[static_cast<size_t>(i)] = run_expert(active[i]); });
+    for (const Status& st : status) GB_RETURN_IF_ERROR(st);
+    return ok_status();
   }
+  for (int64_t e : active) GB_RETURN_IF_ERROR(run_expert(e));
   return ok_status();
 }
 

@@ -243,22 +243,15 @@ HWY_INLINE void Transpose8x8(D d, const float* HWY_RESTRICT src, float* HWY_REST
 }
 #endif
 
-// Widens b's rows [c0, c0 + nc) (nc <= kNC) into bp [16][J][kNC], zero-padded in k and in columns.
-// Per 16-wide k block, all columns are widened into a small transposition buffer first, so the
-// packed panel is written block by block (it does not fit L1).
-template <typename BT>
-void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HWY_RESTRICT bp) {
+// Packs one panel of nc <= kNC weight rows into bp [16][J][kNC], zero-padded in k and in columns: per 16-wide k
+// block, fill(k, t) writes the rows' fp32 elements [k, k + 16) (zero past K) into a small transposition buffer
+// t[c * 16 + l] (c < nc), which is then written to the packed panel block by block (the panel does not fit L1).
+template <typename Fill>
+void PackPanel(int64_t nc, int64_t J, Fill&& fill, float* HWY_RESTRICT bp) {
   alignas(64) float t[kNC * kLanes];
   if (nc < kNC) std::memset(t, 0, sizeof t);
   for (int64_t j = 0; j < J; ++j) {
-    const int64_t k = j * kLanes;
-    if (k + kLanes <= K) {
-      // The next panel's rows at the same offsets (as GEMV does: rows start cold at page boundaries).
-      for (int64_t c = 0; c < kNC; ++c) PrefetchL2(b, (c + kNC) * ldb + k);
-      for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, Load16(b + c * ldb + k));
-    } else {
-      for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, LoadTail16(b + c * ldb + k, K - k));
-    }
+    fill(j * kLanes, t);
     float* dst = bp + j * kNC;
     if constexpr (kTranspose8) {
       GB_UNROLL for (int c0 = 0; c0 < kNC; c0 += 8) {
@@ -273,6 +266,23 @@ void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HW
   }
 }
 
+// Widens b's rows [0, nc) into a packed panel.
+template <typename BT>
+void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HWY_RESTRICT bp) {
+  PackPanel(
+      nc, J,
+      [&](int64_t k, float* HWY_RESTRICT t) {
+        if (k + kLanes <= K) {
+          // The next panel's rows at the same offsets (as GEMV does: rows start cold at page boundaries).
+          for (int64_t c = 0; c < kNC; ++c) PrefetchL2(b, (c + kNC) * ldb + k);
+          for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, Load16(b + c * ldb + k));
+        } else {
+          for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, LoadTail16(b + c * ldb + k, K - k));
+        }
+      },
+      bp);
+}
+
 // Copies rows [0, mr) (mr <= kMR) of a into ap [16][J][kMR], zero-padded in k and in rows.
 void PackA(const float* a, int64_t lda, int64_t mr, int64_t K, int64_t J, float* HWY_RESTRICT ap) {
   for (int64_t j = 0; j < J; ++j)
@@ -283,9 +293,9 @@ void PackA(const float* a, int64_t lda, int64_t mr, int64_t K, int64_t J, float*
     }
 }
 
-template <typename BT>
-void Gemm(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out,
-          int64_t ldo) {
+// pack(c0, nc, J, bp) packs weight rows [c0, c0 + nc) into bp.
+template <typename Pack>
+void GemmPanels(const float* a, int64_t lda, int64_t m, Pack&& pack, int64_t n, int64_t K, float* out, int64_t ldo) {
   const int64_t J = (K + kLanes - 1) / kLanes;
   const int64_t row_tiles = (m + kMR - 1) / kMR;
   const size_t a_tile = static_cast<size_t>(kLanes * J * kMR);
@@ -297,7 +307,7 @@ void Gemm(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int6
     PackA(a + t * kMR * lda, lda, std::min<int64_t>(kMR, m - t * kMR), K, J, ap + t * a_tile);
   for (int64_t c0 = 0; c0 < n; c0 += kNC) {
     const int64_t nc = std::min<int64_t>(kNC, n - c0);
-    PackB(b + c0 * ldb, ldb, nc, K, J, bp);
+    pack(c0, nc, J, bp);
     for (int64_t t = 0; t < row_tiles; ++t) {
       GemmMicro(ap + t * a_tile, bp, J, part);
       ReduceLanes(part, tile);
@@ -306,6 +316,26 @@ void Gemm(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int6
         std::memcpy(out + (t * kMR + r) * ldo + c0, tile + r * kNC, static_cast<size_t>(nc) * sizeof(float));
     }
   }
+}
+
+template <typename BT>
+void Gemm(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out,
+          int64_t ldo) {
+  GemmPanels(
+      a, lda, m, [&](int64_t c0, int64_t nc, int64_t J, float* bp) { PackB(b + c0 * ldb, ldb, nc, K, J, bp); }, n, K,
+      out, ldo);
+}
+
+// The GEMM with weight chunks from the caller (dot_kernel.h: GemmChunksFn).
+void GemmChunks(const float* a, int64_t lda, int64_t m, WeightChunkFn chunk, const void* ctx, int64_t n, int64_t K,
+                float* out, int64_t ldo) {
+  GemmPanels(
+      a, lda, m,
+      [&](int64_t c0, int64_t nc, int64_t J, float* bp) {
+        PackPanel(
+            nc, J, [&](int64_t k, float* HWY_RESTRICT t) { chunk(ctx, c0, nc, k, K, t); }, bp);
+      },
+      n, K, out, ldo);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -344,6 +374,9 @@ namespace genbridge::ops::detail {
 HWY_EXPORT(DotRowsF32);
 HWY_EXPORT(DotRowsBF16);
 HWY_EXPORT(DotRowsF16);
+HWY_EXPORT(GemmChunks);
+
+GemmChunksFn gemm_chunks_fn() { return GB_DISPATCH(GemmChunks); }
 
 DotRowsFn dot_rows_fn(DType w) {
   switch (w) {

@@ -32,6 +32,15 @@ using DotRowsFn = void (*)(const float* a, int64_t lda, int64_t m, const void* b
 // (GENBRIDGE_CPU_TARGET applied first). Call once per op call, not per tile.
 DotRowsFn dot_rows_fn(DType w);
 
+// The GEMM path for weights the caller produces chunk by chunk (e.g. decoded from a quantized format): as
+// dot_rows_fn's GEMM with fp32 weights, where chunk(ctx, c0, nc, k, K, t) writes weight rows [c0, c0 + nc)
+// (nc <= 64), elements [k, k + 16) as fp32 into t[c * 16 + l] (zero for k + l >= K; rows nc and up untouched).
+// Same bits as dot_rows_fn(kF32) on those weights. m >= 1, K >= 1; any m takes the GEMM path.
+using WeightChunkFn = void (*)(const void* ctx, int64_t c0, int64_t nc, int64_t k, int64_t K, float* t);
+using GemmChunksFn = void (*)(const float* a, int64_t lda, int64_t m, WeightChunkFn chunk, const void* ctx, int64_t n,
+                              int64_t K, float* out, int64_t ldo);
+GemmChunksFn gemm_chunks_fn();
+
 // Input rows from which the GEMM path is taken (below it, the GEMV path). Measured (linear bench, AVX2
 // and AVX-512): at 8 rows, packing the weights costs more than it saves (GEMV in row chunks is 2x
 // faster); at 32 rows the two are even, above it GEMM wins.

@@ -56,6 +56,7 @@ TEST(WeightQuantContract, representations_per_generation) {
     EXPECT_TRUE(w->layers.shared_experts);
     EXPECT_FALSE(w->layers.router);
     EXPECT_FALSE(w->layers.lm_head);
+    EXPECT_FALSE(w->layers.indexer_projections);
     EXPECT_NE(w->find(w->preferred), nullptr);
   }
 }

@@ -10,15 +10,24 @@
 
 #include <cstdint>
 
+#include "ops/detail/linear/dot_kernel.h"
+
 namespace genbridge::ops::detail {
 
+// An MX weight's rows: row r's elements at q + r * ldq, its block j's scale at scale[r * lds + j].
+struct MxWeightRows {
+  const uint8_t* q;
+  int64_t ldq;
+  const uint8_t* scale;
+  int64_t lds;
+};
+
 // fp4: element = fp4 e2m1 (two per byte, low nibble first; q rows hold K / 2 bytes), else fp8 e4m3fn.
-using MxDecodeRowsFn = void (*)(const uint8_t* q, int64_t ldq, const uint8_t* scale, int64_t lds, int64_t n, int64_t K,
-                                float* out, int64_t ldo);
 using MxGemvFn = void (*)(const float* a, int64_t lda, int64_t m, const uint8_t* q, int64_t ldq, const uint8_t* scale,
                           int64_t lds, int64_t n, int64_t K, float* out, int64_t ldo);
 
-MxDecodeRowsFn mx_decode_rows_fn(bool fp4);
+// The decode as gemm_chunks_fn's weight chunks; ctx: a const MxWeightRows*.
+WeightChunkFn mx_chunk_fn(bool fp4);
 // m <= kMxGemvMaxRows.
 MxGemvFn mx_gemv_fn(bool fp4);
 inline constexpr int64_t kMxGemvMaxRows = 4;

@@ -12,28 +12,15 @@
 #include "ops/target_providers/Ascend950/detail/quant/mx_kernel.h"
 
 namespace genbridge::ops::detail {
-namespace {
-
-// Weight rows decoded per GEMM call: the GEMM packs its input rows once per call, so a call must cover
-// many columns (256 rows of K = 4096 fp32 are 4 MiB of per-thread scratch).
-constexpr int64_t kDecodeRows = 256;
-
-}  // namespace
-
-void decode_mx_weight_rows(const QuantWeight& w, int64_t n0, int64_t n, int64_t K, float* out) {
-  mx_decode_rows_fn(w.scheme == WeightQuantScheme::kMxfp4)(
-      w.data.data_as<const uint8_t>() + n0 * w.data.stride(0), w.data.stride(0),
-      w.scale.data_as<const uint8_t>() + n0 * w.scale.stride(0), w.scale.stride(0), n, K, out, K);
-}
 
 void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& y, int64_t M, int64_t N, int64_t K) {
   const bool direct = x.dtype() == DType::kF32 && (x.is_contiguous() || (x.rank() == 2 && x.stride(1) == 1));
   const float* xp = direct ? x.data_as<const float>() : nullptr;
   const int64_t ldx = direct && x.rank() == 2 ? x.stride(0) : K;
-  const DotRowsFn dot = dot_rows_fn(DType::kF32);
   const bool fp4 = w.scheme == WeightQuantScheme::kMxfp4;
   const MxGemvFn gemv = mx_gemv_fn(fp4);  // dispatched once per call
-  const MxDecodeRowsFn decode = mx_decode_rows_fn(fp4);
+  const GemmChunksFn gemm = gemm_chunks_fn();
+  const WeightChunkFn chunk = mx_chunk_fn(fp4);
   const int64_t mb = rows_per_item(M);
   const int64_t row_blocks = (M + mb - 1) / mb;
   const int64_t nc = cols_per_item(N, row_blocks, num_threads());
@@ -60,13 +47,10 @@ void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& 
       store_y_block(y, r0, m, c0, n, vals, n);
       return;
     }
-    float* wdec = static_cast<float*>(thread_scratch<2>(static_cast<size_t>(kDecodeRows * K) * sizeof(float)));
-    for (int64_t j0 = 0; j0 < n; j0 += kDecodeRows) {
-      const int64_t nn = std::min(kDecodeRows, n - j0);
-      decode(w.data.data_as<const uint8_t>() + (c0 + j0) * w.data.stride(0), w.data.stride(0),
-             w.scale.data_as<const uint8_t>() + (c0 + j0) * w.scale.stride(0), w.scale.stride(0), nn, K, wdec, K);
-      dot(a, lda, m, wdec, K, nn, K, vals + j0, n);
-    }
+    // GEMM: the weight panels are decoded straight into the GEMM's packed layout.
+    const MxWeightRows rows{w.data.data_as<const uint8_t>() + c0 * w.data.stride(0), w.data.stride(0),
+                            w.scale.data_as<const uint8_t>() + c0 * w.scale.stride(0), w.scale.stride(0)};
+    gemm(a, lda, m, chunk, &rows, n, K, vals, n);
     store_y_block(y, r0, m, c0, n, vals, n);
   });
 }

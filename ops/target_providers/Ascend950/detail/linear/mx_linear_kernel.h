@@ -10,15 +10,13 @@
 
 namespace genbridge::ops::detail {
 
-// quant_linear for kMxfp8 / kMxfp4 (arguments already checked, M, N, K > 0): each weight row is decoded
+// quant_linear for kMxfp8 / kMxfp4 (arguments already checked, M, N, K > 0): each weight element is decoded
 // to fp32 exactly as the contract says (fl32(element * 2^(s - 127)), reading the pair-layout scales in
-// place) into a per-thread buffer a few rows at a time, then reduced against fp32 x rows by linear's
-// batch-invariant dot kernel (dot_kernel.h), so every row's bits are those of linear/linear with the
+// place) and reduced against fp32 x rows in the order of linear's batch-invariant dot kernel (dot_kernel.h):
+// fewer than kGemmMinRows rows: decoded in registers inside the GEMV (mx_dot_kernel.h); more: decoded into
+// the GEMM's packed weight panels (gemm_chunks_fn). Every row's bits are those of linear/linear with the
 // decoded fp32 weight.
 void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& y, int64_t M, int64_t N, int64_t K);
-
-// Decodes weight rows [n0, n0 + n) of an MX QuantWeight into out[i * K + k] (fp32).
-void decode_mx_weight_rows(const QuantWeight& w, int64_t n0, int64_t n, int64_t K, float* out);
 
 // quantize_weight for kMxfp8 / kMxfp4 (arguments already checked): dynamic_mx_quant with the scheme's
 // scale rule, writing the pair-layout scales directly.
