@@ -15,6 +15,7 @@ AfdExecutor::AfdExecutor(const model::ModelRunner& runner, AttentionRunner& atte
       batches_(static_cast<size_t>(stages)),
       planned_tokens_(static_cast<size_t>(stages), 0),
       planned_seqs_(static_cast<size_t>(stages), 0),
+      last_step_ns_(now_ns()),
       warmup_steps_(warmup_steps) {}
 
 Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logits) {
@@ -67,9 +68,18 @@ Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logi
     return runner_.finish_moe(batches_[stage], layer, &expert_out);
   };
   const StepPhase phase = num_seqs > 0 && !seen_.contains(in.seq_ids[0]) ? StepPhase::kPrefill : StepPhase::kDecode;
+  // A decode forward holds every running sequence except those prefilled since the previous decode: any
+  // other has ended (a server's stream of requests would otherwise grow the set for ever).
+  if (phase == StepPhase::kDecode) {
+    seen_.swap(prefilled_);
+    prefilled_.clear();
+  } else {
+    for (const runtime::SeqId id : in.seq_ids) prefilled_.insert(id);
+  }
   for (const runtime::SeqId id : in.seq_ids) seen_.insert(id);
   ++step_;
   GB_RETURN_IF_ERROR(attention_.step(step_, stage_tokens, step_ <= warmup_steps_, fns, phase));
+  last_step_ns_ = now_ns();
   for (int s = 0; s < S; ++s) {
     const int64_t n = seq_end[s] - seq_begin[s];
     if (n == 0) continue;
@@ -78,15 +88,20 @@ Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logi
   return ok_status();
 }
 
+Status AfdExecutor::empty_step() {
+  const std::vector<int> idle(batches_.size(), 0);
+  ++step_;
+  GB_RETURN_IF_ERROR(attention_.step(step_, idle, step_ <= warmup_steps_, AttentionLayerFns{}));
+  last_step_ns_ = now_ns();
+  return ok_status();
+}
+
 Status AfdExecutor::finish() {
   if (agreement_) {
-    const std::vector<int> idle(batches_.size(), 0);
-    const AttentionLayerFns none;
     for (;;) {
       GB_ASSIGN_OR_RETURN(const bool any, agreement_->any_active(false));
       if (!any) break;
-      ++step_;
-      GB_RETURN_IF_ERROR(attention_.step(step_, idle, step_ <= warmup_steps_, none));
+      GB_RETURN_IF_ERROR(empty_step());
     }
   }
   return attention_.finish();

@@ -28,6 +28,13 @@ class AfdExecutor final : public engine::ForwardExecutor {
   // the FFN ranks this rank is done.
   Status finish();
   int64_t steps() const { return step_; }
+  // Serving (afd/serve_job.h): an empty step (every MoE layer's transfers with 0 tokens, as an idle
+  // lockstep rank sends) keeps the FFN ranks' deadline on this rank's next step while it has no work; the
+  // agreement (nullptr when none) is the one forward() answers; last_step_ns() is when the last step
+  // (empty or not) ended, or when the executor was built.
+  Status empty_step();
+  StepAgreement* agreement() const { return agreement_; }
+  int64_t last_step_ns() const { return last_step_ns_; }
   // Tests only (fault injection): called with the step number before each step's forward; an error fails
   // the forward.
   void set_before_step(std::function<Status(int64_t step)> hook) { before_step_ = std::move(hook); }
@@ -39,10 +46,12 @@ class AfdExecutor final : public engine::ForwardExecutor {
   std::vector<model::ForwardBatch> batches_;
   std::vector<int64_t> planned_tokens_, planned_seqs_;
   int64_t step_ = 0;
+  int64_t last_step_ns_ = 0;
   int warmup_steps_ = 0;
   // Sequences seen in an earlier forward: a forward whose sequences are new is a prefill (the engine never
   // mixes prefill and decode in one forward, and prefills a prompt in one forward).
   std::unordered_set<runtime::SeqId> seen_;
+  std::unordered_set<runtime::SeqId> prefilled_;  // since the last decode forward
   std::function<Status(int64_t step)> before_step_;
 };
 

@@ -76,6 +76,7 @@ struct ServeOptions {
   int http_threads = 0;            // 0: --max-batch + --max-queued-requests + 8
   double request_timeout_s = 600;  // a request still running then is cancelled (504)
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long, then are cancelled
+  std::string role;                // --afd-transport mpi: "attention", "ffn" or empty (roles from rank order)
 };
 
 int make_model(const MakeModelOptions& o);

@@ -192,4 +192,32 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
   };
 }
 
+Result<std::vector<afd::FingerprintItem>> serve_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint) {
+  const model::ModelConfig& c = checkpoint.config();
+  GB_ASSIGN_OR_RETURN(const std::string weights, weight_identity(checkpoint));
+  Fnv1a config_hash;
+  config_hash.add(model::to_config_json(c));
+  const std::string not_given = "(not given)";
+  return std::vector<afd::FingerprintItem>{
+      {"build", fmt::format("{} ({})", ops::build_target(), ops::build_soc())},
+      {"--model", o.model_dir.empty() ? std::string("(not given: the synthetic model of --preset)")
+                                      : std::string("(given: a checkpoint directory)")},
+      {"--preset", o.model_dir.empty() ? o.preset : not_given},
+      {"--model-seed", o.model_dir.empty() ? std::to_string(o.model_seed) : not_given},
+      {"model config",
+       fmt::format("{} layers, hidden {}, heads {}/{} x {}, {} experts top-{}, vocab {} (config.json digest {})",
+                   c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                   c.num_experts, c.num_experts_per_tok, c.vocab_size, config_hash.hex())},
+      {"model weights", weights},
+      {"--max-batch", std::to_string(o.max_batch)},
+      {"--kv-cache-dtype", o.kv_cache_dtype},
+      {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
+      {"--afd", o.afd},
+      {"--afd-connector", o.afd_connector},
+      {"--afd-stages", std::to_string(o.afd_stages)},
+      {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
+      {"--afd-transport", o.afd_transport},
+  };
+}
+
 }  // namespace genbridge::tools

@@ -33,4 +33,9 @@ Result<std::string> weight_identity(const model::Checkpoint& checkpoint);
 Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint,
                                                           const std::vector<engine::Request>& requests);
 
+// The fingerprint of `genbridge serve --afd ... --afd-transport mpi` (every rank a serve process): build,
+// --model / --preset / --model-seed, model config and weight identity, and the flags that shape the job
+// (--max-batch, --kv-memory-mb, --kv-cache-dtype, --afd*). HTTP flags are this process's own.
+Result<std::vector<afd::FingerprintItem>> serve_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint);
+
 }  // namespace genbridge::tools

@@ -226,8 +226,28 @@ int main(int argc, char** argv) {
   add_real_flag(srv, "--shutdown-timeout", &so.shutdown_timeout_s, 0, 86400, false,
                 "Seconds in-flight requests get to finish after SIGTERM / SIGINT; then they are cancelled",
                 "a number of seconds");
-  srv->footer("Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model or the listener failed; 2 the command\n"
-              "line is invalid.");
+  add_string_flag(srv, "--afd", &so.run.afd,
+                  "Serve with attention-FFN disaggregation, topology <A>A<F>F (e.g. 2A1F). In-process (default),\n"
+                  "every rank is a thread and a request goes to the attention rank with the fewest unfinished\n"
+                  "requests; under mpirun (--afd-transport mpi) A must be 1: world rank 0 is the attention rank and\n"
+                  "serves HTTP, the other ranks (started with the same flags) serve their experts:\n"
+                  "  mpirun -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role attention ...\n"
+                  "       : -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role ffn ...\n"
+                  "Send SIGTERM to world rank 0 to drain and end every rank. Every --afd-* flag needs --afd",
+                  "none (monolithic)");
+  add_choice_flag(srv, "--afd-connector", &so.run.afd_connector, {"sync", "async"},
+                  "sync (control plane) | async (self-describing messages; attention ranks step independently)");
+  add_int_flag(srv, "--afd-stages", &so.run.afd_stages, 1, genbridge::afd::kMaxStages, "Micro-batch stages per step");
+  add_choice_flag(srv, "--afd-transport", &so.run.afd_transport, {"inproc", "mpi"},
+                  "inproc (threads of this process) | mpi (every rank a `genbridge serve` process under mpirun)");
+  add_real_flag(srv, "--afd-timeout", &so.run.afd_timeout_s, 0.001, 86400, false,
+                "Deadline in seconds for every AFD wait. An idle attention rank sends an empty step every quarter\n"
+                "of it (keep-alive), so idle periods of any length are fine; a rank silent for longer ends the job",
+                "a number of seconds");
+  add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
+                  "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");
+  srv->footer("Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model, the listener or the AFD job failed (a failed\n"
+              "or killed rank ends the server; under mpirun the job is aborted); 2 the command line is invalid.");
 
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(

@@ -2,7 +2,11 @@
 // (--port 0 --port-file) and stopping it with SIGTERM (it must exit 0). Every wait is bounded: each HTTP
 // call has a timeout, every poll a deadline, and the whole case a watchdog.
 // usage: node serve_test.mjs --case NAME --genbridge PATH --model DIR --work DIR [--clients N --rounds N
-//        --max-tokens N] [--client-dir DIR]
+//        --max-tokens N] [--client-dir DIR] [--serve-args "FLAGS"] [--mpirun PATH] [--idle-ms N]
+// --serve-args: more `genbridge serve` flags for every server (e.g. "--afd 2A1F"). --mpirun: every server is
+// an mpirun job of two `genbridge serve` processes (--role attention, --role ffn; the flags must include
+// --afd 1A1F --afd-transport mpi); it is stopped by SIGTERM to world rank 0 and mpirun must exit 0.
+// --drain-tokens: the in-flight request's length in sigterm_drains (default 1500).
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -10,6 +14,8 @@ import path from "node:path";
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
 const G = args.genbridge, MODEL = args.model, WORK = args.work;
+const SERVE_ARGS = (args["serve-args"] ?? "").split(" ").filter((a) => a.length > 0);
+const MPIRUN = args.mpirun;
 const NAME = path.basename(MODEL);
 fs.mkdirSync(WORK, { recursive: true });
 const servers = [];
@@ -33,8 +39,11 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function startServer(extra = [], model = MODEL) {
   const portFile = path.join(WORK, `port.${process.pid}.${servers.length}`);
   fs.rmSync(portFile, { force: true });
-  const proc = spawn(G, ["serve", "--model", model, "--port", "0", "--port-file", portFile, "--quiet", ...extra],
-                     { stdio: ["ignore", "pipe", "pipe"] });
+  const flags = ["serve", "--model", model, "--port", "0", "--port-file", portFile, "--quiet", ...SERVE_ARGS, ...extra];
+  const proc = MPIRUN
+    ? spawn(MPIRUN, ["--bind-to", "none", "-np", "1", G, ...flags, "--role", "attention", ":", "-np", "1", G, ...flags,
+                     "--role", "ffn"], { stdio: ["ignore", "pipe", "pipe"] })
+    : spawn(G, flags, { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   proc.stdout.on("data", (d) => (log += d));
   proc.stderr.on("data", (d) => (log += d));
@@ -50,8 +59,30 @@ async function startServer(extra = [], model = MODEL) {
   s.base = `http://127.0.0.1:${s.port}`;
   return s;
 }
+// The pid of world rank `rank` of an mpirun job (a child of mpirun whose environment names it), or null.
+function mpiRankPid(s, rank) {
+  let children = [];
+  try {
+    for (const t of fs.readdirSync(`/proc/${s.proc.pid}/task`)) {
+      children = children.concat(fs.readFileSync(`/proc/${s.proc.pid}/task/${t}/children`, "utf8").trim().split(/\s+/).filter(Boolean));
+    }
+  } catch { return null; }
+  for (const pid of children) {
+    try {
+      if (fs.readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(`OMPI_COMM_WORLD_RANK=${rank}`)) return Number(pid);
+    } catch { /* exited */ }
+  }
+  return null;
+}
+// SIGTERM to the server: the process, or world rank 0 of an mpirun job.
+function terminate(s) {
+  if (!MPIRUN) { s.proc.kill("SIGTERM"); return; }
+  const pid = mpiRankPid(s, 0);
+  check(pid !== null, "found world rank 0 of the mpirun job");
+  if (pid !== null) process.kill(pid, "SIGTERM");
+}
 async function stopServer(s, what = "SIGTERM: the server exits 0") {
-  s.proc.kill("SIGTERM");
+  terminate(s);
   const r = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
   eq(r.code, 0, what);
   if (r.code !== 0) console.log(s.log());
@@ -562,16 +593,18 @@ const cases = {
     await stopServer(s);
   },
 
-  // SIGTERM: /health and new requests 503, the in-flight stream (1,500 tokens: it outlasts the checks)
+  // SIGTERM: /health and new requests 503, the in-flight stream (--drain-tokens, 1,500: it outlasts the checks)
   // finishes, exit 0.
   async sigterm_drains() {
+    const DRAIN_TOKENS = Number(args["drain-tokens"] ?? 1500);
     const s = await startServer(["--shutdown-timeout", "60"]);
     const res = await fetch(s.base + "/v1/completions", {
       method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
-      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 1500, temperature: 0, stream: true }) });
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: DRAIN_TOKENS, temperature: 0, stream: true,
+                             ignore_eos: true }) });
     const reader = res.body.getReader();
     let text = new TextDecoder().decode((await reader.read()).value);
-    s.proc.kill("SIGTERM");
+    terminate(s);
     const deadline = Date.now() + 10000;
     let h;
     while ((h = await fetch(s.base + "/health", { signal: AbortSignal.timeout(5000) })).status !== 503 && Date.now() < deadline) await sleep(5);
@@ -585,7 +618,7 @@ const cases = {
     }
     const sse = parseSse(text);
     const j = joinChunks(sse.chunks, false);
-    eq([sse.wellFormed, sse.done, j.finish, j.usage?.completion_tokens], [true, true, "length", 1500], "the in-flight stream finished");
+    eq([sse.wellFormed, sse.done, j.finish, j.usage?.completion_tokens], [true, true, "length", DRAIN_TOKENS], "the in-flight stream finished");
     const e = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
     eq(e.code, 0, "exit 0 after draining");
   },
@@ -599,7 +632,7 @@ const cases = {
     const reader = res.body.getReader();
     let text = new TextDecoder().decode((await reader.read()).value);
     const t0 = Date.now();
-    s.proc.kill("SIGTERM");
+    terminate(s);
     for (let i = 0; i < 100000; ++i) {
       const { value, done } = await reader.read();
       if (done) break;
@@ -705,6 +738,75 @@ const cases = {
       eq([e.status, e.error?.message], [400, `The model 'nope' does not exist; this server serves '${NAME}'.`], "the client sees the 400 error object");
     }
     await stopServer(s);
+  },
+
+  // --afd: an idle server outlives --afd-timeout (its attention ranks send keep-alive steps): requests before
+  // and after a pause of --idle-ms get genbridge run's tokens; /metrics shows the AFD counters.
+  async afd_idle() {
+    const idleMs = Number(args["idle-ms"] ?? 3000);
+    const prompts = [[5, 6, 7, 8], [9, 10, 11]];
+    const want = runCli(prompts, 8);
+    const s = await startServer(["--max-batch", "4"]);
+    const req = { model: NAME, prompt: prompts[0], max_tokens: 8, temperature: 0, return_token_ids: true, ignore_eos: true };
+    let r = curl(s, "/v1/completions", req);
+    eq([r.status, r.json?.choices?.[0]?.token_ids], [200, want[0].ids], "before the pause: genbridge run's tokens");
+    const before = await metrics(s);
+    await sleep(idleMs);
+    eq(curl(s, "/health").status, 200, `healthy after ${idleMs} ms idle`);
+    r = curl(s, "/v1/completions", { ...req, prompt: prompts[1], stream: true });
+    const sse = parseSse(r.text);
+    const j = joinChunks(sse.chunks, false);
+    eq([r.status, sse.wellFormed, sse.done, j.ids, j.finish], [200, true, true, want[1].ids, "length"],
+       "after the pause, streamed: genbridge run's tokens");
+    r = curl(s, "/v1/completions", req);
+    eq([r.status, r.json?.choices?.[0]?.token_ids], [200, want[0].ids], "after the pause: the same tokens again");
+    const m = await metrics(s);
+    const empty = 'genbridge_afd_steps_total{kind="empty"}';
+    check(m[empty] > before[empty], "keep-alive: empty steps while idle", [before[empty], m[empty]]);
+    check(m['genbridge_afd_steps_total{kind="prefill"}'] >= 3 && m['genbridge_afd_steps_total{kind="decode"}'] >= 3 * 7 &&
+          m['genbridge_afd_transfer_bytes_total{direction="ffn_to_attention"}'] > 0 && m['genbridge_afd_ranks{role="ffn"}'] >= 1,
+          "metrics: AFD prefill and decode steps, transfer bytes, ranks", m);
+    await stopServer(s);
+  },
+
+  // Under mpirun: a killed FFN rank (SIGKILL) ends the server: the stream in flight ends with an error event
+  // naming the rank once --afd-timeout passes (or its connection closes, when mpirun kills world rank 0
+  // first: it sends SIGTERM, then SIGKILL odls_base_sigkill_timeout seconds later; --want-error-event
+  // requires the event), and mpirun exits non-zero, within a bound.
+  async afd_killed_ffn() {
+    const s = await startServer([]);
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(90000),
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true, ignore_eos: true }) });
+    const reader = res.body.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    const pid = mpiRankPid(s, 1);
+    check(pid !== null, "found world rank 1 (the FFN rank)");
+    const t0 = Date.now();
+    if (pid !== null) process.kill(pid, "SIGKILL");
+    let closed = false;
+    try {
+      for (let i = 0; i < 100000; ++i) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += new TextDecoder().decode(value);
+      }
+    } catch { closed = true; }
+    const sse = parseSse(text);
+    const last = sse.chunks[sse.chunks.length - 1];
+    const errorEvent = last?.error?.code === "generation_error" && /ffn rank 0 \(world rank 1\)/.test(last?.error?.message ?? "");
+    if (args["want-error-event"]) {
+      check(errorEvent && sse.done, "the stream ends with an error event naming the FFN rank, then [DONE]", text.slice(-600));
+    } else {
+      check(errorEvent || closed || !sse.done, "the stream ends with an error event naming the FFN rank, or is cut off",
+            text.slice(-600));
+    }
+    console.log(errorEvent ? `error event: ${last.error.message}` : "the connection was closed");
+    check(joinChunks(sse.chunks, false).finish !== "length", "the stream did not complete");
+    const e = await Promise.race([s.exited, sleep(60000).then(() => ({ code: "timeout" }))]);
+    check(e.code !== 0 && e.code !== "timeout", "mpirun exits non-zero", e);
+    console.log(`mpirun exited (${JSON.stringify(e)}) ${Date.now() - t0} ms after the kill`);
+    check(/rank 1[^\n]*(signal 9|Killed)|from ffn rank 0 \(world rank 1\)/.test(s.log()), "the log names the killed rank", s.log());
   },
 
   // Load: C concurrent streaming clients x R requests, greedy; every response complete and well-formed,

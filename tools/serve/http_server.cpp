@@ -254,6 +254,7 @@ std::string HttpServer::metrics_text() const {
   o += service_.tpot().prometheus("genbridge_time_per_output_token_seconds",
                                   "Time between consecutive tokens of a request.");
   o += service_.e2e().prometheus("genbridge_request_duration_seconds", "Time from acceptance to the end of a request.");
+  o += service_.extra_metrics_text();
   return o;
 }
 

@@ -78,18 +78,27 @@ void RequestStream::finish(engine::FinishReason reason, std::string message) {
 
 GenerationService::GenerationService(engine::ForwardExecutor& executor, runtime::KvPagePool& pool,
                                      const ServiceOptions& options)
-    : executor_(executor),
-      pool_(pool),
-      options_(options),
+    : GenerationService(WorkerPools{.workers = 1,
+                                    .pages_per_worker = pool.num_pages(),
+                                    .bytes_per_page = pool.geometry().bytes_per_page()},
+                        options) {
+  pool_ = &pool;
+  engine_ = std::make_unique<engine::Engine>(executor, pool, engine::EngineOptions{.max_batch = options_.max_batch});
+}
+
+GenerationService::GenerationService(const WorkerPools& pools, const ServiceOptions& options)
+    : options_(options),
+      workers_(std::max(1, pools.workers)),
+      inboxes_(static_cast<size_t>(workers_)),
+      cancels_(static_cast<size_t>(workers_)),
+      load_(static_cast<size_t>(workers_), 0),
+      running_(static_cast<size_t>(workers_), 0),
+      kv_used_(static_cast<size_t>(workers_), 0),
       ttft_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       tpot_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
       e2e_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {
-  engine_ = std::make_unique<engine::Engine>(executor_, pool_, engine::EngineOptions{.max_batch = options_.max_batch});
-  engine_->set_listener(
-      {.on_token = [this](int64_t id, int32_t t, const engine::TokenLogprobs* lp) { on_token(id, t, lp); },
-       .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
-  counters_.kv_pages_total = pool_.num_pages();
-  counters_.kv_bytes_per_page = pool_.geometry().bytes_per_page();
+  counters_.kv_pages_total = pools.pages_per_worker * workers_;
+  counters_.kv_bytes_per_page = pools.bytes_per_page;
 }
 
 GenerationService::~GenerationService() {
@@ -97,7 +106,15 @@ GenerationService::~GenerationService() {
 }
 
 void GenerationService::start() {
-  thread_ = std::thread([this] { engine_loop(); });
+  if (!engine_) return;
+  thread_ = std::thread([this] {
+    // As before workers: sleep kIdleWait at most between looks for work; stop once shutting down and idle.
+    (void)run_worker(0, *engine_, *pool_, [](bool want_stop, const WorkerWaitFn& wait) -> Result<bool> {
+      if (want_stop) return true;
+      wait(std::chrono::duration_cast<std::chrono::milliseconds>(kIdleWait), false);
+      return false;
+    });
+  });
 }
 
 Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationRequest request) {
@@ -106,6 +123,10 @@ Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationReque
     std::lock_guard lk(mu_);
     if (stop_ || draining_) return unavailable("The server is shutting down and accepts no new requests.");
     if (!failure_.empty()) return unavailable("The engine failed and accepts no new requests: " + failure_);
+    if (options_.max_prompt_tokens > 0 && static_cast<int64_t>(request.prompt.size()) > options_.max_prompt_tokens) {
+      return invalid_argument(fmt::format("The prompt has {} tokens but this server takes at most {} ({}).",
+                                          request.prompt.size(), options_.max_prompt_tokens, options_.max_prompt_why));
+    }
     if (counters_.queued >= options_.max_queued_requests) {
       ++counters_.requests_rejected_queue_full;
       return resource_exhausted(
@@ -121,12 +142,19 @@ Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationReque
                       .stop_tokens = std::move(request.stop_tokens),
                       .sampling = request.sampling,
                       .logprobs = request.logprobs};
+    const int w = static_cast<int>(std::min_element(load_.begin(), load_.end()) - load_.begin());
+    ++load_[w];
     const Clock::time_point now = Clock::now();
-    entries_[id] = Entry{.stream = stream, .submitted = now, .last_token = now};
+    entries_[id] = Entry{.stream = stream, .submitted = now, .last_token = now, .worker = w};
     ++counters_.queued;
     ++counters_.requests_accepted;
     counters_.prompt_tokens += static_cast<int64_t>(r.prompt.size());
-    inbox_.emplace_back(std::move(r), stream);
+    inboxes_[w].emplace_back(std::move(r), stream);
+    if (streams_.size() >= 1024 && streams_.size() >= 2 * entries_.size()) {
+      std::erase_if(streams_, [](const std::weak_ptr<RequestStream>& p) { return p.expired(); });
+    }
+    streams_.push_back(stream);
+    wake_locked();
   }
   cv_.notify_all();
   return stream;
@@ -135,7 +163,10 @@ Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationReque
 void GenerationService::cancel(int64_t id) {
   {
     std::lock_guard lk(mu_);
-    cancels_.push_back(id);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return;  // already ended
+    cancels_[it->second.worker].push_back(id);
+    wake_locked();
   }
   cv_.notify_all();
 }
@@ -143,8 +174,11 @@ void GenerationService::cancel(int64_t id) {
 void GenerationService::stop(int64_t id) {
   {
     std::lock_guard lk(mu_);
-    if (auto it = entries_.find(id); it != entries_.end()) it->second.stop_string = true;
-    cancels_.push_back(id);
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return;
+    it->second.stop_string = true;
+    cancels_[it->second.worker].push_back(id);
+    wake_locked();
   }
   cv_.notify_all();
 }
@@ -156,7 +190,13 @@ int64_t GenerationService::in_flight() const {
 
 ServiceCounters GenerationService::counters() const {
   std::lock_guard lk(mu_);
-  return counters_;
+  ServiceCounters c = counters_;
+  c.running = c.kv_pages_used = 0;
+  for (int w = 0; w < workers_; ++w) {
+    c.running += running_[w];
+    c.kv_pages_used += kv_used_[w];
+  }
+  return c;
 }
 
 int64_t GenerationService::shutdown(Clock::time_point deadline) {
@@ -164,6 +204,7 @@ int64_t GenerationService::shutdown(Clock::time_point deadline) {
   {
     std::lock_guard lk(mu_);
     stop_ = true;
+    wake_locked();
   }
   cv_.notify_all();
   int64_t aborted = 0;
@@ -172,12 +213,43 @@ int64_t GenerationService::shutdown(Clock::time_point deadline) {
     std::lock_guard lk(mu_);
     if (!entries_.empty()) {
       aborted = static_cast<int64_t>(entries_.size());
-      abort_all_ = true;
+      ++abort_epoch_;
+      wake_locked();
     }
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   return aborted;
+}
+
+void GenerationService::fail_locked(const std::string& message) {
+  if (!failure_.empty()) return;
+  failure_ = message;
+  for (auto& [id, e] : entries_) e.stream->finish(engine::FinishReason::kError, "the engine failed: " + failure_);
+  entries_.clear();
+  std::fill(load_.begin(), load_.end(), 0);
+  counters_.queued = 0;
+  wake_locked();
+}
+
+void GenerationService::fail(const std::string& message) {
+  {
+    std::lock_guard lk(mu_);
+    fail_locked(message);
+  }
+  cv_.notify_all();
+}
+
+bool GenerationService::wait_streams_released(Clock::time_point deadline) {
+  for (;;) {
+    {
+      std::lock_guard lk(mu_);
+      std::erase_if(streams_, [](const std::weak_ptr<RequestStream>& p) { return p.expired(); });
+      if (streams_.empty()) return true;
+    }
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void GenerationService::dequeue(Entry& e) {
@@ -230,54 +302,94 @@ void GenerationService::on_finish(engine::RequestResult&& r) {
   }
   e2e_.observe(seconds(Clock::now() - e.submitted));
   e.stream->finish(r.reason, std::move(r.message));
+  --load_[e.worker];
   entries_.erase(it);
 }
 
-void GenerationService::engine_loop() {
-  while (true) {
-    std::vector<std::pair<engine::Request, std::shared_ptr<RequestStream>>> in;
-    std::vector<int64_t> cancels;
-    std::vector<int64_t> abort_ids;
+Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPagePool& pool, const WorkerIdleFn& idle) {
+  eng.set_listener(
+      {.on_token = [this](int64_t id, int32_t t, const engine::TokenLogprobs* lp) { on_token(id, t, lp); },
+       .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
+  uint64_t seen_epoch = 0, seen_seq = 0;
+  {
+    std::lock_guard lk(mu_);
+    seen_epoch = abort_epoch_;
+  }
+  // Something for this worker, or the service stopping or failing (mu_ held).
+  auto mine = [&] {
+    return !inboxes_[w].empty() || !cancels_[w].empty() || abort_epoch_ != seen_epoch || stop_ || !failure_.empty();
+  };
+  // Another worker has an unfinished request (mu_ held).
+  auto others_busy = [&] {
+    for (int o = 0; o < workers_; ++o) {
+      if (o != w && load_[o] > 0) return true;
+    }
+    return false;
+  };
+  const WorkerWaitFn wait = [&](std::chrono::milliseconds timeout, bool others) {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [&] { return wake_seq_ != seen_seq || (others && others_busy()); })) {
+      return WorkWait::kTimeout;
+    }
+    seen_seq = wake_seq_;
+    return mine() ? WorkWait::kMine : WorkWait::kOther;
+  };
+  auto publish = [&] {
+    std::lock_guard lk(mu_);
+    running_[w] = eng.num_running();
+    kv_used_[w] = pool.used_pages();
+  };
+  Status result;
+  for (;;) {
+    Inbox in;
+    std::vector<int64_t> cancels, abort_ids;
+    bool stopping = false;
     {
-      std::unique_lock lk(mu_);
-      if (inbox_.empty() && cancels_.empty() && !abort_all_ && !engine_->has_work()) {
-        if (stop_) break;
-        cv_.wait_for(lk, kIdleWait);
-        continue;
+      std::lock_guard lk(mu_);
+      if (!failure_.empty()) {
+        result = unavailable("another part of the server failed: " + failure_);
+        break;
       }
-      in.swap(inbox_);
-      cancels.swap(cancels_);
-      if (abort_all_) {
-        for (const auto& [id, e] : entries_) abort_ids.push_back(id);
-        abort_all_ = false;
+      in.swap(inboxes_[w]);
+      cancels.swap(cancels_[w]);
+      if (abort_epoch_ != seen_epoch) {
+        seen_epoch = abort_epoch_;
+        for (const auto& [id, e] : entries_) {
+          if (e.worker == w) abort_ids.push_back(id);
+        }
       }
+      seen_seq = wake_seq_;
+      stopping = stop_;
     }
     for (auto& [req, stream] : in) {
       const int64_t id = req.id;
-      if (Status s = engine_->submit(std::move(req)); !s.ok()) {
-        engine::RequestResult r{.id = id, .reason = engine::FinishReason::kError, .message = s.message()};
-        on_finish(std::move(r));
+      if (Status s = eng.submit(std::move(req)); !s.ok()) {
+        on_finish(engine::RequestResult{.id = id, .reason = engine::FinishReason::kError, .message = s.message()});
       }
     }
-    for (int64_t id : cancels) engine_->cancel(id);
-    for (int64_t id : abort_ids) engine_->cancel(id);
-    if (engine_->has_work()) {
-      if (Status s = engine_->step(); !s.ok()) {
-        std::lock_guard lk(mu_);
-        failure_ = s.to_string();
-        for (auto& [id, e] : entries_) e.stream->finish(engine::FinishReason::kError, "the engine failed: " + failure_);
-        entries_.clear();
-        counters_.queued = 0;
+    for (int64_t id : cancels) eng.cancel(id);
+    for (int64_t id : abort_ids) eng.cancel(id);
+    if (eng.has_work()) {
+      const Status s = eng.step();
+      publish();
+      if (!s.ok()) {
+        fail(s.to_string());
+        result = s;
         break;
       }
+      continue;
     }
-    std::lock_guard lk(mu_);
-    counters_.running = engine_->num_running();
-    counters_.kv_pages_used = pool_.used_pages();
+    publish();
+    const Result<bool> stop = idle(stopping, wait);
+    if (!stop.ok()) {
+      fail(stop.status().to_string());
+      result = stop.status();
+      break;
+    }
+    if (*stop) break;
   }
-  std::lock_guard lk(mu_);
-  counters_.running = 0;
-  counters_.kv_pages_used = pool_.used_pages();
+  publish();
+  return result;
 }
 
 }  // namespace genbridge::serve

@@ -4,14 +4,19 @@
 // RequestStream as the engine generates them. Concurrent requests share decode steps (and get the tokens
 // they would get alone: the kernels are batch-invariant).
 //
-// Every wait is bounded: the engine thread sleeps at most kIdleWait between checks, and readers pass a
-// deadline to RequestStream::wait.
+// With --afd the service feeds several engines (workers), one per attention rank, each driven by its rank's
+// thread through run_worker(): a request goes to the worker with the fewest unfinished requests (the
+// lowest index on a tie), and stays there.
+//
+// Every wait is bounded: the engine thread sleeps at most kIdleWait between checks (a worker: what its idle
+// function decides), and readers pass a deadline to RequestStream::wait.
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -74,7 +79,33 @@ class RequestStream {
 struct ServiceOptions {
   int64_t max_batch = 32;
   int64_t max_queued_requests = 256;  // accepted requests not yet started; more -> ResourceExhausted
+  // Longer prompts are refused at submit (InvalidArgument naming both numbers and `max_prompt_why`); 0: no
+  // limit here (the HTTP layer checks the context).
+  int64_t max_prompt_tokens = 0;
+  std::string max_prompt_why;
+  // More Prometheus text for /metrics (e.g. the AFD counters); empty: none.
+  std::function<std::string()> extra_metrics;
 };
+
+// Engines driven by other threads (AFD attention ranks): how many, and the KV pool of each.
+struct WorkerPools {
+  int workers = 1;
+  int64_t pages_per_worker = 0, bytes_per_page = 0;
+};
+
+// What a worker's wait for work saw (see WorkerIdleFn).
+enum class WorkWait {
+  kTimeout,  // nothing happened before the timeout
+  kMine,     // something for this worker (a request, a cancel), or the service stopping or failing
+  kOther,    // something for another worker only
+};
+// Called by run_worker whenever its engine has no work: `want_stop` says the service is shutting down and
+// holds nothing more for this worker; `wait(timeout, others)` blocks at most `timeout` for something to
+// happen (with `others`: returns kOther at once while another worker has an unfinished request, as a
+// lockstep worker must step beside it). Returns true to end the worker, false to look for work again; an
+// error ends the worker (and fails the service).
+using WorkerWaitFn = std::function<WorkWait(std::chrono::milliseconds timeout, bool others)>;
+using WorkerIdleFn = std::function<Result<bool>(bool want_stop, const WorkerWaitFn& wait)>;
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
@@ -97,8 +128,21 @@ class GenerationService {
  public:
   // `executor` and `pool` must outlive the service; start() launches the engine thread.
   GenerationService(engine::ForwardExecutor& executor, runtime::KvPagePool& pool, const ServiceOptions& options);
+  // Workers mode: no engine of its own; `pools.workers` threads each call run_worker() with their engine.
+  GenerationService(const WorkerPools& pools, const ServiceOptions& options);
   ~GenerationService();
-  void start();
+  void start();  // the engine thread (not in workers mode)
+
+  // Workers mode: drives `engine` (over `pool`) as worker `w` until `idle` says stop (OK) or the engine or
+  // `idle` fails: then every unfinished request ends with that error, new ones get Unavailable, the other
+  // workers end too (Unavailable), and the error is returned. Sets the engine's listener.
+  Status run_worker(int w, engine::Engine& engine, runtime::KvPagePool& pool, const WorkerIdleFn& idle);
+  // Fails the service from outside (e.g. the job around the workers failed): as a worker's failure.
+  void fail(const std::string& message);
+  // Waits until no RequestStream handed out is referenced any more (every HTTP handler has finished its
+  // reply) or `deadline` passes; true when none is.
+  bool wait_streams_released(Clock::time_point deadline);
+  std::string extra_metrics_text() const { return options_.extra_metrics ? options_.extra_metrics() : ""; }
 
   // Queues a request: ResourceExhausted when max_queued_requests are already waiting, Unavailable while
   // shutting down (or after an engine failure), InvalidArgument for what the engine refuses at submit.
@@ -116,6 +160,10 @@ class GenerationService {
     std::lock_guard lk(mu_);
     return !failure_.empty();
   }
+  std::string failure() const {
+    std::lock_guard lk(mu_);
+    return failure_;
+  }
   int64_t in_flight() const;
 
   ServiceCounters counters() const;
@@ -130,27 +178,35 @@ class GenerationService {
     std::shared_ptr<RequestStream> stream;
     Clock::time_point submitted, last_token;
     int64_t tokens = 0;
+    int worker = 0;
     bool counted_queued = true;
     bool stop_string = false;  // ended by stop(): a stop string in its text
   };
-  void engine_loop();
   void on_token(int64_t id, int32_t token, const engine::TokenLogprobs* logprobs);
   void on_finish(engine::RequestResult&& result);
   void dequeue(Entry& e);
+  void fail_locked(const std::string& message);
+  void wake_locked() { ++wake_seq_; }  // then cv_.notify_all() after unlocking
 
-  engine::ForwardExecutor& executor_;
-  runtime::KvPagePool& pool_;
   ServiceOptions options_;
-  std::unique_ptr<engine::Engine> engine_;  // engine thread only (after start)
+  const int workers_;
+  runtime::KvPagePool* pool_ = nullptr;     // monolithic
+  std::unique_ptr<engine::Engine> engine_;  // monolithic: engine thread only (after start)
   std::thread thread_;
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
-  std::vector<std::pair<engine::Request, std::shared_ptr<RequestStream>>> inbox_;
-  std::vector<int64_t> cancels_;
+  using Inbox = std::vector<std::pair<engine::Request, std::shared_ptr<RequestStream>>>;
+  std::vector<Inbox> inboxes_;                 // per worker
+  std::vector<std::vector<int64_t>> cancels_;  // per worker
+  std::vector<int64_t> load_;                  // per worker: unfinished requests
+  std::vector<int64_t> running_, kv_used_;     // per worker, as last published
   std::unordered_map<int64_t, Entry> entries_;  // every accepted, unfinished request
+  std::vector<std::weak_ptr<RequestStream>> streams_;  // handed out (wait_streams_released)
   int64_t next_id_ = 0;
-  bool stop_ = false, abort_all_ = false;
+  uint64_t wake_seq_ = 0;     // bumped by everything a waiting worker must see
+  uint64_t abort_epoch_ = 0;  // bumped when shutdown cancels every request
+  bool stop_ = false;
   std::string failure_;  // the engine's error, once it failed
   ServiceCounters counters_;
 
