@@ -71,6 +71,13 @@ Status check_serve_afd_flags(const ServeOptions& so, RunMode mode) {
           "(e.g. 1A{}F); for several attention ranks use the in-process transport",
           so.run.afd, cfg.num_ffn));
     }
+    if (so.run.weight_quant != "none") {
+      return invalid_argument(fmt::format(
+          "--weight-quant {} --afd-transport mpi: serving under mpirun does not quantize weights (each rank would "
+          "have to quantize its own share); serve quantized weights in-process (drop --afd-transport mpi) or drop "
+          "--weight-quant",
+          so.run.weight_quant));
+    }
   }
   return ok_status();
 }
@@ -174,6 +181,10 @@ int serve(const ServeOptions& so) {
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (!o.quiet) fmt::print(stderr, "{}\n{}\n", describe_model(*ckpt), tokenizer->describe());
+  // --weight-quant: quantized once here, before the listener opens (not under mpirun: refused above).
+  auto quantized = quantize_weights(*ckpt, *dev, !o.quiet);
+  if (!quantized.ok()) return fail(quantized.status());
+  if (!o.quiet) fmt::print(stderr, "{}\n", describe_weights(*ckpt, quantized->get()));
   if (afd_mode) {
     if (Status s = check_run_flags_against_model(o, mode, mc); !s.ok()) return usage(s);
   }
@@ -220,7 +231,7 @@ int serve(const ServeOptions& so) {
     auto p = runtime::KvPagePool::create(geometry, *pages);
     if (!p.ok()) return fail(p.status());
     pool.emplace(std::move(p).value());
-    auto r = model::ModelRunner::create(*ckpt, *dev, *pool);
+    auto r = model::ModelRunner::create(*ckpt, *dev, *pool, quantized->get());
     if (!r.ok()) return fail(r.status());
     runner = std::move(r).value();
     executor.emplace(*runner);
@@ -229,6 +240,7 @@ int serve(const ServeOptions& so) {
     job_options.afd = *afd_cfg;
     job_options.engine = {.max_batch = o.max_batch};
     job_options.live = &live;
+    job_options.quantized = quantized->get();
     if (mpi) {
       auto fp = serve_fingerprint(o, *ckpt);
       if (!fp.ok()) return fail(fp.status());
