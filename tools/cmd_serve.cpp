@@ -71,13 +71,6 @@ Status check_serve_afd_flags(const ServeOptions& so, RunMode mode) {
           "(e.g. 1A{}F); for several attention ranks use the in-process transport",
           so.run.afd, cfg.num_ffn));
     }
-    if (so.run.weight_quant != "none") {
-      return invalid_argument(fmt::format(
-          "--weight-quant {} --afd-transport mpi: serving under mpirun does not quantize weights (each rank would "
-          "have to quantize its own share); serve quantized weights in-process (drop --afd-transport mpi) or drop "
-          "--weight-quant",
-          so.run.weight_quant));
-    }
   }
   return ok_status();
 }
@@ -181,10 +174,12 @@ int serve(const ServeOptions& so) {
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (!o.quiet) fmt::print(stderr, "{}\n{}\n", describe_model(*ckpt), tokenizer->describe());
-  // --weight-quant: quantized once here, before the listener opens (not under mpirun: refused above).
-  auto quantized = quantize_weights(*ckpt, *dev, !o.quiet);
+  // --weight-quant: quantized once here, before the listener opens; under mpirun each rank quantizes only its
+  // share once it knows its role (afd::run_mpi_serve_rank) and this process prints every rank's line then.
+  auto quantized = mpi ? Result<std::unique_ptr<model::QuantizedWeights>>(std::unique_ptr<model::QuantizedWeights>())
+                       : quantize_weights(*ckpt, *dev, !o.quiet);
   if (!quantized.ok()) return fail(quantized.status());
-  if (!o.quiet) fmt::print(stderr, "{}\n", describe_weights(*ckpt, quantized->get()));
+  if (!o.quiet && !(mpi && dev->weight_quant())) fmt::print(stderr, "{}\n", describe_weights(*ckpt, quantized->get()));
   if (afd_mode) {
     if (Status s = check_run_flags_against_model(o, mode, mc); !s.ok()) return usage(s);
   }
@@ -241,6 +236,13 @@ int serve(const ServeOptions& so) {
     job_options.engine = {.max_batch = o.max_batch};
     job_options.live = &live;
     job_options.quantized = quantized->get();
+    if (!o.quiet) {
+      job_options.on_weight_lines = [](const std::vector<std::string>& lines) {
+        std::string text = "weights quantized per rank at load:";
+        for (const std::string& l : lines) text += "\n  " + l;
+        fmt::print(stderr, "{}\n", text);
+      };
+    }
     if (mpi) {
       auto fp = serve_fingerprint(o, *ckpt);
       if (!fp.ok()) return fail(fp.status());

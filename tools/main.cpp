@@ -210,8 +210,10 @@ int main(int argc, char** argv) {
   add_model_flags(srv, so.run);
   add_engine_flags(srv, so.run);
   add_load_flags(srv, so.run,
-                 ".\nQuantized once at start-up, before the listener opens; in-process with --afd (every rank\n"
-                 "shares them). Not under mpirun: --weight-quant with --afd-transport mpi is refused");
+                 ".\nQuantized once at start-up, before the listener opens; in-process with --afd every rank\n"
+                 "shares them; under mpirun (--afd-transport mpi) each rank quantizes only its share (the\n"
+                 "attention rank its attention side, an FFN rank its experts) and world rank 0 prints each\n"
+                 "rank's line");
   add_string_flag(srv, "--host", &so.host, "Address to listen on", "127.0.0.1");
   add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
   add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");

@@ -228,8 +228,6 @@ const cases = {
     check(JSON.stringify(want[0].ids) !== JSON.stringify(bf16[0].ids),
           `genbridge run --weight-quant ${Q}: other tokens than bf16 on prompt 0 (the case can fail)`, [want, bf16]);
     const s = await startServer(["--weight-quant", Q], MODEL, /*quiet=*/false);
-    check(s.log().includes(`weights: ${scheme} for attention projections and experts (`),
-          `start-up log: the ${scheme} weights line`, s.log());
     const req = (p) => ({ model: NAME, prompt: p, max_tokens: N, temperature: 0, ignore_eos: true, return_token_ids: true });
     const rs = await Promise.all(prompts.map((p) => post(s, "/v1/completions", req(p))));
     eq(rs.map((r) => [r.status, r.json?.choices?.[0]?.token_ids]), want.map((w) => [200, w.ids]),
@@ -237,6 +235,12 @@ const cases = {
     const r = await post(s, "/v1/completions", { ...req(prompts[0]), stream: true });
     const j = joinChunks(parseSse(r.text).chunks, false);
     eq(j.ids, want[0].ids, "streamed completion: the same tokens");
+    // The weights line (under mpirun each rank's share, printed by world rank 0 once every rank has loaded:
+    // before the first step, so before the replies above).
+    const wantLog = MPIRUN ? [`weights quantized per rank at load:`, `(world rank 0): ${scheme} for the attention side (`,
+                              `(world rank 1): ${scheme} for routed experts [0, `]
+                           : [`weights: ${scheme} for attention projections and experts (`];
+    for (const w of wantLog) check(s.log().includes(w), `start-up log: ${w}`, s.log());
     await stopServer(s);
   },
   // curl against every endpoint, streamed and not; the tokens are genbridge run's.
