@@ -101,7 +101,7 @@ struct ServeJobOptions {
   // Under mpirun with each rank quantizing its share: called on world rank 0 with every rank's line (world-rank
   // order) once all have loaded, before the first step. Optional.
   std::function<void(const std::vector<std::string>& weight_lines)> on_weight_lines;
-  ServeLiveMetrics* live = nullptr;                    // optional
+  ServeLiveMetrics* live = nullptr;  // optional
   // Tests only (fault injection), as EngineJobOptions::ffn_hook.
   std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;
 };
