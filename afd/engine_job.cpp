@@ -230,10 +230,9 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
   return m;
 }
 
-// Under mpirun (issue 13): quantizes this rank's share of the weights (an attention rank the attention side,
-// FFN rank f the experts it owns), then every rank meets before the first step: world rank 0 gathers each
-// rank's load line and releases every rank once all have loaded, so no rank's step deadline runs while
-// another still quantizes. The deadline is the init deadline (loads may end far apart).
+}  // namespace
+
+// Under mpirun (issue 13): see engine_job.h.
 Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& conn,
                                                                      const model::Checkpoint& checkpoint,
                                                                      const runtime::DeviceOperator& dev,
@@ -281,8 +280,6 @@ Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& 
   }
   return q;
 }
-
-}  // namespace
 
 namespace {
 

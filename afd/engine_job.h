@@ -60,6 +60,18 @@ struct EngineJobResult {
   std::vector<std::string> weight_lines;
 };
 
+// Under mpirun (issue 13; `run --afd` and `serve --afd`): quantizes this rank's share of the weights (an
+// attention rank the attention side, FFN rank f the experts it owns), then every rank meets before the first
+// step: world rank 0 gathers each rank's load line ("<rank name>: <QuantizedWeights::describe()>", into
+// `lines`, in world-rank order) and releases every rank once all have loaded, so no rank's step deadline runs
+// while another still quantizes. The deadline is the init deadline (loads may end far apart). Every rank of
+// the job must call it (dev.weight_quant() in force).
+Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& conn,
+                                                                     const model::Checkpoint& checkpoint,
+                                                                     const runtime::DeviceOperator& dev,
+                                                                     const AfdConfig& cfg,
+                                                                     std::vector<std::string>* lines);
+
 // Fills the model-shape keys of `afd` (experts, top-k, hidden size, layers, dense layers) and sizes the
 // per-stage buffers for `max_tokens_per_stage` tokens.
 Status fill_model_shape(const model::ModelConfig& cfg, int64_t max_tokens_per_stage, AfdConfig* afd);

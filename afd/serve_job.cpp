@@ -194,6 +194,9 @@ Result<PreparedJob> prepare(const model::Checkpoint& checkpoint, const runtime::
   job.fingerprint.push_back({"engine max_prefill_tokens", std::to_string(max_prompt_tokens(options))});
   job.fingerprint.push_back({"KV pages per attention rank", std::to_string(pool_pages)});
   job.fingerprint.push_back({"KV cache format", std::string(ops::kv_cache_format_name(dev.kv_format()))});
+  job.fingerprint.push_back(
+      {"weight quantization", std::string(ops::weight_quant_scheme_name(
+                                  dev.weight_quant() ? dev.weight_quant()->scheme : ops::WeightQuantScheme::kNone))});
   return job;
 }
 
@@ -235,12 +238,30 @@ Status serve_attention_rank(Connector& conn, Metrics& metrics, const model::Chec
 RankFns serve_rank_fns(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev, int64_t pool_pages,
                        const AfdConfig& cfg, const ServeJobOptions& options, const AttentionServeFn& serve) {
   RankFns fns;
-  fns.attention = [&checkpoint, &dev, pool_pages, &cfg, &options, &serve](Connector& conn, Metrics& metrics) {
-    return serve_attention_rank(conn, metrics, checkpoint, dev, pool_pages, cfg, options, serve);
+  // Under mpirun with --weight-quant and no weights from the caller: each rank quantizes only its share first
+  // (every rank of the job calls quantize_rank_share; world rank 0 gets every rank's line).
+  auto with_share = [&checkpoint, &dev, &cfg, &options](Connector& conn,
+                                                        std::unique_ptr<model::QuantizedWeights>* share) -> Status {
+    if (options.quantized || !dev.weight_quant()) return ok_status();
+    std::vector<std::string> lines;
+    GB_ASSIGN_OR_RETURN(*share, quantize_rank_share(conn, checkpoint, dev, cfg, &lines));
+    if (conn.world_rank() == 0 && options.on_weight_lines) options.on_weight_lines(lines);
+    return ok_status();
   };
-  fns.ffn = [&checkpoint, &options](Connector& conn, Metrics& metrics) -> Status {
+  fns.attention = [&checkpoint, &dev, pool_pages, &cfg, &options, &serve, with_share](Connector& conn,
+                                                                                      Metrics& metrics) -> Status {
+    std::unique_ptr<model::QuantizedWeights> share;
+    GB_RETURN_IF_ERROR(with_share(conn, &share));
+    if (!share) return serve_attention_rank(conn, metrics, checkpoint, dev, pool_pages, cfg, options, serve);
+    ServeJobOptions mine = options;
+    mine.quantized = share.get();
+    return serve_attention_rank(conn, metrics, checkpoint, dev, pool_pages, cfg, mine, serve);
+  };
+  fns.ffn = [&checkpoint, &options, with_share](Connector& conn, Metrics& metrics) -> Status {
     const model::ModelConfig& c = checkpoint.config();
-    const model::ExpertBank experts(checkpoint, options.quantized);
+    std::unique_ptr<model::QuantizedWeights> share;
+    GB_RETURN_IF_ERROR(with_share(conn, &share));
+    const model::ExpertBank experts(checkpoint, share ? share.get() : options.quantized);
     ExpertComputeFn inner = make_expert_compute(experts, c.num_experts_per_tok, c.hidden_size);
     auto publisher = std::make_shared<LivePublisher>(metrics, options.live);
     const int f = conn.rank();

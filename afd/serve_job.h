@@ -95,8 +95,13 @@ struct ServeJobOptions {
   // Compared across every rank at init (the tool's flags), before what the job adds (model config, weights,
   // engine options, KV pages and format).
   std::vector<FingerprintItem> fingerprint;
-  const model::QuantizedWeights* quantized = nullptr;  // as EngineJobOptions::quantized
-  ServeLiveMetrics* live = nullptr;                    // optional
+  // As EngineJobOptions::quantized: required in process; under mpirun, when null and the DeviceOperator has
+  // weight_quant in force, each rank quantizes only its share (quantize_rank_share) before serving.
+  const model::QuantizedWeights* quantized = nullptr;
+  // Under mpirun with each rank quantizing its share: called on world rank 0 with every rank's line (world-rank
+  // order) once all have loaded, before the first step. Optional.
+  std::function<void(const std::vector<std::string>& weight_lines)> on_weight_lines;
+  ServeLiveMetrics* live = nullptr;  // optional
   // Tests only (fault injection), as EngineJobOptions::ffn_hook.
   std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;
 };

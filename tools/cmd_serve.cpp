@@ -174,6 +174,12 @@ int serve(const ServeOptions& so) {
   if (!ckpt.ok()) return fail(ckpt.status());
   const model::ModelConfig& mc = ckpt->config();
   if (!o.quiet) fmt::print(stderr, "{}\n{}\n", describe_model(*ckpt), tokenizer->describe());
+  // --weight-quant: quantized once here, before the listener opens; under mpirun each rank quantizes only its
+  // share once it knows its role (afd::run_mpi_serve_rank) and this process prints every rank's line then.
+  auto quantized = mpi ? Result<std::unique_ptr<model::QuantizedWeights>>(std::unique_ptr<model::QuantizedWeights>())
+                       : quantize_weights(*ckpt, *dev, !o.quiet);
+  if (!quantized.ok()) return fail(quantized.status());
+  if (!o.quiet && !(mpi && dev->weight_quant())) fmt::print(stderr, "{}\n", describe_weights(*ckpt, quantized->get()));
   if (afd_mode) {
     if (Status s = check_run_flags_against_model(o, mode, mc); !s.ok()) return usage(s);
   }
@@ -220,7 +226,7 @@ int serve(const ServeOptions& so) {
     auto p = runtime::KvPagePool::create(geometry, *pages);
     if (!p.ok()) return fail(p.status());
     pool.emplace(std::move(p).value());
-    auto r = model::ModelRunner::create(*ckpt, *dev, *pool);
+    auto r = model::ModelRunner::create(*ckpt, *dev, *pool, quantized->get());
     if (!r.ok()) return fail(r.status());
     runner = std::move(r).value();
     executor.emplace(*runner);
@@ -229,6 +235,14 @@ int serve(const ServeOptions& so) {
     job_options.afd = *afd_cfg;
     job_options.engine = {.max_batch = o.max_batch};
     job_options.live = &live;
+    job_options.quantized = quantized->get();
+    if (!o.quiet) {
+      job_options.on_weight_lines = [](const std::vector<std::string>& lines) {
+        std::string text = "weights quantized per rank at load:";
+        for (const std::string& l : lines) text += "\n  " + l;
+        fmt::print(stderr, "{}\n", text);
+      };
+    }
     if (mpi) {
       auto fp = serve_fingerprint(o, *ckpt);
       if (!fp.ok()) return fail(fp.status());

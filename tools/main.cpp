@@ -60,8 +60,13 @@ void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
                "Kernel threads; 0 = GENBRIDGE_NUM_THREADS (an integer in [1, 255]) or every core");
 }
 
-// The loading flags `run`, `afd-worker` and `serve` share.
-void add_load_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
+// The loading flags `run`, `afd-worker` and `serve` share; `weight_quant_note`: more help for --weight-quant.
+void add_load_flags(CLI::App* run, genbridge::tools::RunOptions& ro, const std::string& weight_quant_note = "") {
+  add_choice_flag(run, "--weight-quant", &ro.weight_quant, {"none", "auto", "w8a8", "mxfp8", "mxfp4"},
+                  "Quantize attention projections and experts at load; auto = the generation's preferred\n"
+                  "scheme; a scheme the generation cannot run is refused, naming what it offers. Router and LM\n"
+                  "head stay bf16" +
+                      weight_quant_note);
   run->add_flag("--quiet", ro.quiet, "No progress or log lines on stderr (errors are still printed)");
   run->add_flag("--no-mmap", ro.no_mmap,
                 "Read the checkpoint into memory instead of mapping it (for files that may change during the run:\n"
@@ -120,10 +125,6 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_real_flag(run, "--top-p", &ro.top_p, 0, 1, true, "Nucleus sampling: keep the most likely tokens up to this mass");
   add_uint64_flag(run, "--seed", &ro.seed, "Sampling seed; request r uses seed + r (modulo 2^64)");
   add_engine_flags(run, ro);
-  add_choice_flag(run, "--weight-quant", &ro.weight_quant, {"none", "auto", "w8a8", "mxfp8", "mxfp4"},
-                  "Quantize attention projections and experts at load; auto = the generation's preferred\n"
-                  "scheme; a scheme the generation cannot run is refused, naming what it offers. Router and LM\n"
-                  "head stay bf16");
   add_string_flag(run, "--dump-logits", &ro.dump_logits,
                   "Write the last-position fp32 logits of every step to FILE.npy, shape (rows, vocab): rows grouped\n"
                   "by request in request order, one row per generated token. Checked before decoding; written\n"
@@ -208,7 +209,11 @@ int main(int argc, char** argv) {
       "in-flight ones finish (cancelled at --shutdown-timeout), then the server exits 0.");
   add_model_flags(srv, so.run);
   add_engine_flags(srv, so.run);
-  add_load_flags(srv, so.run);
+  add_load_flags(srv, so.run,
+                 ".\nQuantized once at start-up, before the listener opens; in-process with --afd every rank\n"
+                 "shares them; under mpirun (--afd-transport mpi) each rank quantizes only its share (the\n"
+                 "attention rank its attention side, an FFN rank its experts) and world rank 0 prints each\n"
+                 "rank's line");
   add_string_flag(srv, "--host", &so.host, "Address to listen on", "127.0.0.1");
   add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
   add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");

@@ -36,10 +36,11 @@ function eq(got, want, what) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function startServer(extra = [], model = MODEL) {
+async function startServer(extra = [], model = MODEL, quiet = true) {
   const portFile = path.join(WORK, `port.${process.pid}.${servers.length}`);
   fs.rmSync(portFile, { force: true });
-  const flags = ["serve", "--model", model, "--port", "0", "--port-file", portFile, "--quiet", ...SERVE_ARGS, ...extra];
+  const flags = ["serve", "--model", model, "--port", "0", "--port-file", portFile, ...(quiet ? ["--quiet"] : []),
+                 ...SERVE_ARGS, ...extra];
   const proc = MPIRUN
     ? spawn(MPIRUN, ["--bind-to", "none", "-np", "1", G, ...flags, "--role", "attention", ":", "-np", "1", G, ...flags,
                      "--role", "ffn"], { stdio: ["ignore", "pipe", "pipe"] })
@@ -213,6 +214,35 @@ function curl(s, route, body, extra = []) {
 }
 
 const cases = {
+  // --weight-quant Q (--quant Q; --scheme: the scheme in force, e.g. auto's): the start-up log names it, and
+  // greedy completions (two at once: with --afd 2A1F one per attention rank) return the tokens of
+  // `genbridge run --weight-quant Q` (with --run-args, e.g. its --afd), which differ from the bf16 tokens on
+  // these prompts (so a server ignoring the flag fails).
+  async weight_quant() {
+    const Q = args.quant, scheme = args.scheme ?? args.quant;
+    const runArgs = (args["run-args"] ?? "").split(" ").filter((a) => a.length > 0);
+    const prompts = [[5, 17, 33, 2, 250, 99], [7, 8, 9]];
+    const N = 12;
+    const want = runCli(prompts, N, MODEL, ["--weight-quant", Q, ...runArgs]);
+    const bf16 = runCli(prompts, N);
+    check(JSON.stringify(want[0].ids) !== JSON.stringify(bf16[0].ids),
+          `genbridge run --weight-quant ${Q}: other tokens than bf16 on prompt 0 (the case can fail)`, [want, bf16]);
+    const s = await startServer(["--weight-quant", Q], MODEL, /*quiet=*/false);
+    const req = (p) => ({ model: NAME, prompt: p, max_tokens: N, temperature: 0, ignore_eos: true, return_token_ids: true });
+    const rs = await Promise.all(prompts.map((p) => post(s, "/v1/completions", req(p))));
+    eq(rs.map((r) => [r.status, r.json?.choices?.[0]?.token_ids]), want.map((w) => [200, w.ids]),
+       `greedy completions: the tokens of genbridge run --weight-quant ${Q} ${runArgs.join(" ")}`);
+    const r = await post(s, "/v1/completions", { ...req(prompts[0]), stream: true });
+    const j = joinChunks(parseSse(r.text).chunks, false);
+    eq(j.ids, want[0].ids, "streamed completion: the same tokens");
+    // The weights line (under mpirun each rank's share, printed by world rank 0 once every rank has loaded:
+    // before the first step, so before the replies above).
+    const wantLog = MPIRUN ? [`weights quantized per rank at load:`, `(world rank 0): ${scheme} for the attention side (`,
+                              `(world rank 1): ${scheme} for routed experts [0, `]
+                           : [`weights: ${scheme} for attention projections and experts (`];
+    for (const w of wantLog) check(s.log().includes(w), `start-up log: ${w}`, s.log());
+    await stopServer(s);
+  },
   // curl against every endpoint, streamed and not; the tokens are genbridge run's.
   async curl_endpoints() {
     const s = await startServer(["--max-batch", "8"]);

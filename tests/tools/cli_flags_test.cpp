@@ -946,3 +946,34 @@ TEST_F(CliTest, weight_quant_prints_the_scheme_and_bytes_and_afd_agrees) {
   }
 }
 }  // namespace
+
+// serve --weight-quant: a scheme the generation cannot run is a start-up error naming the generation, with
+// run's exit code (1) and before the listener opens; a scheme it runs is quantized at start-up (the weights
+// line). --host 256.0.0.1 cannot be bound: a server that got past the device ends there instead of serving.
+namespace {
+TEST_F(CliTest, serve_weight_quant_the_generation_cannot_run_fails_at_start_up_like_run) {
+  const bool a5 = genbridge::ops::build_target() == std::string_view("Ascend950");
+  const std::vector<std::string> serve = {"serve", "--model", "$MODEL", "--host", "256.0.0.1", "--port", "0"};
+  if (!a5) {
+    std::vector<std::string> bad = serve;
+    bad.insert(bad.end(), {"--weight-quant", "mxfp8"});
+    const Outcome s = run(bad);
+    const Outcome r = run({"run", "--model", "$MODEL", "--quiet", "--prompt", "1,2", "--weight-quant", "mxfp8"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(s.exit_code, r.exit_code) << s.err;
+    EXPECT_NE(s.err.find("genbridge serve: "), std::string::npos) << s.err;
+    EXPECT_NE(s.err.find("--weight-quant=mxfp8: Ascend910 (A2/A3) cannot run mxfp8 weights; it offers w8a8 (auto = "
+                         "w8a8), or none for bf16 weights"),
+              std::string::npos)
+        << s.err;
+    EXPECT_EQ(s.err.find("weights: "), std::string::npos) << s.err;
+    EXPECT_EQ(s.err.find("listening"), std::string::npos) << s.err;
+  }
+  std::vector<std::string> good = serve;
+  good.insert(good.end(), {"--weight-quant", "w8a8"});
+  const Outcome s = run(good);
+  EXPECT_EQ(s.exit_code, 1) << s.err;  // the listener cannot bind
+  EXPECT_NE(s.err.find("weights: w8a8 for attention projections and experts ("), std::string::npos) << s.err;
+  EXPECT_EQ(s.err.find("listening"), std::string::npos) << s.err;
+}
+}  // namespace

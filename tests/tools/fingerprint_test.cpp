@@ -193,3 +193,23 @@ TEST_F(Fingerprint, values_read_as_typed) {
 
 }  // namespace
 }  // namespace genbridge::tools
+
+// serve under mpirun: --weight-quant is an item of the serving job's fingerprint (ranks started with different
+// schemes disagree there, naming the flag).
+namespace genbridge::tools {
+namespace {
+TEST_F(Fingerprint, serve_weight_quant_changes_its_own_item) {
+  auto ckpt = model::Checkpoint::open(root_ / "seed1", {.populate = false});
+  ASSERT_TRUE(ckpt.ok());
+  RunOptions base;
+  base.model_dir = (root_ / "seed1").string();
+  base.afd = "1A1F";
+  base.afd_transport = "mpi";
+  RunOptions quant = base;
+  quant.weight_quant = "w8a8";
+  auto a = serve_fingerprint(base, *ckpt), b = serve_fingerprint(quant, *ckpt);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(differing(*a, *b), std::vector<std::string>{"--weight-quant"});
+}
+}  // namespace
+}  // namespace genbridge::tools
