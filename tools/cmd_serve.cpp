@@ -31,6 +31,7 @@
 #include "runtime/text/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/fingerprint.h"
+#include "tools/flags.h"
 #include "tools/run_support.h"
 #include "tools/serve_afd.h"
 #include "tools/serve/http_server.h"
@@ -50,6 +51,36 @@ Status write_port_file(const std::string& path, int port) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) return invalid_argument(fmt::format("--port-file {}: cannot write: {}", path, ec.message()));
   return ok_status();
+}
+
+// The KV pool of each of `pools` attention ranks in this process: --kv-memory-mb, or room for --max-batch
+// sequences of the whole context; when that room would take more than half of this machine's memory in all
+// (e.g. --afd 2A1F on a 32k-context model), half the memory split over the pools instead (requests then wait
+// for pages), said on the log. Every process of an mpirun job computes the same number from the same flags.
+Result<int64_t> serve_kv_pages(RunOptions o, const runtime::KvPageGeometry& geometry, int64_t max_position, int pools,
+                               bool log) {
+  std::vector<engine::Request> sizing(static_cast<size_t>(o.max_batch));
+  for (auto& r : sizing) {
+    r.prompt = {0};
+    r.max_new_tokens = static_cast<int>(max_position);
+  }
+  const int64_t phys = physical_memory_bytes();
+  if (o.kv_memory_mb == 0 && phys > 0) {
+    const int64_t per_seq = geometry.pages_for(max_position) * geometry.bytes_per_page();
+    const __int128 whole = static_cast<__int128>(per_seq) * o.max_batch * std::max(pools, 1);
+    if (whole > phys / 2) {
+      o.kv_memory_mb = std::max<int64_t>(1, (phys / 2 / std::max(pools, 1)) >> 20);
+      if (log) {
+        fmt::print(stderr,
+                   "KV pool: room for --max-batch {} sequences of the whole context ({} tokens) would take {} MiB{}, "
+                   "more than half of this machine's memory; using {} MiB{} (requests wait for pages; set "
+                   "--kv-memory-mb to choose)\n",
+                   o.max_batch, max_position, static_cast<int64_t>(whole >> 20), pools > 1 ? " in all" : "",
+                   o.kv_memory_mb, pools > 1 ? fmt::format(" per attention rank ({})", pools) : "");
+      }
+    }
+  }
+  return kv_pool_pages(o, geometry, sizing, 1, pools);
 }
 
 RunMode serve_mode(const RunOptions& o) {
@@ -95,12 +126,8 @@ int serve_ffn_rank(const ServeOptions& so, int declared_role) {
     return kExitUsage;
   }
   const runtime::KvPageGeometry geometry = dev->kv_page_geometry(model::kv_model_shape(mc));
-  std::vector<engine::Request> sizing(static_cast<size_t>(o.max_batch));
-  for (auto& r : sizing) {
-    r.prompt = {0};
-    r.max_new_tokens = static_cast<int>(mc.max_position_embeddings);
-  }
-  auto pages = kv_pool_pages(o, geometry, sizing, 1, 1);  // the same number as the attention rank computes
+  // The same number as the attention rank computes.
+  auto pages = serve_kv_pages(o, geometry, mc.max_position_embeddings, 1, /*log=*/false);
   if (!pages.ok()) return fail(pages.status());
   auto fp = serve_fingerprint(o, *ckpt);
   if (!fp.ok()) return fail(fp.status());
@@ -187,13 +214,8 @@ int serve(const ServeOptions& so) {
   // The KV pool (each attention rank's with --afd): --kv-memory-mb, or room for --max-batch sequences of the
   // whole context.
   const runtime::KvPageGeometry geometry = dev->kv_page_geometry(model::kv_model_shape(mc));
-  std::vector<engine::Request> sizing(static_cast<size_t>(o.max_batch));
-  for (auto& r : sizing) {
-    r.prompt = {0};
-    r.max_new_tokens = static_cast<int>(mc.max_position_embeddings);
-  }
   const int pools = afd_mode && !mpi ? afd_cfg->num_attention : 1;
-  auto pages = kv_pool_pages(o, geometry, sizing, 1, pools);
+  auto pages = serve_kv_pages(o, geometry, mc.max_position_embeddings, pools, !o.quiet);
   if (!pages.ok()) return usage(pages.status());
 
   serve::ServedModel served;

@@ -48,7 +48,8 @@ void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_int_flag(run, "--max-batch", &ro.max_batch, 1, 4096, "Most sequences decoded together (continuous batching)");
   add_int64_flag(run, "--kv-memory-mb", &ro.kv_memory_mb, 0, (int64_t{1} << 43) - 1,
                  "KV cache pool size in MiB (per attention rank with --afd); 0 = room for every request at\n"
-                 "once. Requests that do not fit wait; a request that can never fit is refused with a message.\n"
+                 "once (serve: --max-batch whole contexts, at most half of this machine's memory in all).\n"
+                 "Requests that do not fit wait; a request that can never fit is refused with a message.\n"
                  "Must hold one KV page and fit this machine's physical memory (checked before allocating)");
   add_choice_flag(run, "--kv-cache-dtype", &ro.kv_cache_dtype, {"auto", "bf16", "quantized"},
                   "Whether KV is quantized; the generation decides how (int8 or fp8)");
