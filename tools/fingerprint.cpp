@@ -133,22 +133,15 @@ Result<std::string> weight_identity(const model::Checkpoint& checkpoint) {
   return fmt::format("{} ({} file{}, {} bytes)", h.hex(), files.size(), files.size() == 1 ? "" : "s", bytes);
 }
 
-Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint,
-                                                          const std::vector<engine::Request>& requests) {
+namespace {
+
+// The items naming the build and the model (run's and serve's fingerprints both start with them).
+Result<std::vector<afd::FingerprintItem>> model_identity(const RunOptions& o, const model::Checkpoint& checkpoint) {
   const model::ModelConfig& c = checkpoint.config();
   GB_ASSIGN_OR_RETURN(const std::string weights, weight_identity(checkpoint));
   Fnv1a config_hash;
   config_hash.add(model::to_config_json(c));
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& r : requests) prompts.push_back(r.prompt);
-  int64_t tokens = 0, typed_tokens = 0, text_tokens = 0;
-  const std::string prompts_digest = digest_of_prompts(prompts, &tokens);
-  const std::string typed_digest = digest_of_prompts(o.prompt_tokens, &typed_tokens);
-  const std::string text_digest = digest_of_prompts(o.prompt_text_tokens, &text_tokens);
-  const bool generated = o.prompts.empty() && o.prompt_texts.empty();
   const std::string not_given = "(not given)";
-  auto or_not_given = [&](const std::string& v) { return v.empty() ? not_given : v; };
-
   return std::vector<afd::FingerprintItem>{
       {"build", fmt::format("{} ({})", ops::build_target(), ops::build_soc())},
       // Whether --model was given, not its path: nodes may mount the same checkpoint at different paths; the
@@ -162,63 +155,72 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
                    c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                    c.num_experts, c.num_experts_per_tok, c.vocab_size, config_hash.hex())},
       {"model weights", weights},
-      {"--num-prompts", generated ? std::to_string(o.num_prompts) : not_given},
-      {"--prompt-len", generated ? std::to_string(o.prompt_len) : not_given},
-      {"--prompt", o.prompts.empty() ? not_given
-                                     : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompts.size(),
-                                                   o.prompts.size() == 1 ? "" : "s", typed_tokens, typed_digest)},
-      // The ids the model's tokenizer gave (ranks with different tokenizer.json files disagree here).
-      {"--prompt-text", o.prompt_texts.empty()
-                            ? not_given
-                            : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompt_texts.size(),
-                                          o.prompt_texts.size() == 1 ? "" : "s", text_tokens, text_digest)},
-      {"prompts", fmt::format("{} requests, {} tokens, digest {}", requests.size(), tokens, prompts_digest)},
-      {"--max-new-tokens", std::to_string(o.max_new_tokens)},
-      {"--stop-token", o.stop_tokens.empty() ? not_given : fmt::format("{}", fmt::join(o.stop_tokens, ","))},
-      {"--temperature", fmt::format("{}", o.temperature)},
-      {"--top-k", std::to_string(o.top_k)},
-      {"--top-p", fmt::format("{}", o.top_p)},
-      {"--seed", std::to_string(o.seed)},
-      {"--max-batch", std::to_string(o.max_batch)},
-      {"--kv-cache-dtype", o.kv_cache_dtype},
-      {"--weight-quant", o.weight_quant},
-      {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
-      {"--afd", or_not_given(o.afd)},
-      {"--afd-connector", o.afd_connector},
-      {"--afd-stages", std::to_string(o.afd_stages)},
-      {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
-      {"--afd-warmup-steps", std::to_string(o.afd_warmup_steps)},
-      {"--afd-transport", o.afd_transport},
   };
 }
 
-Result<std::vector<afd::FingerprintItem>> serve_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint) {
-  const model::ModelConfig& c = checkpoint.config();
-  GB_ASSIGN_OR_RETURN(const std::string weights, weight_identity(checkpoint));
-  Fnv1a config_hash;
-  config_hash.add(model::to_config_json(c));
+}  // namespace
+
+Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint,
+                                                          const std::vector<engine::Request>& requests) {
+  GB_ASSIGN_OR_RETURN(std::vector<afd::FingerprintItem> items, model_identity(o, checkpoint));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& r : requests) prompts.push_back(r.prompt);
+  int64_t tokens = 0, typed_tokens = 0, text_tokens = 0;
+  const std::string prompts_digest = digest_of_prompts(prompts, &tokens);
+  const std::string typed_digest = digest_of_prompts(o.prompt_tokens, &typed_tokens);
+  const std::string text_digest = digest_of_prompts(o.prompt_text_tokens, &text_tokens);
+  const bool generated = o.prompts.empty() && o.prompt_texts.empty();
   const std::string not_given = "(not given)";
-  return std::vector<afd::FingerprintItem>{
-      {"build", fmt::format("{} ({})", ops::build_target(), ops::build_soc())},
-      {"--model", o.model_dir.empty() ? std::string("(not given: the synthetic model of --preset)")
-                                      : std::string("(given: a checkpoint directory)")},
-      {"--preset", o.model_dir.empty() ? o.preset : not_given},
-      {"--model-seed", o.model_dir.empty() ? std::to_string(o.model_seed) : not_given},
-      {"model config",
-       fmt::format("{} layers, hidden {}, heads {}/{} x {}, {} experts top-{}, vocab {} (config.json digest {})",
-                   c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                   c.num_experts, c.num_experts_per_tok, c.vocab_size, config_hash.hex())},
-      {"model weights", weights},
-      {"--max-batch", std::to_string(o.max_batch)},
-      {"--kv-cache-dtype", o.kv_cache_dtype},
-      {"--weight-quant", o.weight_quant},
-      {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
-      {"--afd", o.afd},
-      {"--afd-connector", o.afd_connector},
-      {"--afd-stages", std::to_string(o.afd_stages)},
-      {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
-      {"--afd-transport", o.afd_transport},
-  };
+  auto or_not_given = [&](const std::string& v) { return v.empty() ? not_given : v; };
+
+  items.insert(
+      items.end(),
+      {
+          {"--num-prompts", generated ? std::to_string(o.num_prompts) : not_given},
+          {"--prompt-len", generated ? std::to_string(o.prompt_len) : not_given},
+          {"--prompt", o.prompts.empty() ? not_given
+                                         : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompts.size(),
+                                                       o.prompts.size() == 1 ? "" : "s", typed_tokens, typed_digest)},
+          // The ids the model's tokenizer gave (ranks with different tokenizer.json files disagree here).
+          {"--prompt-text", o.prompt_texts.empty()
+                                ? not_given
+                                : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompt_texts.size(),
+                                              o.prompt_texts.size() == 1 ? "" : "s", text_tokens, text_digest)},
+          {"prompts", fmt::format("{} requests, {} tokens, digest {}", requests.size(), tokens, prompts_digest)},
+          {"--max-new-tokens", std::to_string(o.max_new_tokens)},
+          {"--stop-token", o.stop_tokens.empty() ? not_given : fmt::format("{}", fmt::join(o.stop_tokens, ","))},
+          {"--temperature", fmt::format("{}", o.temperature)},
+          {"--top-k", std::to_string(o.top_k)},
+          {"--top-p", fmt::format("{}", o.top_p)},
+          {"--seed", std::to_string(o.seed)},
+          {"--max-batch", std::to_string(o.max_batch)},
+          {"--kv-cache-dtype", o.kv_cache_dtype},
+          {"--weight-quant", o.weight_quant},
+          {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
+          {"--afd", or_not_given(o.afd)},
+          {"--afd-connector", o.afd_connector},
+          {"--afd-stages", std::to_string(o.afd_stages)},
+          {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
+          {"--afd-warmup-steps", std::to_string(o.afd_warmup_steps)},
+          {"--afd-transport", o.afd_transport},
+      });
+  return items;
+}
+
+Result<std::vector<afd::FingerprintItem>> serve_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint) {
+  GB_ASSIGN_OR_RETURN(std::vector<afd::FingerprintItem> items, model_identity(o, checkpoint));
+  items.insert(items.end(), {
+                                {"--max-batch", std::to_string(o.max_batch)},
+                                {"--kv-cache-dtype", o.kv_cache_dtype},
+                                {"--weight-quant", o.weight_quant},
+                                {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
+                                {"--afd", o.afd},
+                                {"--afd-connector", o.afd_connector},
+                                {"--afd-stages", std::to_string(o.afd_stages)},
+                                {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
+                                {"--afd-transport", o.afd_transport},
+                            });
+  return items;
 }
 
 }  // namespace genbridge::tools
