@@ -1,5 +1,5 @@
 #pragma once
-// The AFD connector contract (DESIGN §9): how attention ranks hand each MoE layer's hidden states to
+// The AFD connector contract (docs/design.md#afd-contract): how attention ranks hand each MoE layer's hidden states to
 // the FFN ranks that own the selected experts, and get the expert outputs back.
 //
 // Per MoE layer and stage (micro-batch), an attention rank with n tokens calls
@@ -47,7 +47,7 @@ namespace genbridge::afd {
 // What one transfer is. Invariants (validate_meta): `layer` is a MoE layer of the config; 0 <= stage < S;
 // seq_lens is non-empty with one entry on the attention side and, on the FFN side, one per attention
 // peer in peer order (sync) or one for the sending rank (async); every entry is in
-// [0, max_tokens_per_stage]. Entries may be 0 (deliberately, unlike DESIGN §9's "> 0"): an idle rank's
+// [0, max_tokens_per_stage]. Entries may be 0 (docs/design.md#afd-contract): an idle rank's
 // stage and the tokens one FFN rank gets from a peer whose tokens all chose other FFN ranks are empty,
 // and both still travel as well-formed messages. `step` numbers decode steps per attention rank; it is
 // carried for checking and for error messages.

@@ -232,7 +232,7 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
 
 }  // namespace
 
-// Under mpirun (issue 13): see engine_job.h.
+// Under mpirun: see engine_job.h.
 Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& conn,
                                                                      const model::Checkpoint& checkpoint,
                                                                      const runtime::DeviceOperator& dev,

@@ -37,7 +37,7 @@ struct EngineJobOptions {
   // out of the AFD metrics and announced as warm-up on the sync connector's control plane.
   int warmup_steps = 2;
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
-  // Weights quantized at load (issue 13) when the DeviceOperator has weight_quant in force: the attention
+  // Weights quantized at load when the DeviceOperator has weight_quant in force: the attention
   // ranks' projections and shared experts, the FFN ranks' routed experts. Must outlive the job. Required
   // in process (every rank shares them). Under mpirun, when null, each rank quantizes only its own share
   // (an attention rank the attention side, FFN rank f its experts) and the ranks meet before the first step.
@@ -60,7 +60,7 @@ struct EngineJobResult {
   std::vector<std::string> weight_lines;
 };
 
-// Under mpirun (issue 13; `run --afd` and `serve --afd`): quantizes this rank's share of the weights (an
+// Under mpirun (`run --afd` and `serve --afd`): quantizes this rank's share of the weights (an
 // attention rank the attention side, FFN rank f the experts it owns), then every rank meets before the first
 // step: world rank 0 gathers each rank's load line ("<rank name>: <QuantizedWeights::describe()>", into
 // `lines`, in world-rank order) and releases every rank once all have loaded, so no rank's step deadline runs

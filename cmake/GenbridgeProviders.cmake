@@ -1,4 +1,4 @@
-# Provider staging (DESIGN §5): the directory tree is the registry. The relative path of a provider
+# Provider staging (docs/design.md#provider-staging): the directory tree is the registry. The relative path of a provider
 # file under ops/common/ or ops/target_providers/<Target>/ is the key of the stable contract it
 # implements (include/genbridge/ops/<key>.h). This file knows targets, never operator names.
 # ops/target_providers/<Target>/detail/ is the one exception: the kernels only that generation's providers

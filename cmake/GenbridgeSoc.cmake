@@ -1,4 +1,4 @@
-# SoC selection (DESIGN §4): one selector -> (provider target, concrete SoC). The build knows targets,
+# SoC selection (docs/design.md#targets-and-soc-selectors): one selector -> (provider target, concrete SoC). The build knows targets,
 # never operators.
 #
 # The selector table below is the only one: the runtime's (runtime/device/soc.cpp) is generated from it

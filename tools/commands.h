@@ -45,7 +45,7 @@ struct RunOptions {
   int max_batch = 32;
   int64_t kv_memory_mb = 0;  // 0: enough for every request
   std::string kv_cache_dtype = "auto";
-  std::string weight_quant = "none";  // none | auto | w8a8 | mxfp8 | mxfp4 (issue 13)
+  std::string weight_quant = "none";  // none | auto | w8a8 | mxfp8 | mxfp4
   std::string soc;
   int threads = 0;
   std::string dump_logits;

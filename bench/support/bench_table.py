@@ -29,7 +29,7 @@ COLUMNS = [  # (counter, heading, format)
 ]
 
 
-# Issue 10's "done when" figures for the other engine, and the engine_bench rows with the same configuration.
+# The reference figures of a widely used CPU engine, and the engine_bench rows with the same configuration.
 REFERENCE = [
     ("prefill, one 32-token prompt", "engine_prefill/prompt:32", 283),
     ("prefill, one 256-token prompt", "engine_prefill/prompt:256", 280),
@@ -77,7 +77,7 @@ def table(path):
     print()
     best = {k: max(rows[k], key=lambda b: b.get("roof_frac", 0)) for k in order}
     if any(k.startswith("engine_") for k in order):
-        print(f"Issue 10's comparison (a widely used CPU engine, same weights, 2-core AVX2 machine) next to this run "
+        print(f"The comparison with a widely used CPU engine (same weights, 2-core AVX2 machine) next to this run "
               f"(CPU target {ctx.get('cpu_target', '?')}):\n")
         print("| configuration | reference tok/s | genbridge tok/s | genbridge / reference |")
         print("|---|---:|---:|---:|")

@@ -25,7 +25,7 @@ namespace {
 
 using ops::KvCacheFormat;
 
-// ---- Quantized weights (issue 13): one representation per scheme, offered per generation below ----
+// ---- Quantized weights: one representation per scheme, offered per generation below ----
 using ops::WeightQuantScheme;
 constexpr WeightQuantRepresentation kW8A8{WeightQuantScheme::kW8A8,          DType::kI8,  DType::kF32,
                                           WeightScaleGranularity::kPerOutputChannel, 0, MxScaleLayout::kNone,
@@ -50,19 +50,19 @@ constexpr WeightQuantContract kAscend950WeightQuant{WeightQuantScheme::kMxfp8, {
                                                     kQuantizedLayers};
 // ---- end quantized weights ----
 
-// DESIGN §8 and §8b, one row per generation.
+// docs/design.md#deviceoperator-contract, one row per generation.
 constexpr GenerationContract kAscend910{
     .generation = Generation::kAscend910,
     .quantized_kv = KvCacheFormat::kInt8Fp16Scale,
     .slot_mapping = ops::SlotMapping::kBlockOffsetPairs,
     .kv_page_size = 128,
     .mx_scale_layout = MxScaleLayout::kNone,
-    // ---- MLA + DSA (issue 11) ----
+    // ---- MLA + DSA ----
     .quantized_mla_kv = ops::MlaKvFormat::kInt8Fp16ScaleSplitRope,
     .indexer_keys = ops::IndexerKeyFormat::kBf16,
     .topk_indices = ops::TopkIndexFormat::kSequencePositions,
     // ---- end MLA + DSA ----
-    .weight_quant = kAscend910WeightQuant,  // issue 13
+    .weight_quant = kAscend910WeightQuant,
 };
 constexpr GenerationContract kAscend950{
     .generation = Generation::kAscend950,
@@ -70,12 +70,12 @@ constexpr GenerationContract kAscend950{
     .slot_mapping = ops::SlotMapping::kFlat,
     .kv_page_size = 128,
     .mx_scale_layout = MxScaleLayout::kPair,
-    // ---- MLA + DSA (issue 11) ----
+    // ---- MLA + DSA ----
     .quantized_mla_kv = ops::MlaKvFormat::kFp8TileScalePacked,
     .indexer_keys = ops::IndexerKeyFormat::kFp8HadamardPackedScale,
     .topk_indices = ops::TopkIndexFormat::kFlatKvSlots,
     // ---- end MLA + DSA ----
-    .weight_quant = kAscend950WeightQuant,  // issue 13
+    .weight_quant = kAscend950WeightQuant,
 };
 
 std::string offered_weight_quant(const WeightQuantContract& w) {
@@ -476,7 +476,7 @@ Status DeviceOperator::attention(const TensorView& query, const ops::PagedKvCach
 
 namespace genbridge::runtime {
 
-// ---- MLA + DSA (issue 11) ----
+// ---- MLA + DSA ----
 
 std::string DeviceOperator::mla_contract_line() const {
   constexpr int64_t kLatent = 512, kRope = 64, kIndexDim = 128;  // DeepSeek-V3.2's dimensions, for the byte counts

@@ -1,9 +1,9 @@
 #pragma once
 // DeviceOperator: the single place that knows the runtime-visible differences of a hardware generation
-// (DESIGN §2, §8). It is a small immutable contract per generation plus thin adapters that turn the
-// engine's semantic requests into calls of the stable operators for the KV representation in force. It
-// does not enable features (whether KV is quantized is configuration), own memory (the KV page pool
-// does) or choose algorithms (the stable operators do).
+// (docs/design.md#ownership-rule, #deviceoperator-contract). It is a small immutable contract per generation plus thin
+// adapters that turn the engine's semantic requests into calls of the stable operators for the KV representation in
+// force. It does not enable features (whether KV is quantized is configuration), own memory (the KV page pool does) or
+// choose algorithms (the stable operators do).
 //
 // How the engine uses it:
 //   1. Once at start-up:
@@ -42,7 +42,7 @@ enum class MxScaleLayout {
   kPair,  // e8m0 scales as [..., ceil(ceil(K/32)/2), 2]
 };
 
-// ---- Quantized weights (issue 13) -------------------------------------------------------------------
+// ---- Quantized weights -------------------------------------------------------------------
 // How a weight scheme represents a matrix [N, K]: data the runtime allocates at load, the matmuls
 // (linear/quant_linear, moe/quant_expert_ffn) consume and the pool of weight bytes is sized from.
 enum class WeightScaleGranularity {
@@ -91,8 +91,8 @@ struct WeightQuantContract {
 int64_t quant_weight_bytes(const WeightQuantRepresentation& r, int64_t n, int64_t k);
 // ---- end quantized weights ---------------------------------------------------------------------------
 
-// The runtime-visible contract of one generation (DESIGN §8). Immutable data; compare two contracts'
-// fields to see every difference the runtime has to know. Element types, scale types, scale placement and
+// The runtime-visible contract of one generation (docs/design.md#deviceoperator-contract). Immutable data; compare two
+// contracts' fields to see every difference the runtime has to know. Element types, scale types, scale placement and
 // row bytes of each representation come from the one table in genbridge/ops/kv_cache/kv_format.h.
 struct GenerationContract {
   Generation generation;
@@ -101,13 +101,13 @@ struct GenerationContract {
   int64_t kv_page_size;             // tokens per KV page
   MxScaleLayout mx_scale_layout;
 
-  // ---- MLA + DSA (issue 11): MLA KV, indexer keys, top-k index contract ----
+  // ---- MLA + DSA: MLA KV, indexer keys, top-k index contract ----
   ops::MlaKvFormat quantized_mla_kv;  // the MLA representation kv_cache_dtype=quantized selects
   ops::IndexerKeyFormat indexer_keys;  // the DSA indexer key cache (whatever kv_cache_dtype says)
   ops::TopkIndexFormat topk_indices;   // what the indexer hands sparse attention
   // ---- end MLA + DSA ----
 
-  WeightQuantContract weight_quant;  // issue 13: quantized weight representations
+  WeightQuantContract weight_quant;  // quantized weight representations
 };
 
 // The contract of generation `g`.
@@ -139,7 +139,7 @@ struct DeviceConfig {
   std::string soc;                      // SoC selector from --soc / GENBRIDGE_SOC; empty = not configured
   std::string kv_cache_dtype = "auto";  // auto | bf16 | quantized (or the generation's own int8 / fp8)
   std::optional<std::string> path_env;  // where to look for npu-smi; nullopt = $PATH
-  std::string weight_quant = "none";    // none | auto | w8a8 | mxfp8 | mxfp4 (issue 13)
+  std::string weight_quant = "none";    // none | auto | w8a8 | mxfp8 | mxfp4
 
   // The environment variable naming the SoC when no selector is given on the command line.
   static constexpr std::string_view kSocEnv = "GENBRIDGE_SOC";
@@ -197,7 +197,7 @@ class DeviceOperator {
   Status attention(const TensorView& query, const ops::PagedKvCache& cache, const AttentionBatch& batch,
                    float softmax_scale, const TensorView& out) const;
 
-  // ---- MLA + DSA (issue 11) ----
+  // ---- MLA + DSA ----
   // The MLA KV representation in force: bf16, or the generation's quantized one (kv_cache_dtype).
   ops::MlaKvFormat mla_kv_format() const { return mla_kv_format_; }
   // The indexer key representation and the top-k index contract (the generation's).

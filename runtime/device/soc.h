@@ -1,6 +1,6 @@
 #pragma once
-// SoC identification for the DeviceOperator's start-up check (DESIGN §4): the selector table (generated
-// from cmake/GenbridgeSoc.cmake's), the runtime SoC codes, and a pure parser for `npu-smi info` text.
+// SoC identification for the DeviceOperator's start-up check (docs/design.md#targets-and-soc-selectors): the selector
+// table (generated from cmake/GenbridgeSoc.cmake's), the runtime SoC codes, and a pure parser for `npu-smi info` text.
 // Only runtime/device/ may name a generation.
 
 #include <optional>

@@ -1,5 +1,5 @@
 #pragma once
-// Hugging Face FP8 block-scaled checkpoints (issue 13): the format of the published Qwen3 / DeepSeek-V3
+// Hugging Face FP8 block-scaled checkpoints: the format of the published Qwen3 / DeepSeek-V3
 // FP8 checkpoints. config.json carries
 //   "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "fmt": "e4m3", ...}
 // and each quantized Linear weight W [N, K] is stored as F8_E4M3 codes plus "<name>_scale_inv" (F32 or BF16,

@@ -1,6 +1,6 @@
 #pragma once
 // QuantizedWeights: a bf16 checkpoint's weights quantized at load into the representation the
-// DeviceOperator put in force (--weight-quant; issue 13), for the roles its contract quantizes (attention
+// DeviceOperator put in force (--weight-quant), for the roles its contract quantizes (attention
 // projections, routed experts, shared experts and dense MLPs; router and LM head stay bf16). Owns the
 // quantized bytes; the ModelRunner and ExpertBank read them through ops::QuantWeight views.
 

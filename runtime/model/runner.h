@@ -63,7 +63,7 @@ class ForwardBatch {
 // The expert weights of every MoE layer, for whoever computes experts (monolithic runner or FFN rank).
 class ExpertBank {
  public:
-  // `quantized` (optional; must outlive the bank): routed experts quantized at load (issue 13), used for
+  // `quantized` (optional; must outlive the bank): routed experts quantized at load, used for
   // every MoE layer whose experts it holds.
   explicit ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized = nullptr);
   // out[t, j] for every slot whose expert is in [begin, end) (see ops::expert_ffn). Blocks until done.

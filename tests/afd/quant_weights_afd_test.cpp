@@ -1,4 +1,4 @@
-// AFD with quantized weights (issue 13): the attention ranks run the quantized projections and shared
+// AFD with quantized weights: the attention ranks run the quantized projections and shared
 // experts, the FFN ranks the quantized routed experts; tokens and logits equal the monolithic engine with
 // the same scheme bit for bit, and differ from the bf16 engine's (the quantized weights are in use).
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 # build.private_kernels_only_in_their_target: the kernels under ops/target_providers/<Target>/detail/ (those only
-# one generation uses) are compiled into that target's library and no other (DESIGN §5, README "Adding an
+# one generation uses) are compiled into that target's library and no other (docs/design.md#provider-staging, README "Adding an
 # operator"). Reads the functions each target's private headers declare, then the library's symbols (nm):
 #   cmake -DSOURCE_DIR=<repo root> -DTARGET=<this build's provider target> -DLIBRARY=<libgenbridge_ops_*.a>
 #         -DNM=<nm> -P private_kernels_case.cmake

@@ -1,7 +1,7 @@
 # One case of build.soc.*: configure-time SoC normalisation (cmake/GenbridgeSoc.cmake) in script mode.
 #   cmake -DCASE=<name> -DSOURCE_DIR=<repo root> -P soc_case.cmake
 # Each selector of the case runs genbridge_normalize_soc() in a child `cmake -P` (a failing selector ends
-# its process, as it ends a configure); the expectations are DESIGN §4's table, written out here.
+# its process, as it ends a configure); the expectations are the table of docs/design.md#targets-and-soc-selectors, written out here.
 cmake_minimum_required(VERSION 3.25)
 include(${CMAKE_CURRENT_LIST_DIR}/expect.cmake)
 

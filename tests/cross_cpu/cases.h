@@ -1,5 +1,5 @@
 #pragma once
-// The cross-CPU bit-identity check (issue 10): every stable op of the build and the engine, run on fixed
+// The cross-CPU bit-identity check: every stable op of the build and the engine, run on fixed
 // inputs under every CPU target this machine can run, must give the same output bytes. Each case also
 // prints one line "cross_cpu digest <case> <FNV-1a 64 of its output bytes>" so that the digests of two
 // machines (x86-64 and aarch64 under qemu, see tests/cross_cpu/CMakeLists.txt) can be compared.

@@ -1,4 +1,4 @@
-// Every stable op gives the same output bytes under every CPU target this machine can run (issue 10: the
+// Every stable op gives the same output bytes under every CPU target this machine can run (the
 // reduction-order contracts do not depend on the vector width), on inputs with tails, strides and edge
 // values. Ops this build does not have (Unimplemented) are reported as such. Each case prints its digest
 // (see cases.h); tests/cross_cpu/CMakeLists.txt compares them with another build's (x86-64 vs aarch64).
@@ -443,7 +443,7 @@ TEST(CrossCpu, normalize_mx_scale_layout) {
   });
 }
 
-// ---- MLA + DSA (issue 11): MLA / indexer writers, mla_decode, sparse_mla_decode, lightning_indexer,
+// ---- MLA + DSA: MLA / indexer writers, mla_decode, sparse_mla_decode, lightning_indexer,
 // layer_norm. The sequences and block tables of the KV cases above; kv_lora_rank 256 (fp8: two tiles; the
 // bf16 and int8 cases also at 200, a tail), rope 40, index_head_dim 64. ----
 

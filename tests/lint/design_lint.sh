@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Design lint (DESIGN §2 invariants 1 and 5):
+# Design lint (docs/design.md#ownership-rule invariants 1 and 5):
 #  1. no generation or SoC name in code outside ops/target_providers/, runtime/device/, cmake/, tests/,
 #     docs/ and bench/;
 #  2. no operator name (a stable header's base name or module path) in any CMake file;

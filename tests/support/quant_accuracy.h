@@ -1,5 +1,5 @@
 #pragma once
-// Accuracy of quantized weights against the bf16 engine (issue 13), for tests and the accuracy benchmark:
+// Accuracy of quantized weights against the bf16 engine, for tests and the accuracy benchmark:
 // the bf16 runner decodes greedily from a prompt; the quantized runner is fed the same tokens (teacher
 // forcing), so every step compares logits of the same context. Per step: relative L2 of the logits
 // ||q - b|| / ||b|| and whether the greedy (argmax) tokens agree.

@@ -1,4 +1,4 @@
-// linear/quant_linear (issue 13): bf16 x [M, K] times a quantized weight [N, K] -> bf16 y [M, N], per
+// linear/quant_linear: bf16 x [M, K] times a quantized weight [N, K] -> bf16 y [M, N], per
 // scheme, with linear/linear on the bf16 weight in the same run as the baseline (scheme "none"). Bytes =
 // the quantized weight (data + scales) + x + y; FLOPs = 2 M N K. Weights are cold (rotated copies, as in
 // linear_bench). M = 1 is weight-bandwidth bound: its figure is mem_frac (issue target >= 0.8 of copy, i.e.

@@ -1,4 +1,4 @@
-// Accuracy of quantized weights against the bf16 engine (issue 13; docs/bench/quant_weights.md): for each
+// Accuracy of quantized weights against the bf16 engine (docs/bench/quant_weights.md): for each
 // scheme this build's generation runs, on a synthetic preset, logits relative L2 per step (median, p99,
 // max) and greedy token agreement with the bf16 engine over N teacher-forced decode steps.
 //   bench.runtime.model.quant_accuracy_bench [preset=small] [steps=256]

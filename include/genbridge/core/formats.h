@@ -1,5 +1,5 @@
 #pragma once
-// Bit-exact scalar codecs for the float formats of DESIGN §7 (bf16, fp16, fp8 e4m3fn/e5m2, e8m0,
+// Bit-exact scalar codecs for the float formats of docs/design.md#data-formats (bf16, fp16, fp8 e4m3fn/e5m2, e8m0,
 // fp4 e2m1, int8), plus vectorized bulk conversions. 16-bit encoders round to nearest, ties to even;
 // NaN stays NaN (quiet); fp16 overflows to infinity. The 8/4-bit rules are stated further down.
 
@@ -59,7 +59,7 @@ inline fp16_t float_to_fp16(float f) {
   return fp16_t{static_cast<uint16_t>(sign | q)};
 }
 
-// ---- 8-bit and 4-bit formats (DESIGN §7) ----
+// ---- 8-bit and 4-bit formats (docs/design.md#data-formats) ----
 // fp8 e4m3fn: 1-4-3, bias 7, max 448, no infinities, NaN = S.1111.111.
 // fp8 e5m2:   1-5-2, bias 15, max 57344, IEEE-style infinities and NaNs.
 // e8m0:       8-bit biased exponent, value 2^(e-127), 0xFF = NaN (scales only).

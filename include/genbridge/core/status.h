@@ -1,5 +1,5 @@
 #pragma once
-// Status / Result<T>: errors are data inside the library (DESIGN §10).
+// Status / Result<T>: errors are data inside the library (docs/design.md#conventions).
 
 #include <cstdio>
 #include <cstdlib>

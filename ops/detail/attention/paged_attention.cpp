@@ -26,7 +26,7 @@ namespace genbridge::ops::detail::paged {
 constexpr int kMaxRows = 16;  // query rows (query token x query head of one kv head) per work item
 constexpr int kChunk = 64;    // keys per online-softmax step; chunk boundaries are multiples of 64
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Issue 10 item 6: the int8 and fp8 representations' dequant + dot use fused multiply-adds (exact
+// The int8 and fp8 representations' dequant + dot use fused multiply-adds (exact
 // std::fma on targets without FMA instructions, so still the same bits everywhere); bf16 keeps the
 // separate multiply and add of the contract.
 constexpr bool kFusedQuantDot = true;

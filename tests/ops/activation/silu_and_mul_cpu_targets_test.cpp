@@ -1,4 +1,4 @@
-// activation/silu_and_mul gives the same bits on every CPU target this machine runs (issue 10 item 2),
+// activation/silu_and_mul gives the same bits on every CPU target this machine runs,
 // on rows whose half width is not a multiple of 16 and with infinities and NaNs among the inputs, and
 // the same bits as expert_ffn's scalar formula (ops/detail/activation/swiglu.h).
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// attention/paged_decode and attention/rope give the same bits on every CPU target this machine runs
-// (issue 10 item 2), and paged_decode's output for a sequence does not depend on the batch around it or
+// attention/paged_decode and attention/rope give the same bits on every CPU target this machine runs,
+// and paged_decode's output for a sequence does not depend on the batch around it or
 // on the thread count. Each case also prints an FNV-1a hash of its outputs, so that two builds (before
 // and after a kernel change) can be compared bit for bit.
 #include <gtest/gtest.h>

@@ -274,11 +274,11 @@ inline std::vector<double> reference(const TestCache& cache, const Problem& p, s
   return out;
 }
 
-// Per-element bound on |x - dequantized(x)| for the representation, derived from the format (DESIGN §8
-// scale rules): int8 rounds x / s to an integer (error <= s/2; |x / s| <= 127 * (1 + 2^-11) never
-// clamps by more than rounding); fp8 e4m3fn keeps 3 mantissa bits (relative error <= 2^-4 for normals)
-// and has a subnormal quantum of 2^-9 (absolute error <= s * 2^-10). The 1e-6 covers the fp32 division
-// x / s; bf16 rounds with relative error <= 2^-9.
+// Per-element bound on |x - dequantized(x)| for the representation, derived from the format
+// (docs/design.md#deviceoperator-contract scale rules): int8 rounds x / s to an integer (error <= s/2; |x / s| <= 127 *
+// (1 + 2^-11) never clamps by more than rounding); fp8 e4m3fn keeps 3 mantissa bits (relative error <= 2^-4 for
+// normals) and has a subnormal quantum of 2^-9 (absolute error <= s * 2^-10). The 1e-6 covers the fp32 division x / s;
+// bf16 rounds with relative error <= 2^-9.
 inline double element_bound(KvCacheFormat f, double x, double s) {
   switch (f) {
     case KvCacheFormat::kBf16: return std::fabs(x) * 0x1p-9;

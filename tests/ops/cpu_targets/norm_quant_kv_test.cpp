@@ -1,4 +1,4 @@
-// Same bits on every CPU target (issue 10, item 2) for the norm, quant and kv_cache operators: each op runs
+// Same bits on every CPU target for the norm, quant and kv_cache operators: each op runs
 // under every CPU target this machine offers (tests/support/each_cpu_target.h) on inputs with tails (row
 // lengths that are not multiples of 16 or 32), NaN, infinities and subnormals where the op takes them, and
 // every output byte (and every returned status) must equal the first target's. Ops a build does not offer

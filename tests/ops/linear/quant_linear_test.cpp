@@ -1,4 +1,4 @@
-// Contract test for linear/quant_linear and quantize_weight (issue 13); runs unchanged in every target
+// Contract test for linear/quant_linear and quantize_weight; runs unchanged in every target
 // build. W8A8 is checked bit for bit against its integer oracle; the MX schemes against the fp64 product
 // of the decoded weights (and bit for bit against linear/linear with the decoded fp32 weight, which the
 // contract names); every scheme for batch invariance, thread-count independence and the same bits on every

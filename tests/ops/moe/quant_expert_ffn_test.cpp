@@ -1,4 +1,4 @@
-// Contract test for moe/quant_expert_ffn (issue 13); runs unchanged in every target build. Each slot must
+// Contract test for moe/quant_expert_ffn; runs unchanged in every target build. Each slot must
 // be bit-identical to the composition the contract names (quant_linear, the fp32 SwiGLU formula,
 // quant_linear, one rounding), whatever the batch, the expert range split or the CPU target.
 #include "genbridge/ops/moe/quant_expert_ffn.h"

@@ -534,7 +534,8 @@ TEST(DynamicMxQuant, invalid_arguments) {
   expect(op + ": scale has a null data pointer but 4 elements", x, ok, q, TensorView(nullptr, DType::kE8M0, {2, 1, 2}));
 }
 
-// DESIGN §5: the Ascend910 tree carries the explicit unsupported provider; on Ascend950 the same call works.
+// docs/design.md#provider-staging: the Ascend910 tree carries the explicit unsupported provider; on Ascend950 the same
+// call works.
 TEST(DynamicMxQuant, unsupported_provider) {
   OwnedTensor x(DType::kBF16, {2, 64}), q(DType::kFp8E4M3FN, {2, 64}), s(DType::kE8M0, {2, 1, 2});
   fill_uniform(x.view(), 1);

@@ -17,7 +17,7 @@
 namespace genbridge::testing {
 
 // MX operators are a capability of the Ascend950 generation; the Ascend910 tree carries the explicit
-// unsupported provider (DESIGN §5). This is the one place the tests branch on the build target.
+// unsupported provider (docs/design.md#provider-staging). This is the one place the tests branch on the build target.
 inline bool mx_supported() { return ops::build_target() != "Ascend910"; }
 
 #define GB_REQUIRE_MX()                                                                             \

@@ -1,7 +1,7 @@
-// DESIGN §5: a generation-specific operator another generation cannot run has an explicit unsupported
-// provider there, and the DeviceOperator never routes work to it. For Ascend910 (A2/A3, no FP8 data
-// path): every KV representation its DeviceOperator offers is served by supported writers and readers,
-// and an fp8 request is refused at start-up, before any operator is called.
+// docs/design.md#provider-staging: a generation-specific operator another generation cannot run has an explicit
+// unsupported provider there, and the DeviceOperator never routes work to it. For Ascend910 (A2/A3, no FP8 data path):
+// every KV representation its DeviceOperator offers is served by supported writers and readers, and an fp8 request is
+// refused at start-up, before any operator is called.
 #include <gtest/gtest.h>
 
 #include <filesystem>

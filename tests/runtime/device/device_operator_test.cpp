@@ -1,7 +1,7 @@
-// DeviceOperator: the per-generation contracts (DESIGN §8), kv_cache_dtype resolution, the start-up SoC
-// check (configured selector, npu-smi present or absent), the log line, and the adapters end to end
-// with the KV page pool. Runs in both target builds; expectations that depend on the build's own
-// generation are derived from genbridge::ops::build_target().
+// DeviceOperator: the per-generation contracts (docs/design.md#deviceoperator-contract), kv_cache_dtype resolution, the
+// start-up SoC check (configured selector, npu-smi present or absent), the log line, and the adapters end to end with
+// the KV page pool. Runs in both target builds; expectations that depend on the build's own generation are derived from
+// genbridge::ops::build_target().
 #include "runtime/device/device_operator.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// The DeviceOperator's MLA + DSA contract (issue 11): the per-generation data, the pool geometry of MLA
+// The DeviceOperator's MLA + DSA contract: the per-generation data, the pool geometry of MLA
 // and indexer rows, the adapters (write_mla_kv, write_indexer_keys, mla_attention, index_topk,
 // sparse_attention) through a real pool, and the load-time dimension checks.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Quantized weights in the DeviceOperator (issue 13): the representation per scheme is data in
+// Quantized weights in the DeviceOperator: the representation per scheme is data in
 // GenerationContract, --weight-quant resolution (auto = the generation's preferred scheme; a scheme the
 // generation cannot run is refused naming the generation and what it offers), the log line, and the
 // bytes a representation occupies. Runs in both target builds.
@@ -46,7 +46,7 @@ TEST(WeightQuantContract, representations_per_generation) {
     EXPECT_EQ(r->granularity, WeightScaleGranularity::kPerBlockAlongK);
     EXPECT_EQ(r->block_k, 32);
     EXPECT_EQ(r->block_k, ops::kMxWeightBlock);
-    // The MX weights' scale layout is the generation's MX scale layout (DESIGN §8).
+    // The MX weights' scale layout is the generation's MX scale layout (docs/design.md#deviceoperator-contract).
     EXPECT_EQ(r->scale_layout, a5c.mx_scale_layout);
     EXPECT_EQ(r->activations, ActivationQuant::kNone);
   }

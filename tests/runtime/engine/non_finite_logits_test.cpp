@@ -1,4 +1,4 @@
-// Non-finite logits (issue 9 §6): a request whose logits hold NaN or +-Inf ends with FinishReason::kError
+// Non-finite logits: a request whose logits hold NaN or +-Inf ends with FinishReason::kError
 // and a message naming the request and the step; its pages are freed and the other requests complete with
 // exactly the results they have without the fault. Checkpoints are the tiny preset with one element
 // rewritten: one +Inf or one NaN in lm_head.weight (every request's logits), or one +Inf in the embedding

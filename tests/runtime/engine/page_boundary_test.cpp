@@ -1,4 +1,4 @@
-// Generation past KV page boundaries (issue 9 §1). A page holds 128 tokens on every generation; admission
+// Generation past KV page boundaries. A page holds 128 tokens on every generation; admission
 // reserves pages for prompt + every token a request may generate, so a sequence usually owns more pages
 // than its current length fills. Each case decodes across 1, 2 or 3 page boundaries and is checked against
 // the independent fp64 reference forward (teacher-forced on the engine's tokens) and against the engine

@@ -95,7 +95,7 @@ TEST(KvPagePool, reservation_makes_appends_free) {
 }
 
 // A sequence admitted with a reservation owns every reserved page from the start, so its block table is
-// wider than its length needs: table rows must be as wide as the pages owned (issue 9: rows sized from the
+// wider than its length needs: table rows must be as wide as the pages owned (rows sized from the
 // length failed with the message below as soon as a request's reservation spanned a second page).
 TEST(KvPagePool, block_table_of_a_sequence_owning_more_pages_than_its_length_needs) {
   auto pool = KvPagePool::create(geometry(), 8).value();

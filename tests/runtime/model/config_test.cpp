@@ -282,7 +282,7 @@ TEST(ModelConfig, head_dim_rules) {
             "(48)");
 }
 
-// Only head dimensions attention implements load (issue 9 §6: 32, 96 and 512 used to load and fail at the
+// Only head dimensions attention implements load (32, 96 and 512 used to load and fail at the
 // first forward). The message names the key the value came from.
 TEST(ModelConfig, head_dim_must_be_one_attention_implements) {
   const std::string rule = "must be 64, 80, 96, 112, 128, 192 or 256 (the head dimensions attention implements)";

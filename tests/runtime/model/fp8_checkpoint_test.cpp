@@ -1,4 +1,4 @@
-// Hugging Face FP8 block-scaled checkpoints (issue 13): make-model's converter writes one, Checkpoint::open
+// Hugging Face FP8 block-scaled checkpoints: make-model's converter writes one, Checkpoint::open
 // reads it back (F8_E4M3 + weight_scale_inv dequantized to bf16 within the documented bound), the engine runs
 // it with --weight-quant, and every inconsistent scale tensor, block size or dtype is an error naming it.
 #include "runtime/model/fp8_checkpoint.h"

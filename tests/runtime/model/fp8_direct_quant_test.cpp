@@ -1,4 +1,4 @@
-// --weight-quant on an FP8 block-scaled checkpoint (issue 13): each F8_E4M3 weight is converted into the
+// --weight-quant on an FP8 block-scaled checkpoint: each F8_E4M3 weight is converted into the
 // generation's scheme from the file's codes and block scales (decoded to fp32, no bf16 step), not from the
 // bf16 copy Checkpoint::open binds. Oracle: the codes and scale_inv decoded here, quantized by the stable
 // op; MXFP8's conversion error against the FP8 values is bounded per 32-block (docs/quant_weights.md).

@@ -1,4 +1,4 @@
-// Accuracy bounds of quantized weights against the bf16 engine (issue 13), on the tiny synthetic preset
+// Accuracy bounds of quantized weights against the bf16 engine, on the tiny synthetic preset
 // (seed 0), 16-token prompt, 64 teacher-forced greedy steps: the bounds documented in
 // docs/bench/quant_weights.md (measured there on tiny and small with bench.runtime.model.quant_accuracy_bench).
 // Every scheme the build's generation runs is checked; each must also actually change the logits (a

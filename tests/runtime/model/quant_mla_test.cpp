@@ -1,4 +1,4 @@
-// Quantized MLA attention projections (issue 13, DeepSeek presets): --weight-quant quantizes q_a/q_b (or q),
+// Quantized MLA attention projections (DeepSeek presets): --weight-quant quantizes q_a/q_b (or q),
 // kv_a, kv_b (in the absorbed form's layout: W_UK^T and W_UV per head) and o; the DSA indexer's projections
 // stay bf16 (QuantizedLayers::indexer_projections). The oracle: each quantized matrix equals
 // ops::quantize_weight of the bf16 matrix cut out of the checkpoint here (kv_b transposed per head

@@ -1,4 +1,4 @@
-// Quantizing a share of a model's weights (issue 13, AFD under mpirun): an attention rank quantizes only the
+// Quantizing a share of a model's weights (AFD under mpirun): an attention rank quantizes only the
 // attention side, an FFN rank only the routed experts it owns. A share holds exactly the bits of the same
 // matrices quantized with the whole model (each matrix is quantized alone), holds nothing else, costs less,
 // and a runner or expert bank asked for weights outside the share says so instead of using bf16 weights.

@@ -1,6 +1,6 @@
 #pragma once
 // kv_cache/kv_format: the one table of every KV-cache and indexer-key representation the library writes
-// and reads (DESIGN §8, §8b). Writers, attention operators, the memory pool's geometry and the
+// and reads (docs/design.md#deviceoperator-contract). Writers, attention operators, the memory pool's geometry and the
 // DeviceOperator all take element types, scale placement and row bytes from here; no size is written
 // twice. Also the one slot-mapping enum and the top-k index contract of sparse attention.
 

@@ -1,6 +1,6 @@
 #pragma once
 // Stable operator linear/quant_linear: a dense matmul whose weight (Hugging Face Linear layout, out x in)
-// is held in a quantized representation with its scales (issue 13). Which representation a generation
+// is held in a quantized representation with its scales. Which representation a generation
 // uses is the DeviceOperator's (runtime/device, GenerationContract::weight_quant); this op runs the one it
 // is given, or returns Unimplemented when the build's generation has no data path for it.
 

@@ -1,5 +1,5 @@
 #pragma once
-// Stable operator moe/quant_expert_ffn: moe/expert_ffn with quantized expert weights (issue 13), each
+// Stable operator moe/quant_expert_ffn: moe/expert_ffn with quantized expert weights, each
 // projection a linear/quant_linear in the weights' scheme.
 
 #include <cstdint>

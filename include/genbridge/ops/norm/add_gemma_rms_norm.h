@@ -1,5 +1,6 @@
 #pragma once
-// Stable operator norm/add_gemma_rms_norm (DESIGN §6). Argument order is (input, weight, residual, eps).
+// Stable operator norm/add_gemma_rms_norm (docs/design.md#stable-operator-contracts). Argument order is (input, weight,
+// residual, eps).
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"

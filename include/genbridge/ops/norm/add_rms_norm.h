@@ -1,5 +1,5 @@
 #pragma once
-// Stable operator norm/add_rms_norm (DESIGN §6).
+// Stable operator norm/add_rms_norm (docs/design.md#stable-operator-contracts).
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"

@@ -1,5 +1,5 @@
 #pragma once
-// Stable operator norm/gemma_rms_norm (DESIGN §6): the weight is an offset from one.
+// Stable operator norm/gemma_rms_norm (docs/design.md#stable-operator-contracts): the weight is an offset from one.
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"

@@ -1,6 +1,6 @@
 #pragma once
-// Stable operator quant/dynamic_mx_quant (DESIGN §6): OCP microscaling (MX) quantization along the
-// last axis, one e8m0 scale per block, scales stored in the "pair" layout.
+// Stable operator quant/dynamic_mx_quant (docs/design.md#stable-operator-contracts): OCP microscaling (MX) quantization
+// along the last axis, one e8m0 scale per block, scales stored in the "pair" layout.
 
 #include <cstdint>
 

@@ -1,5 +1,6 @@
 #pragma once
-// Stable operator quant/dynamic_quant_per_token (DESIGN §6): symmetric int8 with one fp32 scale per row.
+// Stable operator quant/dynamic_quant_per_token (docs/design.md#stable-operator-contracts): symmetric int8 with one
+// fp32 scale per row.
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"

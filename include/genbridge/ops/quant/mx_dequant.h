@@ -1,5 +1,5 @@
 #pragma once
-// Stable operator quant/mx_dequant (DESIGN §6): the inverse of dynamic_mx_quant.
+// Stable operator quant/mx_dequant (docs/design.md#stable-operator-contracts): the inverse of dynamic_mx_quant.
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #pragma once
-// Stable operator quant/normalize_mx_scale_layout (DESIGN §6, §8): converts a flat per-block MX scale
-// tensor into the pair layout the generation's matmuls read.
+// Stable operator quant/normalize_mx_scale_layout (docs/design.md#stable-operator-contracts, #deviceoperator-contract):
+// converts a flat per-block MX scale tensor into the pair layout the generation's matmuls read.
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"

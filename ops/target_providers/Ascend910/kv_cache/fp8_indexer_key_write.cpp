@@ -1,5 +1,5 @@
-// Ascend910 (A2/A3) provider: the explicit unsupported one (DESIGN §5). The generation has no FP8 data
-// path; its indexer keys are bf16 (kv_cache/bf16_indexer_key_write).
+// Ascend910 (A2/A3) provider: the explicit unsupported one (docs/design.md#provider-staging). The generation has no FP8
+// data path; its indexer keys are bf16 (kv_cache/bf16_indexer_key_write).
 #include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
 
 namespace genbridge::ops {

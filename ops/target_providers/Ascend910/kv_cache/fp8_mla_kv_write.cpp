@@ -1,5 +1,5 @@
-// Ascend910 (A2/A3) provider: the explicit unsupported one (DESIGN §5). The generation has no FP8 data
-// path; its quantized MLA KV cache is int8 latent + fp16 scale with a separate bf16 rope cache
+// Ascend910 (A2/A3) provider: the explicit unsupported one (docs/design.md#provider-staging). The generation has no FP8
+// data path; its quantized MLA KV cache is int8 latent + fp16 scale with a separate bf16 rope cache
 // (kv_cache/int8_mla_kv_write).
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
 

@@ -1,5 +1,6 @@
 // Ascend910 (A2/A3) provider of linear/quant_linear: W8A8 (the generation's INT8 data path). The MX
-// schemes are the explicit unsupported ones (DESIGN §5): the generation has no FP8/FP4/E8M0 data path.
+// schemes are the explicit unsupported ones (docs/design.md#provider-staging): the generation has no FP8/FP4/E8M0 data
+// path.
 #include "genbridge/ops/linear/quant_linear.h"
 
 #include "ops/detail/linear/quant_linear_kernel.h"

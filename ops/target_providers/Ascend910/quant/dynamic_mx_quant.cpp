@@ -1,5 +1,5 @@
-// Ascend910 (A2/A3) provider: the explicit unsupported one (DESIGN §5). The generation has no FP8, FP4
-// or E8M0 data path, so there is nothing to quantize into; the DeviceOperator never routes MX work here.
+// Ascend910 (A2/A3) provider: the explicit unsupported one (docs/design.md#provider-staging). The generation has no
+// FP8, FP4 or E8M0 data path, so there is nothing to quantize into; the DeviceOperator never routes MX work here.
 #include "genbridge/ops/quant/dynamic_mx_quant.h"
 
 namespace genbridge::ops {

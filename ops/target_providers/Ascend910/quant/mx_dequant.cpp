@@ -1,4 +1,5 @@
-// Ascend910 (A2/A3) provider: the explicit unsupported one (DESIGN §5); no FP8/FP4/E8M0 data path.
+// Ascend910 (A2/A3) provider: the explicit unsupported one (docs/design.md#provider-staging); no FP8/FP4/E8M0 data
+// path.
 #include "genbridge/ops/quant/mx_dequant.h"
 
 namespace genbridge::ops {

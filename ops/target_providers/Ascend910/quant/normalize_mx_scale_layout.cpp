@@ -1,5 +1,5 @@
-// Ascend910 (A2/A3) provider: the explicit unsupported one (DESIGN §5); the generation has no MX
-// scale layout (DESIGN §8).
+// Ascend910 (A2/A3) provider: the explicit unsupported one (docs/design.md#provider-staging); the generation has no MX
+// scale layout (docs/design.md#deviceoperator-contract).
 #include "genbridge/ops/quant/normalize_mx_scale_layout.h"
 
 namespace genbridge::ops {
