@@ -18,6 +18,7 @@
 namespace {
 
 using genbridge::tools::add_choice_flag;
+using genbridge::tools::add_float_flag;
 using genbridge::tools::add_int64_flag;
 using genbridge::tools::add_int_flag;
 using genbridge::tools::add_int_list_flag;
@@ -119,11 +120,13 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                "Tokens to generate per request (prompt + new tokens must fit the model's max_position_embeddings)");
   add_int_list_flag(run, "--stop-token", &ro.stop_tokens, 0, kMaxInt32,
                     "Token id that ends a request when generated (repeatable); must be inside the model's vocabulary");
-  add_real_flag(run, "--temperature", &ro.temperature, 0, std::numeric_limits<double>::infinity(), false,
-                "Sampling temperature; 0 = greedy", "a finite number");
-  add_int_flag(run, "--top-k", &ro.top_k, 0, kMaxInt32,
+  add_float_flag(run, "--temperature", &ro.temperature, genbridge::engine::kTemperatureRange,
+                 "Sampling temperature; 0 = greedy. Any other value must be a normal float (its reciprocal scales\n"
+                 "the logits)");
+  add_int_flag(run, "--top-k", &ro.top_k, 0, genbridge::engine::kMaxTopK,
                "Keep the k most likely tokens; 0 (or the vocabulary size or more) = all");
-  add_real_flag(run, "--top-p", &ro.top_p, 0, 1, true, "Nucleus sampling: keep the most likely tokens up to this mass");
+  add_float_flag(run, "--top-p", &ro.top_p, genbridge::engine::kTopPRange,
+                 "Nucleus sampling: keep the most likely tokens up to this mass (a normal float in (0, 1])");
   add_uint64_flag(run, "--seed", &ro.seed, "Sampling seed; request r uses seed + r (modulo 2^64)");
   add_engine_flags(run, ro);
   add_string_flag(run, "--dump-logits", &ro.dump_logits,
@@ -219,8 +222,7 @@ int main(int argc, char** argv) {
   add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
   add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");
   add_string_flag(srv, "--served-model-name", &so.served_model_name,
-                  "The model name requests must give (\"model\") and /v1/models lists",
-                  "the model directory's name");
+                  "The model name requests must give (\"model\") and /v1/models lists", "the model directory's name");
   add_int_flag(srv, "--max-queued-requests", &so.max_queued_requests, 1, 1 << 20,
                "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
   add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,
@@ -252,14 +254,16 @@ int main(int argc, char** argv) {
                 "a number of seconds");
   add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
                   "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");
-  srv->footer("Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model, the listener or the AFD job failed (a failed\n"
-              "or killed rank ends the server; under mpirun the job is aborted); 2 the command line is invalid.");
+  srv->footer(
+      "Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model, the listener or the AFD job failed (a failed\n"
+      "or killed rank ends the server; under mpirun the job is aborted); 2 the command line is invalid.");
 
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
       "make-model",
       "Write a synthetic Qwen3-MoE or DeepSeek-V3/V3.2 checkpoint (config.json + safetensors) with fixed-seed\n"
-      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
+      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary "
+      "size.");
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");

@@ -155,7 +155,8 @@ TEST(Engine, malformed_requests_are_rejected_with_a_reason) {
   const Checkpoint& ck = checkpoint("tiny");
   const model::ModelConfig& c = ck.config();
   auto dev = runtime::DeviceOperator::create({});
-  auto pool = runtime::KvPagePool::create(dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 4);
+  auto pool =
+      runtime::KvPagePool::create(dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 4);
   auto runner = model::ModelRunner::create(ck, *dev, *pool);
   LocalExecutor executor(**runner);
   Engine eng(executor, *pool, {});
@@ -165,7 +166,7 @@ TEST(Engine, malformed_requests_are_rejected_with_a_reason) {
   EXPECT_EQ(eng.submit({.id = 3, .prompt = {1}, .max_new_tokens = 0}).message(),
             "request 3: max_new_tokens is 0 but must be >= 1");
   EXPECT_EQ(eng.submit({.id = 4, .prompt = {1}, .sampling = {.temperature = -1.f}}).message(),
-            "request 4: sampling: temperature is -1 but must be finite and >= 0");
+            "request 4: sampling: temperature is -1 but must be 0 or a number in [1.1754944e-38, 3.4028235e+38]");
   EXPECT_TRUE(eng.submit({.id = 5, .prompt = {1}}).ok());
   EXPECT_EQ(eng.submit({.id = 5, .prompt = {2}}).message(), "request 5: the id is already in use");
 }
