@@ -227,8 +227,9 @@ int main(int argc, char** argv) {
                "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
   add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,
                "Completion tokens when a request gives no max_tokens (within the context and the KV pool)");
-  add_int_flag(srv, "--http-threads", &so.http_threads, 0, 4096,
-               "HTTP worker threads (one per open connection); 0 = --max-batch + --max-queued-requests + 8");
+  add_int_flag(srv, "--http-threads", &so.http_threads, 0, genbridge::tools::kMaxHttpThreads,
+               "HTTP worker threads (one per open connection); 0 = --max-batch (x attention ranks with --afd) +\n"
+               "--max-queued-requests + 8, which must not exceed 16384 either (else exit 2)");
   add_real_flag(srv, "--request-timeout", &so.request_timeout_s, 0.001, 86400, false,
                 "Seconds a request may take; then it is cancelled and answered 504", "a number of seconds");
   add_real_flag(srv, "--shutdown-timeout", &so.shutdown_timeout_s, 0, 86400, false,

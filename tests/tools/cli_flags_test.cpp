@@ -150,11 +150,11 @@ class CliTest : public ::testing::Test {
       return j;
     };
     // $CPU_AVAILABLE / $CPU_COMPILED: this machine's CPU targets (genbridge/core/cpu_target.h).
-    return replace_all(
-        replace_all(replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR", (scratch_ / "dir").string()),
-                                "$PHYS_MIB", phys_mib()),
-                    "$CPU_AVAILABLE", join(genbridge::cpu_targets_available())),
-        "$CPU_COMPILED", join(genbridge::cpu_targets_compiled()));
+    return replace_all(replace_all(replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR",
+                                                           (scratch_ / "dir").string()),
+                                               "$PHYS_MIB", phys_mib()),
+                                   "$CPU_AVAILABLE", join(genbridge::cpu_targets_available())),
+                       "$CPU_COMPILED", join(genbridge::cpu_targets_compiled()));
   }
   std::vector<std::string> expand(const std::vector<std::string>& v) const {
     std::vector<std::string> r;
@@ -234,7 +234,8 @@ const std::vector<Row> kRows = {
     // --model
     {"model_empty", {"run", "--model", ""}, 2, "genbridge run: --model '': the value is empty"},
     // --preset, --model-seed: the synthetic model; an error with --model
-    {"preset_empty", R({"--preset", ""}), 2, "genbridge run: --preset '': expected one of tiny | tiny-gemma | small | tiny-dsa | "
+    {"preset_empty", R({"--preset", ""}), 2,
+     "genbridge run: --preset '': expected one of tiny | tiny-gemma | small | tiny-dsa | "
      "tiny-dsv3 | tiny-dsv3-noq | small-dsa"},
     {"preset_unknown", R({"--preset", "huge"}), 2,
      "genbridge run: --preset huge: expected one of tiny | tiny-gemma | small | tiny-dsa | "
@@ -451,7 +452,8 @@ const std::vector<Row> kRows = {
     {"run_env_cpu_target",
      R({}),
      2,
-     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or "
+     "best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
     // --dump-logits and --trace: checked before decoding
@@ -566,7 +568,8 @@ const std::vector<Row> kRows = {
     {"worker_env_cpu_target",
      W({"--afd", "1A1F"}),
      2,
-     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: "
+     "$CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
@@ -583,9 +586,20 @@ const std::vector<Row> kRows = {
     {"serve_default_max_tokens_not_an_integer", S({"--default-max-tokens", "16.5"}), 2,
      "genbridge serve: --default-max-tokens 16.5: expected an integer in [1, 1048576]"},
     {"serve_http_threads_negative", S({"--http-threads", "-1"}), 2,
-     "genbridge serve: --http-threads -1: expected an integer in [0, 4096]"},
-    {"serve_http_threads_huge", S({"--http-threads", "4097"}), 2,
-     "genbridge serve: --http-threads 4097: expected an integer in [0, 4096]"},
+     "genbridge serve: --http-threads -1: expected an integer in [0, 16384]"},
+    {"serve_http_threads_huge", S({"--http-threads", "16385"}), 2,
+     "genbridge serve: --http-threads 16385: expected an integer in [0, 16384]"},
+    // The default --http-threads (one per running or waiting request) of a huge queue (before: serve started
+    // the threads one by one until the machine ran out of them)
+    {"serve_default_http_threads_past_the_limit", S({"--max-queued-requests", "1048576"}), 2,
+     "genbridge serve: --max-batch 32 + --max-queued-requests 1048576 + 8 = 1048616 HTTP threads (the default of "
+     "--http-threads: one per running or waiting request) is more than 16384; lower --max-queued-requests or "
+     "--max-batch, or give --http-threads in [1, 16384] (connections beyond it wait for a thread)"},
+    {"serve_default_http_threads_past_the_limit_afd", S({"--afd", "4A1F", "--max-batch", "4096"}), 2,
+     "genbridge serve: --max-batch 4096 x 4 attention ranks + --max-queued-requests 64 + 8 = 16456 HTTP threads "
+     "(the default of --http-threads: one per running or waiting request) is more than 16384; lower "
+     "--max-queued-requests or --max-batch, or give --http-threads in [1, 16384] (connections beyond it wait for a "
+     "thread)"},
     {"serve_request_timeout_zero", S({"--request-timeout", "0"}), 2,
      "genbridge serve: --request-timeout 0: expected a number of seconds in [0.001, 86400]"},
     {"serve_request_timeout_huge", S({"--request-timeout", "1e400"}), 2,
@@ -600,12 +614,14 @@ const std::vector<Row> kRows = {
      "genbridge serve: --shutdown-timeout 86401: expected a number of seconds in [0, 86400]"},
     {"serve_shutdown_timeout_inf", S({"--shutdown-timeout", "inf"}), 2,
      "genbridge serve: --shutdown-timeout inf: expected a number of seconds in [0, 86400]"},
-    {"serve_max_batch_zero", S({"--max-batch", "0"}), 2, "genbridge serve: --max-batch 0: expected an integer in [1, 4096]"},
+    {"serve_max_batch_zero", S({"--max-batch", "0"}), 2,
+     "genbridge serve: --max-batch 0: expected an integer in [1, 4096]"},
     {"serve_kv_memory_negative", S({"--kv-memory-mb", "-1"}), 2,
      "genbridge serve: --kv-memory-mb -1: expected an integer in [0, 8796093022207]"},
     {"serve_kv_memory_past_physical_memory", S({"--kv-memory-mb", "100000000"}), 2,
      "genbridge serve: --kv-memory-mb 100000000: more than this machine's physical memory ($PHYS_MIB MiB)"},
-    {"serve_threads_huge", S({"--threads", "256"}), 2, "genbridge serve: --threads 256: expected an integer in [0, 255]"},
+    {"serve_threads_huge", S({"--threads", "256"}), 2,
+     "genbridge serve: --threads 256: expected an integer in [0, 255]"},
     {"serve_afd_stages_huge", S({"--afd", "1A1F", "--afd-stages", "4"}), 2,
      "genbridge serve: --afd-stages 4: expected an integer in [1, 3]"},
     {"serve_afd_timeout_zero", S({"--afd", "1A1F", "--afd-timeout", "0"}), 2,
@@ -660,7 +676,8 @@ const std::vector<Row> kRows = {
     {"make_env_cpu_target",
      {"make-model", "$DIR/m"},
      2,
-     "genbridge make-model: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge make-model: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: "
+     "$CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
@@ -682,7 +699,8 @@ const std::vector<Row> kRows = {
     {"info_env_cpu_target",
      {"info"},
      2,
-     "genbridge info: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge info: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or "
+     "best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 };
@@ -931,12 +949,12 @@ TEST_F(CliTest, prompt_text_on_the_cached_synthetic_model) {
 TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
   const Outcome o = run({"run", "--help"});
   ASSERT_EQ(o.exit_code, 0);
-  for (const char* s : {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
-                        "Integer in [0, 8796093022207]. Default: 0",
-                        "A number in [1.1754944e-38, 1]. Default: 1",
-                        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
-                        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request",
-                        "--prompt-text TEXT", "request N text: \"...\""}) {
+  for (const char* s :
+       {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
+        "Integer in [0, 8796093022207]. Default: 0", "A number in [1.1754944e-38, 1]. Default: 1",
+        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0",
+        "A number of seconds in [0.001, 86400]. Default: 30", "One of sync | async. Default: sync",
+        "Exit status: 0 every request finished; 3 some request", "--prompt-text TEXT", "request N text: \"...\""}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;
   }
 }
@@ -972,7 +990,8 @@ TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_
       first_logits = logits;
     }
     EXPECT_EQ(request_lines(r.out), first_tokens) << "cpu target " << t;
-    EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from " << genbridge::cpu_targets_available()[0];
+    EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from "
+                                        << genbridge::cpu_targets_available()[0];
   }
 }
 
@@ -981,8 +1000,8 @@ TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_
 namespace {
 TEST_F(CliTest, weight_quant_prints_the_scheme_and_bytes_and_afd_agrees) {
   const bool a5 = genbridge::ops::build_target() == std::string_view("Ascend950");
-  const std::vector<std::string> base = {"run", "--model", "$MODEL", "--max-new-tokens", "6", "--prompt", "1,2,3",
-                                         "--prompt", "7,8", "--weight-quant", "auto"};
+  const std::vector<std::string> base = {"run",   "--model",  "$MODEL", "--max-new-tokens", "6",   "--prompt",
+                                         "1,2,3", "--prompt", "7,8",    "--weight-quant",   "auto"};
   const Outcome mono = run(base);
   ASSERT_EQ(mono.exit_code, 0) << mono.err;
   const std::string scheme = a5 ? "mxfp8" : "w8a8";

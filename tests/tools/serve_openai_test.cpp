@@ -373,8 +373,8 @@ TEST(ParseRequest, every_numeric_field_at_its_extremes_is_a_400_naming_it) {
   EXPECT_EQ(ok(R"("frequency_penalty": 0, "presence_penalty": -0.0, "repetition_penalty": 1, "min_p": 0)").max_tokens,
             256);
   EXPECT_EQ(ok(R"("best_of": 1.0, "n": 1)").max_tokens, 256);
-  for (const std::string& f : {R"("temperature": 1e-300)", R"("top_p": 1e-300)"}) {
-    auto r = parse_request(R"({"model": "m", "prompt": "a", )" + f + "}", false, m);
+  for (const char* f : {R"("temperature": 1e-300)", R"("top_p": 1e-300)"}) {
+    auto r = parse_request(std::string(R"({"model": "m", "prompt": "a", )") + f + "}", false, m);
     ASSERT_TRUE(std::holds_alternative<ApiError>(r));
   }
   EXPECT_TRUE(engine::validate(ok(R"("temperature": 1.1754944e-38, "top_p": 1.1754944e-38)").sampling).ok());
