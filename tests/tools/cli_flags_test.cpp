@@ -150,11 +150,11 @@ class CliTest : public ::testing::Test {
       return j;
     };
     // $CPU_AVAILABLE / $CPU_COMPILED: this machine's CPU targets (genbridge/core/cpu_target.h).
-    return replace_all(replace_all(replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR",
-                                                           (scratch_ / "dir").string()),
-                                               "$PHYS_MIB", phys_mib()),
-                                   "$CPU_AVAILABLE", join(genbridge::cpu_targets_available())),
-                       "$CPU_COMPILED", join(genbridge::cpu_targets_compiled()));
+    return replace_all(
+        replace_all(replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR", (scratch_ / "dir").string()),
+                                "$PHYS_MIB", phys_mib()),
+                    "$CPU_AVAILABLE", join(genbridge::cpu_targets_available())),
+        "$CPU_COMPILED", join(genbridge::cpu_targets_compiled()));
   }
   std::vector<std::string> expand(const std::vector<std::string>& v) const {
     std::vector<std::string> r;
@@ -234,8 +234,7 @@ const std::vector<Row> kRows = {
     // --model
     {"model_empty", {"run", "--model", ""}, 2, "genbridge run: --model '': the value is empty"},
     // --preset, --model-seed: the synthetic model; an error with --model
-    {"preset_empty", R({"--preset", ""}), 2,
-     "genbridge run: --preset '': expected one of tiny | tiny-gemma | small | tiny-dsa | "
+    {"preset_empty", R({"--preset", ""}), 2, "genbridge run: --preset '': expected one of tiny | tiny-gemma | small | tiny-dsa | "
      "tiny-dsv3 | tiny-dsv3-noq | small-dsa"},
     {"preset_unknown", R({"--preset", "huge"}), 2,
      "genbridge run: --preset huge: expected one of tiny | tiny-gemma | small | tiny-dsa | "
@@ -452,8 +451,7 @@ const std::vector<Row> kRows = {
     {"run_env_cpu_target",
      R({}),
      2,
-     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or "
-     "best); "
+     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
     // --dump-logits and --trace: checked before decoding
@@ -568,8 +566,7 @@ const std::vector<Row> kRows = {
     {"worker_env_cpu_target",
      W({"--afd", "1A1F"}),
      2,
-     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: "
-     "$CPU_AVAILABLE (or best); "
+     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
@@ -676,8 +673,7 @@ const std::vector<Row> kRows = {
     {"make_env_cpu_target",
      {"make-model", "$DIR/m"},
      2,
-     "genbridge make-model: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: "
-     "$CPU_AVAILABLE (or best); "
+     "genbridge make-model: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
@@ -699,8 +695,7 @@ const std::vector<Row> kRows = {
     {"info_env_cpu_target",
      {"info"},
      2,
-     "genbridge info: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or "
-     "best); "
+     "genbridge info: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 };
@@ -949,12 +944,12 @@ TEST_F(CliTest, prompt_text_on_the_cached_synthetic_model) {
 TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
   const Outcome o = run({"run", "--help"});
   ASSERT_EQ(o.exit_code, 0);
-  for (const char* s :
-       {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
-        "Integer in [0, 8796093022207]. Default: 0", "A number in [1.1754944e-38, 1]. Default: 1",
-        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0",
-        "A number of seconds in [0.001, 86400]. Default: 30", "One of sync | async. Default: sync",
-        "Exit status: 0 every request finished; 3 some request", "--prompt-text TEXT", "request N text: \"...\""}) {
+  for (const char* s : {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
+                        "Integer in [0, 8796093022207]. Default: 0",
+                        "A number in [1.1754944e-38, 1]. Default: 1",
+                        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
+                        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request",
+                        "--prompt-text TEXT", "request N text: \"...\""}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;
   }
 }
@@ -990,8 +985,7 @@ TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_
       first_logits = logits;
     }
     EXPECT_EQ(request_lines(r.out), first_tokens) << "cpu target " << t;
-    EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from "
-                                        << genbridge::cpu_targets_available()[0];
+    EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from " << genbridge::cpu_targets_available()[0];
   }
 }
 
@@ -1000,8 +994,8 @@ TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_
 namespace {
 TEST_F(CliTest, weight_quant_prints_the_scheme_and_bytes_and_afd_agrees) {
   const bool a5 = genbridge::ops::build_target() == std::string_view("Ascend950");
-  const std::vector<std::string> base = {"run",   "--model",  "$MODEL", "--max-new-tokens", "6",   "--prompt",
-                                         "1,2,3", "--prompt", "7,8",    "--weight-quant",   "auto"};
+  const std::vector<std::string> base = {"run", "--model", "$MODEL", "--max-new-tokens", "6", "--prompt", "1,2,3",
+                                         "--prompt", "7,8", "--weight-quant", "auto"};
   const Outcome mono = run(base);
   ASSERT_EQ(mono.exit_code, 0) << mono.err;
   const std::string scheme = a5 ? "mxfp8" : "w8a8";

@@ -155,8 +155,7 @@ TEST(Engine, malformed_requests_are_rejected_with_a_reason) {
   const Checkpoint& ck = checkpoint("tiny");
   const model::ModelConfig& c = ck.config();
   auto dev = runtime::DeviceOperator::create({});
-  auto pool =
-      runtime::KvPagePool::create(dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 4);
+  auto pool = runtime::KvPagePool::create(dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 4);
   auto runner = model::ModelRunner::create(ck, *dev, *pool);
   LocalExecutor executor(**runner);
   Engine eng(executor, *pool, {});
