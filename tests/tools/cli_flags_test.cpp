@@ -947,7 +947,8 @@ TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
   for (const char* s : {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
                         "Integer in [0, 8796093022207]. Default: 0",
                         "A number in [1.1754944e-38, 1]. Default: 1",
-                        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
+                        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0",
+                        "A number of seconds in [0.001, 86400]. Default: 30",
                         "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request",
                         "--prompt-text TEXT", "request N text: \"...\""}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;
