@@ -756,6 +756,19 @@ TEST_F(CliTest, exit_codes_of_run_and_run_afd_agree) {
   }
 }
 
+// The ends of the sampling ranges as --help prints them are accepted and run to the end (the smallest
+// temperature is greedy in effect, the largest uniform; both are finite floats, as is 1 / temperature).
+TEST_F(CliTest, sampling_bounds_as_printed_run_to_the_end) {
+  for (const std::vector<std::string>& more : {std::vector<std::string>{"--temperature", "1.1754944e-38"},
+                                              {"--temperature", "3.4028235e+38", "--top-k", "2147483647"},
+                                              {"--temperature", "1", "--top-p", "1.1754944e-38"},
+                                              {"--temperature", "-0", "--seed", "18446744073709551615"}}) {
+    const Outcome o = run(R(more));
+    EXPECT_EQ(o.exit_code, 0) << more[1] << ": " << o.err;
+    EXPECT_EQ(count_results(o.out), 2) << more[1];
+  }
+}
+
 // A refused request among finished ones still makes the exit code 3; the others' results are printed.
 TEST_F(CliTest, one_refused_request_among_finished_ones_exits_3) {
   std::string long_prompt = "1";
