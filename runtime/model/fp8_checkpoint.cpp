@@ -39,9 +39,8 @@ Result<std::optional<Fp8QuantizationConfig>> read_fp8_quantization_config(std::s
   Fp8QuantizationConfig c;
   const auto b = q.find("weight_block_size");
   auto block_ok = [](const json& v) {
-    return v.is_number_integer() && !v.is_number_unsigned()
-               ? v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxFp8BlockSize
-               : v.is_number_unsigned() && v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= kMaxFp8BlockSize;
+    if (v.is_number_unsigned()) return v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= kMaxFp8BlockSize;
+    return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxFp8BlockSize;
   };
   if (b == q.end() || !b->is_array() || b->size() != 2 || !block_ok((*b)[0]) || !block_ok((*b)[1])) {
     return bad("weight_block_size", b == q.end() ? std::string("missing") : shown(*b),
