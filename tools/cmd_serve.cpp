@@ -90,6 +90,22 @@ RunMode serve_mode(const RunOptions& o) {
 
 // The rules of serve's own AFD flags (check_run_flags has checked the rest).
 Status check_serve_afd_flags(const ServeOptions& so, RunMode mode) {
+  if (so.http_threads == 0) {
+    int64_t ranks = 1;
+    if (mode != RunMode::kMonolithic) {
+      GB_ASSIGN_OR_RETURN(const afd::AfdConfig cfg, afd_config_from(so.run, mode));
+      ranks = cfg.num_attention;
+    }
+    const int64_t threads = int64_t{so.run.max_batch} * ranks + so.max_queued_requests + 8;
+    if (threads > kMaxHttpThreads) {
+      return invalid_argument(fmt::format(
+          "--max-batch {}{} + --max-queued-requests {} + 8 = {} HTTP threads (the default of --http-threads: one per "
+          "running or waiting request) is more than {}; lower --max-queued-requests or --max-batch, or give "
+          "--http-threads in [1, {}] (connections beyond it wait for a thread)",
+          so.run.max_batch, ranks > 1 ? fmt::format(" x {} attention ranks", ranks) : "", so.max_queued_requests,
+          threads, kMaxHttpThreads, kMaxHttpThreads));
+    }
+  }
   if (!so.role.empty() && mode != RunMode::kAfdMpi) {
     return invalid_argument(
         fmt::format("--role {} applies under mpirun only (--afd-transport mpi); drop --role", so.role));

@@ -65,6 +65,11 @@ struct RunOptions {
 };
 
 // `genbridge serve`: the run flags that apply to a server (model, device, batching, KV pool) and its own.
+// Most HTTP threads serve starts, given (--http-threads) or by default (one per running or waiting request):
+// each is a thread of this process started at the listener, so the default of a huge --max-queued-requests
+// would exhaust the machine's threads.
+inline constexpr int kMaxHttpThreads = 16384;
+
 struct ServeOptions {
   RunOptions run;  // --model, --preset, --model-seed, --max-batch, --kv-memory-mb, --kv-cache-dtype, --soc, ...
   std::string host = "127.0.0.1";
@@ -73,7 +78,7 @@ struct ServeOptions {
   std::string served_model_name;   // default: the model directory's name
   int max_queued_requests = 64;    // accepted requests waiting to start; more get 429
   int default_max_tokens = 256;    // when a request gives no max_tokens
-  int http_threads = 0;            // 0: --max-batch + --max-queued-requests + 8
+  int http_threads = 0;            // 0: --max-batch x attention ranks + --max-queued-requests + 8
   double request_timeout_s = 600;  // a request still running then is cancelled (504)
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long, then are cancelled
   std::string role;                // --afd-transport mpi: "attention", "ffn" or empty (roles from rank order)

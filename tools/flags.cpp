@@ -62,6 +62,15 @@ Result<double> parse_real(std::string_view flag, std::string_view text, double l
   return v;
 }
 
+Result<float> parse_float(std::string_view flag, std::string_view text, const engine::FloatRange& range) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !range.contains(v)) {
+    return invalid_argument(fmt::format("{} {}: expected {}", flag, shown(text), range.rule()));
+  }
+  return static_cast<float>(v);
+}
+
 Result<std::vector<int32_t>> parse_token_list(std::string_view flag, std::string_view text) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   auto fail = [&](const std::string& why) {
@@ -164,9 +173,20 @@ CLI::Option* add_real_flag(CLI::App* app, const std::string& name, double* targe
   return add_real(app, name, target, lo, hi, lo_open, std::move(help), what);
 }
 
-CLI::Option* add_real_flag(CLI::App* app, const std::string& name, float* target, double lo, double hi, bool lo_open,
-                           std::string help, std::string_view what) {
-  return add_real(app, name, target, lo, hi, lo_open, std::move(help), what);
+CLI::Option* add_float_flag(CLI::App* app, const std::string& name, float* target, const engine::FloatRange& range,
+                            std::string help) {
+  std::string rule = range.rule();
+  rule[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(rule[0])));
+  return app
+      ->add_option_function<std::string>(
+          name,
+          [name, target, range](const std::string& s) {
+            auto v = parse_float(name, s, range);
+            if (!v.ok()) throw_usage(v.status());
+            *target = *v;
+          },
+          with_default(std::move(help), rule, number_text(static_cast<double>(*target))))
+      ->type_name("NUMBER");
 }
 
 CLI::Option* add_string_flag(CLI::App* app, const std::string& name, std::string* target, std::string help,

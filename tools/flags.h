@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "genbridge/core/status.h"
+#include "runtime/engine/sampler.h"
 
 namespace genbridge::tools {
 
@@ -23,6 +24,9 @@ Result<uint64_t> parse_uint64(std::string_view flag, std::string_view text);
 // ("a number of seconds").
 Result<double> parse_real(std::string_view flag, std::string_view text, double lo, double hi, bool lo_open,
                           std::string_view what = "a number");
+// A number the sampler keeps as float, accepted when `range` contains it (checked on the float it becomes:
+// engine::FloatRange). The message states range.rule().
+Result<float> parse_float(std::string_view flag, std::string_view text, const engine::FloatRange& range);
 // Comma-separated token ids, each an integer in [0, 2^31 - 1], at least one, no empty item.
 Result<std::vector<int32_t>> parse_token_list(std::string_view flag, std::string_view text);
 
@@ -38,8 +42,9 @@ CLI::Option* add_int64_flag(CLI::App* app, const std::string& name, int64_t* tar
 CLI::Option* add_uint64_flag(CLI::App* app, const std::string& name, uint64_t* target, std::string help);
 CLI::Option* add_real_flag(CLI::App* app, const std::string& name, double* target, double lo, double hi, bool lo_open,
                            std::string help, std::string_view what = "a number");
-CLI::Option* add_real_flag(CLI::App* app, const std::string& name, float* target, double lo, double hi, bool lo_open,
-                           std::string help, std::string_view what = "a number");
+// A float flag of the sampler (parse_float).
+CLI::Option* add_float_flag(CLI::App* app, const std::string& name, float* target, const engine::FloatRange& range,
+                            std::string help);
 // A non-empty string; `default_text` (if any) is shown as the default.
 CLI::Option* add_string_flag(CLI::App* app, const std::string& name, std::string* target, std::string help,
                              std::string default_text = "");

@@ -18,6 +18,7 @@
 namespace {
 
 using genbridge::tools::add_choice_flag;
+using genbridge::tools::add_float_flag;
 using genbridge::tools::add_int64_flag;
 using genbridge::tools::add_int_flag;
 using genbridge::tools::add_int_list_flag;
@@ -119,11 +120,13 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                "Tokens to generate per request (prompt + new tokens must fit the model's max_position_embeddings)");
   add_int_list_flag(run, "--stop-token", &ro.stop_tokens, 0, kMaxInt32,
                     "Token id that ends a request when generated (repeatable); must be inside the model's vocabulary");
-  add_real_flag(run, "--temperature", &ro.temperature, 0, std::numeric_limits<double>::infinity(), false,
-                "Sampling temperature; 0 = greedy", "a finite number");
-  add_int_flag(run, "--top-k", &ro.top_k, 0, kMaxInt32,
+  add_float_flag(run, "--temperature", &ro.temperature, genbridge::engine::kTemperatureRange,
+                 "Sampling temperature; 0 = greedy. Any other value must be a normal float (its reciprocal scales\n"
+                 "the logits)");
+  add_int_flag(run, "--top-k", &ro.top_k, 0, genbridge::engine::kMaxTopK,
                "Keep the k most likely tokens; 0 (or the vocabulary size or more) = all");
-  add_real_flag(run, "--top-p", &ro.top_p, 0, 1, true, "Nucleus sampling: keep the most likely tokens up to this mass");
+  add_float_flag(run, "--top-p", &ro.top_p, genbridge::engine::kTopPRange,
+                 "Nucleus sampling: keep the most likely tokens up to this mass (a normal float in (0, 1])");
   add_uint64_flag(run, "--seed", &ro.seed, "Sampling seed; request r uses seed + r (modulo 2^64)");
   add_engine_flags(run, ro);
   add_string_flag(run, "--dump-logits", &ro.dump_logits,
@@ -225,8 +228,9 @@ int main(int argc, char** argv) {
                "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
   add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,
                "Completion tokens when a request gives no max_tokens (within the context and the KV pool)");
-  add_int_flag(srv, "--http-threads", &so.http_threads, 0, 4096,
-               "HTTP worker threads (one per open connection); 0 = --max-batch + --max-queued-requests + 8");
+  add_int_flag(srv, "--http-threads", &so.http_threads, 0, genbridge::tools::kMaxHttpThreads,
+               "HTTP worker threads (one per open connection); 0 = --max-batch (x attention ranks with --afd) +\n"
+               "--max-queued-requests + 8, which must not exceed 16384 either (else exit 2)");
   add_real_flag(srv, "--request-timeout", &so.request_timeout_s, 0.001, 86400, false,
                 "Seconds a request may take; then it is cancelled and answered 504", "a number of seconds");
   add_real_flag(srv, "--shutdown-timeout", &so.shutdown_timeout_s, 0, 86400, false,

@@ -32,13 +32,28 @@ double uniform_from(uint64_t seed, uint64_t step) {
   return static_cast<double>(r >> 11) * 0x1.0p-53;
 }
 
+bool FloatRange::contains(double v) const {
+  if (zero && v == 0) return true;
+  // 2^128 and beyond round to infinity in float; the guard keeps the narrowing below defined.
+  if (!std::isfinite(v) || std::fabs(v) >= 0x1p128) return false;
+  const float f = static_cast<float>(v);
+  return f >= lo && f <= hi;
+}
+
+std::string FloatRange::rule() const {
+  return fmt::format("{}a number in [{}, {}]", zero && lo > 0.f ? "0 or " : "", lo, hi);
+}
+
 Status validate(const SamplingParams& p) {
-  if (!(p.temperature >= 0.f) || !std::isfinite(p.temperature)) {
-    return invalid_argument(fmt::format("sampling: temperature is {} but must be finite and >= 0", p.temperature));
+  if (!kTemperatureRange.contains(p.temperature)) {
+    return invalid_argument(
+        fmt::format("sampling: temperature is {} but must be {}", p.temperature, kTemperatureRange.rule()));
   }
-  if (p.top_k < 0) return invalid_argument(fmt::format("sampling: top_k is {} but must be >= 0", p.top_k));
-  if (!(p.top_p > 0.f && p.top_p <= 1.f)) {
-    return invalid_argument(fmt::format("sampling: top_p is {} but must be in (0, 1]", p.top_p));
+  if (p.top_k < 0) {
+    return invalid_argument(fmt::format("sampling: top_k is {} but must be in [0, {}]", p.top_k, kMaxTopK));
+  }
+  if (!kTopPRange.contains(p.top_p)) {
+    return invalid_argument(fmt::format("sampling: top_p is {} but must be {}", p.top_p, kTopPRange.rule()));
   }
   return ok_status();
 }

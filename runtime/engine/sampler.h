@@ -3,7 +3,9 @@
 // request's seed and the step index, so batching never changes a request's tokens.
 
 #include <cstdint>
+#include <limits>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "genbridge/core/status.h"
@@ -11,11 +13,36 @@
 namespace genbridge::engine {
 
 struct SamplingParams {
-  float temperature = 0.f;  // 0 = greedy (argmax, ties to the lowest id)
-  int top_k = 0;            // 0 = no top-k filter
-  float top_p = 1.f;        // nucleus mass in (0, 1]
-  uint64_t seed = 0;
+  float temperature = 0.f;  // 0 = greedy (argmax, ties to the lowest id); else within kTemperatureRange
+  int top_k = 0;            // 0 = no top-k filter; else in [1, kMaxTopK]
+  float top_p = 1.f;        // nucleus mass within kTopPRange
+  uint64_t seed = 0;        // any value
 };
+
+// The values a float parameter accepts, stated once for every reader of them: validate() checks
+// SamplingParams against these ranges, and the command line (tools/main.cpp) and the HTTP API
+// (tools/serve/openai.cpp) check each number they read (a double) with contains() before narrowing it to
+// float, so a value that would become infinite, 0 or subnormal in float is refused by name instead of
+// changing meaning on the way (docs/serving.md, "Limits: sampling parameters").
+struct FloatRange {
+  float lo = 0.f, hi = 0.f;  // the accepted interval [lo, hi]
+  bool zero = false;         // 0 is accepted too (below lo)
+  // Whether `v` is accepted: 0 (when `zero`), or a finite value whose float rounding lies in [lo, hi].
+  bool contains(double v) const;
+  bool contains(float v) const { return contains(static_cast<double>(v)); }
+  // The rule as messages state it, e.g. "0 or a number in [1.1754944e-38, 3.4028235e+38]".
+  std::string rule() const;
+  // The same range with a lower upper limit (the HTTP API's temperature is at most 2).
+  constexpr FloatRange with_hi(float h) const { return FloatRange{lo, h, zero}; }
+};
+// temperature: 0 (greedy) or a normal float, so that its reciprocal, the scale of the logits, is a finite
+// float too (the reciprocal of a subnormal overflows).
+inline constexpr FloatRange kTemperatureRange{std::numeric_limits<float>::min(), std::numeric_limits<float>::max(),
+                                              /*zero=*/true};
+// top_p: a normal float in (0, 1] (a smaller positive mass becomes 0 or a subnormal in float).
+inline constexpr FloatRange kTopPRange{std::numeric_limits<float>::min(), 1.f, /*zero=*/false};
+// top_k: an integer in [0, kMaxTopK], 0 = no filter (k >= the vocabulary keeps every token).
+inline constexpr int kMaxTopK = std::numeric_limits<int32_t>::max();
 
 // InvalidArgument naming the field and the rule, or OK.
 Status validate(const SamplingParams& p);

@@ -26,8 +26,13 @@ std::string expert_tensor_name(int64_t layer, int64_t expert, std::string_view p
 // Binds tensors by name to typed views, checking shape and dtype; records every name it used.
 class WeightBinder {
  public:
-  WeightBinder(Checkpoint& ckpt, const LoadOptions& options, std::optional<Fp8BlockQuantConfig> fp8 = std::nullopt)
-      : ckpt_(ckpt), options_(options), fp8_(fp8) {}
+  WeightBinder(Checkpoint& ckpt, const LoadOptions& options, std::optional<Fp8QuantizationConfig> fp8 = std::nullopt)
+      : ckpt_(ckpt), options_(options) {
+    if (fp8) {
+      fp8_ = fp8->block;
+      not_converted_.insert(fp8->modules_not_converted.begin(), fp8->modules_not_converted.end());
+    }
+  }
 
   // `shape_rule` spells the expected shape in config terms, e.g. "[num_experts, hidden_size]";
   // `why` says why the config needs the tensor.
@@ -41,7 +46,22 @@ class WeightBinder {
           fmt::format("{}: tensor '{}' is missing ({} requires it: {})", store.source(), name, kConfigFileName, why));
     }
     used_.insert(name);
-    if (fp8_ && e->tensor->dtype == "F8_E4M3") return bind_fp8(name, *e, shape, shape_rule);
+    if (e->tensor->dtype.rfind("F8_", 0) == 0) {
+      if (!fp8_) {
+        return invalid_argument(fmt::format(
+            "{}: tensor '{}' has dtype {} but {} has no quantization_config; an FP8 checkpoint's config says how "
+            "its codes are scaled (quantization_config: {{\"quant_method\": \"fp8\", \"weight_block_size\": [128, "
+            "128]}} with a '<name>_scale_inv' per weight, docs/quant_weights.md)",
+            e->file->path(), name, e->tensor->dtype, kConfigFileName));
+      }
+      if (e->tensor->dtype != "F8_E4M3") {
+        return invalid_argument(
+            fmt::format("{}: tensor '{}' has dtype {} but quantization_config.fmt is e4m3: genbridge reads F8_E4M3 "
+                        "codes (and BF16, F16 and F32 tensors)",
+                        e->file->path(), name, e->tensor->dtype));
+      }
+      return bind_fp8(name, *e, shape, shape_rule);
+    }
     GB_ASSIGN_OR_RETURN(TensorView v, e->file->view(*e->tensor));
     if (e->tensor->shape != shape) {
       return invalid_argument(fmt::format(
@@ -94,6 +114,12 @@ class WeightBinder {
     if (shape.size() != 2) {
       return invalid_argument(
           fmt::format("{}: tensor '{}' is F8_E4M3 but only 2-D Linear weights may be FP8", e.file->path(), name));
+    }
+    if (const std::string module = name.substr(0, name.rfind('.')); not_converted_.count(module)) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is F8_E4M3 but {}'s quantization_config lists '{}' among the modules left "
+                      "unquantized (modules_to_not_convert / ignored_layers)",
+                      e.file->path(), name, kConfigFileName, module));
     }
     const std::string scale_name = name + "_scale_inv";
     const TensorStore::Entry* se = ckpt_.store_->find(scale_name);
@@ -206,6 +232,12 @@ class WeightBinder {
           "{}: tensor '{}' is not used by the model {} describes ({} unused tensor{}; config and weights disagree)",
           store.find(first)->file->path(), first, kConfigFileName, unused, unused == 1 ? "" : "s"));
     }
+    if (fp8_ && ckpt_.fp8_sources_.empty()) {
+      return invalid_argument(
+          fmt::format("{}: {}'s quantization_config says the weights are FP8 (quant_method \"fp8\") but no weight is "
+                      "F8_E4M3; remove quantization_config from a checkpoint that is not quantized",
+                      store.source(), kConfigFileName));
+    }
     return ok_status();
   }
 
@@ -213,6 +245,7 @@ class WeightBinder {
   Checkpoint& ckpt_;
   const LoadOptions& options_;
   std::optional<Fp8BlockQuantConfig> fp8_;
+  std::set<std::string> not_converted_;  // modules the quantization_config says are not FP8
   std::set<std::string> used_;
 };
 
@@ -230,14 +263,14 @@ Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir, const Load
   GB_ASSIGN_OR_RETURN(ckpt.config_, load_model_config(dir / kConfigFileName));
   // An FP8 block-scaled checkpoint (quantization_config, fp8_checkpoint.h): its F8_E4M3 weights load as bf16.
   GB_ASSIGN_OR_RETURN(const std::string config_text, detail::read_regular_file(dir / kConfigFileName));
-  GB_ASSIGN_OR_RETURN(const std::optional<Fp8BlockQuantConfig> fp8,
+  GB_ASSIGN_OR_RETURN(std::optional<Fp8QuantizationConfig> fp8,
                       read_fp8_quantization_config(config_text, (dir / kConfigFileName).string()));
   MapOptions map_options;
   map_options.use_mmap = options.use_mmap;
   map_options.populate = options.populate;
   GB_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open_dir(dir, map_options));
   ckpt.store_ = std::make_unique<TensorStore>(std::move(store));
-  WeightBinder binder(ckpt, options, fp8);
+  WeightBinder binder(ckpt, options, std::move(fp8));
   GB_RETURN_IF_ERROR(binder.bind_all());
   return ckpt;
 }

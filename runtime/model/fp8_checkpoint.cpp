@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,31 +17,84 @@ namespace genbridge::model {
 
 using json = nlohmann::json;
 
-Result<std::optional<Fp8BlockQuantConfig>> read_fp8_quantization_config(std::string_view text,
-                                                                        std::string_view source) {
+Result<std::optional<Fp8QuantizationConfig>> read_fp8_quantization_config(std::string_view text,
+                                                                          std::string_view source) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("quantization_config")) return std::optional<Fp8BlockQuantConfig>();
+  if (!j.is_object() || !j.contains("quantization_config")) return std::optional<Fp8QuantizationConfig>();
   const json& q = j["quantization_config"];
-  auto bad = [&](std::string_view key, const std::string& value, std::string_view rule) {
-    return invalid_argument(fmt::format("{}: quantization_config.{} is {} but {}", source, key, value, rule));
+  auto shown = [](const json& v) {
+    std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
   };
-  if (!q.is_object()) return bad("", q.dump(), "it must be an object");
+  auto bad = [&](std::string_view key, const std::string& value, std::string_view rule) {
+    return invalid_argument(
+        fmt::format("{}: quantization_config{}{} is {} but {}", source, key.empty() ? "" : ".", key, value, rule));
+  };
+  if (!q.is_object()) return bad("", shown(q), "it must be an object");
   const auto m = q.find("quant_method");
   if (m == q.end() || !m->is_string() || m->get<std::string>() != "fp8") {
-    return bad("quant_method", m == q.end() ? std::string("missing") : m->dump(),
+    return bad("quant_method", m == q.end() ? std::string("missing") : shown(*m),
                "genbridge reads only quant_method \"fp8\" (block-scaled F8_E4M3 weights with weight_scale_inv)");
   }
-  if (const auto f = q.find("fmt"); f != q.end() && (!f->is_string() || f->get<std::string>() != "e4m3")) {
-    return bad("fmt", f->dump(), "genbridge reads only \"e4m3\"");
-  }
+  Fp8QuantizationConfig c;
   const auto b = q.find("weight_block_size");
-  const bool ok_shape = b != q.end() && b->is_array() && b->size() == 2 && (*b)[0].is_number_integer() &&
-                        (*b)[1].is_number_integer() && (*b)[0].get<int64_t>() > 0 && (*b)[1].get<int64_t>() > 0;
-  if (!ok_shape) {
-    return bad("weight_block_size", b == q.end() ? std::string("missing") : b->dump(),
-               "it must be two positive integers [block_n, block_k] (per-tensor FP8 is not supported)");
+  auto block_ok = [](const json& v) {
+    if (v.is_number_unsigned()) return v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= kMaxFp8BlockSize;
+    return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxFp8BlockSize;
+  };
+  if (b == q.end() || !b->is_array() || b->size() != 2 || !block_ok((*b)[0]) || !block_ok((*b)[1])) {
+    return bad("weight_block_size", b == q.end() ? std::string("missing") : shown(*b),
+               fmt::format("it must be two integers [block_n, block_k] in [1, {}] (per-tensor FP8 is not supported)",
+                           kMaxFp8BlockSize));
   }
-  return std::optional<Fp8BlockQuantConfig>(Fp8BlockQuantConfig{(*b)[0].get<int64_t>(), (*b)[1].get<int64_t>()});
+  c.block.block_n = (*b)[0].get<int64_t>();
+  c.block.block_k = (*b)[1].get<int64_t>();
+  // Optional string keys with the one value genbridge implements (null: absent).
+  struct OneValue {
+    const char* key;
+    const char* value;
+    const char* rule;
+  };
+  for (const OneValue& k : {
+           OneValue{"fmt", "e4m3", "genbridge reads only \"e4m3\" (F8_E4M3 codes)"},
+           OneValue{"activation_scheme", "dynamic",
+                    "genbridge reads only \"dynamic\": it never uses a checkpoint's activation scales (input_scale); "
+                    "activations stay bf16, or are quantized per token at run time with --weight-quant"},
+           OneValue{"scale_fmt", "ue8m0",
+                    "genbridge reads only \"ue8m0\" (every weight_scale_inv a power of two, checked at load) or no "
+                    "scale_fmt (any positive scale)"},
+       }) {
+    const auto it = q.find(k.key);
+    if (it == q.end() || it->is_null()) continue;
+    if (!it->is_string() || it->get<std::string>() != k.value) return bad(k.key, shown(*it), k.rule);
+  }
+  if (const auto it = q.find("scale_fmt"); it != q.end() && it->is_string()) c.block.ue8m0_scales = true;
+  for (const char* key : {"modules_to_not_convert", "ignored_layers"}) {
+    const auto it = q.find(key);
+    if (it == q.end() || it->is_null()) continue;
+    if (!it->is_array()) return bad(key, shown(*it), "it must be a list of module names");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& v = (*it)[i];
+      if (!v.is_string() || v.get<std::string>().empty()) {
+        return bad(fmt::format("{}[{}]", key, i), shown(v), "it must be a module name (a non-empty string)");
+      }
+      c.modules_not_converted.push_back(v.get<std::string>());
+    }
+  }
+  if (const auto it = q.find("dequantize"); it != q.end() && !it->is_null() && !it->is_boolean()) {
+    return bad("dequantize", shown(*it), "it must be a boolean (genbridge dequantizes FP8 weights at load either way)");
+  }
+  static constexpr const char* kKeys[] = {"quant_method",      "weight_block_size", "fmt",
+                                          "activation_scheme", "scale_fmt",         "modules_to_not_convert",
+                                          "ignored_layers",    "dequantize"};
+  for (const auto& [key, v] : q.items()) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) != std::end(kKeys))
+      continue;
+    return bad(key, shown(v),
+               fmt::format("genbridge does not read this key, so it cannot honour it (it reads {})",
+                           fmt::join(std::begin(kKeys), std::end(kKeys), ", ")));
+  }
+  return std::optional<Fp8QuantizationConfig>(std::move(c));
 }
 
 namespace {
@@ -88,6 +142,23 @@ Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& s, const F
 Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c,
                             std::string_view file, std::string_view name, bf16_t* out) {
   GB_RETURN_IF_ERROR(check_fp8_scale(q, s, c, file, name));
+  if (c.ue8m0_scales) {
+    // A power of two: a positive normal value with no mantissa bits (F32: 23, BF16: 7).
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      // bf16 widens to float exactly (its low 16 bits are 0), so one test covers both dtypes.
+      const float v =
+          s.dtype() == DType::kF32 ? s.data_as<const float>()[i] : bf16_to_float(s.data_as<const bf16_t>()[i]);
+      uint32_t bits = 0;
+      std::memcpy(&bits, &v, sizeof bits);
+      const uint32_t exponent = (bits >> 23) & 0xffu;
+      if ((bits >> 31) != 0 || exponent == 0 || exponent == 0xffu || (bits & 0x7fffffu) != 0) {
+        return invalid_argument(fmt::format(
+            "{}: tensor '{}_scale_inv' element {} is {}, not a power of two, but quantization_config.scale_fmt is "
+            "\"ue8m0\"",
+            file, name, i, v));
+      }
+    }
+  }
   const int64_t N = q.dim(0), K = q.dim(1), bk = (K + c.block_k - 1) / c.block_k;
   const float* table = detail::fp8_e4m3fn_decode_table();
   const uint8_t* qp = q.data_as<const uint8_t>();

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "genbridge/core/formats.h"
 #include "genbridge/core/status.h"
@@ -20,19 +22,32 @@
 namespace genbridge::model {
 
 struct Fp8BlockQuantConfig {
-  int64_t block_n = 128;  // weight_block_size[0]: rows (output channels) per scale
-  int64_t block_k = 128;  // weight_block_size[1]: columns (inputs) per scale
+  int64_t block_n = 128;      // weight_block_size[0]: rows (output channels) per scale
+  int64_t block_k = 128;      // weight_block_size[1]: columns (inputs) per scale
+  bool ue8m0_scales = false;  // scale_fmt "ue8m0": every scale is a power of two (checked at load)
+};
+inline constexpr int64_t kMaxFp8BlockSize = 1 << 16;  // weight_block_size entries are in [1, kMaxFp8BlockSize]
+
+// The whole quantization_config: the block format and the modules it says stay unquantized.
+struct Fp8QuantizationConfig {
+  Fp8BlockQuantConfig block;
+  // modules_to_not_convert (Hugging Face) and ignored_layers (vLLM): "<module>.weight" must not be F8.
+  std::vector<std::string> modules_not_converted;
 };
 
 // The quantization_config of a config.json text: nullopt when absent; InvalidArgument naming `source`, the
-// key and the rule for anything but quant_method "fp8" with a weight_block_size of two positive integers
-// (and fmt, when given, "e4m3").
-Result<std::optional<Fp8BlockQuantConfig>> read_fp8_quantization_config(std::string_view json_text,
-                                                                        std::string_view source);
+// key, its value and the rule for every key but these, as documented in docs/quant_weights.md:
+// quant_method "fp8" (required); weight_block_size two integers in [1, kMaxFp8BlockSize] (required); fmt
+// "e4m3"; activation_scheme "dynamic" (genbridge never reads a checkpoint's activation scales); scale_fmt
+// "ue8m0"; modules_to_not_convert / ignored_layers lists of module names; dequantize a boolean. A key it
+// does not know is refused too (naming the keys it reads): a claim genbridge cannot check is not ignored.
+Result<std::optional<Fp8QuantizationConfig>> read_fp8_quantization_config(std::string_view json_text,
+                                                                          std::string_view source);
 
 // Dequantizes an FP8 weight into `out` (bf16, q's shape): out = bf16(fl32(e4m3(q) * scale_inv[block])).
 // q: fp8 e4m3fn [N, K] contiguous; scale_inv: F32 or BF16 [ceil(N / bn), ceil(K / bk)] contiguous.
-// InvalidArgument naming `file`, `name` and the rule when the scale tensor's dtype or shape is inconsistent.
+// InvalidArgument naming `file`, `name` and the rule when the scale tensor's dtype or shape is inconsistent,
+// or (config.ue8m0_scales) a scale is not a power of two.
 Status dequantize_fp8_block(const TensorView& q, const TensorView& scale_inv, const Fp8BlockQuantConfig& config,
                             std::string_view file, std::string_view name, bf16_t* out);
 

@@ -200,6 +200,15 @@ std::vector<std::string> Rbare(std::vector<std::string> more) {
   a.insert(a.end(), more.begin(), more.end());
   return a;
 }
+// `serve` on the tiny model on a port it can never bind (the rows must fail before listening).
+std::vector<std::string> S(std::vector<std::string> more) {
+  std::vector<std::string> a{"serve", "--model", "$MODEL", "--quiet", "--host", "256.0.0.1", "--port", "0"};
+  for (size_t i = 0; i + 1 < more.size(); ++i) {
+    if (more[i] == "--port") a.resize(a.size() - 2);  // the row's own --port
+  }
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
 std::vector<std::string> W(std::vector<std::string> more) {
   std::vector<std::string> a{"afd-worker", "--model", "$MODEL", "--quiet"};
   a.insert(a.end(), more.begin(), more.end());
@@ -218,6 +227,8 @@ std::vector<std::string> repeated(const std::string& flag, const std::string& va
 
 const std::string kIds = "; expected comma-separated token ids in [0, 2147483647]";
 const std::string kU64 = ": expected an integer in [0, 18446744073709551615]";
+const std::string kTemp = ": expected 0 or a number in [1.1754944e-38, 3.4028235e+38]";
+const std::string kTopP = ": expected a number in [1.1754944e-38, 1]";
 
 const std::vector<Row> kRows = {
     // --model
@@ -337,37 +348,52 @@ const std::vector<Row> kRows = {
      "genbridge run: --stop-token eos: expected an integer in [0, 2147483647]"},
     {"stop_token_empty", R({"--stop-token", ""}), 2,
      "genbridge run: --stop-token '': expected an integer in [0, 2147483647]"},
-    // --temperature
-    {"temperature_negative", R({"--temperature", "-1"}), 2,
-     "genbridge run: --temperature -1: expected a finite number >= 0"},
-    {"temperature_nan", R({"--temperature", "nan"}), 2,
-     "genbridge run: --temperature nan: expected a finite number >= 0"},
-    {"temperature_inf", R({"--temperature", "inf"}), 2,
-     "genbridge run: --temperature inf: expected a finite number >= 0"},
-    {"temperature_huge", R({"--temperature", "1e400"}), 2,
-     "genbridge run: --temperature 1e400: expected a finite number >= 0"},
-    {"temperature_not_a_number", R({"--temperature", "hot"}), 2,
-     "genbridge run: --temperature hot: expected a finite number >= 0"},
-    {"temperature_empty", R({"--temperature", ""}), 2,
-     "genbridge run: --temperature '': expected a finite number >= 0"},
+    // --temperature: 0 or a normal float (before: 3.5e38 became +inf and 1e-300 became 0 after the check, so
+    // the run failed with exit 1 or turned greedy)
+    {"temperature_negative", R({"--temperature", "-1"}), 2, "genbridge run: --temperature -1" + kTemp},
+    {"temperature_nan", R({"--temperature", "nan"}), 2, "genbridge run: --temperature nan" + kTemp},
+    {"temperature_inf", R({"--temperature", "inf"}), 2, "genbridge run: --temperature inf" + kTemp},
+    {"temperature_huge", R({"--temperature", "1e400"}), 2, "genbridge run: --temperature 1e400" + kTemp},
+    {"temperature_past_float", R({"--temperature", "3.5e38"}), 2, "genbridge run: --temperature 3.5e38" + kTemp},
+    {"temperature_underflows_to_zero", R({"--temperature", "1e-300"}), 2,
+     "genbridge run: --temperature 1e-300" + kTemp},
+    {"temperature_subnormal", R({"--temperature", "1e-40"}), 2, "genbridge run: --temperature 1e-40" + kTemp},
+    {"temperature_tiny_negative", R({"--temperature", "-1e-50"}), 2, "genbridge run: --temperature -1e-50" + kTemp},
+    {"temperature_hex", R({"--temperature", "0x1p0"}), 2, "genbridge run: --temperature 0x1p0" + kTemp},
+    {"temperature_not_a_number", R({"--temperature", "hot"}), 2, "genbridge run: --temperature hot" + kTemp},
+    {"temperature_empty", R({"--temperature", ""}), 2, "genbridge run: --temperature ''" + kTemp},
+    {"worker_temperature_past_float", W({"--afd", "1A1F", "--temperature", "3.5e38"}), 2,
+     "genbridge afd-worker: --temperature 3.5e38" + kTemp},
     // --top-k
     {"top_k_negative", R({"--top-k", "-3"}), 2, "genbridge run: --top-k -3: expected an integer in [0, 2147483647]"},
     {"top_k_huge", R({"--top-k", "2147483648"}), 2,
      "genbridge run: --top-k 2147483648: expected an integer in [0, 2147483647]"},
+    {"top_k_not_an_integer", R({"--top-k", "2.5"}), 2,
+     "genbridge run: --top-k 2.5: expected an integer in [0, 2147483647]"},
+    {"top_k_exponent", R({"--top-k", "1e3"}), 2, "genbridge run: --top-k 1e3: expected an integer in [0, 2147483647]"},
     {"top_k_not_a_number", R({"--top-k", "all"}), 2,
      "genbridge run: --top-k all: expected an integer in [0, 2147483647]"},
     {"top_k_empty", R({"--top-k", ""}), 2, "genbridge run: --top-k '': expected an integer in [0, 2147483647]"},
-    // --top-p
-    {"top_p_zero", R({"--top-p", "0"}), 2, "genbridge run: --top-p 0: expected a number in (0, 1]"},
-    {"top_p_negative", R({"--top-p", "-0.5"}), 2, "genbridge run: --top-p -0.5: expected a number in (0, 1]"},
-    {"top_p_above_one", R({"--top-p", "1.5"}), 2, "genbridge run: --top-p 1.5: expected a number in (0, 1]"},
-    {"top_p_nan", R({"--top-p", "nan"}), 2, "genbridge run: --top-p nan: expected a number in (0, 1]"},
-    {"top_p_not_a_number", R({"--top-p", "x"}), 2, "genbridge run: --top-p x: expected a number in (0, 1]"},
-    {"top_p_empty", R({"--top-p", ""}), 2, "genbridge run: --top-p '': expected a number in (0, 1]"},
+    // --top-p: a normal float in (0, 1] (before: 1e-46 became 0 after the check and the run failed, exit 1)
+    {"top_p_zero", R({"--top-p", "0"}), 2, "genbridge run: --top-p 0" + kTopP},
+    {"top_p_negative_zero", R({"--top-p", "-0"}), 2, "genbridge run: --top-p -0" + kTopP},
+    {"top_p_underflows_to_zero", R({"--top-p", "1e-46"}), 2, "genbridge run: --top-p 1e-46" + kTopP},
+    {"top_p_tiny", R({"--top-p", "1e-300"}), 2, "genbridge run: --top-p 1e-300" + kTopP},
+    {"top_p_subnormal", R({"--top-p", "1e-40"}), 2, "genbridge run: --top-p 1e-40" + kTopP},
+    {"top_p_huge", R({"--top-p", "1e400"}), 2, "genbridge run: --top-p 1e400" + kTopP},
+    {"top_p_negative", R({"--top-p", "-0.5"}), 2, "genbridge run: --top-p -0.5" + kTopP},
+    {"top_p_above_one", R({"--top-p", "1.5"}), 2, "genbridge run: --top-p 1.5" + kTopP},
+    {"top_p_nan", R({"--top-p", "nan"}), 2, "genbridge run: --top-p nan" + kTopP},
+    {"top_p_not_a_number", R({"--top-p", "x"}), 2, "genbridge run: --top-p x" + kTopP},
+    {"top_p_empty", R({"--top-p", ""}), 2, "genbridge run: --top-p ''" + kTopP},
+    {"worker_top_p_underflows_to_zero", W({"--afd", "1A1F", "--top-p", "1e-46"}), 2,
+     "genbridge afd-worker: --top-p 1e-46" + kTopP},
     // --seed
     {"seed_negative", R({"--seed", "-1"}), 2, "genbridge run: --seed -1" + kU64},
     {"seed_huge", R({"--seed", "18446744073709551616"}), 2, "genbridge run: --seed 18446744073709551616" + kU64},
     {"seed_not_a_number", R({"--seed", "0x10"}), 2, "genbridge run: --seed 0x10" + kU64},
+    {"seed_not_an_integer", R({"--seed", "1.5"}), 2, "genbridge run: --seed 1.5" + kU64},
+    {"seed_exponent", R({"--seed", "1e3"}), 2, "genbridge run: --seed 1e3" + kU64},
     {"seed_empty", R({"--seed", ""}), 2, "genbridge run: --seed ''" + kU64},
     // --max-batch
     {"max_batch_zero", R({"--max-batch", "0"}), 2, "genbridge run: --max-batch 0: expected an integer in [1, 4096]"},
@@ -544,6 +570,61 @@ const std::vector<Row> kRows = {
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
+    // serve: every numeric flag at its extremes, refused before the model loads or the listener opens
+    {"serve_port_negative", S({"--port", "-1"}), 2, "genbridge serve: --port -1: expected an integer in [0, 65535]"},
+    {"serve_port_huge", S({"--port", "65536"}), 2, "genbridge serve: --port 65536: expected an integer in [0, 65535]"},
+    {"serve_port_exponent", S({"--port", "8e3"}), 2, "genbridge serve: --port 8e3: expected an integer in [0, 65535]"},
+    {"serve_max_queued_zero", S({"--max-queued-requests", "0"}), 2,
+     "genbridge serve: --max-queued-requests 0: expected an integer in [1, 1048576]"},
+    {"serve_max_queued_huge", S({"--max-queued-requests", "1048577"}), 2,
+     "genbridge serve: --max-queued-requests 1048577: expected an integer in [1, 1048576]"},
+    {"serve_default_max_tokens_zero", S({"--default-max-tokens", "0"}), 2,
+     "genbridge serve: --default-max-tokens 0: expected an integer in [1, 1048576]"},
+    {"serve_default_max_tokens_not_an_integer", S({"--default-max-tokens", "16.5"}), 2,
+     "genbridge serve: --default-max-tokens 16.5: expected an integer in [1, 1048576]"},
+    {"serve_http_threads_negative", S({"--http-threads", "-1"}), 2,
+     "genbridge serve: --http-threads -1: expected an integer in [0, 16384]"},
+    {"serve_http_threads_huge", S({"--http-threads", "16385"}), 2,
+     "genbridge serve: --http-threads 16385: expected an integer in [0, 16384]"},
+    // The default --http-threads (one per running or waiting request) of a huge queue (before: serve started
+    // the threads one by one until the machine ran out of them)
+    {"serve_default_http_threads_past_the_limit", S({"--max-queued-requests", "1048576"}), 2,
+     "genbridge serve: --max-batch 32 + --max-queued-requests 1048576 + 8 = 1048616 HTTP threads (the default of "
+     "--http-threads: one per running or waiting request) is more than 16384; lower --max-queued-requests or "
+     "--max-batch, or give --http-threads in [1, 16384] (connections beyond it wait for a thread)"},
+    {"serve_default_http_threads_past_the_limit_afd", S({"--afd", "4A1F", "--max-batch", "4096"}), 2,
+     "genbridge serve: --max-batch 4096 x 4 attention ranks + --max-queued-requests 64 + 8 = 16456 HTTP threads "
+     "(the default of --http-threads: one per running or waiting request) is more than 16384; lower "
+     "--max-queued-requests or --max-batch, or give --http-threads in [1, 16384] (connections beyond it wait for a "
+     "thread)"},
+    {"serve_request_timeout_zero", S({"--request-timeout", "0"}), 2,
+     "genbridge serve: --request-timeout 0: expected a number of seconds in [0.001, 86400]"},
+    {"serve_request_timeout_huge", S({"--request-timeout", "1e400"}), 2,
+     "genbridge serve: --request-timeout 1e400: expected a number of seconds in [0.001, 86400]"},
+    {"serve_request_timeout_subnormal", S({"--request-timeout", "1e-310"}), 2,
+     "genbridge serve: --request-timeout 1e-310: expected a number of seconds in [0.001, 86400]"},
+    {"serve_request_timeout_nan", S({"--request-timeout", "nan"}), 2,
+     "genbridge serve: --request-timeout nan: expected a number of seconds in [0.001, 86400]"},
+    {"serve_shutdown_timeout_negative", S({"--shutdown-timeout", "-1"}), 2,
+     "genbridge serve: --shutdown-timeout -1: expected a number of seconds in [0, 86400]"},
+    {"serve_shutdown_timeout_huge", S({"--shutdown-timeout", "86401"}), 2,
+     "genbridge serve: --shutdown-timeout 86401: expected a number of seconds in [0, 86400]"},
+    {"serve_shutdown_timeout_inf", S({"--shutdown-timeout", "inf"}), 2,
+     "genbridge serve: --shutdown-timeout inf: expected a number of seconds in [0, 86400]"},
+    {"serve_max_batch_zero", S({"--max-batch", "0"}), 2,
+     "genbridge serve: --max-batch 0: expected an integer in [1, 4096]"},
+    {"serve_kv_memory_negative", S({"--kv-memory-mb", "-1"}), 2,
+     "genbridge serve: --kv-memory-mb -1: expected an integer in [0, 8796093022207]"},
+    {"serve_kv_memory_past_physical_memory", S({"--kv-memory-mb", "100000000"}), 2,
+     "genbridge serve: --kv-memory-mb 100000000: more than this machine's physical memory ($PHYS_MIB MiB)"},
+    {"serve_threads_huge", S({"--threads", "256"}), 2,
+     "genbridge serve: --threads 256: expected an integer in [0, 255]"},
+    {"serve_afd_stages_huge", S({"--afd", "1A1F", "--afd-stages", "4"}), 2,
+     "genbridge serve: --afd-stages 4: expected an integer in [1, 3]"},
+    {"serve_afd_timeout_zero", S({"--afd", "1A1F", "--afd-timeout", "0"}), 2,
+     "genbridge serve: --afd-timeout 0: expected a number of seconds in [0.001, 86400]"},
+    {"serve_model_seed_negative", {"serve", "--model-seed", "-1"}, 2, "genbridge serve: --model-seed -1" + kU64},
+
     // make-model
     {"make_preset_unknown",
      {"make-model", "--preset", "huge", "$DIR/m"},
@@ -672,6 +753,19 @@ TEST_F(CliTest, exit_codes_of_run_and_run_afd_agree) {
     EXPECT_EQ(failed.out, "");
     const Outcome usage = run(args({"--threads", "-1"}));
     EXPECT_EQ(usage.exit_code, 2) << mode;
+  }
+}
+
+// The ends of the sampling ranges as --help prints them are accepted and run to the end (the smallest
+// temperature is greedy in effect, the largest uniform; both are finite floats, as is 1 / temperature).
+TEST_F(CliTest, sampling_bounds_as_printed_run_to_the_end) {
+  for (const std::vector<std::string>& more : {std::vector<std::string>{"--temperature", "1.1754944e-38"},
+                                              {"--temperature", "3.4028235e+38", "--top-k", "2147483647"},
+                                              {"--temperature", "1", "--top-p", "1.1754944e-38"},
+                                              {"--temperature", "-0", "--seed", "18446744073709551615"}}) {
+    const Outcome o = run(R(more));
+    EXPECT_EQ(o.exit_code, 0) << more[1] << ": " << o.err;
+    EXPECT_EQ(count_results(o.out), 2) << more[1];
   }
 }
 
@@ -864,8 +958,10 @@ TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
   const Outcome o = run({"run", "--help"});
   ASSERT_EQ(o.exit_code, 0);
   for (const char* s : {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
-                        "Integer in [0, 8796093022207]. Default: 0", "A number in (0, 1]. Default: 1",
-                        "A finite number >= 0. Default: 0", "A number of seconds in [0.001, 86400]. Default: 30",
+                        "Integer in [0, 8796093022207]. Default: 0",
+                        "A number in [1.1754944e-38, 1]. Default: 1",
+                        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0",
+                        "A number of seconds in [0.001, 86400]. Default: 30",
                         "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request",
                         "--prompt-text TEXT", "request N text: \"...\""}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;

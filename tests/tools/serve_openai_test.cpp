@@ -3,6 +3,8 @@
 // loopback by tests/serve/.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <limits>
 #include <tuple>
 
 #include "runtime/text/synthetic_tokenizer.h"
@@ -245,6 +247,137 @@ TEST(ParseRequest, bad_logprobs_name_the_field_and_the_rule) {
     EXPECT_EQ(std::get<ApiError>(r).param, param) << body;
     EXPECT_EQ(std::get<ApiError>(r).http_status, 400);
   }
+}
+
+// Every numeric field of both endpoints at its extremes (0, -0, negative, huge, beyond a double, subnormal,
+// not an integer where one is expected): a 400 naming the field and the rule, never a 500 (before: 1e400
+// anywhere was a 500 "[json.exception.out_of_range.406]" and a top_p of 1e-300 a 500 "top_p is 0"), and
+// values the sampler would see differently from what was asked (a temperature of 1e-300 becoming greedy) are
+// refused.
+TEST(ParseRequest, every_numeric_field_at_its_extremes_is_a_400_naming_it) {
+  static text::TokenizerConfig config = [] {
+    genbridge::testing::TempDir dir;
+    EXPECT_TRUE(text::write_synthetic_tokenizer(dir.path(), 512).ok());
+    return text::TokenizerConfig::load(dir.path() / "tokenizer_config.json").value();
+  }();
+  ServedModel m = model_of(64);
+  m.tokenizer_config = &config;
+  const std::string dbl = ", a number beyond the range of a double (magnitude at most 1.7976931348623157e+308).";
+  const std::string temp = "'temperature' must be 0 or a number in [1.1754944e-38, 2], got ";
+  const std::string top_p = "'top_p' must be a number in [1.1754944e-38, 1], got ";
+  const std::string top_k = "'top_k' must be -1 or 0 (no limit) or an integer in [1, 2147483647], got ";
+  const std::string seed = "'seed' must be an integer in [-9223372036854775808, 18446744073709551615], got ";
+  // (chat, fields, param, message)
+  const std::vector<std::tuple<bool, std::string, std::string, std::string>> cases = {
+      {false, R"("temperature": 1e400)", "temperature", "'temperature' is 1e400" + dbl},
+      {false, R"("temperature": -1e400)", "temperature", "'temperature' is -1e400" + dbl},
+      {true, R"("temperature": 1E+999)", "temperature", "'temperature' is 1E+999" + dbl},
+      {false, R"("temperature": 1e-300)", "temperature", temp + "1e-300."},
+      {false, R"("temperature": 1e-40)", "temperature", temp + "1e-40."},
+      {false, R"("temperature": -1e-50)", "temperature", temp + "-1e-50."},
+      {false, R"("temperature": 3.5e38)", "temperature", temp + "3.5e+38."},
+      {false, R"("temperature": 2.5)", "temperature", temp + "2.5."},
+      {false, R"("temperature": -1)", "temperature", temp + "-1."},
+      {false, R"("temperature": 18446744073709551615)", "temperature", temp + "18446744073709551615."},
+      {false, R"("top_p": 1e-300)", "top_p", top_p + "1e-300."},
+      {false, R"("top_p": 1e-46)", "top_p", top_p + "1e-46."},
+      {false, R"("top_p": 1e-40)", "top_p", top_p + "1e-40."},
+      {false, R"("top_p": 0)", "top_p", top_p + "0."},
+      {false, R"("top_p": -0.0)", "top_p", top_p + "-0.0."},
+      {false, R"("top_p": 1.5)", "top_p", top_p + "1.5."},
+      {true, R"("top_p": 1e400)", "top_p", "'top_p' is 1e400" + dbl},
+      {false, R"("top_p": true)", "top_p", "'top_p' must be a number, got true."},
+      {false, R"("top_k": -2)", "top_k", top_k + "-2."},
+      {false, R"("top_k": 2147483648)", "top_k", top_k + "2147483648."},
+      {false, R"("top_k": 18446744073709551615)", "top_k",
+       top_k + "18446744073709551615 (beyond a signed 64-bit integer)."},
+      {false, R"("top_k": 2.5)", "top_k", "'top_k' must be an integer, got 2.5."},
+      {false, R"("top_k": 99999999999999999999)", "top_k", "'top_k' must be an integer, got 1e+20."},
+      {false, R"("top_k": 1e400)", "top_k", "'top_k' is 1e400" + dbl},
+      {false, R"("seed": 1.5)", "seed", "'seed' must be an integer, got 1.5."},
+      {false, R"("seed": 18446744073709551616)", "seed", seed + "1.8446744073709552e+19."},
+      {false, R"("seed": -9223372036854775809)", "seed", seed + "-9.223372036854776e+18."},
+      {false, R"("seed": 1e400)", "seed", "'seed' is 1e400" + dbl},
+      {false, R"("seed": "1")", "seed", "'seed' must be an integer, got \"1\"."},
+      {false, R"("max_tokens": 1e400)", "max_tokens", "'max_tokens' is 1e400" + dbl},
+      {false, R"("max_tokens": -0)", "max_tokens", "'max_tokens' must be at least 1, got 0."},
+      {false, R"("max_tokens": 2.0)", "max_tokens", "'max_tokens' must be an integer, got 2.0."},
+      {false, R"("max_tokens": 18446744073709551615)", "max_tokens",
+       "'max_tokens' must be at least 1, got 18446744073709551615 (beyond a signed 64-bit integer)."},
+      {true, R"("max_completion_tokens": 0)", "max_completion_tokens",
+       "'max_completion_tokens' must be at least 1, got 0."},
+      {true, R"("max_completion_tokens": 1e400)", "max_completion_tokens", "'max_completion_tokens' is 1e400" + dbl},
+      {false, R"("logprobs": 1e400)", "logprobs", "'logprobs' is 1e400" + dbl},
+      {false, R"("logprobs": 20.0)", "logprobs", "'logprobs' must be an integer, got 20.0."},
+      {true, R"("logprobs": true, "top_logprobs": 1e400)", "top_logprobs", "'top_logprobs' is 1e400" + dbl},
+      {false, R"("n": 1e400)", "n", "'n' is 1e400" + dbl},
+      {false, R"("n": 0)", "n", "'n' must be 1 (this server generates one choice per request), got 0."},
+      {false, R"("best_of": 2)", "best_of",
+       "'best_of' must be 1 (this server generates one choice per request), got 2."},
+      {false, R"("frequency_penalty": 0.5)", "frequency_penalty",
+       "'frequency_penalty' is not supported by this server: it must be 0 (or absent), got 0.5."},
+      {true, R"("presence_penalty": -2)", "presence_penalty",
+       "'presence_penalty' is not supported by this server: it must be 0 (or absent), got -2."},
+      {false, R"("repetition_penalty": 1.1)", "repetition_penalty",
+       "'repetition_penalty' is not supported by this server: it must be 1 (or absent), got 1.1."},
+      {false, R"("min_p": 0.05)", "min_p",
+       "'min_p' is not supported by this server: it must be 0 (or absent), got 0.05."},
+      {false, R"("min_p": "0")", "min_p", "'min_p' must be a number, got \"0\"."},
+      {false, R"("frequency_penalty": 1e400)", "frequency_penalty", "'frequency_penalty' is 1e400" + dbl},
+      {false, R"("logit_bias": {"5": 1e400})", "logit_bias.5", "'logit_bias.5' is 1e400" + dbl},
+      {false, R"("stream": true, "stream_options": {"include_usage": -1e999})", "stream_options.include_usage",
+       "'stream_options.include_usage' is -1e999" + dbl},
+      {false, R"("extra": [1, [2, 3], {"a": [4, 5e500]}])", "extra[2].a[1]", "'extra[2].a[1]' is 5e500" + dbl},
+      {true, R"("tools": [{"type": "function", "x": 1e400}])", "tools[0].x", "'tools[0].x' is 1e400" + dbl},
+  };
+  for (const auto& [chat, fields, param, message] : cases) {
+    const std::string body = chat ? R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], )" + fields + "}"
+                                  : R"({"model": "m", "prompt": "a", )" + fields + "}";
+    auto r = parse_request(body, chat, m);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+    EXPECT_EQ(std::get<ApiError>(r).message, message) << body;
+    EXPECT_EQ(std::get<ApiError>(r).param, param) << body;
+    EXPECT_EQ(std::get<ApiError>(r).http_status, 400) << body;
+  }
+  // Beyond a double inside the prompt, a message and the whole body.
+  const std::vector<std::tuple<bool, std::string, std::string, std::string>> bodies = {
+      {false, R"({"model": "m", "prompt": [1, 2, 1e400]})", "prompt[2]", "'prompt[2]' is 1e400" + dbl},
+      {true, R"({"model": "m", "messages": [{"role": "user", "content": "hi", "w": 1e400}]})", "messages[0].w",
+       "'messages[0].w' is 1e400" + dbl},
+      {false, "1e400", "", "The request body holds 1e400" + dbl},
+      {false, R"({"model": "m", "prompt": [1, 2.5]})", "prompt",
+       "'prompt' must be a string or a list of token ids, got [1,2.5]."},
+      {false, R"({"model": "m", "prompt": [18446744073709551615]})", "prompt",
+       "'prompt' token 18446744073709551615 is outside the vocabulary [0, 512)."},
+      {false, R"({"model": "m", "prompt": [-1]})", "prompt", "'prompt' token -1 is outside the vocabulary [0, 512)."},
+  };
+  for (const auto& [chat, body, param, message] : bodies) {
+    auto r = parse_request(body, chat, m);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+    EXPECT_EQ(std::get<ApiError>(r).message, message) << body;
+    EXPECT_EQ(std::get<ApiError>(r).param, param) << body;
+  }
+  // The ends that are accepted, as the sampler will see them.
+  auto ok = [&](const std::string& fields) { return parsed(R"({"model": "m", "prompt": "a", )" + fields + "}", m); };
+  EXPECT_EQ(ok(R"("temperature": -0.0)").sampling.temperature, 0.f);  // -0 is 0: greedy
+  EXPECT_EQ(ok(R"("temperature": 1.1754944e-38)").sampling.temperature, std::numeric_limits<float>::min());
+  EXPECT_EQ(ok(R"("temperature": 2)").sampling.temperature, 2.f);
+  EXPECT_EQ(ok(R"("top_p": 1.1754944e-38)").sampling.top_p, std::numeric_limits<float>::min());
+  EXPECT_EQ(ok(R"("top_p": 1)").sampling.top_p, 1.f);
+  EXPECT_EQ(ok(R"("top_k": 2147483647)").sampling.top_k, 2147483647);
+  EXPECT_EQ(ok(R"("top_k": 0)").sampling.top_k, 0);
+  EXPECT_EQ(ok(R"("seed": 18446744073709551615)").sampling.seed, UINT64_MAX);
+  EXPECT_EQ(ok(R"("seed": -9223372036854775808)").sampling.seed, uint64_t{1} << 63);
+  EXPECT_EQ(ok(R"("seed": -0)").sampling.seed, 0u);
+  EXPECT_EQ(ok(R"("max_tokens": 4095)").max_tokens, 4095);
+  EXPECT_EQ(ok(R"("frequency_penalty": 0, "presence_penalty": -0.0, "repetition_penalty": 1, "min_p": 0)").max_tokens,
+            256);
+  EXPECT_EQ(ok(R"("best_of": 1.0, "n": 1)").max_tokens, 256);
+  for (const char* f : {R"("temperature": 1e-300)", R"("top_p": 1e-300)"}) {
+    auto r = parse_request(std::string(R"({"model": "m", "prompt": "a", )") + f + "}", false, m);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r));
+  }
+  EXPECT_TRUE(engine::validate(ok(R"("temperature": 1.1754944e-38, "top_p": 1.1754944e-38)").sampling).ok());
 }
 
 TEST(LogprobsJson, legacy_completions_and_chat_formats) {

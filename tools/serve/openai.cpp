@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "runtime/text/utf8.h"
@@ -21,6 +22,8 @@ json error_json(const ApiError& e) {
 }
 
 namespace {
+
+constexpr float kMaxApiTemperature = 2.f;  // OpenAI's limit
 
 // A JSON value as a message shows it: compact, at most 40 characters.
 std::string shown(const json& v) {
@@ -45,7 +48,7 @@ std::optional<ApiError> get_int(const json& body, const std::string& name, int64
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!is_int(*it)) return type_error(name, "an integer", *it);
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, shown(*it)));
+    return bad(name, fmt::format("'{}' must be {}, got {} (beyond a signed 64-bit integer).", name, rule, shown(*it)));
   }
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi) return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, v));
@@ -53,15 +56,15 @@ std::optional<ApiError> get_int(const json& body, const std::string& name, int64
   return std::nullopt;
 }
 
-std::optional<ApiError> get_number(const json& body, const std::string& name, double lo, double hi, bool lo_open,
-                                   const char* rule, std::optional<double>* out) {
+// Optional sampling parameter kept as float: a number `range` contains (checked on the float it becomes).
+std::optional<ApiError> get_float(const json& body, const std::string& name, const engine::FloatRange& range,
+                                  std::optional<float>* out) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number()) return type_error(name, "a number", *it);
   const double v = it->get<double>();
-  if (!(lo_open ? v > lo : v >= lo) || !(v <= hi))
-    return bad(name, fmt::format("'{}' must be {}, got {}.", name, rule, shown(*it)));
-  *out = v;
+  if (!range.contains(v)) return bad(name, fmt::format("'{}' must be {}, got {}.", name, range.rule(), shown(*it)));
+  *out = static_cast<float>(v);
   return std::nullopt;
 }
 
@@ -95,6 +98,56 @@ std::optional<ApiError> normalize_content(json& msg, size_t i) {
   return std::nullopt;
 }
 
+// A JSON number beyond a double's range (nlohmann's out_of_range 406, e.g. 1e400): the body is parsed again,
+// only on this path, to find where the number sits, so that the error names the field.
+ApiError number_overflow(const std::string& text, const json::out_of_range& e) {
+  struct Frame {
+    bool array = false;
+    std::string key;
+    size_t index = 0;
+  };
+  std::vector<Frame> stack;
+  const json::parser_callback_t track = [&](int, json::parse_event_t event, json& v) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        stack.push_back({});
+        break;
+      case json::parse_event_t::array_start:
+        stack.push_back({.array = true});
+        break;
+      case json::parse_event_t::key:
+        stack.back().key = v.get<std::string>();
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        stack.pop_back();
+        [[fallthrough]];
+      case json::parse_event_t::value:
+        if (!stack.empty() && stack.back().array) ++stack.back().index;
+        break;
+    }
+    return true;
+  };
+  try {
+    const json reparsed = json::parse(text, track);
+    stack.clear();  // not reached: the same text fails the same way
+  } catch (const json::exception&) {
+  }
+  std::string path;
+  for (const Frame& f : stack) path += f.array ? fmt::format("[{}]", f.index) : (path.empty() ? "" : ".") + f.key;
+  // nlohmann's message ends "number overflow parsing '<token>'".
+  std::string number = e.what();
+  if (const size_t at = number.find("parsing '"); at != std::string::npos) {
+    number = number.substr(at + 9);
+    if (!number.empty() && number.back() == '\'') number.pop_back();
+  }
+  if (number.size() > 40) number = number.substr(0, 37) + "...";
+  const std::string rule = "a number beyond the range of a double (magnitude at most 1.7976931348623157e+308)";
+  if (e.id != 406) return bad(path, fmt::format("The request body cannot be read: {}.", e.what()));
+  if (path.empty()) return bad("", fmt::format("The request body holds {}, {}.", number, rule));
+  return bad(path, fmt::format("'{}' is {}, {}.", path, number, rule));
+}
+
 }  // namespace
 
 std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model) {
@@ -103,6 +156,8 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     body = json::parse(text);
   } catch (const json::parse_error& e) {
     return bad("", fmt::format("The request body is not valid JSON (parse error at byte {}).", e.byte));
+  } catch (const json::out_of_range& e) {
+    return number_overflow(text, e);
   }
   if (!body.is_object()) return bad("", fmt::format("The request body must be a JSON object, got {}.", shown(body)));
   ParsedRequest r;
@@ -257,22 +312,46 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
                     "the server's KV pool holds {} pages (--kv-memory-mb {}); lower '{}' or shorten the prompt.",
                     pages, prompt_len, r.max_tokens, model.kv_page_size, model.kv_pages, model.kv_memory_mb, max_name));
   }
-  std::optional<double> temperature, top_p;
+  // The sampler's ranges (engine::kTemperatureRange, kTopPRange, kMaxTopK); temperature at most 2 as OpenAI's.
+  std::optional<float> temperature, top_p;
   std::optional<int64_t> top_k, seed;
-  if (auto e = get_number(body, "temperature", 0, 2, false, "between 0 and 2", &temperature)) return *e;
-  if (auto e = get_number(body, "top_p", 0, 1, true, "greater than 0 and at most 1", &top_p)) return *e;
-  if (auto e = get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max(),
-                       "-1 or 0 (no limit) or a positive integer below 2^31", &top_k)) {
+  if (auto e = get_float(body, "temperature", engine::kTemperatureRange.with_hi(kMaxApiTemperature), &temperature)) {
     return *e;
   }
+  if (auto e = get_float(body, "top_p", engine::kTopPRange, &top_p)) return *e;
+  const std::string top_k_rule = fmt::format("-1 or 0 (no limit) or an integer in [1, {}]", engine::kMaxTopK);
+  if (auto e = get_int(body, "top_k", -1, engine::kMaxTopK, top_k_rule.c_str(), &top_k)) return *e;
   if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
-    if (!is_int(*it)) return type_error("seed", "an integer", *it);
+    // Any 64-bit integer, signed or not: a negative seed s is the seed s + 2^64.
+    if (!is_int(*it)) {
+      if (!it->is_number()) return type_error("seed", "an integer", *it);
+      const double v = it->get<double>();
+      if (v != std::floor(v)) return type_error("seed", "an integer", *it);
+      return bad("seed",
+                 fmt::format("'seed' must be an integer in [{}, {}], got {}.", std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<uint64_t>::max(), shown(*it)));
+    }
     r.sampling.seed = it->is_number_unsigned() ? it->get<uint64_t>() : static_cast<uint64_t>(it->get<int64_t>());
     r.seeded = true;
   }
-  r.sampling.temperature = static_cast<float>(temperature.value_or(1.0));
-  r.sampling.top_p = static_cast<float>(top_p.value_or(1.0));
+  r.sampling.temperature = temperature.value_or(1.f);
+  r.sampling.top_p = top_p.value_or(1.f);
   r.sampling.top_k = static_cast<int>(std::max<int64_t>(top_k.value_or(0), 0));
+  if (Status st = engine::validate(r.sampling); !st.ok()) return bad("", st.message());  // the checks above hold it
+
+  // Sampling options this server does not implement: accepted only at the value that leaves sampling as it is.
+  for (const auto& [f, neutral] : {std::pair<const char*, double>{"frequency_penalty", 0.0},
+                                   {"presence_penalty", 0.0},
+                                   {"repetition_penalty", 1.0},
+                                   {"min_p", 0.0}}) {
+    auto it = body.find(f);
+    if (it == body.end() || it->is_null()) continue;
+    if (!it->is_number()) return type_error(f, "a number", *it);
+    if (it->get<double>() != neutral) {
+      return bad(f, fmt::format("'{}' is not supported by this server: it must be {} (or absent), got {}.", f, neutral,
+                                shown(*it)));
+    }
+  }
 
   // stop
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {

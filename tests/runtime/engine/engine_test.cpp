@@ -165,7 +165,7 @@ TEST(Engine, malformed_requests_are_rejected_with_a_reason) {
   EXPECT_EQ(eng.submit({.id = 3, .prompt = {1}, .max_new_tokens = 0}).message(),
             "request 3: max_new_tokens is 0 but must be >= 1");
   EXPECT_EQ(eng.submit({.id = 4, .prompt = {1}, .sampling = {.temperature = -1.f}}).message(),
-            "request 4: sampling: temperature is -1 but must be finite and >= 0");
+            "request 4: sampling: temperature is -1 but must be 0 or a number in [1.1754944e-38, 3.4028235e+38]");
   EXPECT_TRUE(eng.submit({.id = 5, .prompt = {1}}).ok());
   EXPECT_EQ(eng.submit({.id = 5, .prompt = {2}}).message(), "request 5: the id is already in use");
 }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace genbridge::engine {
@@ -61,11 +63,50 @@ TEST(Sampler, top_p_drops_the_tail) {
 }
 
 TEST(Sampler, invalid_parameters) {
-  EXPECT_EQ(validate({.temperature = -1.f}).message(), "sampling: temperature is -1 but must be finite and >= 0");
-  EXPECT_EQ(validate({.top_k = -2}).message(), "sampling: top_k is -2 but must be >= 0");
-  EXPECT_EQ(validate({.top_p = 0.f}).message(), "sampling: top_p is 0 but must be in (0, 1]");
-  EXPECT_EQ(validate({.top_p = 1.5f}).message(), "sampling: top_p is 1.5 but must be in (0, 1]");
+  const std::string t = "0 or a number in [1.1754944e-38, 3.4028235e+38]", p = "a number in [1.1754944e-38, 1]";
+  EXPECT_EQ(validate({.temperature = -1.f}).message(), "sampling: temperature is -1 but must be " + t);
+  EXPECT_EQ(validate({.top_k = -2}).message(), "sampling: top_k is -2 but must be in [0, 2147483647]");
+  EXPECT_EQ(validate({.top_p = 0.f}).message(), "sampling: top_p is 0 but must be " + p);
+  EXPECT_EQ(validate({.top_p = 1.5f}).message(), "sampling: top_p is 1.5 but must be " + p);
   EXPECT_TRUE(validate({.temperature = 0.7f, .top_k = 40, .top_p = 0.9f}).ok());
+}
+
+// The ends of each range: infinity, NaN, subnormals (a temperature whose reciprocal overflows in float, a
+// top_p that is nearly 0) and -0 are refused or accepted as the range says, on floats and on doubles.
+TEST(Sampler, parameter_ranges_at_their_extremes) {
+  constexpr float kMin = std::numeric_limits<float>::min(), kMax = std::numeric_limits<float>::max();
+  constexpr float kSub = std::numeric_limits<float>::denorm_min();
+  for (float t : {0.f, -0.f, kMin, 1.f, 2.f, kMax}) EXPECT_TRUE(validate({.temperature = t}).ok()) << t;
+  for (float t : {kSub, kMin / 2, -kMin, INFINITY, -INFINITY, NAN}) {
+    EXPECT_EQ(validate({.temperature = t}).code(), StatusCode::kInvalidArgument) << t;
+  }
+  for (float q : {kMin, 1e-30f, 0.5f, 1.f}) EXPECT_TRUE(validate({.top_p = q}).ok()) << q;
+  for (float q : {0.f, -0.f, kSub, std::nextafter(1.f, 2.f), INFINITY, NAN}) {
+    EXPECT_EQ(validate({.top_p = q}).code(), StatusCode::kInvalidArgument) << q;
+  }
+  EXPECT_TRUE(validate({.top_k = kMaxTopK}).ok());
+  // Doubles as the parsers read them: checked on the float they become.
+  EXPECT_TRUE(kTemperatureRange.contains(3.4028235e38));  // FLT_MAX as printed rounds to FLT_MAX
+  EXPECT_FALSE(kTemperatureRange.contains(3.5e38));       // would become +inf
+  EXPECT_FALSE(kTemperatureRange.contains(1e300));
+  EXPECT_FALSE(kTemperatureRange.contains(1e-300));  // would become 0: greedy, silently
+  EXPECT_FALSE(kTemperatureRange.contains(1e-40));   // a subnormal float
+  EXPECT_TRUE(kTemperatureRange.contains(-0.0));
+  EXPECT_TRUE(kTemperatureRange.contains(1.1754944e-38));  // FLT_MIN as printed
+  EXPECT_FALSE(kTopPRange.contains(1e-46));                // would become 0
+  EXPECT_FALSE(kTopPRange.contains(1e-300));
+  EXPECT_FALSE(kTopPRange.contains(-0.0));
+  EXPECT_FALSE(kTopPRange.contains(std::numeric_limits<double>::quiet_NaN()));
+  EXPECT_TRUE(kTopPRange.contains(1.0));
+  EXPECT_FALSE(kTopPRange.contains(1.5));
+  EXPECT_FALSE(kTemperatureRange.with_hi(2.f).contains(2.5));
+  EXPECT_EQ(kTemperatureRange.with_hi(2.f).rule(), "0 or a number in [1.1754944e-38, 2]");
+  // The sampler runs at both ends of the temperature range (no overflow in the logits' scale).
+  std::vector<float> l{1.f, 3.f, 2.f};
+  auto s = scratch(3);
+  EXPECT_EQ(*sample_token(l, {.temperature = kMin, .seed = 1}, 0, s), 1);
+  for (int step = 0; step < 8; ++step) EXPECT_TRUE(sample_token(l, {.temperature = kMax, .seed = 1}, step, s).ok());
+  EXPECT_EQ(*sample_token(l, {.temperature = 1.f, .top_p = kMin, .seed = 1}, 0, s), 1);
 }
 
 TEST(Sampler, non_finite_logits_are_an_error_not_a_token) {

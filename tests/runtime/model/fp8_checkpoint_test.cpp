@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "runtime/model/checkpoint.h"
@@ -157,11 +158,143 @@ TEST_F(Fp8Checkpoint, inconsistent_scale_tensors_and_configs_are_errors_naming_t
                               "\"fp8\" (block-scaled F8_E4M3 weights with weight_scale_inv)");
   SetUp();
   edit_config(dir_ / "fp8", "\"weight_block_size\": [\n      128,\n      128\n    ]", "\"weight_block_size\": [128]");
-  EXPECT_EQ(open_error(), c + ": quantization_config.weight_block_size is [128] but it must be two positive integers "
-                              "[block_n, block_k] (per-tensor FP8 is not supported)");
+  EXPECT_EQ(open_error(), c + ": quantization_config.weight_block_size is [128] but it must be two integers "
+                              "[block_n, block_k] in [1, 65536] (per-tensor FP8 is not supported)");
+}
+
+// Rewrites config.json of `dir` with quantization_config set to `q` (null: removed).
+void set_quantization_config(const fs::path& dir, const nlohmann::json& q) {
+  std::ifstream in(dir / "config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  if (q.is_null()) {
+    j.erase("quantization_config");
+  } else {
+    j["quantization_config"] = q;
+  }
+  std::ofstream(dir / "config.json") << j.dump(2);
+}
+
+// Every key of quantization_config is checked against what genbridge does with the weights; a claim it
+// cannot honour (static activation scales, another fmt, a module said to be unquantized that is F8, a key
+// it does not know) is refused naming the key and the value (before: accepted without a word).
+TEST_F(Fp8Checkpoint, every_quantization_config_key_is_validated) {
+  const std::string c = (dir_ / "fp8" / "config.json").string();
+  const nlohmann::json good = {
+      {"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
+  auto with = [&](const std::string& key, const nlohmann::json& v) {
+    nlohmann::json q = good;
+    if (v.is_discarded()) {
+      q.erase(key);
+    } else {
+      q[key] = v;
+    }
+    return q;
+  };
+  const nlohmann::json absent = nlohmann::json(nlohmann::json::value_t::discarded);
+  const std::string keys =
+      "quant_method, weight_block_size, fmt, activation_scheme, scale_fmt, modules_to_not_convert, ignored_layers, "
+      "dequantize";
+  const std::string act =
+      "genbridge reads only \"dynamic\": it never uses a checkpoint's activation scales (input_scale); activations "
+      "stay bf16, or are quantized per token at run time with --weight-quant";
+  const std::string block =
+      "it must be two integers [block_n, block_k] in [1, 65536] (per-tensor FP8 is not supported)";
+  const std::vector<std::pair<nlohmann::json, std::string>> refused = {
+      {with("activation_scheme", "static"), "quantization_config.activation_scheme is \"static\" but " + act},
+      {with("activation_scheme", "bogus"), "quantization_config.activation_scheme is \"bogus\" but " + act},
+      {with("activation_scheme", 1), "quantization_config.activation_scheme is 1 but " + act},
+      {with("fmt", "e5m2"), "quantization_config.fmt is \"e5m2\" but genbridge reads only \"e4m3\" (F8_E4M3 codes)"},
+      {with("scale_fmt", "fp32"),
+       "quantization_config.scale_fmt is \"fp32\" but genbridge reads only \"ue8m0\" (every weight_scale_inv a power "
+       "of two, checked at load) or no scale_fmt (any positive scale)"},
+      {with("quant_method", absent),
+       "quantization_config.quant_method is missing but genbridge reads only quant_method \"fp8\" (block-scaled "
+       "F8_E4M3 weights with weight_scale_inv)"},
+      {with("weight_block_size", absent), "quantization_config.weight_block_size is missing but " + block},
+      {with("weight_block_size", {0, 128}), "quantization_config.weight_block_size is [0,128] but " + block},
+      {with("weight_block_size", {128, -1}), "quantization_config.weight_block_size is [128,-1] but " + block},
+      {with("weight_block_size", {128, 1000000}),
+       "quantization_config.weight_block_size is [128,1000000] but " + block},
+      {with("weight_block_size", nlohmann::json::parse("[128, 18446744073709551615]")),
+       "quantization_config.weight_block_size is [128,18446744073709551615] but " + block},
+      {with("weight_block_size", {128.0, 128}), "quantization_config.weight_block_size is [128.0,128] but " + block},
+      {with("weight_block_size", {128, 128, 1}), "quantization_config.weight_block_size is [128,128,1] but " + block},
+      {with("modules_to_not_convert", 5),
+       "quantization_config.modules_to_not_convert is 5 but it must be a list of module names"},
+      {with("ignored_layers", {"lm_head", 3}),
+       "quantization_config.ignored_layers[1] is 3 but it must be a module name (a non-empty string)"},
+      {with("dequantize", "yes"),
+       "quantization_config.dequantize is \"yes\" but it must be a boolean (genbridge dequantizes FP8 weights at load "
+       "either way)"},
+      {with("input_scale_dtype", "f32"),
+       "quantization_config.input_scale_dtype is \"f32\" but genbridge does not read this key, so it cannot honour it "
+       "(it reads " +
+           keys + ")"},
+      {nlohmann::json(5), "quantization_config is 5 but it must be an object"},
+  };
+  for (const auto& [q, message] : refused) {
+    SetUp();
+    set_quantization_config(dir_ / "fp8", q);
+    EXPECT_EQ(open_error(), c + ": " + message) << q.dump();
+  }
+  // What real checkpoints carry loads: DeepSeek-V3's keys, Qwen3-FP8's modules_to_not_convert (modules
+  // that are bf16 here), vLLM's ignored_layers, transformers' dequantize, nulls.
+  for (const nlohmann::json& q : {good, with("modules_to_not_convert", {"lm_head", "model.layers.0.mlp.gate"}),
+                                  with("ignored_layers", nlohmann::json::array()), with("dequantize", false),
+                                  with("fmt", nullptr), with("activation_scheme", absent)}) {
+    SetUp();
+    set_quantization_config(dir_ / "fp8", q);
+    auto ck = model::Checkpoint::open(dir_ / "fp8");
+    EXPECT_TRUE(ck.ok()) << q.dump() << ": " << ck.status().to_string();
+  }
+  // A module said to stay unquantized whose weight is F8.
+  const std::string f = (dir_ / "fp8" / "model.safetensors").string();
   SetUp();
-  edit_config(dir_ / "fp8", "\"quantization_config\"", "\"no_quantization_config\"");
-  EXPECT_NE(open_error().find("has dtype F8_E4M3; genbridge reads BF16, F16 and F32 tensors"), std::string::npos);
+  set_quantization_config(dir_ / "fp8", with("modules_to_not_convert", {"model.layers.0.self_attn.q_proj"}));
+  EXPECT_EQ(open_error(), f + ": tensor 'model.layers.0.self_attn.q_proj.weight' is F8_E4M3 but config.json's "
+                              "quantization_config lists 'model.layers.0.self_attn.q_proj' among the modules left "
+                              "unquantized (modules_to_not_convert / ignored_layers)");
+}
+
+// scale_fmt "ue8m0" (DeepSeek-V3.1's) promises power-of-two scales: make-model's amax / 448 scales break it,
+// the same scales rounded to powers of two keep it.
+TEST_F(Fp8Checkpoint, ue8m0_scale_fmt_needs_power_of_two_scales) {
+  const std::string f = (dir_ / "fp8" / "model.safetensors").string();
+  set_quantization_config(
+      dir_ / "fp8",
+      {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"scale_fmt", "ue8m0"}, {"weight_block_size", {128, 128}}});
+  const std::string err = open_error();
+  EXPECT_EQ(err.rfind(f + ": tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv' element 0 is ", 0), 0u) << err;
+  EXPECT_NE(err.find(", not a power of two, but quantization_config.scale_fmt is \"ue8m0\""), std::string::npos) << err;
+  edit_tensors(dir_ / "fp8", [&](std::vector<Raw>& t) {
+    for (Raw& r : t) {
+      if (r.spec.name.size() < 10 || r.spec.name.substr(r.spec.name.size() - 10) != "_scale_inv") continue;
+      float* v = reinterpret_cast<float*>(r.bytes.data());
+      for (size_t i = 0; i < r.bytes.size() / sizeof(float); ++i) v[i] = std::exp2(std::round(std::log2(v[i])));
+    }
+  });
+  auto ck = model::Checkpoint::open(dir_ / "fp8");
+  EXPECT_TRUE(ck.ok()) << ck.status().to_string();
+}
+
+// F8 tensors without a quantization_config: the error names the missing config (before: "genbridge reads
+// BF16, F16 and F32 tensors", as if F8 were never readable); a quantization_config on a checkpoint without
+// F8 weights is refused too.
+TEST_F(Fp8Checkpoint, f8_tensors_without_quantization_config_and_the_reverse_are_named) {
+  const std::string f = (dir_ / "fp8" / "model.safetensors").string();
+  set_quantization_config(dir_ / "fp8", nullptr);
+  EXPECT_EQ(open_error(),
+            f + ": tensor 'model.layers.0.self_attn.q_proj.weight' has dtype F8_E4M3 but config.json has no "
+                "quantization_config; an FP8 checkpoint's config says how its codes are scaled (quantization_config: "
+                "{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]} with a '<name>_scale_inv' per "
+                "weight, docs/quant_weights.md)");
+  set_quantization_config(dir_ / "bf16", {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}});
+  auto ck = model::Checkpoint::open(dir_ / "bf16");
+  ASSERT_FALSE(ck.ok());
+  EXPECT_EQ(ck.status().message(),
+            (dir_ / "bf16" / "model.safetensors").string() +
+                ": config.json's quantization_config says the weights are FP8 (quant_method \"fp8\") but no weight "
+                "is F8_E4M3; remove quantization_config from a checkpoint that is not quantized");
 }
 
 }  // namespace
