@@ -5,8 +5,11 @@
 // With --afd the engine thread is an AFD job instead (afd/serve_job.h): in-process, every rank a thread
 // of this process and each attention rank an engine the service feeds; under mpirun (--afd-transport mpi),
 // this process is the attention rank (world rank 0: it serves HTTP) or an FFN rank (no HTTP; it serves
-// until the attention rank finishes). A job that fails ends the server: in-flight requests are answered
-// with the error, the listener closes and the process exits 1 (under mpirun the job is aborted).
+// until the attention rank finishes). The listener opens once the job is up (every rank agreed on the job
+// and every attention rank's engine serves), so a job its ranks refuse (e.g. another --model or
+// --weight-quant on one rank) exits before any client saw /health 200. A job that fails later ends the
+// server: in-flight requests are answered with the error, the listener closes and the process exits 1
+// (under mpirun the job is aborted).
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,9 +36,9 @@
 #include "tools/fingerprint.h"
 #include "tools/flags.h"
 #include "tools/run_support.h"
-#include "tools/serve_afd.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
+#include "tools/serve_afd.h"
 
 namespace genbridge::tools {
 namespace {
@@ -166,8 +169,8 @@ int serve(const ServeOptions& so) {
   if (mpi) {
     // Open MPI names this process's world rank before MPI_Init; without --role ranks 0..A-1 are attention.
     const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    const bool ffn = declared == static_cast<int>(afd::Role::kFfn) ||
-                     (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= afd_cfg->num_attention);
+    const bool ffn = declared == static_cast<int>(afd::Role::kFfn) || (declared == afd::kRoleUndeclared && world_rank &&
+                                                                       std::atoi(world_rank) >= afd_cfg->num_attention);
     if (ffn) return serve_ffn_rank(so, declared);
   }
   if (!so.port_file.empty()) {
@@ -271,21 +274,23 @@ int serve(const ServeOptions& so) {
       job_options.fingerprint = std::move(fp).value();
     }
     service_options.max_prompt_tokens = afd::max_prompt_tokens(job_options);
-    service_options.max_prompt_why = "--afd: a prompt is prefilled in one step, which must fit the AFD transfer buffers";
+    service_options.max_prompt_why =
+        "--afd: a prompt is prefilled in one step, which must fit the AFD transfer buffers";
     const std::string ranks = fmt::format(
         "# HELP genbridge_afd_ranks Ranks of the AFD job.\n# TYPE genbridge_afd_ranks gauge\n"
         "genbridge_afd_ranks{{role=\"attention\"}} {}\ngenbridge_afd_ranks{{role=\"ffn\"}} {}\n",
         afd_cfg->num_attention, afd_cfg->num_ffn);
     service_options.extra_metrics = [&live, ranks, mpi] { return ranks + live.prometheus(/*ffn_here=*/!mpi); };
-    service.emplace(serve::WorkerPools{.workers = afd_cfg->num_attention,
-                                       .pages_per_worker = *pages,
-                                       .bytes_per_page = geometry.bytes_per_page()},
-                    service_options);
+    service.emplace(
+        serve::WorkerPools{
+            .workers = afd_cfg->num_attention, .pages_per_worker = *pages, .bytes_per_page = geometry.bytes_per_page()},
+        service_options);
     if (!o.quiet) {
       fmt::print(stderr,
                  "AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s); a request goes to the attention "
                  "rank with the fewest unfinished requests; keep-alive every {} ms while idle\n",
-                 o.afd, afd_cfg->num_attention, afd_cfg->num_ffn, mpi ? "mpi: this process is attention rank 0" : "in-process",
+                 o.afd, afd_cfg->num_attention, afd_cfg->num_ffn,
+                 mpi ? "mpi: this process is attention rank 0" : "in-process",
                  afd::connector_kind_name(afd_cfg->connector), afd_cfg->num_stages, afd::keep_alive_ms(*afd_cfg));
     }
   }
@@ -298,12 +303,18 @@ int serve(const ServeOptions& so) {
   if (!port.ok()) return fail(port.status());
 
   std::atomic<bool> job_done{false};
+  std::atomic<int> workers_up{0};  // attention ranks whose engine serves (the job is up when all of them do)
   Status job_status;
   std::thread job_thread;
   if (!afd_mode) {
     service->start();
   } else {
-    const afd::AttentionServeFn serve_fn = service_worker_fn(*service);
+    const afd::AttentionServeFn worker = service_worker_fn(*service);
+    const afd::AttentionServeFn serve_fn = [&workers_up, worker](int a, engine::Engine& eng, runtime::KvPagePool& pool,
+                                                                 afd::AttentionIdle& idle) {
+      ++workers_up;
+      return worker(a, eng, pool, idle);
+    };
     job_thread = std::thread([&, serve_fn] {
       Status s = mpi ? afd::run_mpi_serve_rank(*ckpt, *dev, *pages, job_options, declared, serve_fn)
                      : afd::run_inproc_serve_job(*ckpt, *dev, *pages, job_options, serve_fn);
@@ -351,7 +362,8 @@ int serve(const ServeOptions& so) {
     while (!listener_done.load()) {
       exit_if_mpi_job_failed();
       if (job_done.load() && !job_status.ok()) {
-        fmt::print(stderr, "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
+        fmt::print(stderr,
+                   "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
         service->wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));
         close_listener();
         return;
@@ -369,6 +381,23 @@ int serve(const ServeOptions& so) {
       return;
     }
   });
+  // --afd: the listener opens once the job is up. Until then a client's connection waits in the listen backlog
+  // (unanswered); when the job ends first (refused at init, or stopped by a signal) this process exits
+  // without having answered anything. The wait is bounded by the job's own init deadlines.
+  if (afd_mode) {
+    if (!o.quiet) fmt::print(stderr, "genbridge serve: waiting for the AFD job to start before listening\n");
+    while (workers_up.load() < afd_cfg->num_attention && !job_done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (workers_up.load() < afd_cfg->num_attention) {
+      listener_done = true;
+      signal_thread.join();
+      job_thread.join();
+      if (!job_status.ok()) return fail(job_status);
+      fmt::print(stderr, "genbridge serve: stopped before listening\n");
+      return kExitOk;
+    }
+  }
   if (!so.port_file.empty()) {
     if (Status s = write_port_file(so.port_file, *port); !s.ok()) {
       fmt::print(stderr, "genbridge serve: {}\n", s.message());

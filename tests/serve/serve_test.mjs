@@ -839,6 +839,109 @@ const cases = {
     check(/rank 1[^\n]*(signal 9|Killed)|from ffn rank 0 \(world rank 1\)/.test(s.log()), "the log names the killed rank", s.log());
   },
 
+  // Under mpirun, the FFN rank started --ffn-delay-ms late (so the job cannot be up before) with --ffn-args
+  // more flags (and --ffn-model instead of --model): /health is polled from the start. With --want-error (the job's ranks disagree) mpirun exits
+  // non-zero, the log has the error, and no poll ever got an answer (world rank 0 listens only once the job
+  // is up); without it the first answer is 200 and comes after the FFN rank started.
+  async afd_mpi_health_during_start() {
+    const delayMs = Number(args["ffn-delay-ms"] ?? 3000);
+    const ffnArgs = (args["ffn-args"] ?? "").split(" ").filter((a) => a.length > 0);
+    const wantError = args["want-error"];
+    const net = await import("node:net");
+    const port = await new Promise((resolve) => {
+      const srv = net.createServer();
+      srv.listen(0, "127.0.0.1", () => { const p = srv.address().port; srv.close(() => resolve(p)); });
+    });
+    const portFile = path.join(WORK, `port.${process.pid}.health`);
+    fs.rmSync(portFile, { force: true });
+    const flags = ["serve", "--model", MODEL, "--port", String(port), "--port-file", portFile, ...SERVE_ARGS];
+    const ffnFlags = args["ffn-model"] ? flags.map((f) => (f === MODEL ? args["ffn-model"] : f)) : flags;
+    const ffn = [G, ...ffnFlags, "--role", "ffn", ...ffnArgs].map((a) => `'${a}'`).join(" ");
+    const proc = spawn(MPIRUN, ["--bind-to", "none", "-np", "1", G, ...flags, "--role", "attention", ":", "-np", "1",
+                                "sh", "-c", `sleep ${delayMs / 1000}; exec ${ffn}`], { stdio: ["ignore", "pipe", "pipe"] });
+    let log = "";
+    proc.stdout.on("data", (d) => (log += d));
+    proc.stderr.on("data", (d) => (log += d));
+    const s = { proc, exited: new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig }))), log: () => log };
+    servers.push(s);
+    const t0 = Date.now();
+    const answers = [];
+    let polls = 0;
+    while (proc.exitCode === null && Date.now() - t0 < 60000) {
+      const before = Date.now();
+      ++polls;
+      try {
+        const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(300) });
+        answers.push({ status: res.status, body: await res.text(), ms: Date.now() - t0 });
+        if (!wantError && res.status === 200) break;
+      } catch { /* refused (not bound yet), or no answer within 300 ms */ }
+      await sleep(Math.max(0, 50 - (Date.now() - before)));
+    }
+    console.log(`${polls} polls of /health over ${Date.now() - t0} ms; answers: ${JSON.stringify(answers.slice(0, 5))}`);
+    check(polls >= delayMs / 400, `/health polled throughout the start-up (${polls} polls)`);
+    if (wantError) {
+      const e = await Promise.race([s.exited, sleep(60000).then(() => ({ code: "timeout" }))]);
+      check(e.code !== 0 && e.code !== "timeout", "mpirun exits non-zero", e);
+      check(new RegExp(wantError).test(log), `the log: ${wantError}`, log);
+      eq(answers, [], "no /health answer at all (none 200) before the job was refused");
+      check(!/listening on/.test(log), "world rank 0 never said it was listening", log);
+    } else {
+      eq(answers.map((a) => [a.status, a.ms >= delayMs]), [[200, true]],
+         `the first /health answer is 200 and comes once the job is up (after the FFN rank started ${delayMs} ms late)`);
+      check(/waiting for the AFD job to start before listening/.test(log), "the log says it waits for the job", log);
+      s.base = `http://127.0.0.1:${port}`;
+      await stopServer(s);
+    }
+  },
+
+  // In-process --afd: the whole process paused (SIGSTOP) for --pause-ms, longer than --afd-timeout, while a
+  // greedy stream decodes, then resumed (SIGCONT): a pause is not a dead rank (afd/progress_clock.h), so the
+  // stream completes with genbridge run's tokens and the server goes on serving. The stream must not have
+  // ended by the time the pause ends (so the pause fell inside the decode).
+  async afd_paused_process() {
+    const pauseMs = Number(args["pause-ms"] ?? 2500);
+    const N = Number(args["max-tokens"] ?? 1500);
+    const prompt = [3, 1, 4, 1, 5, 9, 2, 6];
+    const want = runCli([prompt], N)[0];
+    const s = await startServer(["--max-batch", "4"]);
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
+      body: JSON.stringify({ model: NAME, prompt, max_tokens: N, temperature: 0, stream: true, return_token_ids: true,
+                            ignore_eos: true }) });
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let text = "", ended = false;
+    const reading = (async () => {
+      for (let i = 0; i < 1000000; ++i) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value);
+      }
+      ended = true;
+    })();
+    while (!text.includes('"token_ids":[') && !ended) await sleep(1);
+    s.proc.kill("SIGSTOP");
+    await sleep(pauseMs);
+    const tokensAtResume = joinChunks(parseSse(text.slice(0, text.lastIndexOf("\n\n") + 2)).chunks, false).ids.length;
+    const endedAtResume = ended || text.includes("data: [DONE]");
+    s.proc.kill("SIGCONT");
+    check(!endedAtResume && tokensAtResume < N, `the pause of ${pauseMs} ms fell inside the decode ` +
+          `(${tokensAtResume} of ${N} tokens had arrived when it ended)`);
+    await Promise.race([reading, sleep(110000)]);
+    const sse = parseSse(text);
+    const j = joinChunks(sse.chunks, false);
+    eq([res.status, sse.wellFormed, sse.done, j.finish, j.ids.length], [200, true, true, "length", N],
+       "after the pause the stream completes");
+    eq(j.ids, want.ids, "the tokens of genbridge run (as without the pause)");
+    if (!sse.done) console.log(text.slice(-600));
+    eq(curl(s, "/health").status, 200, "healthy after the pause");
+    const r = curl(s, "/v1/completions", { model: NAME, prompt, max_tokens: 8, temperature: 0, return_token_ids: true,
+                                           ignore_eos: true });
+    eq([r.status, r.json?.choices?.[0]?.token_ids], [200, want.ids.slice(0, 8)], "and serves the next request");
+    check(!/timed out/.test(s.log()), "no rank timed out", s.log());
+    await stopServer(s);
+  },
+
   // Load: C concurrent streaming clients x R requests, greedy; every response complete and well-formed,
   // tokens identical to genbridge run's and to the same prompt served alone; KV usage back to zero.
   async load() {
