@@ -1,7 +1,7 @@
 #pragma once
 // The clock of every AFD deadline (afd/transport.h): CLOCK_MONOTONIC less the time this whole process was
-// paused (SIGSTOP until SIGCONT, a frozen container or VM, every thread starved of a core). docs/afd.md,
-// "Deadlines and process pauses", says what it tells apart and where its limits are.
+// paused (SIGSTOP until SIGCONT, a frozen container or VM, every thread starved of a core).
+// docs/afd.md#deadlines-and-process-pauses says what it tells apart and where its limits are.
 //
 // Why: a deadline means "a peer owes this rank a message within timeout_ms". While the whole process is
 // paused, every rank of an in-process job is paused with it and owes nothing; on resuming, a waiter that
