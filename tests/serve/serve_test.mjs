@@ -20,8 +20,12 @@ const NAME = path.basename(MODEL);
 fs.mkdirSync(WORK, { recursive: true });
 const servers = [];
 let failures = 0;
-const watchdog = setTimeout(() => { console.log("FAIL: the case ran past its 100 s watchdog"); cleanup(); process.exit(1); },
-                            Number(args.watchdog ?? 100) * 1000);
+const watchdog = setTimeout(() => {
+  console.log(`FAIL: the case ran past its ${Number(args.watchdog ?? 100)} s watchdog`);
+  for (const s of servers) console.log(`-- server log:\n${s.log()}`);
+  cleanup();
+  process.exit(1);
+}, Number(args.watchdog ?? 100) * 1000);
 function cleanup() { for (const s of servers) if (s.proc.exitCode === null) s.proc.kill("SIGKILL"); }
 process.on("exit", cleanup);
 
@@ -840,42 +844,68 @@ const cases = {
   },
 
   // Under mpirun, the FFN rank started --ffn-delay-ms late (so the job cannot be up before) with --ffn-args
-  // more flags (and --ffn-model instead of --model): /health is polled from the start. With --want-error (the job's ranks disagree) mpirun exits
-  // non-zero, the log has the error, and no poll ever got an answer (world rank 0 listens only once the job
-  // is up); without it the first answer is 200 and comes after the FFN rank started.
+  // more flags (and --ffn-model instead of --model): /health is polled every 50 ms from the start. With
+  // --want-error (the job's ranks disagree) mpirun exits non-zero, the log has the error, and no poll ever
+  // got an answer (world rank 0 listens only once the job is up); without it the first answer is 200 and
+  // comes after the FFN rank started.
   async afd_mpi_health_during_start() {
     const delayMs = Number(args["ffn-delay-ms"] ?? 3000);
     const ffnArgs = (args["ffn-args"] ?? "").split(" ").filter((a) => a.length > 0);
     const wantError = args["want-error"];
     const net = await import("node:net");
-    const port = await new Promise((resolve) => {
-      const srv = net.createServer();
-      srv.listen(0, "127.0.0.1", () => { const p = srv.address().port; srv.close(() => resolve(p)); });
-    });
+    // A fixed --port (the test polls it before world rank 0 could write a port file), free when chosen and
+    // below the ephemeral range, so that no client connection of a test running beside this one holds it;
+    // should it still be taken when world rank 0 binds, the attempt is repeated on another port.
+    const freePort = async () => {
+      for (;;) {
+        const p = 20000 + Math.floor(Math.random() * 12000);
+        const free = await new Promise((resolve) => {
+          const srv = net.createServer();
+          srv.once("error", () => resolve(false));
+          srv.listen(p, "127.0.0.1", () => srv.close(() => resolve(true)));
+        });
+        if (free) return p;
+      }
+    };
     const portFile = path.join(WORK, `port.${process.pid}.health`);
-    fs.rmSync(portFile, { force: true });
-    const flags = ["serve", "--model", MODEL, "--port", String(port), "--port-file", portFile, ...SERVE_ARGS];
-    const ffnFlags = args["ffn-model"] ? flags.map((f) => (f === MODEL ? args["ffn-model"] : f)) : flags;
-    const ffn = [G, ...ffnFlags, "--role", "ffn", ...ffnArgs].map((a) => `'${a}'`).join(" ");
-    const proc = spawn(MPIRUN, ["--bind-to", "none", "-np", "1", G, ...flags, "--role", "attention", ":", "-np", "1",
-                                "sh", "-c", `sleep ${delayMs / 1000}; exec ${ffn}`], { stdio: ["ignore", "pipe", "pipe"] });
-    let log = "";
-    proc.stdout.on("data", (d) => (log += d));
-    proc.stderr.on("data", (d) => (log += d));
-    const s = { proc, exited: new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig }))), log: () => log };
-    servers.push(s);
-    const t0 = Date.now();
-    const answers = [];
-    let polls = 0;
-    while (proc.exitCode === null && Date.now() - t0 < 60000) {
-      const before = Date.now();
-      ++polls;
-      try {
-        const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(300) });
-        answers.push({ status: res.status, body: await res.text(), ms: Date.now() - t0 });
-        if (!wantError && res.status === 200) break;
-      } catch { /* refused (not bound yet), or no answer within 300 ms */ }
-      await sleep(Math.max(0, 50 - (Date.now() - before)));
+    let port, proc, log, s, t0, answers, polls;
+    for (let attempt = 0; attempt < 3; ++attempt) {
+      port = await freePort();
+      fs.rmSync(portFile, { force: true });
+      const flags = ["serve", "--model", MODEL, "--port", String(port), "--port-file", portFile, ...SERVE_ARGS];
+      const ffnFlags = args["ffn-model"] ? flags.map((f) => (f === MODEL ? args["ffn-model"] : f)) : flags;
+      const ffn = [G, ...ffnFlags, "--role", "ffn", ...ffnArgs].map((a) => `'${a}'`).join(" ");
+      proc = spawn(MPIRUN, ["--bind-to", "none", "-np", "1", G, ...flags, "--role", "attention", ":", "-np", "1",
+                            "sh", "-c", `sleep ${delayMs / 1000}; exec ${ffn}`], { stdio: ["ignore", "pipe", "pipe"] });
+      log = "";
+      proc.stdout.on("data", (d) => (log += d));
+      proc.stderr.on("data", (d) => (log += d));
+      s = { proc, exited: new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig }))), log: () => log };
+      servers.push(s);
+      t0 = Date.now();
+      answers = [];
+      polls = 0;
+      while (proc.exitCode === null && Date.now() - t0 < 60000) {
+        const before = Date.now();
+        ++polls;
+        // A bare socket with its own 300 ms bound: refused (not bound yet), no answer, or the status line.
+        const status = await new Promise((resolve) => {
+          const sock = net.connect(port, "127.0.0.1");
+          let got = "";
+          const done = (v) => { clearTimeout(timer); sock.destroy(); resolve(v); };
+          const timer = setTimeout(() => done(got ? Number(got.split(" ")[1]) : null), 300);
+          sock.on("connect", () => sock.write("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+          sock.on("data", (d) => { got += d; if (got.includes("\r\n")) done(Number(got.split(" ")[1])); });
+          sock.on("error", () => done(null));
+          sock.on("close", () => done(got ? Number(got.split(" ")[1]) : null));
+        });
+        if (status !== null) answers.push({ status, ms: Date.now() - t0 });
+        if (!wantError && status === 200) break;
+        await sleep(Math.max(0, 50 - (Date.now() - before)));
+      }
+      if (!/cannot listen on .*the address is in use/.test(log)) break;
+      await s.exited;
+      console.log(`port ${port} was taken when world rank 0 bound it; again on another port`);
     }
     console.log(`${polls} polls of /health over ${Date.now() - t0} ms; answers: ${JSON.stringify(answers.slice(0, 5))}`);
     check(polls >= delayMs / 400, `/health polled throughout the start-up (${polls} polls)`);
