@@ -138,7 +138,7 @@ std::string ConnectorBase::attention_names(const std::vector<bool>& missing) con
 }
 
 void ConnectorBase::heard_from(int a) {
-  peer_heard_ns_[a] = now_ns();
+  peer_heard_[a] = Clock::now();
   peer_started_[a] = true;
 }
 
@@ -147,7 +147,7 @@ int64_t ConnectorBase::peer_timeout_ms(int a) const {
 }
 
 Deadline ConnectorBase::peer_deadline(int a) const {
-  return Deadline(std::chrono::nanoseconds(peer_heard_ns_[a]) + std::chrono::milliseconds(peer_timeout_ms(a)));
+  return peer_heard_[a] + std::chrono::milliseconds(peer_timeout_ms(a));
 }
 
 Status ConnectorBase::wait_error(const Status& s, std::string_view what, const std::string& peer, int layer, int stage,
@@ -383,7 +383,7 @@ Status ConnectorBase::init(std::span<const FingerprintItem> fingerprint) {
         GB_ASSIGN_OR_RETURN(slot.rows, transport_->alloc_buffer(wire::rows_bytes(max_tokens, hidden_)));
       }
     }
-    peer_heard_ns_.assign(A, now_ns());
+    peer_heard_.assign(A, Clock::now());
     peer_started_.assign(A, false);
     GB_RETURN_IF_ERROR(init_ffn());
     for (size_t i = 0; i < slots_.size(); ++i) GB_RETURN_IF_ERROR(post_slot(static_cast<int>(i)));

@@ -179,10 +179,10 @@ class ConnectorBase : public Connector {
   std::vector<int> wait_slots_;  // slot of each pair of wait_ids_
   std::vector<int> wait_peers_;
 
-  std::vector<RecvSlot> slots_;         // FFN
-  std::vector<Group> groups_;           // FFN
-  std::vector<int64_t> peer_heard_ns_;  // FFN, per attention rank: last message from it or result sent to it
-  std::vector<bool> peer_started_;      // FFN, per attention rank
+  std::vector<RecvSlot> slots_;                // FFN
+  std::vector<Group> groups_;                  // FFN
+  std::vector<Clock::time_point> peer_heard_;  // FFN, per attention rank: last message from it or result sent to it
+  std::vector<bool> peer_started_;             // FFN, per attention rank
 };
 
 }  // namespace genbridge::afd

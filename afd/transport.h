@@ -22,11 +22,14 @@
 #include <vector>
 
 #include "afd/config.h"
+#include "afd/progress_clock.h"
 #include "genbridge/core/status.h"
 
 namespace genbridge::afd {
 
-using Clock = std::chrono::steady_clock;
+// Deadlines run on the progress clock (afd/progress_clock.h): a pause of this whole process (SIGSTOP) is not
+// waiting time, so it never makes a peer look dead.
+using Clock = ProgressClock;
 using Deadline = Clock::time_point;
 // Every wait of an AFD job has a finite deadline: there is no "wait forever" (a stopped or stuck peer must
 // end the job, not hang it). A non-positive `ms` is a deadline that has already passed.
@@ -62,7 +65,7 @@ using RequestId = int32_t;
 inline constexpr RequestId kNoRequest = -1;
 
 struct Completion {
-  int64_t done_ns = 0;  // steady clock when the transport saw the operation complete
+  int64_t done_ns = 0;  // CLOCK_MONOTONIC (not the deadline clock) when the transport saw the operation complete
   int source = -1;      // world rank of the sender (receives)
   int tag = -1;         // tag of the message (receives)
   size_t bytes = 0;     // bytes received (receives) or sent (sends)

@@ -5,8 +5,11 @@
 // With --afd the engine thread is an AFD job instead (afd/serve_job.h): in-process, every rank a thread
 // of this process and each attention rank an engine the service feeds; under mpirun (--afd-transport mpi),
 // this process is the attention rank (world rank 0: it serves HTTP) or an FFN rank (no HTTP; it serves
-// until the attention rank finishes). A job that fails ends the server: in-flight requests are answered
-// with the error, the listener closes and the process exits 1 (under mpirun the job is aborted).
+// until the attention rank finishes). The listener opens once the job is up (every rank agreed on the job
+// and every attention rank's engine serves), so a job its ranks refuse (e.g. another --model or
+// --weight-quant on one rank) exits before any client saw /health 200. A job that fails later ends the
+// server: in-flight requests are answered with the error, the listener closes and the process exits 1
+// (under mpirun the job is aborted).
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
@@ -314,12 +317,18 @@ int serve(const ServeOptions& so) {
   if (!port.ok()) return fail(port.status());
 
   std::atomic<bool> job_done{false};
+  std::atomic<int> workers_up{0};  // attention ranks whose engine serves (the job is up when all of them do)
   Status job_status;
   std::thread job_thread;
   if (!afd_mode) {
     service->start();
   } else {
-    const afd::AttentionServeFn serve_fn = service_worker_fn(*service);
+    const afd::AttentionServeFn worker = service_worker_fn(*service);
+    const afd::AttentionServeFn serve_fn = [&workers_up, worker](int a, engine::Engine& eng, runtime::KvPagePool& pool,
+                                                                 afd::AttentionIdle& idle) {
+      ++workers_up;
+      return worker(a, eng, pool, idle);
+    };
     job_thread = std::thread([&, serve_fn] {
       Status s = mpi ? afd::run_mpi_serve_rank(*ckpt, *dev, *pages, job_options, declared, serve_fn)
                      : afd::run_inproc_serve_job(*ckpt, *dev, *pages, job_options, serve_fn);
@@ -385,6 +394,23 @@ int serve(const ServeOptions& so) {
       return;
     }
   });
+  // --afd: the listener opens once the job is up. Until then a client's connection waits in the listen backlog
+  // (unanswered); when the job ends first (refused at init, or stopped by a signal) this process exits
+  // without having answered anything. The wait is bounded by the job's own init deadlines.
+  if (afd_mode) {
+    if (!o.quiet) fmt::print(stderr, "genbridge serve: waiting for the AFD job to start before listening\n");
+    while (workers_up.load() < afd_cfg->num_attention && !job_done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (workers_up.load() < afd_cfg->num_attention) {
+      listener_done = true;
+      signal_thread.join();
+      job_thread.join();
+      if (!job_status.ok()) return fail(job_status);
+      fmt::print(stderr, "genbridge serve: stopped before listening\n");
+      return kExitOk;
+    }
+  }
   if (!so.port_file.empty()) {
     if (Status s = write_port_file(so.port_file, *port); !s.ok()) {
       fmt::print(stderr, "genbridge serve: {}\n", s.message());

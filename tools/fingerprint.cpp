@@ -150,11 +150,11 @@ Result<std::vector<afd::FingerprintItem>> model_identity(const RunOptions& o, co
                                       : std::string("(given: a checkpoint directory)")},
       {"--preset", o.model_dir.empty() ? o.preset : not_given},
       {"--model-seed", o.model_dir.empty() ? std::to_string(o.model_seed) : not_given},
-      {"model config",
+      {"model config (--model)",
        fmt::format("{} layers, hidden {}, heads {}/{} x {}, {} experts top-{}, vocab {} (config.json digest {})",
                    c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
                    c.num_experts, c.num_experts_per_tok, c.vocab_size, config_hash.hex())},
-      {"model weights", weights},
+      {"model weights (--model)", weights},
   };
 }
 

@@ -2,8 +2,9 @@
 // What every rank of an AFD job must agree on (afd::EngineJobOptions::fingerprint): the engine job
 // compares these items across ranks at init, and a mismatch ends the job naming the item and both values.
 // Items are named as the user typed the flag ("--max-new-tokens") or, for what the flags resolve to, by a
-// plain name ("model weights", "prompts"). Every rank builds the same list of names in the same order,
-// whatever flags it was given; a value that does not apply reads "(not given)".
+// plain name, with the flag it comes from where there is one ("model weights (--model)", "prompts").
+// Every rank builds the same list of names in the same order, whatever flags it was given; a value that
+// does not apply reads "(not given)".
 
 #include <string>
 #include <vector>

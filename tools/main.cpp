@@ -252,7 +252,8 @@ int main(int argc, char** argv) {
                   "inproc (threads of this process) | mpi (every rank a `genbridge serve` process under mpirun)");
   add_real_flag(srv, "--afd-timeout", &so.run.afd_timeout_s, 0.001, 86400, false,
                 "Deadline in seconds for every AFD wait. An idle attention rank sends an empty step every quarter\n"
-                "of it (keep-alive), so idle periods of any length are fine; a rank silent for longer ends the job",
+                "of it (keep-alive), so idle periods of any length are fine; a rank silent for longer ends the job.\n"
+                "A pause of this whole process (SIGSTOP) does not count (docs/afd.md)",
                 "a number of seconds");
   add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
                   "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");

@@ -20,8 +20,12 @@ const NAME = path.basename(MODEL);
 fs.mkdirSync(WORK, { recursive: true });
 const servers = [];
 let failures = 0;
-const watchdog = setTimeout(() => { console.log("FAIL: the case ran past its 100 s watchdog"); cleanup(); process.exit(1); },
-                            Number(args.watchdog ?? 100) * 1000);
+const watchdog = setTimeout(() => {
+  console.log(`FAIL: the case ran past its ${Number(args.watchdog ?? 100)} s watchdog`);
+  for (const s of servers) console.log(`-- server log:\n${s.log()}`);
+  cleanup();
+  process.exit(1);
+}, Number(args.watchdog ?? 100) * 1000);
 function cleanup() { for (const s of servers) if (s.proc.exitCode === null) s.proc.kill("SIGKILL"); }
 process.on("exit", cleanup);
 
@@ -851,6 +855,135 @@ const cases = {
     check(e.code !== 0 && e.code !== "timeout", "mpirun exits non-zero", e);
     console.log(`mpirun exited (${JSON.stringify(e)}) ${Date.now() - t0} ms after the kill`);
     check(/rank 1[^\n]*(signal 9|Killed)|from ffn rank 0 \(world rank 1\)/.test(s.log()), "the log names the killed rank", s.log());
+  },
+
+  // Under mpirun, the FFN rank started --ffn-delay-ms late (so the job cannot be up before) with --ffn-args
+  // more flags (and --ffn-model instead of --model): /health is polled every 50 ms from the start. With
+  // --want-error (the job's ranks disagree) mpirun exits non-zero, the log has the error, and no poll ever
+  // got an answer (world rank 0 listens only once the job is up); without it the first answer is 200 and
+  // comes after the FFN rank started.
+  async afd_mpi_health_during_start() {
+    const delayMs = Number(args["ffn-delay-ms"] ?? 3000);
+    const ffnArgs = (args["ffn-args"] ?? "").split(" ").filter((a) => a.length > 0);
+    const wantError = args["want-error"];
+    const net = await import("node:net");
+    // A fixed --port (the test polls it before world rank 0 could write a port file), free when chosen and
+    // below the ephemeral range, so that no client connection of a test running beside this one holds it;
+    // should it still be taken when world rank 0 binds, the attempt is repeated on another port.
+    const freePort = async () => {
+      for (;;) {
+        const p = 20000 + Math.floor(Math.random() * 12000);
+        const free = await new Promise((resolve) => {
+          const srv = net.createServer();
+          srv.once("error", () => resolve(false));
+          srv.listen(p, "127.0.0.1", () => srv.close(() => resolve(true)));
+        });
+        if (free) return p;
+      }
+    };
+    const portFile = path.join(WORK, `port.${process.pid}.health`);
+    let port, proc, log, s, t0, answers, polls;
+    for (let attempt = 0; attempt < 3; ++attempt) {
+      port = await freePort();
+      fs.rmSync(portFile, { force: true });
+      const flags = ["serve", "--model", MODEL, "--port", String(port), "--port-file", portFile, ...SERVE_ARGS];
+      const ffnFlags = args["ffn-model"] ? flags.map((f) => (f === MODEL ? args["ffn-model"] : f)) : flags;
+      const ffn = [G, ...ffnFlags, "--role", "ffn", ...ffnArgs].map((a) => `'${a}'`).join(" ");
+      proc = spawn(MPIRUN, ["--bind-to", "none", "-np", "1", G, ...flags, "--role", "attention", ":", "-np", "1",
+                            "sh", "-c", `sleep ${delayMs / 1000}; exec ${ffn}`], { stdio: ["ignore", "pipe", "pipe"] });
+      log = "";
+      proc.stdout.on("data", (d) => (log += d));
+      proc.stderr.on("data", (d) => (log += d));
+      s = { proc, exited: new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig }))), log: () => log };
+      servers.push(s);
+      t0 = Date.now();
+      answers = [];
+      polls = 0;
+      while (proc.exitCode === null && Date.now() - t0 < 60000) {
+        const before = Date.now();
+        ++polls;
+        // A bare socket with its own 300 ms bound: refused (not bound yet), no answer, or the status line.
+        const status = await new Promise((resolve) => {
+          const sock = net.connect(port, "127.0.0.1");
+          let got = "";
+          const done = (v) => { clearTimeout(timer); sock.destroy(); resolve(v); };
+          const timer = setTimeout(() => done(got ? Number(got.split(" ")[1]) : null), 300);
+          sock.on("connect", () => sock.write("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+          sock.on("data", (d) => { got += d; if (got.includes("\r\n")) done(Number(got.split(" ")[1])); });
+          sock.on("error", () => done(null));
+          sock.on("close", () => done(got ? Number(got.split(" ")[1]) : null));
+        });
+        if (status !== null) answers.push({ status, ms: Date.now() - t0 });
+        if (!wantError && status === 200) break;
+        await sleep(Math.max(0, 50 - (Date.now() - before)));
+      }
+      if (!/cannot listen on .*the address is in use/.test(log)) break;
+      await s.exited;
+      console.log(`port ${port} was taken when world rank 0 bound it; again on another port`);
+    }
+    console.log(`${polls} polls of /health over ${Date.now() - t0} ms; answers: ${JSON.stringify(answers.slice(0, 5))}`);
+    check(polls >= delayMs / 400, `/health polled throughout the start-up (${polls} polls)`);
+    if (wantError) {
+      const e = await Promise.race([s.exited, sleep(60000).then(() => ({ code: "timeout" }))]);
+      check(e.code !== 0 && e.code !== "timeout", "mpirun exits non-zero", e);
+      check(new RegExp(wantError).test(log), `the log: ${wantError}`, log);
+      eq(answers, [], "no /health answer at all (none 200) before the job was refused");
+      check(!/listening on/.test(log), "world rank 0 never said it was listening", log);
+    } else {
+      eq(answers.map((a) => [a.status, a.ms >= delayMs]), [[200, true]],
+         `the first /health answer is 200 and comes once the job is up (after the FFN rank started ${delayMs} ms late)`);
+      check(/waiting for the AFD job to start before listening/.test(log), "the log says it waits for the job", log);
+      s.base = `http://127.0.0.1:${port}`;
+      await stopServer(s);
+    }
+  },
+
+  // In-process --afd: the whole process paused (SIGSTOP) for --pause-ms, longer than --afd-timeout, while a
+  // greedy stream decodes, then resumed (SIGCONT): a pause is not a dead rank (afd/progress_clock.h), so the
+  // stream completes with genbridge run's tokens and the server goes on serving. The stream must not have
+  // ended by the time the pause ends (so the pause fell inside the decode).
+  async afd_paused_process() {
+    const pauseMs = Number(args["pause-ms"] ?? 2500);
+    const N = Number(args["max-tokens"] ?? 1500);
+    const prompt = [3, 1, 4, 1, 5, 9, 2, 6];
+    const want = runCli([prompt], N)[0];
+    const s = await startServer(["--max-batch", "4"]);
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
+      body: JSON.stringify({ model: NAME, prompt, max_tokens: N, temperature: 0, stream: true, return_token_ids: true,
+                            ignore_eos: true }) });
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let text = "", ended = false;
+    const reading = (async () => {
+      for (let i = 0; i < 1000000; ++i) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value);
+      }
+      ended = true;
+    })();
+    while (!text.includes('"token_ids":[') && !ended) await sleep(1);
+    s.proc.kill("SIGSTOP");
+    await sleep(pauseMs);
+    const tokensAtResume = joinChunks(parseSse(text.slice(0, text.lastIndexOf("\n\n") + 2)).chunks, false).ids.length;
+    const endedAtResume = ended || text.includes("data: [DONE]");
+    s.proc.kill("SIGCONT");
+    check(!endedAtResume && tokensAtResume < N, `the pause of ${pauseMs} ms fell inside the decode ` +
+          `(${tokensAtResume} of ${N} tokens had arrived when it ended)`);
+    await Promise.race([reading, sleep(110000)]);
+    const sse = parseSse(text);
+    const j = joinChunks(sse.chunks, false);
+    eq([res.status, sse.wellFormed, sse.done, j.finish, j.ids.length], [200, true, true, "length", N],
+       "after the pause the stream completes");
+    eq(j.ids, want.ids, "the tokens of genbridge run (as without the pause)");
+    if (!sse.done) console.log(text.slice(-600));
+    eq(curl(s, "/health").status, 200, "healthy after the pause");
+    const r = curl(s, "/v1/completions", { model: NAME, prompt, max_tokens: 8, temperature: 0, return_token_ids: true,
+                                           ignore_eos: true });
+    eq([r.status, r.json?.choices?.[0]?.token_ids], [200, want.ids.slice(0, 8)], "and serves the next request");
+    check(!/timed out/.test(s.log()), "no rank timed out", s.log());
+    await stopServer(s);
   },
 
   // Load: C concurrent streaming clients x R requests, greedy; every response complete and well-formed,

@@ -93,13 +93,13 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
   const auto a = items(generated, root_ / "seed1"), b = items(typed, root_ / "seed1");
   std::vector<std::string> names;
   for (const auto& i : a) names.push_back(i.name);
+  // clang-format off
   std::vector<std::string> want = {
-      "build",          "--model",          "--preset",     "--model-seed",     "model config",
-      "model weights",  "--num-prompts",    "--prompt-len", "--prompt",         "--prompt-text",
-      "prompts",        "--max-new-tokens", "--stop-token", "--temperature",    "--top-k",
-      "--top-p",        "--seed",           "--max-batch",  "--kv-cache-dtype", "--kv-memory-mb",
-      "--afd",          "--afd-connector",  "--afd-stages", "--afd-timeout",    "--afd-warmup-steps",
-      "--afd-transport"};
+      "build", "--model", "--preset", "--model-seed", "model config (--model)", "model weights (--model)",
+      "--num-prompts", "--prompt-len", "--prompt", "--prompt-text", "prompts", "--max-new-tokens", "--stop-token",
+      "--temperature", "--top-k", "--top-p", "--seed", "--max-batch", "--kv-cache-dtype", "--kv-memory-mb", "--afd",
+      "--afd-connector", "--afd-stages", "--afd-timeout", "--afd-warmup-steps", "--afd-transport"};
+  // clang-format on
   want.insert(std::find(want.begin(), want.end(), "--kv-memory-mb"), "--weight-quant");
   EXPECT_EQ(names, want);
   EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt", "prompts"}));
@@ -154,7 +154,7 @@ TEST_F(Fingerprint, each_setting_changes_its_own_item) {
   EXPECT_EQ(changed([](RunOptions& o) { o.afd_timeout_s = 5; }, root_ / "seed1"), V{"--afd-timeout"});
   // Another checkpoint: its weights (same config: the same preset); the path itself is not compared.
   EXPECT_EQ(changed([&](RunOptions& o) { o.model_dir = (root_ / "seed2").string(); }, root_ / "seed2"),
-            (V{"model weights"}));
+            (V{"model weights (--model)"}));
   // The same checkpoint under another path (another node's mount point) agrees.
   EXPECT_EQ(changed([&](RunOptions& o) { o.model_dir = (root_ / "seed1" / ".." / "seed1").string(); }, root_ / "seed1"),
             V{});
@@ -185,10 +185,10 @@ TEST_F(Fingerprint, values_read_as_typed) {
   EXPECT_EQ(value("--afd-timeout"), "2.5");
   EXPECT_EQ(value("--stop-token"), "3,9");
   EXPECT_EQ(value("--preset"), "(not given)");
-  EXPECT_EQ(value("model config")
+  EXPECT_EQ(value("model config (--model)")
                 .rfind("4 layers, hidden 128, heads 4/2 x 64, 8 experts top-2, vocab 512 (config.json digest ", 0),
             0u)
-      << value("model config");
+      << value("model config (--model)");
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <new>
 #include <vector>
 
+#include "afd/wire.h"
+
 namespace genbridge::afd {
 
 namespace {
@@ -359,7 +361,7 @@ class InprocTransport final : public Transport {
     }
     lock.lock();
     InprocWorld& w = *src->world_;
-    const int64_t done = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    const int64_t done = wire::now_ns();  // CLOCK_MONOTONIC, as the send times in the headers
     s.completion = Completion{done, dst->rank_, s.tag, s.bytes};
     s.state = ReqState::kDone;
     r.completion = Completion{done, src->rank_, s.tag, fits ? s.bytes : 0};

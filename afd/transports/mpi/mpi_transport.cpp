@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "afd/transport.h"
+#include "afd/wire.h"
 
 namespace genbridge::afd {
 
@@ -452,7 +453,7 @@ class MpiTransport final : public Transport {
 
   void fill(RequestId id, const MPI_Status& st, Completion* c) const {
     if (!c) return;
-    c->done_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+    c->done_ns = wire::now_ns();  // CLOCK_MONOTONIC, as the send times in the headers
     if (is_recv_[id]) {
       int count = 0;
       MPI_Get_count(&st, MPI_BYTE, &count);
