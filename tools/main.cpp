@@ -275,8 +275,9 @@ int main(int argc, char** argv) {
                   "tokenizer (its ids must fit the vocabulary), e.g. a real Qwen3 tokenizer",
                   "the synthetic tokenizer of the vocabulary");
   add_choice_flag(make, "--weight-quant", &mo.weight_quant, {"none", "fp8"},
-                  "fp8: write projection weights as a Hugging Face FP8 block-scaled checkpoint\n"
-                  "(F8_E4M3 + weight_scale_inv per 128 x 128 block; one shard)");
+                  "fp8: write every attention, MLP and expert projection (DeepSeek: q_a/q_b or q, kv_a, kv_b, o,\n"
+                  "indexer wq_b/wk) as a Hugging Face FP8 block-scaled checkpoint (F8_E4M3 + weight_scale_inv per\n"
+                  "128 x 128 block; router, indexer weights_proj, embeddings, norms, LM head stay bf16; one shard)");
   add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
   make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
 

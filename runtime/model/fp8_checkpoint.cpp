@@ -175,12 +175,18 @@ Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8B
 
 namespace {
 
+// The Linear weights a published FP8 checkpoint (DeepSeek-V3 / V3.2, Qwen3) stores as F8_E4M3 with a
+// weight_scale_inv: every attention projection (GQA q/k/v/o; MLA q_a/q_b or q, kv_a_proj_with_mqa, kv_b, o;
+// the DSA indexer's wq_b and wk) and every MLP / expert / shared expert projection. The router (mlp.gate),
+// the indexer's weights_proj, embeddings, norms and the LM head stay as they are (docs/quant_weights.md).
 bool is_fp8_role(const std::string& name) {
   const auto ends = [&](std::string_view s) {
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0 &&
+           name[name.size() - s.size() - 1] == '.';
   };
-  for (std::string_view p : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
-                             "up_proj.weight", "down_proj.weight"}) {
+  for (std::string_view p : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "q_a_proj.weight",
+                             "q_b_proj.weight", "kv_a_proj_with_mqa.weight", "kv_b_proj.weight", "indexer.wq_b.weight",
+                             "indexer.wk.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight"}) {
     if (ends(p)) return true;
   }
   return false;

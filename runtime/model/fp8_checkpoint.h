@@ -5,8 +5,9 @@
 // and each quantized Linear weight W [N, K] is stored as F8_E4M3 codes plus "<name>_scale_inv" (F32 or BF16,
 // [ceil(N / bn), ceil(K / bk)]), with W[n, k] = e4m3(code[n, k]) * scale_inv[n / bn, k / bk].
 // genbridge reads such a checkpoint by dequantizing each FP8 weight at load into bf16 (one rounding:
-// |error| <= 2^-9 |W| on top of the FP8 quantization already in the file); --weight-quant then converts the
-// bf16 weights into the generation's scheme as for any bf16 checkpoint (docs/quant_weights.md).
+// |error| <= 2^-9 |W| on top of the FP8 quantization already in the file); --weight-quant converts the FP8
+// weights of its roles from the file's codes and scales directly, without that bf16 step
+// (docs/quant_weights.md).
 
 #include <cstdint>
 #include <filesystem>
@@ -59,8 +60,11 @@ Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& scale_inv,
                                float* out);
 
 // Rewrites the single-file bf16 checkpoint in `dir` (model.safetensors + config.json) as an FP8 block-scaled
-// one: every attention projection and MLP / expert projection weight becomes F8_E4M3 + F32 "_scale_inv" with
-// scale_inv = amax(block) / 448 (amax 0: 1) and codes rounded to nearest even; everything else stays as it is;
+// one: the weights a published FP8 checkpoint stores as FP8 -- every attention projection (GQA q/k/v/o; MLA
+// q_a/q_b or q, kv_a_proj_with_mqa, kv_b, o; the DSA indexer's wq_b and wk) and every MLP / expert / shared
+// expert projection -- become F8_E4M3 + F32 "_scale_inv" with scale_inv = amax(block) / 448 (amax 0: 1) and
+// codes rounded to nearest even; everything else (router, indexer weights_proj, embeddings, norms, LM head)
+// stays as it is;
 // config.json gets the quantization_config above. Blocking file I/O.
 Status convert_checkpoint_to_fp8(const std::filesystem::path& dir, const Fp8BlockQuantConfig& config = {});
 

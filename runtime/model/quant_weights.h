@@ -1,8 +1,9 @@
 #pragma once
-// QuantizedWeights: a bf16 checkpoint's weights quantized at load into the representation the
-// DeviceOperator put in force (--weight-quant), for the roles its contract quantizes (attention
-// projections, routed experts, shared experts and dense MLPs; router and LM head stay bf16). Owns the
-// quantized bytes; the ModelRunner and ExpertBank read them through ops::QuantWeight views.
+// QuantizedWeights: a checkpoint's weights quantized at load into the representation the DeviceOperator put
+// in force (--weight-quant), for the roles its contract quantizes (attention projections, routed
+// experts, shared experts -- Qwen's gated shared_expert and DeepSeek's shared_experts -- and dense MLPs;
+// router, DSA indexer and LM head stay bf16). FP8 checkpoint weights convert from their codes and scales.
+// Owns the quantized bytes; the ModelRunner and ExpertBank read them through ops::QuantWeight views.
 
 #include <cstdint>
 #include <functional>
@@ -84,7 +85,18 @@ class QuantizedWeights {
 
  private:
   QuantizedWeights() = default;
+  // Rows [row_begin, row_end) of an FP8 checkpoint weight as the values of one matrix, transposed when
+  // `transposed` (W_UK^T of kv_b). No source: the bf16 view's values.
+  struct Fp8Rows {
+    const Checkpoint::Fp8Source* source = nullptr;
+    int64_t row_begin = 0, row_end = 0;
+    bool transposed = false;
+  };
+  // `w` quantized from its FP8 source when the checkpoint has one for it, else from its bf16 values.
   Result<ops::QuantWeight> quantize_one(const TensorView& w);
+  // `w`'s shape ([N, K], and its dtype for the replaced bytes) quantized from `fp8`'s rows when it has a
+  // source ([N, K] rows, or [K, N] when transposed), else from w's values.
+  Result<ops::QuantWeight> quantize_one(const TensorView& w, const Fp8Rows& fp8);
   const runtime::WeightQuantRepresentation* repr_ = nullptr;
   const Checkpoint* checkpoint_ = nullptr;
   int64_t from_fp8_ = 0;

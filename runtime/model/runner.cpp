@@ -388,11 +388,18 @@ Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView
   const int64_t T = fb.num_tokens_, H = b.hidden;
   const TensorView delta = bf16_view(b.delta, {T, H});
   if (config_.is_deepseek() && config_.deepseek.n_shared_experts > 0) {  // ungated shared experts
-    const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
     const TensorView shared_out = bf16_view(b.shared_out, {T, H});
-    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
-                                                    std::span(&shared, 1), 0, 1, bf16_view(b.shared_out, {T, 1, H})),
-                                    "shared experts", layer));
+    if (quantized_ && quantized_->layer(layer).shared) {
+      GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                            std::span(&quantized_->layer(layer).shared_expert, 1), 0,
+                                                            1, bf16_view(b.shared_out, {T, 1, H})),
+                                      "shared experts", layer));
+    } else {
+      const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
+      GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                      std::span(&shared, 1), 0, 1, bf16_view(b.shared_out, {T, 1, H})),
+                                      "shared experts", layer));
+    }
     return with_context(ops::moe_combine(outs, fb.topk_weights(), delta, &shared_out, nullptr), "combine", layer);
   }
   if (!config_.has_shared_expert()) {

@@ -6,6 +6,10 @@
 #                                   refuses one with +Inf in lm_head naming the tensor, index and value
 #   fifo GENBRIDGE WORK             a FIFO named config.json / model.safetensors is refused at once (it used
 #                                   to block open() forever)
+#   fp8_deepseek GENBRIDGE WORK     make-model --weight-quant fp8 on tiny-dsv3 / tiny-dsa writes every MLA,
+#                                   indexer wq_b/wk and MLP / expert projection as F8_E4M3; run --weight-quant
+#                                   auto converts all 141 quantized matrices (shared experts included) from
+#                                   the FP8 blocks, and --afd 2A1F gives the same results
 set -u
 case=$1 genbridge=$2
 shift 2
@@ -68,6 +72,32 @@ fifo)
     rm "$work/m/$f" && mv "$work/$f.saved" "$work/m/$f"
   done
   echo "PASS: FIFOs refused without blocking"
+  ;;
+fp8_deepseek)
+  work=$1
+  rm -rf "$work" && mkdir -p "$work" || exit 1
+  for preset in tiny-dsv3 tiny-dsa; do
+    m="$work/$preset"
+    "$genbridge" make-model --preset $preset --seed 2 --weight-quant fp8 "$m" > /dev/null 2>&1 ||
+      fail "make-model --preset $preset --weight-quant fp8 failed"
+    for mode in mono afd; do
+      extra=()
+      [ $mode = afd ] && extra+=(--afd 2A1F)
+      "$genbridge" run --model "$m" --prompt 1,2,3,4,5 --max-new-tokens 4 --weight-quant auto "${extra[@]}" \
+        > "$work/$preset.$mode.out" 2> "$work/$preset.$mode.err" ||
+        { cat "$work/$preset.$mode.err"; fail "genbridge run $preset ($mode) failed"; }
+      grep '^request ' "$work/$preset.$mode.out" > "$work/$preset.$mode.results"
+    done
+    # 3 layers (the first dense), 4 heads, q_lora, 16 experts, a shared expert: 36 attention (4 + 2 x 4 per
+    # layer), 96 routed, 6 shared-expert and 3 dense-MLP matrices, each from its FP8 blocks.
+    line=$(grep '^weights: ' "$work/$preset.mono.err")
+    echo "$preset: $line"
+    echo "$line" | grep -Eq ' \(141 matrices, 141 of them from the checkpoint.s FP8 blocks directly: ' ||
+      fail "$preset: expected 141 matrices, all from the FP8 blocks"
+    [ -s "$work/$preset.mono.results" ] || fail "$preset: no result lines"
+    diff "$work/$preset.mono.results" "$work/$preset.afd.results" || fail "$preset: --afd 2A1F results differ"
+  done
+  echo "PASS: DeepSeek FP8 checkpoints convert every quantized matrix from FP8"
   ;;
 *)
   fail "unknown case $case"

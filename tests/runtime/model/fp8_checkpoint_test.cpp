@@ -76,25 +76,15 @@ class Fp8Checkpoint : public ::testing::Test {
 };
 
 // |bf16(e4m3(w / s) * s) - w| <= 2^-4 |w| + 2^-10 s (e4m3 rounding, normal and subnormal) plus bf16's
-// 2^-9 of the result: <= 0.0645 |w| + 0.00101 s, s = amax(128 x 128 block) / 448.
-TEST_F(Fp8Checkpoint, loads_as_bf16_within_the_documented_bound) {
-  {
-    auto f = model::SafetensorsFile::open(dir_ / "fp8" / "model.safetensors").value();
-    const auto* q = f.find("model.layers.0.self_attn.q_proj.weight");
-    ASSERT_NE(q, nullptr);
-    EXPECT_EQ(q->dtype, "F8_E4M3");
-    ASSERT_NE(f.find("model.layers.0.self_attn.q_proj.weight_scale_inv"), nullptr);
-    EXPECT_EQ(f.find("model.layers.0.mlp.gate.weight")->dtype, "BF16");  // the router stays bf16
-  }
-  auto a = model::Checkpoint::open(dir_ / "bf16");
-  auto b = model::Checkpoint::open(dir_ / "fp8");
-  ASSERT_TRUE(a.ok() && b.ok()) << b.status().to_string();
-  const auto va = all_views(a->weights()), vb = all_views(b->weights());
-  ASSERT_EQ(va.size(), vb.size());
+// 2^-9 of the result: <= 0.0645 |w| + 0.00101 s, s = amax(128 x 128 block) / 448. Returns the number of
+// elements that changed (each view of `va` against the same view of `vb`).
+int64_t expect_within_fp8_bound(const std::vector<TensorView>& va, const std::vector<TensorView>& vb) {
+  EXPECT_EQ(va.size(), vb.size());
   int64_t changed = 0, bad = 0;
-  for (size_t t = 0; t < va.size(); ++t) {
+  for (size_t t = 0; t < std::min(va.size(), vb.size()); ++t) {
     const std::vector<double> x = to_doubles(va[t]), y = to_doubles(vb[t]);
-    ASSERT_EQ(x.size(), y.size());
+    EXPECT_EQ(x.size(), y.size());
+    if (x.size() != y.size()) continue;
     const int64_t N = va[t].rank() == 2 ? va[t].dim(0) : 1, K = va[t].rank() == 2 ? va[t].dim(1) : va[t].numel();
     const int64_t bk = (K + 127) / 128;
     std::vector<double> block_amax(static_cast<size_t>((N + 127) / 128 * bk), 0.0);
@@ -113,14 +103,135 @@ TEST_F(Fp8Checkpoint, loads_as_bf16_within_the_documented_bound) {
       }
     }
   }
-  EXPECT_GT(changed, 1000);
   EXPECT_EQ(bad, 0);
+  return changed;
+}
+
+TEST_F(Fp8Checkpoint, loads_as_bf16_within_the_documented_bound) {
+  {
+    auto f = model::SafetensorsFile::open(dir_ / "fp8" / "model.safetensors").value();
+    const auto* q = f.find("model.layers.0.self_attn.q_proj.weight");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->dtype, "F8_E4M3");
+    ASSERT_NE(f.find("model.layers.0.self_attn.q_proj.weight_scale_inv"), nullptr);
+    EXPECT_EQ(f.find("model.layers.0.mlp.gate.weight")->dtype, "BF16");  // the router stays bf16
+  }
+  auto a = model::Checkpoint::open(dir_ / "bf16");
+  auto b = model::Checkpoint::open(dir_ / "fp8");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().to_string();
+  EXPECT_GT(expect_within_fp8_bound(all_views(a->weights()), all_views(b->weights())), 1000);
   // The engine runs it, quantized again into the generation's scheme.
   std::vector<int32_t> prompt = {1, 2, 3, 4};
   auto acc = measure_quant_accuracy(*b, "auto", prompt, 4);
   ASSERT_TRUE(acc.ok()) << acc.status().to_string();
   EXPECT_EQ(acc->steps(), 5);
 }
+
+// DeepSeek-V3 / V3.2 FP8 checkpoints store every Linear weight of attention (q_a/q_b or q, kv_a_proj_with_mqa,
+// kv_b, o; the indexer's wq_b and wk) and of the MLPs / experts / shared experts as F8_E4M3 with a 128 x 128
+// weight_scale_inv; the router (mlp.gate.weight, e_score_correction_bias), the indexer's weights_proj, norms,
+// embeddings and the LM head stay as they were. The converter writes exactly that, the loader reads each
+// within the bound, and the engine runs it.
+std::vector<TensorView> deepseek_views(const model::ModelWeights& w) {
+  std::vector<TensorView> out = {w.embed_tokens, w.final_norm, w.lm_head};
+  const auto mlp = [&](const model::MlpWeights& m) { out.insert(out.end(), {m.gate_proj, m.up_proj, m.down_proj}); };
+  for (const model::LayerWeights& l : w.layers) {
+    const model::MlaWeights& a = l.mla;
+    const model::IndexerWeights& x = l.indexer;
+    for (const TensorView& v : {l.input_layernorm, l.post_attention_layernorm, a.q_a_proj, a.q_a_layernorm, a.q_b_proj,
+                                a.q_proj, a.kv_a_proj_with_mqa, a.kv_a_layernorm, a.kv_b_proj, a.o_proj, x.wq_b, x.wk,
+                                x.k_norm, x.k_norm_bias, x.weights_proj}) {
+      if (v.data()) out.push_back(v);
+    }
+    if (l.is_moe) {
+      out.insert(out.end(), {l.moe.router, l.moe.e_score_correction_bias});
+      for (const model::MlpWeights& e : l.moe.experts) mlp(e);
+      if (l.moe.shared_expert.gate_proj.data()) mlp(l.moe.shared_expert);
+    } else {
+      mlp(l.dense);
+    }
+  }
+  return out;
+}
+
+class Fp8DeepseekCheckpoint : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Fp8DeepseekCheckpoint, every_linear_weight_is_fp8_and_loads_within_the_bound) {
+  TempDir dir;
+  ASSERT_TRUE(model::write_synthetic_checkpoint(GetParam(), 4, dir / "bf16").ok());
+  ASSERT_TRUE(model::write_synthetic_checkpoint(GetParam(), 4, dir / "fp8").ok());
+  ASSERT_TRUE(model::convert_checkpoint_to_fp8(dir / "fp8").ok());
+  const model::ModelConfig c = model::Checkpoint::open(dir / "bf16").value().config();
+  {
+    auto f = model::SafetensorsFile::open(dir / "fp8" / "model.safetensors").value();
+    const auto ends = [](const std::string& n, std::string_view s) {
+      return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+    };
+    int64_t fp8 = 0, roles_seen = 0;
+    for (const model::SafetensorsTensor& t : f.tensors()) {
+      if (ends(t.name, "_scale_inv")) continue;
+      bool linear = false;
+      for (std::string_view p : {".q_a_proj.weight", ".q_b_proj.weight", ".q_proj.weight", ".kv_a_proj_with_mqa.weight",
+                                 ".kv_b_proj.weight", ".o_proj.weight", ".indexer.wq_b.weight", ".indexer.wk.weight",
+                                 ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight"}) {
+        linear |= ends(t.name, p);
+      }
+      EXPECT_EQ(t.dtype, linear ? "F8_E4M3" : "BF16") << t.name;
+      if (!linear) continue;
+      ++fp8;
+      const auto* s = f.find(t.name + "_scale_inv");
+      ASSERT_NE(s, nullptr) << t.name;
+      EXPECT_EQ(s->dtype, "F32") << t.name;
+      EXPECT_EQ(s->shape, (std::vector<int64_t>{(t.shape[0] + 127) / 128, (t.shape[1] + 127) / 128})) << t.name;
+    }
+    // Layer 0's attention roles, by name (q_a/q_b with q_lora, else q; the indexer's on V3.2).
+    std::vector<std::string> attention = {"kv_a_proj_with_mqa", "kv_b_proj", "o_proj"};
+    if (c.deepseek.q_lora_rank > 0) {
+      attention.insert(attention.end(), {"q_a_proj", "q_b_proj"});
+    } else {
+      attention.push_back("q_proj");
+    }
+    if (c.has_indexer()) attention.insert(attention.end(), {"indexer.wq_b", "indexer.wk"});
+    for (const std::string& a : attention) {
+      const auto* t = f.find("model.layers.0.self_attn." + a + ".weight");
+      ASSERT_NE(t, nullptr) << a;
+      EXPECT_EQ(t->dtype, "F8_E4M3") << a;
+      ++roles_seen;
+    }
+    if (c.has_indexer()) {
+      EXPECT_EQ(f.find("model.layers.0.self_attn.indexer.weights_proj.weight")->dtype, "BF16");
+    }
+    EXPECT_EQ(f.find("model.layers.1.mlp.gate.weight")->dtype, "BF16");
+    EXPECT_EQ(f.find("lm_head.weight")->dtype, "BF16");
+    if (c.deepseek.n_shared_experts > 0) {
+      EXPECT_EQ(f.find("model.layers.1.mlp.shared_experts.down_proj.weight")->dtype, "F8_E4M3");
+    }
+    EXPECT_GT(fp8, roles_seen);
+  }
+  auto a = model::Checkpoint::open(dir / "bf16");
+  auto b = model::Checkpoint::open(dir / "fp8");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().to_string();
+  EXPECT_GT(expect_within_fp8_bound(deepseek_views(a->weights()), deepseek_views(b->weights())), 1000);
+  // Every MLA projection is bound from its FP8 codes (the source --weight-quant converts from).
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const model::LayerWeights& lw = b->weights().layers[static_cast<size_t>(l)];
+    for (const TensorView* w : {&lw.mla.q_a_proj, &lw.mla.q_b_proj, &lw.mla.q_proj, &lw.mla.kv_a_proj_with_mqa,
+                                &lw.mla.kv_b_proj, &lw.mla.o_proj, &lw.indexer.wq_b, &lw.indexer.wk}) {
+      if (w->rank() == 2) {
+        EXPECT_NE(b->fp8_source(*w), nullptr) << "layer " << l;
+      }
+    }
+  }
+  std::vector<int32_t> prompt = {1, 2, 3, 4};
+  auto acc = measure_quant_accuracy(*b, "auto", prompt, 4);
+  ASSERT_TRUE(acc.ok()) << acc.status().to_string();
+  EXPECT_EQ(acc->steps(), 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, Fp8DeepseekCheckpoint, ::testing::Values("tiny-dsa", "tiny-dsv3-noq"),
+                         [](const auto& p) {
+                           return std::string(p.param) == "tiny-dsa" ? "tiny_dsa" : "tiny_dsv3_noq";
+                         });
 
 TEST_F(Fp8Checkpoint, inconsistent_scale_tensors_and_configs_are_errors_naming_them) {
   const std::string f = (dir_ / "fp8" / "model.safetensors").string();

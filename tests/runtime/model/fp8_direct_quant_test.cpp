@@ -128,6 +128,95 @@ TEST(Fp8DirectQuant, fp8_weights_convert_from_codes_and_scales_without_bf16) {
   }
 }
 
+// Rows [r0, r1) of an FP8 weight's values (fp8_values), transposed when `transpose`: [r1 - r0, K] or [K, r1 - r0].
+std::vector<float> rows_of(const std::vector<float>& v, int64_t K, int64_t r0, int64_t r1, bool transpose) {
+  const int64_t n = r1 - r0;
+  std::vector<float> out(static_cast<size_t>(n * K));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < K; ++k) out[static_cast<size_t>(transpose ? k * n + i : i * K + k)] = v[(r0 + i) * K + k];
+  }
+  return out;
+}
+
+// DeepSeek (MLA): q_a/q_b or q, kv_a, o and both halves of kv_b -- W_UK^T (the key rows of each head,
+// transposed) and W_UV (its value rows) -- convert from the FP8 codes and scales; so do the experts, the
+// shared experts and the dense MLP. Every quantized matrix equals the stable op applied to the codes decoded
+// here, and the converted W_UV differs from what the bf16 copy would have given.
+class Fp8DirectQuantMla : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Fp8DirectQuantMla, every_mla_matrix_converts_from_codes_including_both_kv_b_halves) {
+  genbridge::testing::TempDir dir;
+  ASSERT_TRUE(write_synthetic_checkpoint(GetParam(), 2, dir / "m").ok());
+  ASSERT_TRUE(convert_checkpoint_to_fp8(dir / "m").ok());
+  const Checkpoint ckpt = Checkpoint::open(dir / "m").value();
+  const ModelConfig& c = ckpt.config();
+  const DeepseekConfig& d = c.deepseek;
+  const runtime::GenerationContract& contract = runtime::DeviceOperator::create({}).value().contract();
+  for (int i = 0; i < contract.weight_quant.num_offered; ++i) {
+    const runtime::WeightQuantRepresentation& r = contract.weight_quant.offered[i];
+    SCOPED_TRACE(std::string(ops::weight_quant_scheme_name(r.scheme)));
+    auto q = QuantizedWeights::quantize(ckpt, r, contract.weight_quant.layers);
+    ASSERT_TRUE(q.ok()) << q.status().to_string();
+    EXPECT_EQ((*q)->num_from_fp8(), (*q)->num_matrices());
+    int64_t uv_codes = 0, uv_codes_differ_from_bf16 = 0, uv_matrices_differ = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const MlaWeights& a = ckpt.weights().layers[static_cast<size_t>(l)].mla;
+      const QuantizedWeights::Layer& ql = (*q)->layer(l);
+      ASSERT_TRUE(ql.mla);
+      std::vector<std::pair<const TensorView*, const ops::QuantWeight*>> whole = {
+          {&a.kv_a_proj_with_mqa, &ql.kv_a_proj}, {&a.o_proj, &ql.o_proj}};
+      if (d.q_lora_rank > 0) {
+        whole.insert(whole.end(), {{&a.q_a_proj, &ql.q_a_proj}, {&a.q_b_proj, &ql.q_b_proj}});
+      } else {
+        whole.push_back({&a.q_proj, &ql.q_proj});
+      }
+      for (auto [w, got] : whole) {
+        const Checkpoint::Fp8Source* src = ckpt.fp8_source(*w);
+        ASSERT_NE(src, nullptr) << "layer " << l;
+        std::vector<float> v = fp8_values(*src);
+        EXPECT_TRUE(same_bytes(*got, quantize(r, TensorView(v.data(), DType::kF32, {w->dim(0), w->dim(1)})).q))
+            << src->name;
+      }
+      const Checkpoint::Fp8Source* kvb = ckpt.fp8_source(a.kv_b_proj);
+      ASSERT_NE(kvb, nullptr) << "layer " << l;
+      const std::vector<float> v = fp8_values(*kvb);
+      const int64_t R = d.kv_lora_rank, nope = d.qk_nope_head_dim, vd = d.v_head_dim, per_head = nope + vd;
+      for (int64_t h = 0; h < c.num_attention_heads; ++h) {
+        std::vector<float> uk = rows_of(v, R, h * per_head, h * per_head + nope, true);
+        EXPECT_TRUE(same_bytes(ql.w_uk_t[h], quantize(r, TensorView(uk.data(), DType::kF32, {R, nope})).q))
+            << "layer " << l << " head " << h << " W_UK^T";
+        std::vector<float> uv = rows_of(v, R, h * per_head + nope, (h + 1) * per_head, false);
+        EXPECT_TRUE(same_bytes(ql.w_uv[h], quantize(r, TensorView(uv.data(), DType::kF32, {vd, R})).q))
+            << "layer " << l << " head " << h << " W_UV";
+        // What the bf16 copy of the same rows would have given.
+        const TensorView uv_bf16 =
+            TensorView::strided(const_cast<bf16_t*>(a.kv_b_proj.data_as<const bf16_t>()) + (h * per_head + nope) * R,
+                                DType::kBF16, {vd, R}, {R, 1});
+        const Buffer from_bf16 = quantize(r, uv_bf16);
+        uv_matrices_differ += !same_bytes(ql.w_uv[h], from_bf16.q);
+        const int64_t n = ql.w_uv[h].data.numel();
+        for (int64_t e = 0; e < n; ++e) {
+          uv_codes_differ_from_bf16 +=
+              ql.w_uv[h].data.data_as<const uint8_t>()[e] != from_bf16.q.data.data_as<const uint8_t>()[e];
+        }
+        uv_codes += n;
+      }
+    }
+    // The bf16 step changes W8A8 and MXFP8 codes of W_UV (here: not MXFP4's, as for the whole matrices above).
+    if (r.scheme != ops::WeightQuantScheme::kMxfp4) {
+      EXPECT_GT(uv_matrices_differ, 0);
+    }
+    std::printf("%s %s: W_UV code bytes that differ from the bf16 path: %lld of %lld (%.2f%%)\n", GetParam(),
+                std::string(ops::weight_quant_scheme_name(r.scheme)).c_str(),
+                static_cast<long long>(uv_codes_differ_from_bf16), static_cast<long long>(uv_codes),
+                100.0 * static_cast<double>(uv_codes_differ_from_bf16) / static_cast<double>(uv_codes));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, Fp8DirectQuantMla, ::testing::Values("tiny-dsa", "tiny-dsv3-noq"), [](const auto& p) {
+  return std::string(p.param) == "tiny-dsa" ? "tiny_dsa" : "tiny_dsv3_noq";
+});
+
 TEST(Fp8DirectQuant, row_range_out_of_the_tensor_is_an_error_naming_it) {
   std::vector<uint8_t> codes(4 * 8, 0x38);
   std::vector<float> scale(1, 1.0f), out(4 * 8);

@@ -103,7 +103,7 @@ TEST_P(QuantMla, projections_quantized_in_the_absorbed_layout_indexer_bf16) {
         for (const MlpWeights& m : lw.moe.experts) {
           replaced += bytes_of(m.gate_proj) + bytes_of(m.up_proj) + bytes_of(m.down_proj);
         }
-        if (c.has_shared_expert()) {
+        if (c.deepseek.n_shared_experts > 0) {  // DeepSeek's ungated shared experts are quantized too
           const MlpWeights& m = lw.moe.shared_expert;
           replaced += bytes_of(m.gate_proj) + bytes_of(m.up_proj) + bytes_of(m.down_proj);
         }
