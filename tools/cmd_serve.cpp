@@ -292,7 +292,11 @@ int serve(const ServeOptions& so) {
 
   serve::HttpServer http(
       *service, served,
-      {.host = so.host, .port = so.port, .threads = so.http_threads, .request_timeout_s = so.request_timeout_s},
+      {.host = so.host,
+       .port = so.port,
+       .threads = so.http_threads,
+       .request_timeout_s = so.request_timeout_s,
+       .max_body_bytes = static_cast<size_t>(so.max_body_mb) << 20},
       o.max_batch * (afd_mode ? afd_cfg->num_attention : 1) + so.max_queued_requests + 8);
   auto port = http.bind();
   if (!port.ok()) return fail(port.status());

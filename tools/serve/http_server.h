@@ -3,9 +3,12 @@
 // endpoints over a GenerationService.
 //   POST /v1/completions, POST /v1/chat/completions   (JSON, or server-sent events with "stream": true)
 //   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
-// A request whose client goes away is cancelled (its KV pages are freed): a streamed one at the next event it
-// cannot send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
-// connection's socket is polled). Shutdown (stop()):
+// Connections: tools/serve/http_connection.h (pipelining, half-close, the limits of docs/serving.md).
+// A request whose client goes away is cancelled (its KV pages are freed): a streamed one before the next
+// event it would send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
+// connection's socket is polled). Going away is closing the connection, or shutting its sending side after
+// the request's handler began (a client that half-closes right after sending its request gets the
+// response). Shutdown (stop()):
 // /health turns 503 and new requests get 503 while in-flight ones finish (until the deadline, then they are cancelled),
 // then the listener closes.
 
@@ -17,17 +20,16 @@
 #include "tools/serve/openai.h"
 #include "tools/serve/service.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace genbridge::serve {
+
+class WireServer;
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                 // 0: any free port
   int threads = 0;                 // HTTP worker threads; 0: max_batch + max_queued_requests + 8
   double request_timeout_s = 600;  // most seconds one request may take; then it is cancelled
+  size_t max_body_bytes = size_t{16} << 20;  // a request body beyond it is refused (413) while it is read
 };
 
 class HttpServer {
@@ -48,7 +50,7 @@ class HttpServer {
   GenerationService& service_;
   const ServedModel& model_;
   HttpOptions options_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<WireServer> server_;
   std::atomic<int64_t> next_id_{0};
   std::atomic<uint64_t> next_seed_;
   std::atomic<int64_t> bad_requests_{0}, http_requests_{0};
