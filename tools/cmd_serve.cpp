@@ -33,9 +33,9 @@
 #include "tools/fingerprint.h"
 #include "tools/flags.h"
 #include "tools/run_support.h"
-#include "tools/serve_afd.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
+#include "tools/serve_afd.h"
 
 namespace genbridge::tools {
 namespace {
@@ -166,8 +166,8 @@ int serve(const ServeOptions& so) {
   if (mpi) {
     // Open MPI names this process's world rank before MPI_Init; without --role ranks 0..A-1 are attention.
     const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    const bool ffn = declared == static_cast<int>(afd::Role::kFfn) ||
-                     (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= afd_cfg->num_attention);
+    const bool ffn = declared == static_cast<int>(afd::Role::kFfn) || (declared == afd::kRoleUndeclared && world_rank &&
+                                                                       std::atoi(world_rank) >= afd_cfg->num_attention);
     if (ffn) return serve_ffn_rank(so, declared);
   }
   if (!so.port_file.empty()) {
@@ -181,6 +181,7 @@ int serve(const ServeOptions& so) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a dead server
+  serve::tune_allocator_for_serving();
 
   if (o.threads > 0) set_num_threads(o.threads);
   auto dev = make_device(o);
@@ -271,33 +272,34 @@ int serve(const ServeOptions& so) {
       job_options.fingerprint = std::move(fp).value();
     }
     service_options.max_prompt_tokens = afd::max_prompt_tokens(job_options);
-    service_options.max_prompt_why = "--afd: a prompt is prefilled in one step, which must fit the AFD transfer buffers";
+    service_options.max_prompt_why =
+        "--afd: a prompt is prefilled in one step, which must fit the AFD transfer buffers";
     const std::string ranks = fmt::format(
         "# HELP genbridge_afd_ranks Ranks of the AFD job.\n# TYPE genbridge_afd_ranks gauge\n"
         "genbridge_afd_ranks{{role=\"attention\"}} {}\ngenbridge_afd_ranks{{role=\"ffn\"}} {}\n",
         afd_cfg->num_attention, afd_cfg->num_ffn);
     service_options.extra_metrics = [&live, ranks, mpi] { return ranks + live.prometheus(/*ffn_here=*/!mpi); };
-    service.emplace(serve::WorkerPools{.workers = afd_cfg->num_attention,
-                                       .pages_per_worker = *pages,
-                                       .bytes_per_page = geometry.bytes_per_page()},
-                    service_options);
+    service.emplace(
+        serve::WorkerPools{
+            .workers = afd_cfg->num_attention, .pages_per_worker = *pages, .bytes_per_page = geometry.bytes_per_page()},
+        service_options);
     if (!o.quiet) {
       fmt::print(stderr,
                  "AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s); a request goes to the attention "
                  "rank with the fewest unfinished requests; keep-alive every {} ms while idle\n",
-                 o.afd, afd_cfg->num_attention, afd_cfg->num_ffn, mpi ? "mpi: this process is attention rank 0" : "in-process",
+                 o.afd, afd_cfg->num_attention, afd_cfg->num_ffn,
+                 mpi ? "mpi: this process is attention rank 0" : "in-process",
                  afd::connector_kind_name(afd_cfg->connector), afd_cfg->num_stages, afd::keep_alive_ms(*afd_cfg));
     }
   }
 
-  serve::HttpServer http(
-      *service, served,
-      {.host = so.host,
-       .port = so.port,
-       .threads = so.http_threads,
-       .request_timeout_s = so.request_timeout_s,
-       .max_body_bytes = static_cast<size_t>(so.max_body_mb) << 20},
-      o.max_batch * (afd_mode ? afd_cfg->num_attention : 1) + so.max_queued_requests + 8);
+  serve::HttpServer http(*service, served,
+                         {.host = so.host,
+                          .port = so.port,
+                          .threads = so.http_threads,
+                          .request_timeout_s = so.request_timeout_s,
+                          .max_body_bytes = static_cast<size_t>(so.max_body_mb) << 20},
+                         o.max_batch * (afd_mode ? afd_cfg->num_attention : 1) + so.max_queued_requests + 8);
   auto port = http.bind();
   if (!port.ok()) return fail(port.status());
 
@@ -355,7 +357,8 @@ int serve(const ServeOptions& so) {
     while (!listener_done.load()) {
       exit_if_mpi_job_failed();
       if (job_done.load() && !job_status.ok()) {
-        fmt::print(stderr, "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
+        fmt::print(stderr,
+                   "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
         service->wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));
         close_listener();
         return;

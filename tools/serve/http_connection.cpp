@@ -16,6 +16,8 @@
 #include <malloc.h>
 #endif
 
+#include "tools/serve/http_server.h"
+
 namespace genbridge::serve {
 
 namespace {
@@ -78,6 +80,13 @@ void return_free_memory() {
 
 Connection* current_connection() { return t_connection; }
 
+void tune_allocator_for_serving() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThresholdBytes));
+  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kTrimThresholdBytes));
+#endif
+}
+
 ConnectionStream::ConnectionStream(int fd, std::chrono::microseconds read_timeout,
                                    std::chrono::microseconds write_timeout)
     : fd_(fd), read_timeout_(read_timeout), write_timeout_(write_timeout), buf_(16 << 10, '\0') {}
@@ -86,7 +95,8 @@ bool ConnectionStream::wait(short events, std::chrono::microseconds timeout) con
   pollfd p{.fd = fd_, .events = events, .revents = 0};
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     const int rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
     if (rc > 0) return true;  // ready, or an error / hang-up the next call reports
     if (rc == 0) return false;
@@ -152,8 +162,8 @@ bool ConnectionStream::wait_next(std::chrono::milliseconds timeout, const std::a
   while (listener != INVALID_SOCKET) {
     const auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::milliseconds(0)) return false;
-    if (wait(POLLIN, std::min<std::chrono::microseconds>(
-                         std::chrono::duration_cast<std::chrono::microseconds>(left), kPollSlice))) {
+    if (wait(POLLIN, std::min<std::chrono::microseconds>(std::chrono::duration_cast<std::chrono::microseconds>(left),
+                                                         kPollSlice))) {
       return true;
     }
   }
@@ -227,8 +237,14 @@ std::optional<int> WireServer::refuse_before_body(const httplib::Request& req, h
                                    length, mib(limits_.max_body_bytes)));
   }
   const bool has_body = has_coding || length > 0;
-  if (has_body && !(req.method == "POST" && std::find(body_paths_.begin(), body_paths_.end(), req.path) != body_paths_.end())) {
-    // A body nothing reads: answer the request, then close (the body is never parsed as requests).
+  const bool body_route =
+      req.method == "POST" && std::find(body_paths_.begin(), body_paths_.end(), req.path) != body_paths_.end();
+  if (has_body && !body_route) {
+    // A body nothing reads is never read: a method that carries one (cpp-httplib would read it whole before
+    // routing) is answered at once, any other request as usual; the connection closes after the response.
+    const bool carries_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                              req.method == "DELETE" || req.method == "PRI";
+    if (carries_body) return refuse(404, fmt::format("No route {} {}.", req.method, req.path));
     if (c) c->close_after_response = true;
   }
   return std::nullopt;
@@ -265,8 +281,9 @@ std::optional<BodyRefusal> WireServer::read_body(const httplib::Request& req, co
                                         "--max-body-mb, plus as much framing); send larger chunks.",
                                         mib(2 * max + kMaxRequestHeadBytes))};
   }
-  return BodyRefusal{400, "The request body could not be read: it ended early, its chunked framing is malformed, "
-                          "or it did not arrive within the read timeout."};
+  return BodyRefusal{400,
+                     "The request body could not be read: it ended early, its chunked framing is malformed, "
+                     "or it did not arrive within the read timeout."};
 }
 
 bool WireServer::process_and_close_socket(socket_t sock) {

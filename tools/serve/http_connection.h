@@ -34,6 +34,10 @@ constexpr size_t kTrimAfterRequestBytes = size_t{1} << 20;
 
 class ConnectionStream;
 
+// The allocator's thresholds while serving (tune_allocator_for_serving(), tools/serve/http_server.h).
+constexpr size_t kMmapThresholdBytes = size_t{1} << 20;
+constexpr size_t kTrimThresholdBytes = size_t{1} << 20;
+
 // The connection the calling thread serves, while a request is processed on it.
 struct Connection {
   int fd = -1;

@@ -24,11 +24,19 @@ namespace genbridge::serve {
 
 class WireServer;
 
+// Fixes the allocator's thresholds for a long-running server (call once, before threads start): blocks of
+// 1 MiB and more are mapped and unmapped on their own, and the free top of a heap is returned beyond 1 MiB.
+// glibc's defaults adapt instead: freeing one large block raises both thresholds (up to 32 / 64 MiB),
+// after which every request's large buffers stay in the per-thread arenas (malloc_trim, which the
+// connection loop calls, returns free pages inside a heap but not the free top of a thread's arena). No-op
+// without glibc.
+void tune_allocator_for_serving();
+
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                 // 0: any free port
-  int threads = 0;                 // HTTP worker threads; 0: max_batch + max_queued_requests + 8
-  double request_timeout_s = 600;  // most seconds one request may take; then it is cancelled
+  int port = 8000;                           // 0: any free port
+  int threads = 0;                           // HTTP worker threads; 0: max_batch + max_queued_requests + 8
+  double request_timeout_s = 600;            // most seconds one request may take; then it is cancelled
   size_t max_body_bytes = size_t{16} << 20;  // a request body beyond it is refused (413) while it is read
 };
 
