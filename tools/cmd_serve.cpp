@@ -33,9 +33,9 @@
 #include "tools/fingerprint.h"
 #include "tools/flags.h"
 #include "tools/run_support.h"
+#include "tools/serve_afd.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
-#include "tools/serve_afd.h"
 
 namespace genbridge::tools {
 namespace {
@@ -166,8 +166,8 @@ int serve(const ServeOptions& so) {
   if (mpi) {
     // Open MPI names this process's world rank before MPI_Init; without --role ranks 0..A-1 are attention.
     const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    const bool ffn = declared == static_cast<int>(afd::Role::kFfn) || (declared == afd::kRoleUndeclared && world_rank &&
-                                                                       std::atoi(world_rank) >= afd_cfg->num_attention);
+    const bool ffn = declared == static_cast<int>(afd::Role::kFfn) ||
+                     (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= afd_cfg->num_attention);
     if (ffn) return serve_ffn_rank(so, declared);
   }
   if (!so.port_file.empty()) {
@@ -272,23 +272,21 @@ int serve(const ServeOptions& so) {
       job_options.fingerprint = std::move(fp).value();
     }
     service_options.max_prompt_tokens = afd::max_prompt_tokens(job_options);
-    service_options.max_prompt_why =
-        "--afd: a prompt is prefilled in one step, which must fit the AFD transfer buffers";
+    service_options.max_prompt_why = "--afd: a prompt is prefilled in one step, which must fit the AFD transfer buffers";
     const std::string ranks = fmt::format(
         "# HELP genbridge_afd_ranks Ranks of the AFD job.\n# TYPE genbridge_afd_ranks gauge\n"
         "genbridge_afd_ranks{{role=\"attention\"}} {}\ngenbridge_afd_ranks{{role=\"ffn\"}} {}\n",
         afd_cfg->num_attention, afd_cfg->num_ffn);
     service_options.extra_metrics = [&live, ranks, mpi] { return ranks + live.prometheus(/*ffn_here=*/!mpi); };
-    service.emplace(
-        serve::WorkerPools{
-            .workers = afd_cfg->num_attention, .pages_per_worker = *pages, .bytes_per_page = geometry.bytes_per_page()},
-        service_options);
+    service.emplace(serve::WorkerPools{.workers = afd_cfg->num_attention,
+                                       .pages_per_worker = *pages,
+                                       .bytes_per_page = geometry.bytes_per_page()},
+                    service_options);
     if (!o.quiet) {
       fmt::print(stderr,
                  "AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s); a request goes to the attention "
                  "rank with the fewest unfinished requests; keep-alive every {} ms while idle\n",
-                 o.afd, afd_cfg->num_attention, afd_cfg->num_ffn,
-                 mpi ? "mpi: this process is attention rank 0" : "in-process",
+                 o.afd, afd_cfg->num_attention, afd_cfg->num_ffn, mpi ? "mpi: this process is attention rank 0" : "in-process",
                  afd::connector_kind_name(afd_cfg->connector), afd_cfg->num_stages, afd::keep_alive_ms(*afd_cfg));
     }
   }
@@ -357,8 +355,7 @@ int serve(const ServeOptions& so) {
     while (!listener_done.load()) {
       exit_if_mpi_job_failed();
       if (job_done.load() && !job_status.ok()) {
-        fmt::print(stderr,
-                   "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
+        fmt::print(stderr, "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
         service->wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));
         close_listener();
         return;

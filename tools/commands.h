@@ -9,16 +9,16 @@
 namespace genbridge::tools {
 
 // Exit codes of every subcommand (`run`, `run --afd` and `afd-worker` share one run path).
-inline constexpr int kExitOk = 0;      // every request finished (or the command did its work)
-inline constexpr int kExitFailed = 1;  // the run failed (model, device, job, I/O); nothing printed as a result
-inline constexpr int kExitUsage = 2;   // the command line is invalid: a flag's value or a combination of flags
+inline constexpr int kExitOk = 0;       // every request finished (or the command did its work)
+inline constexpr int kExitFailed = 1;   // the run failed (model, device, job, I/O); nothing printed as a result
+inline constexpr int kExitUsage = 2;    // the command line is invalid: a flag's value or a combination of flags
 // Some request was refused, or ended by an error (non-finite logits); its line says why, the others finished.
 inline constexpr int kExitRefused = 3;
 
 struct MakeModelOptions {
   std::string preset = "tiny";
-  int64_t vocab_size = 0;     // 0: the preset's
-  std::string tokenizer_dir;  // copy tokenizer.json + tokenizer_config.json from here instead of writing one
+  int64_t vocab_size = 0;        // 0: the preset's
+  std::string tokenizer_dir;     // copy tokenizer.json + tokenizer_config.json from here instead of writing one
   uint64_t seed = 0;
   int shards = 1;
   std::string out_dir;

@@ -219,7 +219,8 @@ int main(int argc, char** argv) {
   add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
   add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");
   add_string_flag(srv, "--served-model-name", &so.served_model_name,
-                  "The model name requests must give (\"model\") and /v1/models lists", "the model directory's name");
+                  "The model name requests must give (\"model\") and /v1/models lists",
+                  "the model directory's name");
   add_int_flag(srv, "--max-queued-requests", &so.max_queued_requests, 1, 1 << 20,
                "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
   add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,
@@ -254,16 +255,14 @@ int main(int argc, char** argv) {
                 "a number of seconds");
   add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
                   "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");
-  srv->footer(
-      "Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model, the listener or the AFD job failed (a failed\n"
-      "or killed rank ends the server; under mpirun the job is aborted); 2 the command line is invalid.");
+  srv->footer("Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model, the listener or the AFD job failed (a failed\n"
+              "or killed rank ends the server; under mpirun the job is aborted); 2 the command line is invalid.");
 
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
       "make-model",
       "Write a synthetic Qwen3-MoE or DeepSeek-V3/V3.2 checkpoint (config.json + safetensors) with fixed-seed\n"
-      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary "
-      "size.");
+      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");

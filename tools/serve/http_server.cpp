@@ -290,199 +290,198 @@ void HttpServer::routes() {
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
   for (bool chat : {false, true}) {
-    server_->post_with_body(
-        chat ? "/v1/chat/completions" : "/v1/completions",
-        [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-          ++http_requests_;
-          std::string body;
-          if (auto refused = server_->read_body(req, reader, &body)) {
-            ++bad_requests_;
-            reply_error(res, ApiError{.http_status = refused->status, .message = refused->message});
+    server_->post_with_body(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat](
+                                                                                   const httplib::Request& req,
+                                                                                   httplib::Response& res,
+                                                                                   const httplib::ContentReader&
+                                                                                       reader) {
+      ++http_requests_;
+      std::string body;
+      if (auto refused = server_->read_body(req, reader, &body)) {
+        ++bad_requests_;
+        reply_error(res, ApiError{.http_status = refused->status, .message = refused->message});
+        return;
+      }
+      auto parsed = parse_request(body, chat, model_);
+      body.clear();
+      body.shrink_to_fit();
+      if (auto* e = std::get_if<ApiError>(&parsed)) {
+        ++bad_requests_;
+        reply_error(res, *e);
+        return;
+      }
+      ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
+      if (!p.seeded) p.sampling.seed = mix(next_seed_++);
+      auto sub =
+          service_.submit(GenerationRequest{.prompt = p.prompt,
+                                            .max_tokens = p.max_tokens,
+                                            .sampling = p.sampling,
+                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens,
+                                            .logprobs = p.logprobs});
+      if (!sub.ok()) {
+        reply_error(res, submit_error(sub.status()));
+        return;
+      }
+      std::shared_ptr<RequestStream> stream = std::move(sub).value();
+      const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
+      const int64_t created = static_cast<int64_t>(std::time(nullptr));
+      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(options_.request_timeout_s));
+      const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
+      if (!p.stream) {
+        TextStream ts(*model_.tokenizer, p.stop);
+        LogprobQueue lq;
+        std::string out;
+        std::vector<int32_t> ids;
+        const char* finish = nullptr;
+        engine::FinishReason reason = engine::FinishReason::kLength;
+        std::string message;
+        bool ended = false;
+        // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
+        PeerWatch peer;
+        while (!ended && !ts.stopped()) {
+          std::vector<int32_t> toks;
+          std::vector<engine::TokenLogprobs> lps;
+          ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
+          if (!ended && peer.gone()) {
+            service_.cancel(stream->id());
+            if (Connection* c = current_connection()) c->close_after_response = true;
+            reply_error(res, client_closed_error());
             return;
           }
-          auto parsed = parse_request(body, chat, model_);
-          body.clear();
-          body.shrink_to_fit();
-          if (auto* e = std::get_if<ApiError>(&parsed)) {
-            ++bad_requests_;
-            reply_error(res, *e);
-            return;
+          for (size_t i = 0; i < toks.size(); ++i) {
+            if (ts.stopped()) break;
+            if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
+            out += ts.push(toks[i]);
+            ids.push_back(toks[i]);
           }
-          ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
-          if (!p.seeded) p.sampling.seed = mix(next_seed_++);
-          auto sub = service_.submit(
-              GenerationRequest{.prompt = p.prompt,
-                                .max_tokens = p.max_tokens,
-                                .sampling = p.sampling,
-                                .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens,
-                                .logprobs = p.logprobs});
-          if (!sub.ok()) {
-            reply_error(res, submit_error(sub.status()));
-            return;
-          }
-          std::shared_ptr<RequestStream> stream = std::move(sub).value();
-          const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
-          const int64_t created = static_cast<int64_t>(std::time(nullptr));
-          const Clock::time_point deadline =
-              Clock::now() +
-              std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.request_timeout_s));
-          const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
-          if (!p.stream) {
-            TextStream ts(*model_.tokenizer, p.stop);
-            LogprobQueue lq;
-            std::string out;
-            std::vector<int32_t> ids;
-            const char* finish = nullptr;
+          if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
+        }
+        if (ts.stopped()) {
+          service_.stop(stream->id());
+          finish = "stop";
+        } else if (ended && finish_name(reason)) {
+          out += ts.finish();
+          finish = ts.stopped() ? "stop" : finish_name(reason);
+        } else {
+          if (!ended) service_.cancel(stream->id());
+          reply_error(
+              res, finish_error(ended ? reason : engine::FinishReason::kLength, message, options_.request_timeout_s));
+          return;
+        }
+        Usage u = prompt_usage;
+        u.completion_tokens = static_cast<int64_t>(ids.size());
+        reply_json(res, 200,
+                   completion_json(p, id, created, model_.name, out, finish, u, ids,
+                                   logprobs_json(p, *model_.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
+        return;
+      }
+      auto st = std::make_shared<StreamState>(StreamState{.request = p,
+                                                          .stream = stream,
+                                                          .text = TextStream(*model_.tokenizer, p.stop),
+                                                          .id = id,
+                                                          .created = created,
+                                                          .deadline = deadline,
+                                                          .peer = PeerWatch()});
+      res.set_header("Cache-Control", "no-cache");
+      GenerationService* svc = &service_;
+      const text::Tokenizer* tokenizer = model_.tokenizer;
+      const std::string model_name = model_.name;
+      const double timeout_s = options_.request_timeout_s;
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [st, svc, tokenizer, model_name, timeout_s](size_t, httplib::DataSink& sink) {
+            if (st->ended) {
+              sink.done();
+              return true;
+            }
+            const ParsedRequest& r = st->request;
+            std::vector<int32_t> toks;
+            std::vector<engine::TokenLogprobs> lps;
             engine::FinishReason reason = engine::FinishReason::kLength;
             std::string message;
-            bool ended = false;
-            // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
-            PeerWatch peer;
-            while (!ended && !ts.stopped()) {
-              std::vector<int32_t> toks;
-              std::vector<engine::TokenLogprobs> lps;
-              ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
-              if (!ended && peer.gone()) {
-                service_.cancel(stream->id());
-                if (Connection* c = current_connection()) c->close_after_response = true;
-                reply_error(res, client_closed_error());
-                return;
+            // Short slices: a client that went away is noticed at the next write.
+            const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)),
+                                                &toks, &reason, &message, &lps);
+            std::string out;
+            auto chunk = [&](const std::string& text, const char* finish, bool last,
+                             const std::vector<LogprobEntry>* entries = nullptr) {
+              std::optional<Usage> usage;
+              if (last) {
+                usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
+                              .completion_tokens = st->completion_tokens};
               }
-              for (size_t i = 0; i < toks.size(); ++i) {
-                if (ts.stopped()) break;
-                if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
-                out += ts.push(toks[i]);
-                ids.push_back(toks[i]);
-              }
-              if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
+              out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
+                                    st->ids_pending, entries ? logprobs_json(r, *tokenizer, *entries) : json()));
+              st->ids_pending.clear();
+              st->first = false;
+            };
+            if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
+            std::string text;
+            for (size_t i = 0; i < toks.size(); ++i) {
+              if (st->text.stopped()) break;
+              if (i < lps.size())
+                st->logprobs.add(std::move(lps[i]), st->text.decoded_bytes(), st->text.decoded_chars());
+              text += st->text.push(toks[i]);
+              st->ids_pending.push_back(toks[i]);
+              ++st->completion_tokens;
             }
-            if (ts.stopped()) {
-              service_.stop(stream->id());
-              finish = "stop";
+            // The text of this call and the logprobs of the tokens it begins; every one left at an end without
+            // a stop string.
+            auto text_chunk = [&](bool all) {
+              std::vector<LogprobEntry> entries;
+              if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
+              if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
+            };
+            const Clock::time_point now = Clock::now();
+            if (st->text.stopped()) {
+              svc->stop(st->stream->id());
+              text_chunk(false);
+              chunk("", "stop", true);
+              st->ended = true;
             } else if (ended && finish_name(reason)) {
-              out += ts.finish();
-              finish = ts.stopped() ? "stop" : finish_name(reason);
+              text += st->text.finish();
+              text_chunk(!st->text.stopped());
+              chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
+              st->ended = true;
             } else {
-              if (!ended) service_.cancel(stream->id());
-              reply_error(res, finish_error(ended ? reason : engine::FinishReason::kLength, message,
-                                            options_.request_timeout_s));
-              return;
+              text_chunk(false);
+              if (ended || now >= st->deadline) {
+                if (!ended) svc->cancel(st->stream->id());
+                out +=
+                    sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
+                st->ended = true;
+              }
             }
-            Usage u = prompt_usage;
-            u.completion_tokens = static_cast<int64_t>(ids.size());
-            reply_json(
-                res, 200,
-                completion_json(p, id, created, model_.name, out, finish, u, ids,
-                                logprobs_json(p, *model_.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
-            return;
-          }
-          auto st = std::make_shared<StreamState>(StreamState{.request = p,
-                                                              .stream = stream,
-                                                              .text = TextStream(*model_.tokenizer, p.stop),
-                                                              .id = id,
-                                                              .created = created,
-                                                              .deadline = deadline,
-                                                              .peer = PeerWatch()});
-          res.set_header("Cache-Control", "no-cache");
-          GenerationService* svc = &service_;
-          const text::Tokenizer* tokenizer = model_.tokenizer;
-          const std::string model_name = model_.name;
-          const double timeout_s = options_.request_timeout_s;
-          res.set_chunked_content_provider(
-              "text/event-stream",
-              [st, svc, tokenizer, model_name, timeout_s](size_t, httplib::DataSink& sink) {
-                if (st->ended) {
-                  sink.done();
-                  return true;
-                }
-                const ParsedRequest& r = st->request;
-                std::vector<int32_t> toks;
-                std::vector<engine::TokenLogprobs> lps;
-                engine::FinishReason reason = engine::FinishReason::kLength;
-                std::string message;
-                // Short slices: a client that went away is noticed at the next write.
-                const bool ended =
-                    st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)), &toks,
-                                     &reason, &message, &lps);
-                std::string out;
-                auto chunk = [&](const std::string& text, const char* finish, bool last,
-                                 const std::vector<LogprobEntry>* entries = nullptr) {
-                  std::optional<Usage> usage;
-                  if (last) {
-                    usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
-                                  .completion_tokens = st->completion_tokens};
-                  }
-                  out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
-                                        st->ids_pending, entries ? logprobs_json(r, *tokenizer, *entries) : json()));
-                  st->ids_pending.clear();
-                  st->first = false;
-                };
-                if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
-                std::string text;
-                for (size_t i = 0; i < toks.size(); ++i) {
-                  if (st->text.stopped()) break;
-                  if (i < lps.size())
-                    st->logprobs.add(std::move(lps[i]), st->text.decoded_bytes(), st->text.decoded_chars());
-                  text += st->text.push(toks[i]);
-                  st->ids_pending.push_back(toks[i]);
-                  ++st->completion_tokens;
-                }
-                // The text of this call and the logprobs of the tokens it begins; every one left at an end without
-                // a stop string.
-                auto text_chunk = [&](bool all) {
-                  std::vector<LogprobEntry> entries;
-                  if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
-                  if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
-                };
-                const Clock::time_point now = Clock::now();
-                if (st->text.stopped()) {
-                  svc->stop(st->stream->id());
-                  text_chunk(false);
-                  chunk("", "stop", true);
-                  st->ended = true;
-                } else if (ended && finish_name(reason)) {
-                  text += st->text.finish();
-                  text_chunk(!st->text.stopped());
-                  chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
-                  st->ended = true;
-                } else {
-                  text_chunk(false);
-                  if (ended || now >= st->deadline) {
-                    if (!ended) svc->cancel(st->stream->id());
-                    out += sse(
-                        error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
-                    st->ended = true;
-                  }
-                }
-                if (st->ended && r.include_usage) {
-                  // OpenAI's usage chunk: no choices, the whole request's usage.
-                  out += sse(json{{"id", st->id},
-                                  {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-                                  {"created", st->created},
-                                  {"model", model_name},
-                                  {"choices", json::array()},
-                                  {"usage", usage_json(Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
-                                                             .completion_tokens = st->completion_tokens})}});
-                }
-                if (st->ended) out += "data: [DONE]\n\n";
-                // Is anyone still there? Paced while there is nothing to write (queued), else before every write.
-                if (out.empty() ? st->peer.gone() : st->peer.gone_now()) {
-                  svc->cancel(st->stream->id());
-                  st->ended = true;
-                  return false;
-                }
-                if (!out.empty() && !sink.write(out.data(), out.size())) {
-                  svc->cancel(st->stream->id());  // the client went away
-                  st->ended = true;
-                  return false;
-                }
-                if (st->ended) sink.done();
-                return true;
-              },
-              [st, svc](bool) {
-                if (!st->ended) svc->cancel(st->stream->id());
-              });
-        });
+            if (st->ended && r.include_usage) {
+              // OpenAI's usage chunk: no choices, the whole request's usage.
+              out += sse(json{{"id", st->id},
+                              {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+                              {"created", st->created},
+                              {"model", model_name},
+                              {"choices", json::array()},
+                              {"usage", usage_json(Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
+                                                         .completion_tokens = st->completion_tokens})}});
+            }
+            if (st->ended) out += "data: [DONE]\n\n";
+            // Is anyone still there? Paced while there is nothing to write (queued), else before every write.
+            if (out.empty() ? st->peer.gone() : st->peer.gone_now()) {
+              svc->cancel(st->stream->id());
+              st->ended = true;
+              return false;
+            }
+            if (!out.empty() && !sink.write(out.data(), out.size())) {
+              svc->cancel(st->stream->id());  // the client went away
+              st->ended = true;
+              return false;
+            }
+            if (st->ended) sink.done();
+            return true;
+          },
+          [st, svc](bool) {
+            if (!st->ended) svc->cancel(st->stream->id());
+          });
+    });
   }
 }
 

@@ -34,9 +34,9 @@ void tune_allocator_for_serving();
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                           // 0: any free port
-  int threads = 0;                           // HTTP worker threads; 0: max_batch + max_queued_requests + 8
-  double request_timeout_s = 600;            // most seconds one request may take; then it is cancelled
+  int port = 8000;                 // 0: any free port
+  int threads = 0;                 // HTTP worker threads; 0: max_batch + max_queued_requests + 8
+  double request_timeout_s = 600;  // most seconds one request may take; then it is cancelled
   size_t max_body_bytes = size_t{16} << 20;  // a request body beyond it is refused (413) while it is read
 };
 
