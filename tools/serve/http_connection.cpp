@@ -185,7 +185,6 @@ WireServer::WireServer(WireLimits limits) : limits_(limits) {
     if (c) c->routed = true;
     if (c && c->stream) c->stream->set_budget(2 * limits_.max_body_bytes + kMaxRequestHeadBytes);
     if (refuse_before_body(req, res)) return HandlerResponse::Handled;
-    if (c) c->half_closed_at_start = c->stream && c->stream->peer_shut_write();
     return HandlerResponse::Unhandled;
   });
   // "Expect: 100-continue": a body that would be refused is never asked for.
@@ -298,7 +297,6 @@ bool WireServer::process_and_close_socket(socket_t sock) {
          strm.wait_next(std::chrono::seconds(keep_alive_timeout_sec_), svr_sock_)) {
     conn.close_after_response = false;
     conn.refusal.clear();
-    conn.half_closed_at_start = false;
     conn.routed = false;
     strm.begin_request(kMaxRequestHeadBytes);
     bool connection_closed = false;

@@ -47,8 +47,6 @@ struct Connection {
   bool close_after_response = false;
   // Why a request was refused before a handler saw it (the error handler's message); empty: none.
   std::string refusal;
-  // Whether the client had already closed its sending side (half-close) when its request's handler began.
-  bool half_closed_at_start = false;
   // Whether the request's head was read whole and routed (false: a malformed or oversized head).
   bool routed = false;
 };

@@ -81,16 +81,16 @@ uint64_t mix(uint64_t x) {  // splitmix64
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(100);
 
 // Notices a client that went away while its request runs: it closed the connection, or shut its sending side
-// after the request's handler began (a client that half-closed right after sending its request still
-// waits for the response; only a reset counts for it). wait_slice() paces a request that has nothing to
-// send (a non-streamed reply, a streamed request still queued) at kPeerCheckInterval. Call from the
-// thread that serves the request (it owns the connection).
+// after the request was read and parsed (when the watch is made). A client that half-closed with its
+// request (its FIN already there) still waits for the response: for it only a reset counts. next_check()
+// paces a request that has nothing to send (a non-streamed reply, a streamed request still queued) at
+// kPeerCheckInterval. Make and use it on the thread that serves the request (it owns the connection).
 class PeerWatch {
  public:
   PeerWatch() : next_(Clock::now() + kPeerCheckInterval) {
     if (const Connection* c = current_connection()) {
       fd_ = c->fd;
-      half_closed_at_start_ = c->half_closed_at_start;
+      half_closed_at_start_ = c->stream && c->stream->peer_shut_write();
     }
   }
   Clock::time_point next_check() const { return next_; }
@@ -122,7 +122,7 @@ ApiError client_closed_error() {
   return ApiError{.http_status = 400,
                   .message =
                       "The client shut its side of the connection while the request ran; the request was "
-                      "cancelled. A client may half-close only right after sending its request.",
+                      "cancelled. A client may half-close only together with its request.",
                   .code = "client_closed_request"};
 }
 
