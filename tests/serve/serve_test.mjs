@@ -10,6 +10,7 @@
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
+import zlib from "node:zlib";
 import path from "node:path";
 
 const args = Object.fromEntries(
@@ -1060,6 +1061,16 @@ const cases = {
     });
     rs = parseResponses(x.text);
     eq([rs[0]?.status, rs[0]?.json?.usage?.completion_tokens], [200, 2], "a chunked body within the limit: served");
+    // gzip Content-Encoding: the limit applies to the decoded bytes (2 MiB of prompt in a 2 KiB body).
+    const gz = (obj) => zlib.gzipSync(Buffer.from(JSON.stringify(obj)));
+    const gzPost = (b) => Buffer.concat([Buffer.from(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: ${b.length}\r\n\r\n`), b]);
+    x = await rawExchange(s, (sock) => sockWrite(sock, gzPost(gz({ model: NAME, prompt: "a".repeat(2 * MiB) }))), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)],
+       [413, "The request body exceeds 1 MiB, this server's limit (--max-body-mb); it was refused while being read.", true],
+       "a gzip body that decodes to 2 MiB: 413");
+    x = await rawExchange(s, (sock) => sockWrite(sock, gzPost(gz({ model: NAME, prompt: [1, 2, 3], max_tokens: 2 }))), { ms: 10000 });
+    eq(parseResponses(x.text)[0]?.json?.usage?.completion_tokens, 2, "a small gzip body: served");
     // Framing this server does not take.
     const refusals = [
       [`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n`, 501,
@@ -1089,6 +1100,10 @@ const cases = {
     rs = parseResponses(x.text);
     eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)],
        [431, "The request line exceeds 65536 bytes, this server's limit for a request's head.", true], "a 100 KiB request line: 431");
+    x = await rawExchange(s, (sock) => sockWrite(sock, `GET /${"a".repeat(9000)} HTTP/1.1\r\n\r\n`), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)], [414, "The request line exceeds 8192 bytes, this server's limit.", true],
+       "a 9,000-byte request line: 414");
     const r = curl(s, "/health");
     eq([r.status, r.json], [200, { status: "ok" }], "the server still answers");
     await stopServer(s);

@@ -250,8 +250,10 @@ void HttpServer::routes() {
       res.status = 431;
       message = fmt::format("The request's head (request line and headers) exceeds {} bytes, this server's limit.",
                             kMaxRequestHeadBytes);
+    } else if (c && !c->routed && res.status == 414) {
+      message = "The request line exceeds 8192 bytes, this server's limit.";
     } else if (c && !c->routed) {
-      message = "The request's line or headers are malformed.";
+      message = "The request's line or headers are malformed (or a header line exceeds 8192 bytes).";
     }
     // A head that was not read whole leaves the rest of the input unreadable as requests.
     if (c && !c->routed) c->close_after_response = true;
