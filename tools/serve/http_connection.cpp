@@ -322,18 +322,20 @@ bool WireServer::process_and_close_socket(socket_t sock) {
     --count;
   }
   t_connection = outer;
-  // Shut this side first, then read (and drop) what the client still sends until it closes, for at most
-  // kLingerTimeout: closing with unread input would reset the connection and could lose the response.
+  // Closing with input unread (a refused body; requests pipelined past the last one answered) would reset
+  // the connection and could lose the response: shut this side first, then read and drop what the client
+  // still sends until it closes, for at most kLingerTimeout.
   ::shutdown(sock, SHUT_WR);
-  const auto deadline = std::chrono::steady_clock::now() + kLingerTimeout;
-  char scratch[4096];
-  while (svr_sock_ != INVALID_SOCKET && std::chrono::steady_clock::now() < deadline) {
-    pollfd p{.fd = sock, .events = POLLIN, .revents = 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(kPollSlice.count()));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) continue;
-    const ssize_t n = ::recv(sock, scratch, sizeof scratch, 0);
-    if (n <= 0 && !(n < 0 && errno == EINTR)) break;
+  if (conn.close_after_response || count == 0 || strm.buffered()) {
+    const auto deadline = std::chrono::steady_clock::now() + kLingerTimeout;
+    char scratch[4096];
+    while (svr_sock_ != INVALID_SOCKET && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{.fd = sock, .events = POLLIN, .revents = 0};
+      const int rc = ::poll(&p, 1, static_cast<int>(kPollSlice.count()));
+      if (rc <= 0) continue;  // nothing yet, or EINTR
+      const ssize_t n = ::recv(sock, scratch, sizeof scratch, 0);
+      if (n == 0 || (n < 0 && errno != EINTR)) break;
+    }
   }
   ::close(sock);
   return ret;

@@ -75,8 +75,10 @@ class ConnectionStream final : public httplib::Stream {
   size_t bytes_written() const { return written_; }
   void begin_request(size_t budget);
   // Whether the next request has begun to arrive (buffered bytes, or the socket readable: data or the
-  // client's close) within `timeout`; false early once `stop` turns true.
+  // client's close) within `timeout`; false early once the server stops (`listener` closed).
   bool wait_next(std::chrono::milliseconds timeout, const std::atomic<socket_t>& listener) const;
+  // Whether bytes the client sent are held here, not yet handed to the parser.
+  bool buffered() const { return off_ < len_; }
   // Whether the client has shut its sending side (its FIN arrived; bytes it sent before may still be unread).
   bool peer_shut_write() const;
 
