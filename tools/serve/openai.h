@@ -59,8 +59,8 @@ struct ParsedRequest {
 
 // The deepest nesting of arrays and objects a request body may have (docs/serving.md, "Limits"): the
 // parser, the copies and the dumps of a JSON value recurse once per level, so a body nested deeper is
-// refused before it is parsed. 128 is serde_json's default; an OpenAI request nests a handful of levels (a
-// tool's JSON schema a few more).
+// refused before it is parsed. An OpenAI request nests a handful of levels (a tool's JSON schema a few
+// more).
 constexpr int kMaxJsonDepth = 128;
 // The byte offset of the first bracket of `text` that opens level max_depth + 1 (arrays and objects,
 // counted outside strings), or nullopt when `text` nests no deeper than `max_depth`. Malformed JSON is the
