@@ -1,9 +1,7 @@
 #include "tools/serve/http_server.h"
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -292,11 +290,9 @@ void HttpServer::routes() {
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
   for (bool chat : {false, true}) {
-    server_->post_with_body(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat](
-                                                                                   const httplib::Request& req,
-                                                                                   httplib::Response& res,
-                                                                                   const httplib::ContentReader&
-                                                                                       reader) {
+    const char* route = chat ? "/v1/chat/completions" : "/v1/completions";
+    server_->post_with_body(route, [this, chat](const httplib::Request& req, httplib::Response& res,
+                                                const httplib::ContentReader& reader) {
       ++http_requests_;
       std::string body;
       if (auto refused = server_->read_body(req, reader, &body)) {
