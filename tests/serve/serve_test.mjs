@@ -1109,6 +1109,26 @@ const cases = {
     await stopServer(s);
   },
 
+  // A client that trickles its request's head (a header line a second; the request line a byte a second)
+  // holds an HTTP thread only until the head's deadline (10 s from its first byte): 408, then the connection
+  // closes; other clients are served meanwhile.
+  async slow_head() {
+    const s = await startServer(["--http-threads", "3"]);
+    const trickle = (first, piece, n) => rawExchange(s, async (sock) => {
+      await sockWrite(sock, first);
+      for (let i = 0; i < n; ++i) { await sleep(1000); await sockWrite(sock, piece); }
+    }, { ms: 20000 });
+    const [a, b] = await Promise.all([trickle("GET /health HTTP/1.1\r\n", "X-Slow: 1\r\n", 14), trickle("G", "E", 14),
+                                      (async () => { await sleep(2000); eq(curl(s, "/health").status, 200, "another client is served meanwhile"); })()]);
+    const head = "The request's head did not arrive within 10 s, this server's limit.";
+    for (const [x, what] of [[a, "headers a line a second"], [b, "the request line a byte a second"]]) {
+      const rs = parseResponses(x.text);
+      eq([rs.length, rs[0]?.status, rs[0]?.json?.error?.message, x.why], [1, 408, head, "closed"], `${what}: 408`);
+      check(x.ms > 9000 && x.ms < 14000, `${what}: answered at the deadline (${x.ms} ms)`);
+    }
+    await stopServer(s);
+  },
+
   // HTTP/1.1 on one connection: pipelined requests (sent in one write) are answered in order; a client that
   // half-closes right after its request (shutdown(SHUT_WR)) still gets the response, streamed or not; one
   // that half-closes while its request runs has it cancelled and is told why.

@@ -95,8 +95,7 @@ bool ConnectionStream::wait(short events, std::chrono::microseconds timeout) con
   pollfd p{.fd = fd_, .events = events, .revents = 0};
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     const int rc = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
     if (rc > 0) return true;  // ready, or an error / hang-up the next call reports
     if (rc == 0) return false;
@@ -113,9 +112,11 @@ void ConnectionStream::set_budget(size_t bytes) {
   exhausted_ = false;
 }
 
-void ConnectionStream::begin_request(size_t budget) {
+void ConnectionStream::begin_request(size_t budget, std::chrono::steady_clock::time_point head_deadline) {
   set_budget(budget);
   read_ = written_ = 0;
+  deadline_ = head_deadline;
+  timed_out_ = false;
 }
 
 ssize_t ConnectionStream::read(char* ptr, size_t size) {
@@ -126,7 +127,16 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
   }
   size = std::min(size, budget_);
   if (off_ == len_) {
-    if (!wait(POLLIN, read_timeout_)) return -1;
+    auto timeout = read_timeout_;
+    if (deadline_ != std::chrono::steady_clock::time_point::max()) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - std::chrono::steady_clock::now());
+      timeout = std::min(timeout, std::max(left, std::chrono::microseconds(0)));
+    }
+    if (!wait(POLLIN, timeout)) {
+      if (std::chrono::steady_clock::now() >= deadline_) timed_out_ = true;
+      return -1;
+    }
     ssize_t n;
     do {
       n = ::recv(fd_, buf_.data(), buf_.size(), 0);
@@ -183,7 +193,10 @@ WireServer::WireServer(WireLimits limits) : limits_(limits) {
   set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     Connection* c = current_connection();
     if (c) c->routed = true;
-    if (c && c->stream) c->stream->set_budget(2 * limits_.max_body_bytes + kMaxRequestHeadBytes);
+    if (c && c->stream) {
+      c->stream->set_budget(2 * limits_.max_body_bytes + kMaxRequestHeadBytes);
+      c->stream->end_head();
+    }
     if (refuse_before_body(req, res)) return HandlerResponse::Handled;
     return HandlerResponse::Unhandled;
   });
@@ -298,26 +311,29 @@ bool WireServer::process_and_close_socket(socket_t sock) {
     conn.close_after_response = false;
     conn.refusal.clear();
     conn.routed = false;
-    strm.begin_request(kMaxRequestHeadBytes);
+    strm.begin_request(kMaxRequestHeadBytes, std::chrono::steady_clock::now() + kMaxRequestHeadTime);
     bool connection_closed = false;
     ++in_flight_;
     ret = process_request(strm, count == 1, connection_closed, nullptr);
     --in_flight_;
-    if (!ret && strm.budget_exhausted() && strm.bytes_written() == 0) {
-      // The request line alone ran past the head's budget: cpp-httplib gives up without a response.
+    if (!ret && strm.bytes_written() == 0 && (strm.budget_exhausted() || strm.head_timed_out())) {
+      // The request line alone ran past the head's budget or deadline: cpp-httplib gives up without a
+      // response.
+      const bool slow = strm.head_timed_out();
       const std::string body = fmt::format(
-          "{{\"error\":{{\"message\":\"The request line exceeds {} bytes, this server's limit for a request's head.\","
-          "\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}}}\n",
-          kMaxRequestHeadBytes);
+          "{{\"error\":{{\"message\":\"{}\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}}}\n",
+          slow ? fmt::format("The request's head did not arrive within {} s, this server's limit.",
+                             kMaxRequestHeadTime.count())
+               : fmt::format("The request line exceeds {} bytes, this server's limit for a request's head.",
+                             kMaxRequestHeadBytes));
       const std::string head = fmt::format(
-          "HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
-          "Connection: close\r\n\r\n",
-          body.size());
+          "HTTP/1.1 {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+          slow ? "408 Request Timeout" : "431 Request Header Fields Too Large", body.size());
       (void)(strm.write(head.data(), head.size()) > 0 && strm.write(body.data(), body.size()) > 0);
       conn.close_after_response = true;
     }
     request_ended(strm);
-    if (strm.budget_exhausted()) conn.close_after_response = true;
+    if (strm.budget_exhausted() || strm.head_timed_out()) conn.close_after_response = true;
     if (!ret || connection_closed || conn.close_after_response) break;
     --count;
   }

@@ -6,8 +6,9 @@
 //   - writes whenever the socket has room, also to a client that half-closed its side after sending its
 //     request (shutdown(SHUT_WR)): 0.11 refuses to write once the peer's FIN has arrived;
 //   - bounds what each request may read while it is read: its head (request line and headers) to
-//     kMaxRequestHeadBytes, its body to the body limit however it is framed (Content-Length, chunked), with
-//     room for chunked framing; a request past a bound is answered (431 / 413) and its connection closed;
+//     kMaxRequestHeadBytes arriving within kMaxRequestHeadTime, its body to the body limit however it is framed
+//     (Content-Length, chunked), with room for chunked framing; a request past a bound is answered (431 / 408 / 413)
+//     and its connection closed;
 //   - closes a connection that still has unread input gracefully (its side shut first, the rest drained for
 //     at most kLingerTimeout), so the client reads the response instead of a reset;
 //   - returns freed memory to the system after requests with large bodies and whenever the server falls
@@ -27,6 +28,9 @@ namespace genbridge::serve {
 
 // Bytes of one request's head: the request line and every header line with their line ends.
 constexpr size_t kMaxRequestHeadBytes = size_t{64} << 10;
+// A request's head must arrive whole within this long of its first byte (a client trickling its headers
+// would hold an HTTP thread for as long as it likes).
+constexpr auto kMaxRequestHeadTime = std::chrono::seconds(10);
 // A connection closed with input still unread drains it for at most this long after shutting its side.
 constexpr auto kLingerTimeout = std::chrono::seconds(1);
 // A request that read at least this many bytes has its freed memory returned to the system when it ends.
@@ -73,7 +77,12 @@ class ConnectionStream final : public httplib::Stream {
   // Bytes handed to the parser and written since begin_request().
   size_t bytes_read() const { return read_; }
   size_t bytes_written() const { return written_; }
-  void begin_request(size_t budget);
+  // A new request: `budget` bytes for its head, which must arrive by `head_deadline`.
+  void begin_request(size_t budget, std::chrono::steady_clock::time_point head_deadline);
+  // The head was read: no deadline but each read's timeout from now on.
+  void end_head() { deadline_ = std::chrono::steady_clock::time_point::max(); }
+  // Whether a read failed because the head's deadline passed.
+  bool head_timed_out() const { return timed_out_; }
   // Whether the next request has begun to arrive (buffered bytes, or the socket readable: data or the
   // client's close) within `timeout`; false early once the server stops (`listener` closed).
   bool wait_next(std::chrono::milliseconds timeout, const std::atomic<socket_t>& listener) const;
@@ -89,7 +98,8 @@ class ConnectionStream final : public httplib::Stream {
   std::string buf_;
   size_t off_ = 0, len_ = 0;
   size_t budget_ = 0, read_ = 0, written_ = 0;
-  bool exhausted_ = false;
+  bool exhausted_ = false, timed_out_ = false;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
 };
 
 struct WireLimits {

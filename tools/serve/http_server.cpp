@@ -248,6 +248,10 @@ void HttpServer::routes() {
       res.status = 431;
       message = fmt::format("The request's head (request line and headers) exceeds {} bytes, this server's limit.",
                             kMaxRequestHeadBytes);
+    } else if (c && c->stream && c->stream->head_timed_out() && !c->routed) {
+      res.status = 408;
+      message = fmt::format("The request's head did not arrive within {} s, this server's limit.",
+                            kMaxRequestHeadTime.count());
     } else if (c && !c->routed && res.status == 414) {
       message = "The request line exceeds 8192 bytes, this server's limit.";
     } else if (c && !c->routed) {
