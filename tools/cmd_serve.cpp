@@ -200,6 +200,7 @@ int serve(const ServeOptions& so) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a dead server
+  serve::tune_allocator_for_serving();
 
   if (o.threads > 0) set_num_threads(o.threads);
   auto dev = make_device(o);
@@ -309,10 +310,13 @@ int serve(const ServeOptions& so) {
     }
   }
 
-  serve::HttpServer http(
-      *service, served,
-      {.host = so.host, .port = so.port, .threads = so.http_threads, .request_timeout_s = so.request_timeout_s},
-      o.max_batch * (afd_mode ? afd_cfg->num_attention : 1) + so.max_queued_requests + 8);
+  serve::HttpServer http(*service, served,
+                         {.host = so.host,
+                          .port = so.port,
+                          .threads = so.http_threads,
+                          .request_timeout_s = so.request_timeout_s,
+                          .max_body_bytes = static_cast<size_t>(so.max_body_mb) << 20},
+                         o.max_batch * (afd_mode ? afd_cfg->num_attention : 1) + so.max_queued_requests + 8);
   auto port = http.bind();
   if (!port.ok()) return fail(port.status());
 

@@ -80,6 +80,7 @@ struct ServeOptions {
   int default_max_tokens = 256;    // when a request gives no max_tokens
   int http_threads = 0;            // 0: --max-batch x attention ranks + --max-queued-requests + 8
   double request_timeout_s = 600;  // a request still running then is cancelled (504)
+  int max_body_mb = 16;            // a request body beyond it is refused (413) while it is read
   double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long, then are cancelled
   std::string role;                // --afd-transport mpi: "attention", "ffn" or empty (roles from rank order)
 };

@@ -231,6 +231,9 @@ int main(int argc, char** argv) {
   add_int_flag(srv, "--http-threads", &so.http_threads, 0, genbridge::tools::kMaxHttpThreads,
                "HTTP worker threads (one per open connection); 0 = --max-batch (x attention ranks with --afd) +\n"
                "--max-queued-requests + 8, which must not exceed 16384 either (else exit 2)");
+  add_int_flag(srv, "--max-body-mb", &so.max_body_mb, 1, 1024,
+               "Largest request body in MiB, however it is framed (Content-Length or chunked); a larger one is\n"
+               "refused with 413 while it is read. Bodies nest at most 128 levels of JSON (docs/serving.md)");
   add_real_flag(srv, "--request-timeout", &so.request_timeout_s, 0.001, 86400, false,
                 "Seconds a request may take; then it is cancelled and answered 504", "a number of seconds");
   add_real_flag(srv, "--shutdown-timeout", &so.shutdown_timeout_s, 0, 86400, false,

@@ -7,8 +7,10 @@
 // an mpirun job of two `genbridge serve` processes (--role attention, --role ffn; the flags must include
 // --afd 1A1F --afd-transport mpi); it is stopped by SIGTERM to world rank 0 and mpirun must exit 0.
 // --drain-tokens: the in-flight request's length in sigterm_drains (default 1500).
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
+import net from "node:net";
+import zlib from "node:zlib";
 import path from "node:path";
 
 const args = Object.fromEntries(
@@ -216,6 +218,80 @@ function curl(s, route, body, extra = []) {
   try { json = JSON.parse(text); } catch { /* SSE */ }
   return { status: Number(out.slice(i + 1)), text, json };
 }
+
+// One loopback connection: `send` is the bytes to send (with halfClose, sent together with the client's
+// shutdown of its sending side: one end()), or a function that writes (it may await; then, with
+// halfClose, the client shuts its side). Everything the server sends is read until it closes the
+// connection or `ms` pass. Returns the bytes (latin1) and why reading ended: "closed" (the server closed),
+// "timeout", or a socket error code.
+function rawExchange(s, send, { halfClose = false, ms = 20000 } = {}) {
+  return new Promise((resolve) => {
+    const sock = net.connect(s.port, "127.0.0.1");
+    const chunks = [];
+    let done = false;
+    const t0 = Date.now();
+    const finish = (why) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      sock.destroy();
+      resolve({ text: Buffer.concat(chunks).toString("latin1"), why, ms: Date.now() - t0 });
+    };
+    const timer = setTimeout(() => finish("timeout"), ms);
+    sock.on("data", (d) => chunks.push(d));
+    sock.on("end", () => finish("closed"));
+    sock.on("error", (e) => { if (chunks.length === 0) finish(e.code); else finish("closed"); });
+    sock.on("connect", async () => {
+      if (typeof send !== "function") { if (halfClose) sock.end(send); else sock.write(send); return; }
+      try { await send(sock); } catch { /* the server closed first */ }
+      if (halfClose) sock.end();
+    });
+  });
+}
+// Writes `data` and waits until it is handed to the kernel (or the socket fails).
+const sockWrite = (sock, data) => new Promise((r) => sock.write(data, () => r()));
+// The HTTP/1.1 responses in `text`, in order: {status, headers (lower-case names), body, json}.
+function parseResponses(text) {
+  const out = [];
+  let i = 0;
+  while (i < text.length) {
+    const h = text.indexOf("\r\n\r\n", i);
+    if (h < 0) break;
+    const lines = text.slice(i, h).split("\r\n");
+    const headers = {};
+    for (const l of lines.slice(1)) { const k = l.indexOf(":"); headers[l.slice(0, k).toLowerCase()] = l.slice(k + 1).trim(); }
+    let body = "", j = h + 4;
+    if (headers["transfer-encoding"] === "chunked") {
+      for (;;) {
+        const e = text.indexOf("\r\n", j);
+        const n = e < 0 ? NaN : parseInt(text.slice(j, e), 16);
+        if (Number.isNaN(n)) { j = text.length; break; }
+        body += text.slice(e + 2, e + 2 + n);
+        j = e + 2 + n + 2;
+        if (n === 0) break;
+      }
+    } else {
+      const n = Number(headers["content-length"] ?? 0);
+      body = text.slice(j, j + n);
+      j += n;
+    }
+    let json = null;
+    try { json = JSON.parse(body); } catch { /* SSE */ }
+    out.push({ status: Number(lines[0].split(" ")[1]), line: lines[0], headers, body, json });
+    i = j;
+  }
+  return out;
+}
+const httpGet = (route, extra = "") => `GET ${route} HTTP/1.1\r\nHost: 127.0.0.1\r\n${extra}\r\n`;
+const httpPost = (route, body, extra = "") =>
+  `POST ${route} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
+const chunkedHead = (route, extra = "") =>
+  `POST ${route} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n${extra}\r\n`;
+const chunk = (data) => `${Buffer.byteLength(data).toString(16)}\r\n${data}\r\n`;
+// The resident memory of process `pid` in MiB (/proc/PID/status VmRSS).
+const rssMiB = (pid) => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"))[1]) / 1024;
+const nested = (n) => "[".repeat(n) + "]".repeat(n);
+const depthMessage = (at) => `The request body nests arrays and objects more than 128 levels deep (level 129 opens at byte ${at}); this server's limit is 128 levels.`;
 
 const cases = {
   // --weight-quant Q (--quant Q; --scheme: the scheme in force, e.g. auto's): the start-up log names it, and
@@ -1053,6 +1129,285 @@ const cases = {
                 `TPOT p50 ${(pct(tpot, 50) * 1000).toFixed(2)} ms p99 ${(pct(tpot, 99) * 1000).toFixed(2)} ms (client side)`);
     await stopServer(s);
   },
+  // JSON nested ~60,000 levels deep (the whole body, the prompt, a message field, tools, chat_template_kwargs)
+  // is refused with 400 naming the limit before it is parsed (it used to overflow the stack: SIGSEGV); 128
+  // levels pass, 129 do not, and brackets inside strings are not nesting.
+  async json_nesting() {
+    const s = await startServer();
+    const D = nested(60000);
+    const msgs = (extra) => `"messages":[{"role":"user","content":"hi"${extra}}]`;
+    // [route, body, the levels open before the deep value, the bytes one level takes, what]
+    const bodies = [
+      ["/v1/completions", D, 0, 1, "the whole body"],
+      ["/v1/completions", `{"model":"${NAME}","prompt":${D},"max_tokens":1}`, 1, 1, "prompt"],
+      ["/v1/chat/completions", `{"model":"${NAME}",${msgs(`,"extra":${D}`)},"max_tokens":1}`, 3, 1, "a message field"],
+      ["/v1/chat/completions", `{"model":"${NAME}",${msgs("")},"tools":${D},"max_tokens":1}`, 1, 1, "tools"],
+      ["/v1/chat/completions", `{"model":"${NAME}",${msgs("")},"chat_template_kwargs":{"x":${D}},"max_tokens":1}`, 2, 1,
+       "chat_template_kwargs"],
+      ["/v1/chat/completions", `{"model":"${NAME}",${msgs("")},"chat_template_kwargs":{"x":${'{"a":'.repeat(30000)}1${"}".repeat(30000)}},"max_tokens":1}`,
+       2, 5, "nested objects in chat_template_kwargs"],
+    ];
+    for (const [route, body, outer, step, what] of bodies) {
+      const r = await post(s, route, body);
+      const start = what.startsWith("nested objects") ? body.indexOf('{"a":') : body.indexOf("[[[");
+      eq([r.status, r.json?.error?.message, r.json?.error?.type],
+         [400, depthMessage(start + (128 - outer) * step), "invalid_request_error"], `${what} nested ~60,000 levels: 400 naming the limit`);
+    }
+    const ok = { model: NAME, prompt: [1, 2, 3], max_tokens: 1, temperature: 0 };
+    const at = (n) => JSON.stringify(ok).slice(0, -1) + `,"x":${nested(n)}}`;
+    let r = await post(s, "/v1/completions", at(127));
+    eq(r.status, 200, "128 levels (an object holding 127 nested arrays): accepted");
+    r = await post(s, "/v1/completions", at(128));
+    eq([r.status, r.json?.error?.message], [400, depthMessage(at(128).indexOf('"x":') + 4 + 127)], "129 levels: refused");
+    r = await post(s, "/v1/completions", { ...ok, prompt: "[".repeat(300) + "\\\"{", x: "{".repeat(300) });
+    eq([r.status, r.json?.error?.message], [200, undefined], "300 brackets inside strings (an escaped quote among them) are not nesting");
+    eq((await post(s, "/v1/completions", ok)).status, 200, "the server still answers");
+    await stopServer(s);
+  },
+
+  // One body limit however the body is framed (--max-body-mb 1 here), enforced while the body is read: a
+  // chunked body is refused (413) once it passes the limit, before its last chunk is sent; Content-Length
+  // over the limit is refused before the body is sent (also after "Expect: 100-continue"); framing this
+  // server does not take is refused; a body for a route that reads none is never read.
+  async body_limit_framing() {
+    const s = await startServer(["--max-body-mb", "1"]);
+    const MiB = 1 << 20;
+    const prompt = (n) => JSON.stringify({ model: NAME, prompt: "a".repeat(n), max_tokens: 1 });
+    const closed = (x) => x.why === "closed";
+    // Chunked, 1.25 MiB in 64 KiB chunks and never terminated: refused while it is read.
+    let x = await rawExchange(s, async (sock) => {
+      await sockWrite(sock, chunkedHead("/v1/completions"));
+      const body = prompt(MiB + (MiB >> 2));
+      for (let i = 0; i < body.length; i += 65536) await sockWrite(sock, chunk(body.slice(i, i + 65536)));
+    }, { ms: 10000 });
+    let rs = parseResponses(x.text);
+    eq([rs.length, rs[0]?.status, rs[0]?.json?.error?.message, rs[0]?.headers.connection, closed(x)],
+       [1, 413, "The request body exceeds 1 MiB, this server's limit (--max-body-mb); it was refused while being read.",
+        "close", true], "chunked 1.25 MiB, never terminated: 413 while it is read, then the connection closes");
+    // Content-Length over the limit: refused on the headers alone.
+    x = await rawExchange(s, (sock) => sockWrite(sock, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${2 * MiB}\r\n\r\n`), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs.length, rs[0]?.status, rs[0]?.json?.error?.message, closed(x)],
+       [1, 413, `The request body is ${2 * MiB} bytes; this server takes at most 1 MiB (--max-body-mb).`, true],
+       "Content-Length 2 MiB, body not sent: 413 at once");
+    x = await rawExchange(s, (sock) => sockWrite(sock, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ${2 * MiB}\r\nExpect: 100-continue\r\n\r\n`), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs.map((r) => r.status), closed(x)], [[413], true], "Expect: 100-continue with Content-Length 2 MiB: 413, no 100 Continue");
+    // Tiny chunks: the framing (6 bytes per byte of data) is bounded too.
+    x = await rawExchange(s, async (sock) => {
+      await sockWrite(sock, chunkedHead("/v1/completions") + "1\r\na\r\n".repeat(450000));
+    }, { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)],
+       [413, "The request's chunked framing exceeds 2112 KiB in all (the body's limit, --max-body-mb, plus as much framing); send larger chunks.".replace("2112 KiB", `${2 * MiB + 65536} bytes`), true],
+       "450,000 one-byte chunks: 413 naming the framing");
+    // A chunked body within the limit is read whole and served.
+    x = await rawExchange(s, async (sock) => {
+      const body = JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 2, temperature: 0 });
+      await sockWrite(sock, chunkedHead("/v1/completions", "Connection: close\r\n") + chunk(body.slice(0, 10)) + chunk(body.slice(10)) + "0\r\n\r\n");
+    });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.usage?.completion_tokens], [200, 2], "a chunked body within the limit: served");
+    // gzip Content-Encoding: the limit applies to the decoded bytes (2 MiB of prompt in a 2 KiB body).
+    const gz = (obj) => zlib.gzipSync(Buffer.from(JSON.stringify(obj)));
+    const gzPost = (b) => Buffer.concat([Buffer.from(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: ${b.length}\r\n\r\n`), b]);
+    x = await rawExchange(s, (sock) => sockWrite(sock, gzPost(gz({ model: NAME, prompt: "a".repeat(2 * MiB) }))), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)],
+       [413, "The request body exceeds 1 MiB, this server's limit (--max-body-mb); it was refused while being read.", true],
+       "a gzip body that decodes to 2 MiB: 413");
+    x = await rawExchange(s, (sock) => sockWrite(sock, gzPost(gz({ model: NAME, prompt: [1, 2, 3], max_tokens: 2 }))), { ms: 10000 });
+    eq(parseResponses(x.text)[0]?.json?.usage?.completion_tokens, 2, "a small gzip body: served");
+    // Framing this server does not take.
+    const refusals = [
+      [`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n`, 501,
+       "Transfer-Encoding 'gzip' is not supported; this server reads 'chunked' bodies only."],
+      [`POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n`, 400,
+       "The request has both Content-Length and Transfer-Encoding; send one of them."],
+      [`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\n\r\n`, 400, "Content-Length '12abc' is not a byte count."],
+      [`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\n{}{}`, 400,
+       "The request repeats Content-Length or Transfer-Encoding."],
+    ];
+    for (const [req, status, message] of refusals) {
+      x = await rawExchange(s, (sock) => sockWrite(sock, req), { ms: 10000 });
+      rs = parseResponses(x.text);
+      eq([rs.length, rs[0]?.status, rs[0]?.json?.error?.message, closed(x)], [1, status, message, true], `${JSON.stringify(req.split("\r\n")[2])}: ${status}`);
+    }
+    // A chunked body to an unknown route is never read: 404, and the connection closes.
+    x = await rawExchange(s, (sock) => sockWrite(sock, chunkedHead("/v1/nothing") + chunk("x".repeat(1000))), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs.length, rs[0]?.status, rs[0]?.json?.error?.message, closed(x)], [1, 404, "No route POST /v1/nothing.", true],
+       "a body for an unknown route: 404 without reading it, the connection closed");
+    // Heads: 100 KiB of headers, or a 100 KiB request line: 431.
+    x = await rawExchange(s, (sock) => sockWrite(sock, `GET /health HTTP/1.1\r\nHost: x\r\n${"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n".repeat(3000)}\r\n`), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)],
+       [431, "The request's head (request line and headers) exceeds 65536 bytes, this server's limit.", true], "100 KiB of headers: 431");
+    x = await rawExchange(s, (sock) => sockWrite(sock, `GET /${"a".repeat(100000)} HTTP/1.1\r\n\r\n`), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)],
+       [431, "The request line exceeds 65536 bytes, this server's limit for a request's head.", true], "a 100 KiB request line: 431");
+    x = await rawExchange(s, (sock) => sockWrite(sock, `GET /${"a".repeat(9000)} HTTP/1.1\r\n\r\n`), { ms: 10000 });
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.message, closed(x)], [414, "The request line exceeds 8192 bytes, this server's limit.", true],
+       "a 9,000-byte request line: 414");
+    const r = curl(s, "/health");
+    eq([r.status, r.json], [200, { status: "ok" }], "the server still answers");
+    await stopServer(s);
+  },
+
+  // A client that trickles its request's head (a header line a second; the request line a byte a second)
+  // holds an HTTP thread only until the head's deadline (10 s from its first byte): 408, then the connection
+  // closes; other clients are served meanwhile.
+  async slow_head() {
+    const s = await startServer(["--http-threads", "3"]);
+    const trickle = (first, piece, n) => rawExchange(s, async (sock) => {
+      await sockWrite(sock, first);
+      for (let i = 0; i < n; ++i) { await sleep(1000); await sockWrite(sock, piece); }
+    }, { ms: 20000 });
+    const [a, b] = await Promise.all([trickle("GET /health HTTP/1.1\r\n", "X-Slow: 1\r\n", 14), trickle("G", "E", 14),
+                                      (async () => { await sleep(2000); eq(curl(s, "/health").status, 200, "another client is served meanwhile"); })()]);
+    const head = "The request's head did not arrive within 10 s, this server's limit.";
+    for (const [x, what] of [[a, "headers a line a second"], [b, "the request line a byte a second"]]) {
+      const rs = parseResponses(x.text);
+      eq([rs.length, rs[0]?.status, rs[0]?.json?.error?.message, x.why], [1, 408, head, "closed"], `${what}: 408`);
+      check(x.ms > 9000 && x.ms < 14000, `${what}: answered at the deadline (${x.ms} ms)`);
+    }
+    await stopServer(s);
+  },
+
+  // HTTP/1.1 on one connection: pipelined requests (sent in one write) are answered in order; a client that
+  // half-closes right after its request (shutdown(SHUT_WR)) still gets the response, streamed or not; one
+  // that half-closes while its request runs has it cancelled and is told why.
+  async pipelining_half_close() {
+    const s = await startServer(["--max-batch", "4"]);
+    const want = runCli([[1, 2, 3]], 4)[0];
+    const body = JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4, temperature: 0, ignore_eos: true, return_token_ids: true });
+    let x = await rawExchange(s, (sock) => sockWrite(sock, httpGet("/health") + httpPost("/v1/completions", body) + httpGet("/v1/models") +
+                                                           httpPost("/v1/completions", body) + httpGet("/health", "Connection: close\r\n")));
+    let rs = parseResponses(x.text);
+    eq([rs.map((r) => r.status), rs[0]?.json, rs[1]?.json?.choices?.[0]?.token_ids, rs[2]?.json?.object,
+        rs[3]?.json?.choices?.[0]?.token_ids, x.why],
+       [[200, 200, 200, 200, 200], { status: "ok" }, want.ids, "list", want.ids, "closed"],
+       "five pipelined requests in one write: five responses in order");
+    x = await rawExchange(s, httpGet("/health"), { halfClose: true });
+    rs = parseResponses(x.text);
+    eq([rs.length, rs[0]?.status, rs[0]?.json, x.why], [1, 200, { status: "ok" }, "closed"], "GET /health, then half-close: answered");
+    x = await rawExchange(s, httpGet("/health") + httpGet("/metrics"), { halfClose: true });
+    rs = parseResponses(x.text);
+    eq([rs.map((r) => r.status), x.why], [[200, 200], "closed"], "two pipelined requests, then half-close: both answered");
+    // The client's FIN follows its request at once; a FIN that arrives only after the server parsed the
+    // request counts as leaving (below), so on a loaded machine an attempt may lose that race: up to 3.
+    const halfClosed = async (request, done) => {
+      let x;
+      for (let i = 0; i < 3; ++i) {
+        x = await rawExchange(s, request, { halfClose: true });
+        if (done(parseResponses(x.text))) break;
+      }
+      return parseResponses(x.text);
+    };
+    rs = await halfClosed(httpPost("/v1/completions", body), (r) => r[0]?.json?.error?.code !== "client_closed_request");
+    eq([rs[0]?.status, rs[0]?.json?.choices?.[0]?.token_ids], [200, want.ids], "a completion, then half-close: answered");
+    const streamed = JSON.stringify({ ...JSON.parse(body), stream: true });
+    rs = await halfClosed(httpPost("/v1/completions", streamed), (r) => parseSse(r[0]?.body ?? "").done);
+    const sse = parseSse(rs[0]?.body ?? "");
+    eq([rs[0]?.status, sse.done, joinChunks(sse.chunks, false).ids], [200, true, want.ids], "a stream, then half-close: every event");
+    // Half-closing while a long request runs: cancelled, answered with the reason.
+    const cancelledBefore = (await metrics(s))['genbridge_requests_finished_total{reason="cancelled"}'];
+    const long = JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, ignore_eos: true });
+    const pending = rawExchange(s, async (sock) => {
+      await sockWrite(sock, httpPost("/v1/completions", long));
+      await waitMetrics(s, (m) => m.genbridge_running_requests === 1 && m.genbridge_generation_tokens_total > 40, "the long request runs");
+    }, { halfClose: true, ms: 30000 });
+    x = await pending;
+    rs = parseResponses(x.text);
+    eq([rs[0]?.status, rs[0]?.json?.error?.code, rs[0]?.json?.error?.message, rs[0]?.headers.connection],
+       [400, "client_closed_request", "The client shut its side of the connection while the request ran; the request was " +
+        "cancelled. A client may half-close only together with its request.", "close"],
+       "half-closed while its request runs: cancelled and told why");
+    await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="cancelled"}'] === cancelledBefore + 1 &&
+                                 m.genbridge_kv_pages_used === 0 && m.genbridge_running_requests === 0,
+                      "the half-closed request was cancelled, its KV pages freed");
+    await stopServer(s);
+  },
+
+  // A second server on a port in use refuses to start, naming the port (exit 1, as for every listener
+  // failure); before, SO_REUSEPORT let it bind and the kernel split the clients between the two.
+  async port_in_use() {
+    const a = await startServer();
+    const r = spawnSync(G, ["serve", "--model", MODEL, "--quiet", "--port", String(a.port)], { encoding: "utf8", timeout: 30000 });
+    eq([r.status, r.stderr.trim()],
+       [1, `genbridge serve: Unavailable: cannot listen on 127.0.0.1:${a.port} (--host, --port): port ${a.port} is in use (another server listens on it)`],
+       "the second server exits 1 naming the port");
+    const statuses = [];
+    for (let i = 0; i < 20; ++i) statuses.push(curl(a, "/health").status);
+    eq(statuses, new Array(20).fill(200), "every client reaches the first server");
+    await stopServer(a);
+  },
+
+  // Soak: bounded bursts of large, nested, chunked, refused and pipelined requests on loopback; then the
+  // server still answers with the same tokens, and its resident memory (/proc/PID/status) is back within
+  // --rss-margin-mb (default 16; "none": not checked) of its baseline, taken after a first burst.
+  async soak() {
+    const s = await startServer(["--max-batch", "4"]);
+    const margin = Number(args["rss-margin-mb"] ?? 16), rounds = Number(args.rounds ?? 3);
+    const MiB = 1 << 20;
+    const small = { model: NAME, prompt: [1, 2, 3], max_tokens: 4, temperature: 0, ignore_eos: true, return_token_ids: true };
+    // 15 MiB bodies refused after tokenizing (longer than the context), after parsing 7.8M token ids, or
+    // at once (an unknown model).
+    const large = [JSON.stringify({ model: NAME, prompt: "ab c".repeat((15 * MiB) / 4), max_tokens: 1 }),
+                   JSON.stringify({ model: NAME, prompt: new Array((15 * MiB) / 2).fill(1), max_tokens: 1 }),
+                   ...new Array(4).fill(JSON.stringify({ model: "none", prompt: "ab c".repeat((15 * MiB) / 4) }))];
+    const nest = `{"model":"${NAME}","prompt":${nested(60000)}}`;
+    const chunked = async () => {
+      const x = await rawExchange(s, async (sock) => {
+        await sockWrite(sock, chunkedHead("/v1/completions"));
+        const body = "x".repeat(17 * MiB);
+        for (let i = 0; i < body.length; i += MiB) await sockWrite(sock, chunk(body.slice(i, i + MiB)));
+      }, { ms: 20000 });
+      return parseResponses(x.text)[0]?.status;
+    };
+    const pipelined = async () => {
+      const b = JSON.stringify(small);
+      const x = await rawExchange(s, (sock) => sockWrite(sock, httpPost("/v1/completions", b) + httpGet("/health") +
+                                                               httpPost("/v1/completions", b, "Connection: close\r\n")));
+      return parseResponses(x.text).map((r) => r.status).join(",");
+    };
+    const burst = async () => {
+      const got = await Promise.all([
+        ...large.map((body) => post(s, "/v1/completions", body).then((r) => r.status)),
+        ...Array.from({ length: 4 }, () => post(s, "/v1/completions", nest).then((r) => r.status)),
+        ...Array.from({ length: 2 }, () => chunked()),
+        ...Array.from({ length: 4 }, () => pipelined()),
+        ...Array.from({ length: 40 }, () => post(s, "/v1/completions", small).then((r) => r.status)),
+      ]);
+      return got;
+    };
+    const wantStatuses = [...new Array(6).fill(400), ...new Array(4).fill(400), 413, 413, ...new Array(4).fill("200,200,200"),
+                          ...new Array(40).fill(200)];
+    const first = await post(s, "/v1/completions", small);
+    eq(first.status, 200, "a first completion");
+    eq(await burst(), wantStatuses, "warm-up burst: every request answered as it should be");
+    await sleep(500);
+    const base = rssMiB(s.proc.pid);
+    let peak = base;
+    for (let i = 0; i < rounds; ++i) {
+      const t0 = Date.now();
+      const got = await burst();
+      peak = Math.max(peak, rssMiB(s.proc.pid));
+      eq(got, wantStatuses, `burst ${i + 1} (${Date.now() - t0} ms): every request answered as it should be`);
+    }
+    let after = rssMiB(s.proc.pid);
+    for (let i = 0; i < 30 && !(after <= base + margin); ++i) { await sleep(100); after = rssMiB(s.proc.pid); }
+    console.log(`soak: RSS baseline ${base.toFixed(1)} MiB, peak seen ${peak.toFixed(1)} MiB, after ${rounds} bursts ${after.toFixed(1)} MiB`);
+    if (!Number.isNaN(margin)) {
+      check(after <= base + margin, `RSS after the bursts (${after.toFixed(1)} MiB) within ${margin} MiB of the baseline (${base.toFixed(1)} MiB)`);
+    }
+    const r = await post(s, "/v1/completions", small);
+    eq([r.status, r.json?.choices?.[0]?.token_ids], [200, first.json?.choices?.[0]?.token_ids], "the server still answers, with the same tokens");
+    await stopServer(s);
+  },
+
 };
 
 try {

@@ -113,6 +113,25 @@ TEST(ParseRequest, chat_without_a_template_is_refused) {
             "This model has no chat template (tokenizer_config.json's chat_template); use /v1/completions.");
 }
 
+TEST(ParseRequest, nesting_past_the_depth_limit_is_refused_before_parsing) {
+  // 100,000 levels would overflow the stack in the parser, a copy or a dump; refused naming the limit.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto r = parse_request(R"({"model": "m", "prompt": )" + deep + "}", false, model_of(64));
+  ASSERT_TRUE(std::holds_alternative<ApiError>(r));
+  EXPECT_EQ(std::get<ApiError>(r).message,
+            "The request body nests arrays and objects more than 128 levels deep (level 129 opens at byte 152); "
+            "this server's limit is 128 levels.");
+  EXPECT_EQ(json_too_deep_at(std::string(128, '{') + std::string(128, '}'), kMaxJsonDepth), std::nullopt);
+  EXPECT_EQ(json_too_deep_at(std::string(129, '['), kMaxJsonDepth), 128u);
+  // Brackets inside strings, escaped quotes included, are not nesting.
+  EXPECT_EQ(json_too_deep_at(R"(["\"[[[", "\\", "[[[[\\"])", 1), std::nullopt);
+  EXPECT_EQ(json_too_deep_at(R"(["\\", [1]])", 1), 7u);
+  // A request at the limit parses.
+  const std::string at_limit = std::string(127, '[') + std::string(127, ']');
+  EXPECT_EQ(parsed(R"({"model": "m", "prompt": [1], "x": )" + at_limit + "}", model_of(64)).prompt,
+            (std::vector<int32_t>{1}));
+}
+
 TEST(ParseRequest, error_object_is_openai_shaped) {
   const nlohmann::json j = error_json(ApiError{.message = "m", .param = "p"});
   EXPECT_EQ(j.dump(), R"({"error":{"code":null,"message":"m","param":"p","type":"invalid_request_error"}})");

@@ -1,17 +1,16 @@
 #include "tools/serve/http_server.h"
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <ctime>
-#include <filesystem>
+
+#include "tools/serve/http_connection.h"
 
 namespace genbridge::serve {
 
@@ -76,87 +75,54 @@ uint64_t mix(uint64_t x) {  // splitmix64
   return x ^ (x >> 31);
 }
 
-// The socket of the connection `req` came on. cpp-httplib 0.11 hands handlers no socket, so it is found
-// among the process's open descriptors by the connection's two endpoints (a TCP connection is the only
-// socket with them); -1 when none matches. Costs one directory listing and a few syscalls per descriptor:
-// done once per non-streamed request that is still running after kPeerCheckInterval.
-int find_connection_socket(int local_port_wanted, const std::string& remote_addr, int remote_port) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    int fd = -1;
-    try {
-      fd = std::stoi(entry.path().filename().string());
-    } catch (...) {
-      continue;
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t ll = sizeof local, pl = sizeof peer;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || local.ss_family != peer.ss_family) {
-      continue;
-    }
-    char ip[INET6_ADDRSTRLEN] = {};
-    int local_port = -1, peer_port = -1;
-    if (peer.ss_family == AF_INET) {
-      const auto* l = reinterpret_cast<const sockaddr_in*>(&local);
-      const auto* r = reinterpret_cast<const sockaddr_in*>(&peer);
-      local_port = ntohs(l->sin_port);
-      peer_port = ntohs(r->sin_port);
-      inet_ntop(AF_INET, &r->sin_addr, ip, sizeof ip);
-    } else if (peer.ss_family == AF_INET6) {
-      const auto* l = reinterpret_cast<const sockaddr_in6*>(&local);
-      const auto* r = reinterpret_cast<const sockaddr_in6*>(&peer);
-      local_port = ntohs(l->sin6_port);
-      peer_port = ntohs(r->sin6_port);
-      inet_ntop(AF_INET6, &r->sin6_addr, ip, sizeof ip);
-    } else {
-      continue;
-    }
-    if (local_port == local_port_wanted && peer_port == remote_port && remote_addr == ip) return fd;
-  }
-  return -1;
-}
-
-// Whether the client closed (or reset) its side of connection `fd`, without reading from it: a request
-// body or a pipelined request waiting to be read is not a close.
-bool peer_closed(int fd) {
-  pollfd p{.fd = fd, .events = POLLIN | POLLRDHUP, .revents = 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
 // How often a request that has nothing to send checks that its client is still connected.
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(100);
 
-// Notices a client that went away while its request has nothing to send yet (a non-streamed reply, a
-// streamed request still queued): polls the connection's socket at most every kPeerCheckInterval, looking
-// it up at the first check (so requests that end sooner never pay for the lookup). Call from the thread
-// that serves the request (it owns the socket).
+// Notices a client that went away while its request runs: it closed the connection, or shut its sending side
+// after the request was read and parsed (when the watch is made). A client that half-closed with its
+// request (its FIN already there) still waits for the response: for it only a reset counts. next_check()
+// paces a request that has nothing to send (a non-streamed reply, a streamed request still queued) at
+// kPeerCheckInterval. Make and use it on the thread that serves the request (it owns the connection).
 class PeerWatch {
  public:
-  explicit PeerWatch(const httplib::Request& req)
-      : local_port_(req.local_port),
-        remote_port_(req.remote_port),
-        remote_addr_(req.remote_addr),
-        next_(Clock::now() + kPeerCheckInterval) {}
+  PeerWatch() : next_(Clock::now() + kPeerCheckInterval) {
+    if (const Connection* c = current_connection()) {
+      fd_ = c->fd;
+      half_closed_at_start_ = c->stream && c->stream->peer_shut_write();
+    }
+  }
   Clock::time_point next_check() const { return next_; }
-  // True once the client has closed its side (checked only when next_check() has passed).
+  // True once the client has gone (checked only when next_check() has passed).
   bool gone() {
     const Clock::time_point now = Clock::now();
     if (now < next_) return false;
     next_ = now + kPeerCheckInterval;
-    if (fd_ == -2) fd_ = find_connection_socket(local_port_, remote_addr_, remote_port_);
-    return fd_ >= 0 && peer_closed(fd_);
+    return gone_now();
+  }
+  // True once the client has gone (one poll).
+  bool gone_now() const {
+    if (fd_ < 0) return false;
+    pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+    return !half_closed_at_start_ && (p.revents & POLLRDHUP) != 0;
   }
 
  private:
-  int local_port_, remote_port_;
-  std::string remote_addr_;
+  int fd_ = -1;
+  bool half_closed_at_start_ = false;
   Clock::time_point next_;
-  int fd_ = -2;  // not looked up yet; -1: not found
 };
+
+// The answer to a client that shut its sending side while its request ran (one that closed the whole
+// connection never reads it).
+ApiError client_closed_error() {
+  return ApiError{.http_status = 400,
+                  .message =
+                      "The client shut its side of the connection while the request ran; the request was "
+                      "cancelled. A client may half-close only together with its request.",
+                  .code = "client_closed_request"};
+}
 
 // One streamed response: everything its content provider needs between calls.
 struct StreamState {
@@ -170,25 +136,31 @@ struct StreamState {
   int64_t completion_tokens = 0;
   std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
   LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
-  PeerWatch peer;                    // while nothing is written (a queued request)
+  PeerWatch peer;
 };
 
 }  // namespace
 
 HttpServer::HttpServer(GenerationService& service, const ServedModel& model, const HttpOptions& options,
                        int default_threads)
-    : service_(service), model_(model), options_(options), server_(std::make_unique<httplib::Server>()) {
+    : service_(service),
+      model_(model),
+      options_(options),
+      server_(std::make_unique<WireServer>(WireLimits{.max_body_bytes = options.max_body_bytes})) {
   next_seed_ = mix(static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()));
   created_ = static_cast<int64_t>(std::time(nullptr));
   const int threads = options_.threads > 0 ? options_.threads : default_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  server_->set_payload_max_length(size_t{16} << 20);
   server_->set_keep_alive_timeout(5);
   // cpp-httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of new connections
   // beyond it loses SYNs that the client resends a second later. The listening socket is remembered here
   // and its backlog raised after bind (Linux applies a second listen() to a listening socket).
+  // Its default options set SO_REUSEPORT, with which a second server binds the same port and the kernel
+  // splits the clients between the two: SO_REUSEADDR only (a restart may bind while old connections of
+  // the port linger in TIME_WAIT), so a port in use is a bind error.
   server_->set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     listen_socket_ = sock;
   });
   routes();
@@ -201,7 +173,12 @@ Result<int> HttpServer::bind() {
   if (port == 0) {
     port = server_->bind_to_any_port(options_.host);
     if (port < 0) return unavailable(fmt::format("cannot listen on {} (any port)", options_.host));
-  } else if (!server_->bind_to_port(options_.host, port)) {
+  } else if (errno = 0; !server_->bind_to_port(options_.host, port)) {
+    if (errno == EADDRINUSE) {
+      return unavailable(
+          fmt::format("cannot listen on {}:{} (--host, --port): port {} is in use (another server listens on it)",
+                      options_.host, port, port));
+    }
     return unavailable(fmt::format("cannot listen on {}:{} (--host, --port): the address is in use or not local",
                                    options_.host, port));
   }
@@ -262,10 +239,27 @@ void HttpServer::routes() {
   httplib::Server& s = *server_;
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const ApiError e{.http_status = res.status,
-                     .message = res.status == 404 ? fmt::format("No route {} {}.", req.method, req.path)
-                                                  : fmt::format("HTTP error {}.", res.status),
-                     .code = res.status == 404 ? "not_found" : ""};
+    Connection* c = current_connection();
+    std::string message = res.status == 404 ? fmt::format("No route {} {}.", req.method, req.path)
+                                            : fmt::format("HTTP error {}.", res.status);
+    if (c && !c->refusal.empty()) {
+      message = c->refusal;
+    } else if (c && c->stream && c->stream->budget_exhausted() && !c->routed) {
+      res.status = 431;
+      message = fmt::format("The request's head (request line and headers) exceeds {} bytes, this server's limit.",
+                            kMaxRequestHeadBytes);
+    } else if (c && c->stream && c->stream->head_timed_out() && !c->routed) {
+      res.status = 408;
+      message = fmt::format("The request's head did not arrive within {} s, this server's limit.",
+                            kMaxRequestHeadTime.count());
+    } else if (c && !c->routed && res.status == 414) {
+      message = "The request line exceeds 8192 bytes, this server's limit.";
+    } else if (c && !c->routed) {
+      message = "The request's line or headers are malformed (or a header line exceeds 8192 bytes).";
+    }
+    // A head that was not read whole leaves the rest of the input unreadable as requests.
+    if (c && !c->routed) c->close_after_response = true;
+    const ApiError e{.http_status = res.status, .message = message, .code = res.status == 404 ? "not_found" : ""};
     reply_json(res, res.status, error_json(e));
   });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -300,10 +294,19 @@ void HttpServer::routes() {
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
   for (bool chat : {false, true}) {
-    s.Post(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat](const httplib::Request& req,
-                                                                           httplib::Response& res) {
+    const char* route = chat ? "/v1/chat/completions" : "/v1/completions";
+    server_->post_with_body(route, [this, chat](const httplib::Request& req, httplib::Response& res,
+                                                const httplib::ContentReader& reader) {
       ++http_requests_;
-      auto parsed = parse_request(req.body, chat, model_);
+      std::string body;
+      if (auto refused = server_->read_body(req, reader, &body)) {
+        ++bad_requests_;
+        reply_error(res, ApiError{.http_status = refused->status, .message = refused->message});
+        return;
+      }
+      auto parsed = parse_request(body, chat, model_);
+      body.clear();
+      body.shrink_to_fit();
       if (auto* e = std::get_if<ApiError>(&parsed)) {
         ++bad_requests_;
         reply_error(res, *e);
@@ -337,14 +340,15 @@ void HttpServer::routes() {
         std::string message;
         bool ended = false;
         // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
-        PeerWatch peer(req);
+        PeerWatch peer;
         while (!ended && !ts.stopped()) {
           std::vector<int32_t> toks;
           std::vector<engine::TokenLogprobs> lps;
           ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
           if (!ended && peer.gone()) {
             service_.cancel(stream->id());
-            res.status = 499;  // never sent: nobody reads it
+            if (Connection* c = current_connection()) c->close_after_response = true;
+            reply_error(res, client_closed_error());
             return;
           }
           for (size_t i = 0; i < toks.size(); ++i) {
@@ -380,7 +384,7 @@ void HttpServer::routes() {
                                                           .id = id,
                                                           .created = created,
                                                           .deadline = deadline,
-                                                          .peer = PeerWatch(req)});
+                                                          .peer = PeerWatch()});
       res.set_header("Cache-Control", "no-cache");
       GenerationService* svc = &service_;
       const text::Tokenizer* tokenizer = model_.tokenizer;
@@ -462,7 +466,8 @@ void HttpServer::routes() {
                                                          .completion_tokens = st->completion_tokens})}});
             }
             if (st->ended) out += "data: [DONE]\n\n";
-            if (out.empty() && st->peer.gone()) {  // nothing to write yet (queued): is anyone still there?
+            // Is anyone still there? Paced while there is nothing to write (queued), else before every write.
+            if (out.empty() ? st->peer.gone() : st->peer.gone_now()) {
               svc->cancel(st->stream->id());
               st->ended = true;
               return false;

@@ -3,9 +3,12 @@
 // endpoints over a GenerationService.
 //   POST /v1/completions, POST /v1/chat/completions   (JSON, or server-sent events with "stream": true)
 //   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
-// A request whose client goes away is cancelled (its KV pages are freed): a streamed one at the next event it
-// cannot send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
-// connection's socket is polled). Shutdown (stop()):
+// Connections: tools/serve/http_connection.h (pipelining, half-close, the limits of docs/serving.md).
+// A request whose client goes away is cancelled (its KV pages are freed): a streamed one before the next
+// event it would send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
+// connection's socket is polled). Going away is closing the connection, or shutting its sending side after
+// the request's handler began (a client that half-closes right after sending its request gets the
+// response). Shutdown (stop()):
 // /health turns 503 and new requests get 503 while in-flight ones finish (until the deadline, then they are cancelled),
 // then the listener closes.
 
@@ -17,17 +20,24 @@
 #include "tools/serve/openai.h"
 #include "tools/serve/service.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace genbridge::serve {
+
+class WireServer;
+
+// Fixes the allocator's thresholds for a long-running server (call once, before threads start): blocks of
+// 1 MiB and more are mapped and unmapped on their own, and the free top of a heap is returned beyond 1 MiB.
+// glibc's defaults adapt instead: freeing one large block raises both thresholds (up to 32 / 64 MiB),
+// after which every request's large buffers stay in the per-thread arenas (malloc_trim, which the
+// connection loop calls, returns free pages inside a heap but not the free top of a thread's arena). No-op
+// without glibc.
+void tune_allocator_for_serving();
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                 // 0: any free port
   int threads = 0;                 // HTTP worker threads; 0: max_batch + max_queued_requests + 8
   double request_timeout_s = 600;  // most seconds one request may take; then it is cancelled
+  size_t max_body_bytes = size_t{16} << 20;  // a request body beyond it is refused (413) while it is read
 };
 
 class HttpServer {
@@ -48,7 +58,7 @@ class HttpServer {
   GenerationService& service_;
   const ServedModel& model_;
   HttpOptions options_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<WireServer> server_;
   std::atomic<int64_t> next_id_{0};
   std::atomic<uint64_t> next_seed_;
   std::atomic<int64_t> bad_requests_{0}, http_requests_{0};

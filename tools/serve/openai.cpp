@@ -150,7 +150,34 @@ ApiError number_overflow(const std::string& text, const json::out_of_range& e) {
 
 }  // namespace
 
+std::optional<size_t> json_too_deep_at(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, whatever it is
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model) {
+  if (auto at = json_too_deep_at(text, kMaxJsonDepth)) {
+    return bad("", fmt::format("The request body nests arrays and objects more than {} levels deep (level {} opens at "
+                               "byte {}); this server's limit is {} levels.",
+                               kMaxJsonDepth, kMaxJsonDepth + 1, *at, kMaxJsonDepth));
+  }
   json body;
   try {
     body = json::parse(text);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -56,7 +57,18 @@ struct ParsedRequest {
   std::vector<std::string> stop;
 };
 
-// Parses and validates a request body for the model. `chat`: /v1/chat/completions.
+// The deepest nesting of arrays and objects a request body may have (docs/serving.md, "Limits"): the
+// parser, the copies and the dumps of a JSON value recurse once per level, so a body nested deeper is
+// refused before it is parsed. An OpenAI request nests a handful of levels (a tool's JSON schema a few
+// more).
+constexpr int kMaxJsonDepth = 128;
+// The byte offset of the first bracket of `text` that opens level max_depth + 1 (arrays and objects,
+// counted outside strings), or nullopt when `text` nests no deeper than `max_depth`. Malformed JSON is the
+// parser's to report.
+std::optional<size_t> json_too_deep_at(std::string_view text, int max_depth);
+
+// Parses and validates a request body for the model (its nesting first, kMaxJsonDepth). `chat`:
+// /v1/chat/completions.
 std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const ServedModel& model);
 
 // Decoded text of a generation with stop strings: text is released only once it cannot be the start of a
