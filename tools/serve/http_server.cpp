@@ -303,7 +303,14 @@ void HttpServer::routes() {
     s.Post(chat ? "/v1/chat/completions" : "/v1/completions", [this, chat](const httplib::Request& req,
                                                                            httplib::Response& res) {
       ++http_requests_;
-      auto parsed = parse_request(req.body, chat, model_);
+      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(options_.request_timeout_s));
+      // The chat template renders within the request's deadline and stops when its client goes or the server drains.
+      PeerWatch render_peer(req);
+      text::RenderLimits render_limits;
+      render_limits.deadline = deadline;
+      render_limits.cancelled = [&] { return service_.draining() || render_peer.gone(); };
+      auto parsed = parse_request(req.body, chat, model_, render_limits);
       if (auto* e = std::get_if<ApiError>(&parsed)) {
         ++bad_requests_;
         reply_error(res, *e);
@@ -324,8 +331,6 @@ void HttpServer::routes() {
       std::shared_ptr<RequestStream> stream = std::move(sub).value();
       const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
-      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                            std::chrono::duration<double>(options_.request_timeout_s));
       const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
       if (!p.stream) {
         TextStream ts(*model_.tokenizer, p.stop);

@@ -97,7 +97,8 @@ std::optional<ApiError> normalize_content(json& msg, size_t i) {
 
 }  // namespace
 
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model) {
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model,
+                                                    const text::RenderLimits& render_limits) {
   json body;
   try {
     body = json::parse(text);
@@ -208,8 +209,20 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
       if (!k->is_object()) return type_error("chat_template_kwargs", "an object", *k);
       for (auto& [key, v] : k->items()) req[key] = ojson::parse(v.dump());
     }
-    auto rendered = model.tokenizer_config->render_chat(req);
-    if (!rendered.ok()) return bad("messages", "The chat template failed: " + rendered.status().message());
+    auto rendered = model.tokenizer_config->render_chat(req, render_limits);
+    if (!rendered.ok()) {
+      const Status& st = rendered.status();
+      if (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnavailable) {
+        const bool late = st.code() == StatusCode::kDeadlineExceeded;
+        return ApiError{.http_status = late ? 504 : 503,
+                        .message = (late ? "The request did not finish within --request-timeout: "
+                                         : "The request was cancelled: ") +
+                                   st.message(),
+                        .type = "server_error",
+                        .code = late ? "timeout" : "cancelled"};
+      }
+      return bad("messages", "The chat template failed: " + st.message());
+    }
     prompt_text = std::move(rendered).value();
   }
   if (have_text) {

@@ -56,8 +56,10 @@ struct ParsedRequest {
   std::vector<std::string> stop;
 };
 
-// Parses and validates a request body for the model. `chat`: /v1/chat/completions.
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const ServedModel& model);
+// Parses and validates a request body for the model. `chat`: /v1/chat/completions, whose chat template renders
+// within `render_limits` (a limit: 400 naming it; its deadline: 504; cancelled: 503).
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const ServedModel& model,
+                                                    const text::RenderLimits& render_limits = {});
 
 // Decoded text of a generation with stop strings: text is released only once it cannot be the start of a
 // stop string; a completed stop string ends the text (it and anything after it are never released).
