@@ -69,7 +69,7 @@ struct RenderLimits {
   // Checked every kPollSteps steps, as is `cancelled` (which may be empty; called on the render's thread).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::function<bool()> cancelled;
-  static constexpr int64_t kPollSteps = 4096;
+  static constexpr int64_t kPollSteps = 256;
 };
 
 class ChatTemplate {

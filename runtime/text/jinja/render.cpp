@@ -181,6 +181,14 @@ class Renderer {
     }
     frames_.push_back(0);
   }
+  // Lists and dicts the template made that outlive its variables hold each other (`l.append(l)`): emptied here,
+  // or they would never be freed.
+  ~Renderer() {
+    scopes_.clear();
+    guard_.empty_survivors();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   Status render(const Body& body, std::string& out) {
     for (const NodePtr& n : body) {
@@ -1125,7 +1133,10 @@ class Renderer {
         return error_at(line, "tojson(indent=...) takes an integer");
       auto text =
           to_json_text(v, indent && indent->kind == K::kInt ? static_cast<int>(indent->i) : -1, sort && truthy(*sort));
-      if (!text.ok()) return error_at(line, text.status().message());
+      if (!text.ok()) {
+        GB_RETURN_IF_ERROR(guard_status(line));
+        return error_at(line, text.status().message());
+      }
       return Value::string(*text);
     }
     if (name == "trim") {

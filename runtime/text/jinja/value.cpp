@@ -53,7 +53,27 @@ bool guard_bytes(size_t n) {
   return true;
 }
 
+// Remembers a container made under the guard; expired entries are dropped whenever the list doubles.
+template <class T>
+void remember(std::vector<std::weak_ptr<T>>& made, const std::shared_ptr<T>& p) {
+  if (made.size() == made.capacity() && made.size() >= 64) {
+    std::erase_if(made, [](const std::weak_ptr<T>& w) { return w.expired(); });
+  }
+  made.push_back(p);
+}
+
 }  // namespace
+
+void ValueGuard::empty_survivors() {
+  for (const std::weak_ptr<List>& w : made_lists) {
+    if (const std::shared_ptr<List> l = w.lock()) List().swap(*l);
+  }
+  for (const std::weak_ptr<Dict>& w : made_dicts) {
+    if (const std::shared_ptr<Dict> d = w.lock()) decltype(d->items)().swap(d->items);
+  }
+  made_lists.clear();
+  made_dicts.clear();
+}
 
 ValueGuard* ValueGuard::current() { return tl_guard; }
 ValueGuard::Scope::Scope(ValueGuard* g) : prev_(tl_guard) { tl_guard = g; }
@@ -62,16 +82,19 @@ ValueGuard::Scope::~Scope() { tl_guard = prev_; }
 Value Value::new_list(List items) {
   Value x = with_kind(Kind::kList);
   x.list = std::shared_ptr<List>(new List(std::move(items)), DeferredDelete<List>{});
+  if (tl_guard) remember(tl_guard->made_lists, x.list);
   return x;
 }
 Value Value::new_dict() {
   Value x = with_kind(Kind::kDict);
   x.dict = std::shared_ptr<Dict>(new Dict(), DeferredDelete<Dict>{});
+  if (tl_guard) remember(tl_guard->made_dicts, x.dict);
   return x;
 }
 Value Value::new_namespace() {
   Value x = with_kind(Kind::kNamespace);
   x.dict = std::shared_ptr<Dict>(new Dict(), DeferredDelete<Dict>{});
+  if (tl_guard) remember(tl_guard->made_dicts, x.dict);
   return x;
 }
 

@@ -89,6 +89,10 @@ struct ValueGuard {
   size_t max_bytes = SIZE_MAX;
   Status status;
   bool tripped() const { return !status.ok(); }
+  // The lists and dicts made while this guard is installed; empty_survivors() empties those still alive.
+  std::vector<std::weak_ptr<List>> made_lists;
+  std::vector<std::weak_ptr<Dict>> made_dicts;
+  void empty_survivors();
   // The guard of the current thread, or nullptr.
   static ValueGuard* current();
   class Scope {
