@@ -54,7 +54,7 @@ inline constexpr int kMaxTemplateNesting = 128;
 // defaults are what `genbridge serve` uses (docs/serving.md).
 struct RenderLimits {
   // Statements, expressions and loop iterations evaluated, plus one per item a loop or filter walks.
-  int64_t max_steps = 10'000'000;
+  int64_t max_steps = 1'000'000;
   // Bytes of the rendered text, and of any one string the template builds (a ~ b, join, tojson, a macro's
   // output, a block set).
   int64_t max_output_bytes = int64_t{32} << 20;

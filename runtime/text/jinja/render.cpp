@@ -204,6 +204,12 @@ class Renderer {
 
   // ---- the budget (RenderLimits) ----
 
+  // One step when it needs no check (the hot path: no Status made); false: call step() instead.
+  bool tick() {
+    if (steps_ + 1 >= next_poll_ || steps_ >= limits_.max_steps) return false;
+    ++steps_;
+    return true;
+  }
   // Counts `n` steps; past max_steps an error, and every kPollSteps the deadline and the cancel flag.
   Status step(int line, int64_t n = 1) {
     if (n > limits_.max_steps - steps_) {
@@ -259,19 +265,25 @@ class Renderer {
     }
     return n;
   }
-  // Counts what an expression's result adds: a new string, or a list / dict no other value holds yet.
-  Status account(const Expr& e, const Value& v) {
-    GB_RETURN_IF_ERROR(guard_status(e.line));
+  // Whether an expression's result adds to the budget (account()): a new string, or a list / dict no other
+  // value holds yet; and any result once a value conversion stopped at a limit.
+  bool accountable(const Expr& e, const Value& v) const {
+    if (guard_.tripped()) return true;
     switch (e.kind) {
       case Expr::Kind::kLiteral:
       case Expr::Kind::kName:
       case Expr::Kind::kAttr:
       case Expr::Kind::kIndex:
       case Expr::Kind::kCond:
-        return ok_status();  // a value that exists already (a string copy is bounded by the one it copies)
+        return false;  // a value that exists already (a string copy is bounded by the one it copies)
       default:
         break;
     }
+    return v.is_string() || (v.kind == Value::Kind::kList && v.list.use_count() == 1) ||
+           (v.is_mapping() && v.dict.use_count() == 1);
+  }
+  Status account(const Expr& e, const Value& v) {
+    GB_RETURN_IF_ERROR(guard_status(e.line));
     if (v.is_string()) {
       GB_RETURN_IF_ERROR(string_fits(e.line, v.s.size()));
       return build(e.line, static_cast<int64_t>(v.s.size()));
@@ -281,6 +293,12 @@ class Renderer {
     return ok_status();
   }
   Status append_output(int line, std::string& out, std::string_view text) {
+    const auto n = static_cast<int64_t>(text.size());
+    if (n <= limits_.max_output_bytes - static_cast<int64_t>(out.size()) && n <= limits_.max_built_bytes - built_) {
+      built_ += n;
+      out += text;
+      return ok_status();
+    }
     if (text.size() > static_cast<size_t>(limits_.max_output_bytes) - out.size()) {
       return limit_at(line, "the rendered text would exceed " + std::to_string(limits_.max_output_bytes) +
                                 " bytes (max_output_bytes)");
@@ -299,8 +317,9 @@ class Renderer {
   }
 
   Status render_node_bounded(const Node& n, std::string& out) {
-    GB_RETURN_IF_ERROR(step(n.line));
-    GB_RETURN_IF_ERROR(enter(n.line));
+    if (!tick()) GB_RETURN_IF_ERROR(step(n.line));
+    if (depth_ >= limits_.max_render_depth) return enter(n.line);
+    ++depth_;
     Status st = render_node(n, out);
     --depth_;
     return st;
@@ -468,7 +487,7 @@ class Renderer {
     if (len == 0) return render(n.else_body, out);
     ++loop_depth_;
     for (int64_t i = 0; i < len; ++i) {
-      if (Status st = step(n.line); !st.ok()) {
+      if (Status st = tick() ? Status() : step(n.line); !st.ok()) {
         --loop_depth_;
         return st;
       }
@@ -513,13 +532,23 @@ class Renderer {
     return a;
   }
 
+  // Evaluates with the budget's checks. One return of one named result (no copy of the value on the way out:
+  // a Value is large, and this runs for every expression).
   Result<Value> eval(const Expr& e) {
-    GB_RETURN_IF_ERROR(step(e.line));
-    GB_RETURN_IF_ERROR(enter(e.line));
-    Result<Value> r = eval_unbounded(e);
-    --depth_;
-    if (r.ok()) GB_RETURN_IF_ERROR(account(e, *r));
+    Status admitted = tick() ? Status() : step(e.line);
+    if (admitted.ok() && depth_ >= limits_.max_render_depth) admitted = enter(e.line);
+    Result<Value> r = admitted.ok() ? eval_nested(e) : Result<Value>(std::move(admitted));
+    if (r.ok() && accountable(e, *r)) {
+      if (Status st = account(e, *r); !st.ok()) r = Result<Value>(std::move(st));
+    }
     return r;
+  }
+  Result<Value> eval_nested(const Expr& e) {
+    struct Level {
+      int& depth;
+      ~Level() { --depth; }
+    } level{++depth_};
+    return eval_unbounded(e);
   }
 
   Result<Value> eval_unbounded(const Expr& e) {
