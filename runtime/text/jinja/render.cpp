@@ -230,17 +230,21 @@ class Renderer {
   }
   // Counts `bytes` the render builds; past max_built_bytes an error.
   Status build(int line, int64_t bytes) {
-    if (bytes > limits_.max_built_bytes - built_) {
-      return limit_at(line, "the render builds more than " + std::to_string(limits_.max_built_bytes) +
-                                " bytes of strings, lists and dicts (max_built_bytes)");
-    }
+    if (bytes > limits_.max_built_bytes - built_) return built_error(line);
     built_ += bytes;
     return ok_status();
+  }
+  [[gnu::noinline]] Status built_error(int line) const {
+    return limit_at(line, "the render builds more than " + std::to_string(limits_.max_built_bytes) +
+                              " bytes of strings, lists and dicts (max_built_bytes)");
   }
   // Whether `bytes` more (of strings, or list entries at kEntryBytes) fit max_built_bytes, without counting.
   bool fits_built(int64_t bytes) const { return bytes <= limits_.max_built_bytes - built_; }
   Status string_fits(int line, size_t n) {
     if (n <= static_cast<size_t>(limits_.max_output_bytes)) return ok_status();
+    return string_error(line);
+  }
+  [[gnu::noinline]] Status string_error(int line) const {
     return limit_at(line,
                     "a string would exceed " + std::to_string(limits_.max_output_bytes) + " bytes (max_output_bytes)");
   }
@@ -504,7 +508,7 @@ class Renderer {
       d.set("previtem", i > 0 ? item_at(i - 1) : Value());
       d.set("nextitem", i + 1 < len ? item_at(i + 1) : Value());
       scopes_.back()["loop"] = loop;
-      Status st = bind(scopes_.back(), item_at(i));
+      Status st = range ? bind(scopes_.back(), range->at(i)) : bind(scopes_.back(), items[static_cast<size_t>(i)]);
       if (st.ok()) st = render(n.body, out);
       scopes_.pop_back();
       if (!st.ok()) {
