@@ -16,9 +16,10 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   return c;
 }
 
-Result<std::string> ChatTemplate::render(const ojson& context) const {
+Result<std::string> ChatTemplate::render(const ojson& context, const RenderLimits& limits) const {
   if (!context.is_object()) return invalid_argument("chat template: the context must be a JSON object");
-  return template_->render(jinja::from_json(context));
+  GB_ASSIGN_OR_RETURN(jinja::Value ctx, jinja::from_json(context, limits.max_value_depth));
+  return template_->render(ctx, limits);
 }
 
 Result<TokenizerConfig> TokenizerConfig::from_json_text(std::string_view json_text, std::string_view source) {
@@ -92,7 +93,7 @@ Result<TokenizerConfig> TokenizerConfig::load(const std::filesystem::path& path)
   return from_json_text(text.str(), file.string());
 }
 
-Result<std::string> TokenizerConfig::render_chat(const ojson& request) const {
+Result<std::string> TokenizerConfig::render_chat(const ojson& request, const RenderLimits& limits) const {
   if (!request.is_object() || !request.contains("messages")) {
     return invalid_argument("render_chat: the request must be an object with \"messages\"");
   }
@@ -102,6 +103,10 @@ Result<std::string> TokenizerConfig::render_chat(const ojson& request) const {
     if (const auto it = named_templates.find("tool_use"); it != named_templates.end()) t = &it->second;
   }
   if (!t) return invalid_argument("render_chat: tokenizer_config.json has no chat_template");
+  // Checked before the copy below (nlohmann's copy recurses).
+  if (jinja::json_deeper_than(request, limits.max_value_depth)) {
+    return jinja::from_json(request, limits.max_value_depth).status();
+  }
   ojson ctx = ojson::object();
   const auto put = [&](const char* key, const std::optional<std::string>& v) {
     if (v) ctx[key] = *v;
@@ -113,7 +118,7 @@ Result<std::string> TokenizerConfig::render_chat(const ojson& request) const {
   ctx["tools"] = nullptr;
   ctx["add_generation_prompt"] = false;
   for (const auto& [k, v] : request.items()) ctx[k] = v;
-  return t->render(ctx);
+  return t->render(ctx, limits);
 }
 
 }  // namespace genbridge::text

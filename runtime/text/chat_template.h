@@ -22,8 +22,14 @@
 // are indexed and measured in code points, None prints as "None", True as "True", 2.0 as "2.0".
 //
 // A ChatTemplate is immutable after parsing; render may run on any number of threads at once.
+//
+// Rendering is bounded (docs/text.md "Limits"): a template nests at most kMaxTemplateNesting levels (parse
+// error), and each render stops with an error naming the limit once it passes one of RenderLimits.
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -39,12 +45,39 @@ namespace jinja {
 class Template;
 }
 
+// Blocks within blocks, or parts within one expression (brackets, operators, filters), deeper than this are a
+// parse error; it also bounds the parser's own recursion.
+inline constexpr int kMaxTemplateNesting = 128;
+
+// What one render may use. A render past a limit ends with ResourceExhausted "chat template line N: ..."
+// naming it; past `deadline` with DeadlineExceeded; when `cancelled` returns true with Unavailable. The
+// defaults are what `genbridge serve` uses (docs/serving.md).
+struct RenderLimits {
+  // Statements, expressions and loop iterations evaluated, plus one per item a loop or filter walks.
+  int64_t max_steps = 1'000'000;
+  // Bytes of the rendered text, and of any one string the template builds (a ~ b, join, tojson, a macro's
+  // output, a block set).
+  int64_t max_output_bytes = int64_t{32} << 20;
+  // Bytes the render builds in all: every string it makes, every string copied into a list or dict, and
+  // kEntryBytes per list or dict entry it makes (freed ones are not given back).
+  int64_t max_built_bytes = int64_t{256} << 20;
+  static constexpr int64_t kEntryBytes = 128;
+  // Lists and dicts within each other, in the context or built by the template (tojson, printing, ==).
+  int max_value_depth = 256;
+  // Nested evaluations at once: blocks, expressions and macro calls together (bounds the stack).
+  int max_render_depth = 512;
+  // Checked every kPollSteps steps, as is `cancelled` (which may be empty; called on the render's thread).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::function<bool()> cancelled;
+  static constexpr int64_t kPollSteps = 256;
+};
+
 class ChatTemplate {
  public:
   // Parses a template; InvalidArgument "chat template line N: ..." for anything outside the subset.
   static Result<ChatTemplate> parse(std::string_view source);
   // Renders with `context`'s keys as the template's variables (objects keep their key order for tojson).
-  Result<std::string> render(const nlohmann::ordered_json& context) const;
+  Result<std::string> render(const nlohmann::ordered_json& context, const RenderLimits& limits = {}) const;
 
  private:
   std::shared_ptr<const jinja::Template> template_;
@@ -66,7 +99,7 @@ struct TokenizerConfig {
   // The variables are the special tokens (bos_token, eos_token, pad_token, unk_token), then the request's
   // keys, with tools = None and add_generation_prompt = false where the request has none. The "tool_use"
   // template is used when tools are given and the config names one.
-  Result<std::string> render_chat(const nlohmann::ordered_json& request) const;
+  Result<std::string> render_chat(const nlohmann::ordered_json& request, const RenderLimits& limits = {}) const;
 };
 
 }  // namespace genbridge::text

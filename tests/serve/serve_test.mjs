@@ -717,6 +717,85 @@ const cases = {
     await stopServer(s);
   },
 
+  // A hostile chat template (the model directory's tokenizer_config.json, chosen per request by
+  // chat_template_kwargs.mode): nested range(1000000) loops and a 1 MB string printed a million times are 400
+  // naming the limit within seconds; a render slowed by 30 MB scans stops at --request-timeout (504), when its
+  // client leaves (the server's CPU time stops growing) and at SIGTERM (exit 0 within seconds). The server
+  // answers a plain chat request and /health 200 throughout.
+  async chat_template_limits() {
+    const dir = path.join(WORK, "hostile_template_model");
+    fs.rmSync(dir, { recursive: true, force: true });
+    fs.mkdirSync(dir, { recursive: true });
+    for (const f of fs.readdirSync(MODEL)) {
+      if (f !== "tokenizer_config.json") fs.symlinkSync(path.resolve(MODEL, f), path.join(dir, f));
+    }
+    const config = JSON.parse(fs.readFileSync(path.join(MODEL, "tokenizer_config.json"), "utf8"));
+    config.chat_template =
+      "{%- if mode == 'loop' -%}{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}" +
+      "{%- elif mode == 'big' -%}{% set s = 'x' * 1000000 %}{% for i in range(1000000) %}{{ s }}{% endfor %}" +
+      "{%- elif mode == 'slow' -%}{% set s = 'x' * 30000000 %}{% for i in range(1000000) %}{% if 'y' in s %}{% endif %}{% endfor %}" +
+      "{%- else -%}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
+      "<|im_start|>assistant\n{%- endif -%}";
+    fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify(config));
+    const chat = (mode) => ({ model: "hostile_template_model", messages: [{ role: "user", content: "hi" }], max_tokens: 2,
+                              temperature: 0, chat_template_kwargs: mode ? { mode } : undefined });
+    const healthy = async (what) => {
+      const h = await fetch(s.base + "/health", { signal: AbortSignal.timeout(10000) });
+      const r = await post(s, "/v1/chat/completions", chat(null), 30000);
+      eq([h.status, r.status, r.json?.choices?.[0]?.finish_reason], [200, 200, "length"], `${what}: /health 200, a plain chat request 200`);
+    };
+    const cpuSeconds = (pid) => {
+      const f = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(")").pop().trim().split(" ");
+      return (Number(f[11]) + Number(f[12])) / 100;  // utime + stime in clock ticks (USER_HZ 100)
+    };
+    let s = await startServer(["--request-timeout", "3"], dir);
+    await healthy("at start");
+    let t0 = Date.now();
+    let r = await post(s, "/v1/chat/completions", chat("loop"), 60000);
+    eq([r.status, r.json?.error?.param, r.json?.error?.message],
+       [400, "messages", "The chat template failed: chat template line 1: the render takes more than 1000000 steps " +
+                         "(max_steps: statements, expressions, loop iterations and items walked)"],
+       "nested range(1000000) loops: 400 naming max_steps");
+    console.log(`  (the 1,000,000 steps took ${Date.now() - t0} ms)`);
+    t0 = Date.now();
+    r = await post(s, "/v1/chat/completions", chat("big"), 60000);
+    eq([r.status, r.json?.error?.message],
+       [400, "The chat template failed: chat template line 1: the rendered text would exceed 33554432 bytes (max_output_bytes)"],
+       "a 1 MB string printed a million times: 400 naming max_output_bytes");
+    check(Date.now() - t0 < 20000, "within seconds", Date.now() - t0);
+    t0 = Date.now();
+    r = await post(s, "/v1/chat/completions", chat("slow"), 60000);
+    check(r.status === 504 && r.json?.error?.code === "timeout" &&
+          /^The request did not finish within --request-timeout: chat template line 1: the render passed its deadline after \d+ steps$/
+            .test(r.json?.error?.message ?? ""), "a slow render: 504 at --request-timeout 3", r.text);
+    check(Date.now() - t0 < 15000, "soon after the deadline", Date.now() - t0);
+    await healthy("after the limits");
+    await stopServer(s);
+
+    // A client that leaves: the render stops (no CPU time spent after it).
+    s = await startServer([], dir);
+    const gone = post(s, "/v1/chat/completions", chat("slow"), 1000).catch((e) => e.name);
+    eq(await gone, "TimeoutError", "the client leaves after 1 s");
+    await sleep(1500);
+    const c0 = cpuSeconds(s.proc.pid);
+    await sleep(2000);
+    const spent = cpuSeconds(s.proc.pid) - c0;
+    check(spent < 0.5, "the render stopped when its client left (CPU seconds in the next 2 s)", spent);
+    await healthy("after the client left");
+    // SIGTERM during a render: cancelled (503), exit 0 within seconds.
+    const during = post(s, "/v1/chat/completions", chat("slow"), 60000);
+    await sleep(1000);
+    t0 = Date.now();
+    terminate(s);
+    const e = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
+    const took = Date.now() - t0;
+    eq(e.code, 0, "SIGTERM during a render: exit 0");
+    check(took < 10000, "SIGTERM during a render: the server exits within seconds", took);
+    const d = await during.catch((x) => ({ status: x.name }));
+    check(d.status === 503 && /^The request was cancelled: chat template line 1: the render was cancelled after \d+ steps$/
+            .test(d.json?.error?.message ?? ""), "the render in flight: 503 cancelled", d.text ?? d);
+  },
+
   // SIGTERM: /health and new requests 503, the in-flight stream (--drain-tokens, 1,500: it outlasts the checks)
   // finishes, exit 0.
   async sigterm_drains() {

@@ -298,13 +298,20 @@ void HttpServer::routes() {
     server_->post_with_body(route, [this, chat](const httplib::Request& req, httplib::Response& res,
                                                 const httplib::ContentReader& reader) {
       ++http_requests_;
+      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                            std::chrono::duration<double>(options_.request_timeout_s));
       std::string body;
       if (auto refused = server_->read_body(req, reader, &body)) {
         ++bad_requests_;
         reply_error(res, ApiError{.http_status = refused->status, .message = refused->message});
         return;
       }
-      auto parsed = parse_request(body, chat, model_);
+      // The chat template renders within the request's deadline and stops when its client goes or the server drains.
+      PeerWatch render_peer;
+      text::RenderLimits render_limits;
+      render_limits.deadline = deadline;
+      render_limits.cancelled = [&] { return service_.draining() || render_peer.gone(); };
+      auto parsed = parse_request(body, chat, model_, render_limits);
       body.clear();
       body.shrink_to_fit();
       if (auto* e = std::get_if<ApiError>(&parsed)) {
@@ -327,8 +334,6 @@ void HttpServer::routes() {
       std::shared_ptr<RequestStream> stream = std::move(sub).value();
       const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
-      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                            std::chrono::duration<double>(options_.request_timeout_s));
       const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
       if (!p.stream) {
         TextStream ts(*model_.tokenizer, p.stop);

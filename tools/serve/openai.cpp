@@ -172,7 +172,8 @@ std::optional<size_t> json_too_deep_at(std::string_view text, int max_depth) {
   return std::nullopt;
 }
 
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model) {
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model,
+                                                    const text::RenderLimits& render_limits) {
   if (auto at = json_too_deep_at(text, kMaxJsonDepth)) {
     return bad("", fmt::format("The request body nests arrays and objects more than {} levels deep (level {} opens at "
                                "byte {}); this server's limit is {} levels.",
@@ -290,8 +291,20 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
       if (!k->is_object()) return type_error("chat_template_kwargs", "an object", *k);
       for (auto& [key, v] : k->items()) req[key] = ojson::parse(v.dump());
     }
-    auto rendered = model.tokenizer_config->render_chat(req);
-    if (!rendered.ok()) return bad("messages", "The chat template failed: " + rendered.status().message());
+    auto rendered = model.tokenizer_config->render_chat(req, render_limits);
+    if (!rendered.ok()) {
+      const Status& st = rendered.status();
+      if (st.code() == StatusCode::kDeadlineExceeded || st.code() == StatusCode::kUnavailable) {
+        const bool late = st.code() == StatusCode::kDeadlineExceeded;
+        return ApiError{.http_status = late ? 504 : 503,
+                        .message = (late ? "The request did not finish within --request-timeout: "
+                                         : "The request was cancelled: ") +
+                                   st.message(),
+                        .type = "server_error",
+                        .code = late ? "timeout" : "cancelled"};
+      }
+      return bad("messages", "The chat template failed: " + st.message());
+    }
     prompt_text = std::move(rendered).value();
   }
   if (have_text) {

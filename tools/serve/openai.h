@@ -68,8 +68,10 @@ constexpr int kMaxJsonDepth = 128;
 std::optional<size_t> json_too_deep_at(std::string_view text, int max_depth);
 
 // Parses and validates a request body for the model (its nesting first, kMaxJsonDepth). `chat`:
-// /v1/chat/completions.
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const ServedModel& model);
+// /v1/chat/completions, whose chat template renders within `render_limits` (a limit: 400 naming it; its
+// deadline: 504; cancelled: 503).
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& body, bool chat, const ServedModel& model,
+                                                    const text::RenderLimits& render_limits = {});
 
 // Decoded text of a generation with stop strings: text is released only once it cannot be the start of a
 // stop string; a completed stop string ends the text (it and anything after it are never released).

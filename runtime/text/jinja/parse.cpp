@@ -15,6 +15,23 @@ Status syntax_error(int line, const std::string& what) {
   return invalid_argument("chat template line " + std::to_string(line) + ": " + what);
 }
 
+// One level of nesting for as long as it lives (the parser's recursion is bounded by kMaxTemplateNesting).
+class Nest {
+ public:
+  explicit Nest(int& depth) : depth_(depth) { ++depth_; }
+  ~Nest() { --depth_; }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+  bool too_deep() const { return depth_ > kMaxTemplateNesting; }
+
+ private:
+  int& depth_;
+};
+Status expression_too_deep(int line) {
+  return syntax_error(line, "an expression nests deeper than " + std::to_string(kMaxTemplateNesting) +
+                                " levels (brackets, operators and calls within each other)");
+}
+
 // ---- template level: text and tags ----
 
 struct Segment {
@@ -281,6 +298,8 @@ class ExprParser {
   }
 
   Result<ExprPtr> expression() {  // a if b else c
+    const Nest nest(depth_);
+    if (nest.too_deep()) return expression_too_deep(peek().line);
     GB_ASSIGN_OR_RETURN(ExprPtr e, or_expr());
     if (is_name("if")) {
       const int line = next().line;
@@ -318,6 +337,16 @@ class ExprParser {
   }
 
  private:
+  // Sets `e`'s height from its parts'; a chain of operators, filters or subscripts taller than
+  // kMaxTemplateNesting is refused (its evaluation and its destruction recurse once per level).
+  static Status taller(Expr& e) {
+    for (const ExprPtr& a : e.args) {
+      if (a) e.height = std::max(e.height, a->height + 1);
+    }
+    for (const auto& kv : e.kwargs) e.height = std::max(e.height, kv.second->height + 1);
+    if (e.height > kMaxTemplateNesting) return expression_too_deep(e.line);
+    return ok_status();
+  }
   static ExprPtr make(Expr::Kind k, int line) {
     auto e = std::make_unique<Expr>();
     e->kind = k;
@@ -338,6 +367,7 @@ class ExprParser {
       const int line = next().line;
       GB_ASSIGN_OR_RETURN(ExprPtr r, and_expr());
       e = binary("or", std::move(e), std::move(r), line);
+      GB_RETURN_IF_ERROR(taller(*e));
     }
     return e;
   }
@@ -347,16 +377,20 @@ class ExprParser {
       const int line = next().line;
       GB_ASSIGN_OR_RETURN(ExprPtr r, not_expr());
       e = binary("and", std::move(e), std::move(r), line);
+      GB_RETURN_IF_ERROR(taller(*e));
     }
     return e;
   }
   Result<ExprPtr> not_expr() {
     if (is_name("not")) {
       const int line = next().line;
+      const Nest nest(depth_);
+      if (nest.too_deep()) return expression_too_deep(line);
       GB_ASSIGN_OR_RETURN(ExprPtr x, not_expr());
       auto e = make(Expr::Kind::kUnary, line);
       e->name = "not";
       e->args.push_back(std::move(x));
+      GB_RETURN_IF_ERROR(taller(*e));
       return e;
     }
     return compare();
@@ -380,7 +414,9 @@ class ExprParser {
         return e;
       }
       GB_ASSIGN_OR_RETURN(ExprPtr r, math1());
-      e = binary(op, std::move(e), std::move(r), r->line);
+      const int line = r->line;
+      e = binary(op, std::move(e), std::move(r), line);
+      GB_RETURN_IF_ERROR(taller(*e));
     }
   }
   Result<ExprPtr> math1() {
@@ -389,6 +425,7 @@ class ExprParser {
       const Token op = next();
       GB_ASSIGN_OR_RETURN(ExprPtr r, concat());
       e = binary(op.text, std::move(e), std::move(r), op.line);
+      GB_RETURN_IF_ERROR(taller(*e));
     }
     return e;
   }
@@ -398,6 +435,7 @@ class ExprParser {
       const Token op = next();
       GB_ASSIGN_OR_RETURN(ExprPtr r, math2());
       e = binary("~", std::move(e), std::move(r), op.line);
+      GB_RETURN_IF_ERROR(taller(*e));
     }
     return e;
   }
@@ -407,6 +445,7 @@ class ExprParser {
       const Token op = next();
       GB_ASSIGN_OR_RETURN(ExprPtr r, power());
       e = binary(op.text, std::move(e), std::move(r), op.line);
+      GB_RETURN_IF_ERROR(taller(*e));
     }
     return e;
   }
@@ -416,16 +455,20 @@ class ExprParser {
       const Token op = next();
       GB_ASSIGN_OR_RETURN(ExprPtr r, unary());
       e = binary("**", std::move(e), std::move(r), op.line);
+      GB_RETURN_IF_ERROR(taller(*e));
     }
     return e;
   }
   Result<ExprPtr> unary() {
     if (is_op("-") || is_op("+")) {
       const Token op = next();
+      const Nest nest(depth_);
+      if (nest.too_deep()) return expression_too_deep(op.line);
       GB_ASSIGN_OR_RETURN(ExprPtr x, unary());
       auto e = make(Expr::Kind::kUnary, op.line);
       e->name = op.text;
       e->args.push_back(std::move(x));
+      GB_RETURN_IF_ERROR(taller(*e));
       return e;
     }
     GB_ASSIGN_OR_RETURN(ExprPtr e, primary());
@@ -464,6 +507,7 @@ class ExprParser {
         a->name = name;
         a->args.push_back(std::move(e));
         e = std::move(a);
+        GB_RETURN_IF_ERROR(taller(*e));
       } else if (is_op("[")) {
         const int line = next().line;
         ExprPtr parts[3];
@@ -485,11 +529,13 @@ class ExprParser {
           x->args.push_back(std::move(e));
           x->args.push_back(std::move(parts[0]));
           e = std::move(x);
+          GB_RETURN_IF_ERROR(taller(*e));
         } else {
           auto x = make(Expr::Kind::kSlice, line);
           x->args.push_back(std::move(e));
           for (auto& p : parts) x->args.push_back(std::move(p));
           e = std::move(x);
+          GB_RETURN_IF_ERROR(taller(*e));
         }
       } else if (is_op("(")) {
         auto c = make(Expr::Kind::kCall, peek().line);
@@ -497,6 +543,7 @@ class ExprParser {
         c->args.push_back(std::move(e));
         GB_RETURN_IF_ERROR(call_args(*c));
         e = std::move(c);
+        GB_RETURN_IF_ERROR(taller(*e));
       } else {
         return e;
       }
@@ -514,6 +561,7 @@ class ExprParser {
         f->args.push_back(std::move(e));
         if (is_op("(")) GB_RETURN_IF_ERROR(call_args(*f));
         e = std::move(f);
+        GB_RETURN_IF_ERROR(taller(*e));
       } else if (is_name("is")) {
         const int line = next().line;
         auto t = make(Expr::Kind::kTest, line);
@@ -534,6 +582,7 @@ class ExprParser {
           t->args.push_back(std::move(arg));
         }
         e = std::move(t);
+        GB_RETURN_IF_ERROR(taller(*e));
       } else {
         return e;
       }
@@ -628,6 +677,7 @@ class ExprParser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
   std::map<std::string, int>* called_;  // function names called -> first line
 };
 
@@ -661,6 +711,11 @@ class Parser {
 
   // Parses until a block tag whose keyword is in `stop` (left unconsumed) or the end.
   Result<Body> parse_body(const std::set<std::string>& stop) {
+    const Nest nest(depth_);
+    if (nest.too_deep()) {
+      return syntax_error(pos_ < segs_.size() ? segs_[pos_].line : 1,
+                          "blocks nest deeper than " + std::to_string(kMaxTemplateNesting) + " levels");
+    }
     Body body;
     while (pos_ < segs_.size()) {
       const Segment& s = segs_[pos_];
@@ -854,6 +909,7 @@ class Parser {
 
   std::vector<Segment> segs_;
   size_t pos_ = 0;
+  int depth_ = 0;
   std::map<std::string, int> called_;
   std::set<std::string> macros_;
 };

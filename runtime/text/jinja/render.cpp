@@ -2,10 +2,12 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "runtime/text/jinja/template.h"
 #include "runtime/text/utf8.h"
@@ -14,10 +16,13 @@ namespace genbridge::text::jinja {
 namespace {
 
 constexpr int kMaxMacroDepth = 64;
+constexpr int64_t kEntryBytes = RenderLimits::kEntryBytes;
 
-Status error_at(int line, const std::string& what) {
-  return invalid_argument("chat template line " + std::to_string(line) + ": " + what);
+std::string at_line(int line, const std::string& what) {
+  return "chat template line " + std::to_string(line) + ": " + what;
 }
+Status error_at(int line, const std::string& what) { return invalid_argument(at_line(line, what)); }
+Status limit_at(int line, const std::string& what) { return resource_exhausted(at_line(line, what)); }
 
 bool py_space(char32_t cp) { return is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
@@ -62,8 +67,8 @@ std::string py_strip(std::string_view s, const std::string* chars, bool left, bo
   return out;
 }
 
-// Python's str.split(sep=None, maxsplit=-1).
-Value py_split(std::string_view s, const Value* sep, int64_t maxsplit) {
+// Python's str.split(sep=None, maxsplit=-1). Stops after `max_items` + 1 parts (the caller refuses that many).
+Value py_split(std::string_view s, const Value* sep, int64_t maxsplit, size_t max_items) {
   Value out = Value::new_list();
   if (!sep || sep->is_none()) {
     std::vector<std::string_view> cps = code_points(s);
@@ -84,6 +89,7 @@ Value py_split(std::string_view s, const Value* sep, int64_t maxsplit) {
       }
       while (i < cps.size() && !space(i)) word += cps[i++];
       out.list->push_back(Value::string(word));
+      if (out.list->size() > max_items) break;
     }
     return out;
   }
@@ -95,12 +101,15 @@ Value py_split(std::string_view s, const Value* sep, int64_t maxsplit) {
     if (p == std::string_view::npos) break;
     out.list->push_back(Value::string(std::string(s.substr(start, p - start))));
     start = p + d.size();
+    if (out.list->size() > max_items) return out;
   }
   out.list->push_back(Value::string(std::string(s.substr(start))));
   return out;
 }
 
-std::string py_replace(const std::string& s, const std::string& old, const std::string& rep, int64_t count) {
+// Stops once the result passes `cap` bytes (the caller refuses such a result).
+std::string py_replace(const std::string& s, const std::string& old, const std::string& rep, int64_t count,
+                       size_t cap) {
   if (old.empty()) {
     // Python inserts `rep` between every character (and at both ends).
     std::string out = rep;
@@ -108,6 +117,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     for (std::string_view c : code_points(s)) {
       out += c;
       if (count < 0 || n < count) out += rep, ++n;
+      if (out.size() > cap) break;
     }
     return out;
   }
@@ -119,6 +129,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     out += rep;
     start = p + old.size();
     ++n;
+    if (out.size() > cap) return out;
   }
   out.append(s, start, std::string::npos);
   return out;
@@ -153,19 +164,35 @@ struct Args {
   }
 };
 
+// range()'s integers, computed as they are needed (a loop over range(n) never holds n values).
+struct Range {
+  int64_t start = 0, step = 1, count = 0;
+  Value at(int64_t i) const { return Value::integer(start + i * step); }
+};
+
 class Renderer {
  public:
-  explicit Renderer(const Value& context) {
+  Renderer(const Value& context, const RenderLimits& limits) : limits_(limits), guard_scope_(&guard_) {
+    guard_.max_depth = limits.max_value_depth;
+    guard_.max_bytes = static_cast<size_t>(std::max<int64_t>(limits.max_output_bytes, 0));
     scopes_.emplace_back();
     if (context.is_mapping()) {
       for (const auto& [k, v] : context.dict->items) scopes_.back()[k] = v;
     }
     frames_.push_back(0);
   }
+  // Lists and dicts the template made that outlive its variables hold each other (`l.append(l)`): emptied here,
+  // or they would never be freed.
+  ~Renderer() {
+    scopes_.clear();
+    guard_.empty_survivors();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   Status render(const Body& body, std::string& out) {
     for (const NodePtr& n : body) {
-      GB_RETURN_IF_ERROR(render_node(*n, out));
+      GB_RETURN_IF_ERROR(render_node_bounded(*n, out));
       if (control_ != Control::kNone) return ok_status();
     }
     return ok_status();
@@ -174,6 +201,133 @@ class Renderer {
  private:
   enum class Control { kNone, kBreak, kContinue };
   using Scope = std::map<std::string, Value, std::less<>>;
+
+  // ---- the budget (RenderLimits) ----
+
+  // One step when it needs no check (the hot path: no Status made); false: call step() instead.
+  bool tick() {
+    if (steps_ + 1 >= next_poll_ || steps_ >= limits_.max_steps) return false;
+    ++steps_;
+    return true;
+  }
+  // Counts `n` steps; past max_steps an error, and every kPollSteps the deadline and the cancel flag.
+  Status step(int line, int64_t n = 1) {
+    if (n > limits_.max_steps - steps_) {
+      return limit_at(line, "the render takes more than " + std::to_string(limits_.max_steps) +
+                                " steps (max_steps: statements, expressions, loop iterations and items walked)");
+    }
+    steps_ += n;
+    if (steps_ < next_poll_) return ok_status();
+    next_poll_ = steps_ + RenderLimits::kPollSteps;
+    if (std::chrono::steady_clock::now() >= limits_.deadline) {
+      return deadline_exceeded(
+          at_line(line, "the render passed its deadline after " + std::to_string(steps_) + " steps"));
+    }
+    if (limits_.cancelled && limits_.cancelled()) {
+      return unavailable(at_line(line, "the render was cancelled after " + std::to_string(steps_) + " steps"));
+    }
+    return ok_status();
+  }
+  // Counts `bytes` the render builds; past max_built_bytes an error.
+  Status build(int line, int64_t bytes) {
+    if (bytes > limits_.max_built_bytes - built_) return built_error(line);
+    built_ += bytes;
+    return ok_status();
+  }
+  [[gnu::noinline]] Status built_error(int line) const {
+    return limit_at(line, "the render builds more than " + std::to_string(limits_.max_built_bytes) +
+                              " bytes of strings, lists and dicts (max_built_bytes)");
+  }
+  // Whether `bytes` more (of strings, or list entries at kEntryBytes) fit max_built_bytes, without counting.
+  bool fits_built(int64_t bytes) const { return bytes <= limits_.max_built_bytes - built_; }
+  Status string_fits(int line, size_t n) {
+    if (n <= static_cast<size_t>(limits_.max_output_bytes)) return ok_status();
+    return string_error(line);
+  }
+  [[gnu::noinline]] Status string_error(int line) const {
+    return limit_at(line,
+                    "a string would exceed " + std::to_string(limits_.max_output_bytes) + " bytes (max_output_bytes)");
+  }
+  // A value conversion or comparison stopped at a limit (ValueGuard): its error, at `line`.
+  Status guard_status(int line) {
+    if (!guard_.tripped()) return ok_status();
+    return limit_at(line, guard_.status.message());
+  }
+  // What a list or dict built just now costs: kEntryBytes per entry and the bytes of its strings.
+  static int64_t container_bytes(const Value& v) {
+    int64_t n = 0;
+    const auto entry = [&](const Value& x) {
+      n += kEntryBytes + (x.is_string() ? static_cast<int64_t>(x.s.size()) : 0);
+    };
+    if (v.kind == Value::Kind::kList) {
+      for (const Value& x : *v.list) entry(x);
+    } else if (v.is_mapping()) {
+      for (const auto& [k, x] : v.dict->items) {
+        entry(x);
+        n += static_cast<int64_t>(k.size());
+      }
+    }
+    return n;
+  }
+  // Whether an expression's result adds to the budget (account()): a new string, or a list / dict no other
+  // value holds yet; and any result once a value conversion stopped at a limit.
+  bool accountable(const Expr& e, const Value& v) const {
+    if (guard_.tripped()) return true;
+    switch (e.kind) {
+      case Expr::Kind::kLiteral:
+      case Expr::Kind::kName:
+      case Expr::Kind::kAttr:
+      case Expr::Kind::kIndex:
+      case Expr::Kind::kCond:
+        return false;  // a value that exists already (a string copy is bounded by the one it copies)
+      default:
+        break;
+    }
+    return v.is_string() || (v.kind == Value::Kind::kList && v.list.use_count() == 1) ||
+           (v.is_mapping() && v.dict.use_count() == 1);
+  }
+  Status account(const Expr& e, const Value& v) {
+    GB_RETURN_IF_ERROR(guard_status(e.line));
+    if (v.is_string()) {
+      GB_RETURN_IF_ERROR(string_fits(e.line, v.s.size()));
+      return build(e.line, static_cast<int64_t>(v.s.size()));
+    }
+    if (v.kind == Value::Kind::kList && v.list.use_count() == 1) return build(e.line, container_bytes(v));
+    if (v.is_mapping() && v.dict.use_count() == 1) return build(e.line, container_bytes(v));
+    return ok_status();
+  }
+  Status append_output(int line, std::string& out, std::string_view text) {
+    const auto n = static_cast<int64_t>(text.size());
+    if (n <= limits_.max_output_bytes - static_cast<int64_t>(out.size()) && n <= limits_.max_built_bytes - built_) {
+      built_ += n;
+      out += text;
+      return ok_status();
+    }
+    if (text.size() > static_cast<size_t>(limits_.max_output_bytes) - out.size()) {
+      return limit_at(line, "the rendered text would exceed " + std::to_string(limits_.max_output_bytes) +
+                                " bytes (max_output_bytes)");
+    }
+    GB_RETURN_IF_ERROR(build(line, static_cast<int64_t>(text.size())));
+    out += text;
+    return ok_status();
+  }
+  Status enter(int line) {
+    if (depth_ >= limits_.max_render_depth) {
+      return limit_at(line, "the render nests deeper than " + std::to_string(limits_.max_render_depth) +
+                                " levels (max_render_depth: blocks, expressions and macro calls together)");
+    }
+    ++depth_;
+    return ok_status();
+  }
+
+  Status render_node_bounded(const Node& n, std::string& out) {
+    if (!tick()) GB_RETURN_IF_ERROR(step(n.line));
+    if (depth_ >= limits_.max_render_depth) return enter(n.line);
+    ++depth_;
+    Status st = render_node(n, out);
+    --depth_;
+    return st;
+  }
 
   const Value* lookup(std::string_view name) const {
     for (size_t i = scopes_.size(); i-- > frames_.back();) {
@@ -188,12 +342,13 @@ class Renderer {
   Status render_node(const Node& n, std::string& out) {
     switch (n.kind) {
       case Node::Kind::kText:
-        out += n.text;
-        return ok_status();
+        return append_output(n.line, out, n.text);
       case Node::Kind::kOutput: {
         GB_ASSIGN_OR_RETURN(Value v, eval(*n.expr));
-        out += to_output(v);
-        return ok_status();
+        if (v.is_string()) return append_output(n.line, out, v.s);
+        const std::string text = to_output(v);
+        GB_RETURN_IF_ERROR(guard_status(n.line));
+        return append_output(n.line, out, text);
       }
       case Node::Kind::kIf:
         for (const auto& [cond, body] : n.branches) {
@@ -253,19 +408,27 @@ class Renderer {
     return ok_status();
   }
 
+  // The items of a loop or a filter over a sequence; each counts a step, and the characters of a string (made
+  // into values here) count kEntryBytes each as well.
   Result<std::vector<Value>> iterate(const Value& v, int line) {
     switch (v.kind) {
       case Value::Kind::kUndefined:
         return std::vector<Value>{};
       case Value::Kind::kList:
+        GB_RETURN_IF_ERROR(step(line, static_cast<int64_t>(v.list->size())));
         return *v.list;
       case Value::Kind::kDict: {
+        GB_RETURN_IF_ERROR(step(line, static_cast<int64_t>(v.dict->items.size())));
         std::vector<Value> keys;
         for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
         return keys;
       }
       case Value::Kind::kString: {
+        const auto n = static_cast<int64_t>(count_code_points(v.s));
+        GB_RETURN_IF_ERROR(step(line, n));
+        GB_RETURN_IF_ERROR(build(line, n * kEntryBytes));
         std::vector<Value> chars;
+        chars.reserve(static_cast<size_t>(n));
         for (std::string_view c : code_points(v.s)) chars.push_back(Value::string(std::string(c)));
         return chars;
       }
@@ -274,9 +437,23 @@ class Renderer {
     }
   }
 
+  // A loop's iterable written as a call of the range() global: its integers, never built as a list.
+  Result<std::optional<Range>> loop_range(const Expr& e) {
+    if (e.kind != Expr::Kind::kCall || e.args[0]->kind != Expr::Kind::kName || e.args[0]->name != "range")
+      return std::optional<Range>();
+    if (const Value* v = lookup("range"); v && v->kind == Value::Kind::kMacro) return std::optional<Range>();
+    GB_ASSIGN_OR_RETURN(Args a, eval_args(e, 1));
+    GB_ASSIGN_OR_RETURN(Range r, range_args(a, e.line));
+    return std::optional<Range>(r);
+  }
+
   Status render_for(const Node& n, std::string& out) {
-    GB_ASSIGN_OR_RETURN(Value seq, eval(*n.expr));
-    GB_ASSIGN_OR_RETURN(std::vector<Value> all, iterate(seq, n.line));
+    GB_ASSIGN_OR_RETURN(std::optional<Range> range, loop_range(*n.expr));
+    std::vector<Value> all;
+    if (!range) {
+      GB_ASSIGN_OR_RETURN(Value seq, eval(*n.expr));
+      GB_ASSIGN_OR_RETURN(all, iterate(seq, n.line));
+    }
     const auto bind = [&](Scope& scope, const Value& item) -> Status {
       if (n.targets.size() == 1) {
         scope[n.targets[0]] = item;
@@ -291,22 +468,33 @@ class Renderer {
       return ok_status();
     };
     std::vector<Value> items;
+    const int64_t total = range ? range->count : static_cast<int64_t>(all.size());
     if (n.filter) {
-      for (const Value& item : all) {
+      for (int64_t i = 0; i < total; ++i) {
+        const Value item = range ? range->at(i) : all[static_cast<size_t>(i)];
         scopes_.emplace_back();
         Status st = bind(scopes_.back(), item);
         Result<Value> keep = st.ok() ? eval(*n.filter) : Result<Value>(st);
         scopes_.pop_back();
         if (!keep.ok()) return keep.status();
-        if (truthy(*keep)) items.push_back(item);
+        if (truthy(*keep)) {
+          GB_RETURN_IF_ERROR(build(n.line, kEntryBytes));
+          items.push_back(item);
+        }
       }
+      range.reset();
     } else {
       items = std::move(all);
     }
-    if (items.empty()) return render(n.else_body, out);
-    const int64_t len = static_cast<int64_t>(items.size());
+    const int64_t len = range ? range->count : static_cast<int64_t>(items.size());
+    const auto item_at = [&](int64_t i) { return range ? range->at(i) : items[static_cast<size_t>(i)]; };
+    if (len == 0) return render(n.else_body, out);
     ++loop_depth_;
     for (int64_t i = 0; i < len; ++i) {
+      if (Status st = tick() ? Status() : step(n.line); !st.ok()) {
+        --loop_depth_;
+        return st;
+      }
       scopes_.emplace_back();
       Value loop = Value::new_dict();
       Dict& d = *loop.dict;
@@ -317,10 +505,10 @@ class Renderer {
       d.set("first", Value::boolean(i == 0));
       d.set("last", Value::boolean(i == len - 1));
       d.set("length", Value::integer(len));
-      d.set("previtem", i > 0 ? items[i - 1] : Value());
-      d.set("nextitem", i + 1 < len ? items[i + 1] : Value());
+      d.set("previtem", i > 0 ? item_at(i - 1) : Value());
+      d.set("nextitem", i + 1 < len ? item_at(i + 1) : Value());
       scopes_.back()["loop"] = loop;
-      Status st = bind(scopes_.back(), items[i]);
+      Status st = range ? bind(scopes_.back(), range->at(i)) : bind(scopes_.back(), items[static_cast<size_t>(i)]);
       if (st.ok()) st = render(n.body, out);
       scopes_.pop_back();
       if (!st.ok()) {
@@ -348,7 +536,26 @@ class Renderer {
     return a;
   }
 
+  // Evaluates with the budget's checks. One return of one named result (no copy of the value on the way out:
+  // a Value is large, and this runs for every expression).
   Result<Value> eval(const Expr& e) {
+    Status admitted = tick() ? Status() : step(e.line);
+    if (admitted.ok() && depth_ >= limits_.max_render_depth) admitted = enter(e.line);
+    Result<Value> r = admitted.ok() ? eval_nested(e) : Result<Value>(std::move(admitted));
+    if (r.ok() && accountable(e, *r)) {
+      if (Status st = account(e, *r); !st.ok()) r = Result<Value>(std::move(st));
+    }
+    return r;
+  }
+  Result<Value> eval_nested(const Expr& e) {
+    struct Level {
+      int& depth;
+      ~Level() { --depth; }
+    } level{++depth_};
+    return eval_unbounded(e);
+  }
+
+  Result<Value> eval_unbounded(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.literal;
@@ -434,13 +641,15 @@ class Renderer {
     }
     if ((obj.kind == Value::Kind::kList || obj.is_string()) &&
         (key.kind == Value::Kind::kInt || key.kind == Value::Kind::kBool)) {
-      std::vector<std::string_view> cps;
-      if (obj.is_string()) cps = code_points(obj.s);
-      const int64_t n = obj.is_string() ? static_cast<int64_t>(cps.size()) : static_cast<int64_t>(obj.list->size());
+      const int64_t n =
+          obj.is_string() ? static_cast<int64_t>(count_code_points(obj.s)) : static_cast<int64_t>(obj.list->size());
       int64_t i = key.kind == Value::Kind::kBool ? key.b : key.i;
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value();  // Jinja2: an undefined value, not an error
-      return obj.is_string() ? Value::string(std::string(cps[i])) : (*obj.list)[i];
+      if (!obj.is_string()) return (*obj.list)[static_cast<size_t>(i)];
+      size_t pos = 0;
+      for (int64_t k = 0; k < i; ++k) pos += std::max<size_t>(utf8_step(obj.s, pos).length, 1);
+      return Value::string(obj.s.substr(pos, std::max<size_t>(utf8_step(obj.s, pos).length, 1)));
     }
     return Value();
   }
@@ -462,7 +671,9 @@ class Renderer {
     std::vector<Value> items;
     std::vector<std::string_view> cps;
     int64_t n;
-    if (obj.is_string()) {
+    if (obj.is_string() && step == 1) {
+      n = static_cast<int64_t>(count_code_points(obj.s));
+    } else if (obj.is_string()) {
       cps = code_points(obj.s);
       n = static_cast<int64_t>(cps.size());
     } else if (obj.kind == Value::Kind::kList) {
@@ -478,6 +689,15 @@ class Renderer {
     };
     const int64_t start = clamp(part[0], given[0], 0, n - 1);
     const int64_t stop = clamp(part[1], given[1], n, -1);
+    if (obj.is_string() && step == 1) {  // by byte offsets: no list of the string's characters
+      const auto offset = [&](int64_t cp, size_t from_pos, int64_t from_cp) {
+        for (; from_cp < cp; ++from_cp) from_pos += std::max<size_t>(utf8_step(obj.s, from_pos).length, 1);
+        return from_pos;
+      };
+      if (stop <= start) return Value::string("");
+      const size_t b = offset(start, 0, 0);
+      return Value::string(obj.s.substr(b, offset(stop, b, start) - b));
+    }
     std::string s;
     Value l = Value::new_list();
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
@@ -547,6 +767,35 @@ class Renderer {
     return Value::string(std::move(out));
   }
 
+  // str.split, refused before its parts outgrow max_built_bytes.
+  Result<Value> split_bounded(std::string_view s, const Value* sep, int64_t maxsplit, int line) {
+    const auto max_items = static_cast<size_t>(std::max<int64_t>(limits_.max_built_bytes - built_, 0) / kEntryBytes);
+    Value parts = py_split(s, sep, maxsplit, max_items);
+    if (parts.list->size() > max_items) return build(line, limits_.max_built_bytes);  // the error
+    return parts;
+  }
+
+  // range(stop) / range(start, stop[, step]) as Python: the count of integers it yields.
+  static Result<Range> range_args(const Args& a, int line) {
+    int64_t v[3] = {0, 0, 1};
+    for (size_t i = 0; i < a.pos.size(); ++i) {
+      if (a.pos[i].kind != Value::Kind::kInt) return error_at(line, "range() takes integers");
+    }
+    if (a.pos.size() == 1) {
+      v[1] = a.pos[0].i;
+    } else if (a.pos.size() == 2 || a.pos.size() == 3) {
+      v[0] = a.pos[0].i, v[1] = a.pos[1].i;
+      if (a.pos.size() == 3) v[2] = a.pos[2].i;
+    } else {
+      return error_at(line, "range() takes 1 to 3 arguments");
+    }
+    if (v[2] == 0) return error_at(line, "range() step must not be zero");
+    const __int128 span = v[2] > 0 ? static_cast<__int128>(v[1]) - v[0] : static_cast<__int128>(v[0]) - v[1];
+    const __int128 step = v[2] > 0 ? static_cast<__int128>(v[2]) : -static_cast<__int128>(v[2]);
+    const __int128 count = span <= 0 ? 0 : (span + step - 1) / step;
+    return Range{.start = v[0], .step = v[2], .count = static_cast<int64_t>(count)};
+  }
+
   Result<Value> global(const std::string& name, const Args& a, int line) {
     if (name == "namespace" || name == "dict") {
       Value ns = name == "namespace" ? Value::new_namespace() : Value::new_dict();
@@ -561,24 +810,15 @@ class Renderer {
       const Value* m = a.get(0, "message");
       return invalid_argument("chat template raised an exception: " + (m ? to_output(*m) : std::string()));
     }
-    if (name == "range") {
-      int64_t v[3] = {0, 0, 1};
-      for (size_t i = 0; i < a.pos.size(); ++i) {
-        if (a.pos[i].kind != Value::Kind::kInt) return error_at(line, "range() takes integers");
-      }
-      if (a.pos.size() == 1) {
-        v[1] = a.pos[0].i;
-      } else if (a.pos.size() == 2 || a.pos.size() == 3) {
-        v[0] = a.pos[0].i, v[1] = a.pos[1].i;
-        if (a.pos.size() == 3) v[2] = a.pos[2].i;
-      } else {
-        return error_at(line, "range() takes 1 to 3 arguments");
-      }
-      if (v[2] == 0) return error_at(line, "range() step must not be zero");
-      if ((v[1] - v[0]) / v[2] > 1000000) return error_at(line, "range() longer than 1000000 is refused");
-      Value l = Value::new_list();
-      for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) l.list->push_back(Value::integer(i));
-      return l;
+    if (name == "range") {  // as a list (a loop over range() walks it without one: loop_range)
+      GB_ASSIGN_OR_RETURN(Range r, range_args(a, line));
+      GB_RETURN_IF_ERROR(step(line, r.count));
+      if (!fits_built(r.count * kEntryBytes))
+        return build(line, r.count * kEntryBytes);  // the error, before allocating
+      List l;
+      l.reserve(static_cast<size_t>(r.count));
+      for (int64_t i = 0; i < r.count; ++i) l.push_back(r.at(i));
+      return Value::new_list(std::move(l));  // counted by account()
     }
     if (name == "strftime_now") {
       const Value* f = a.get(0, "format");
@@ -625,7 +865,7 @@ class Renderer {
         if (name == "rsplit" && maxsplit && maxsplit->kind == Value::Kind::kInt && maxsplit->i >= 0) {
           return error_at(line, "unsupported construct '.rsplit()' with maxsplit");
         }
-        return py_split(s, sep, maxsplit && maxsplit->kind == Value::Kind::kInt ? maxsplit->i : -1);
+        return split_bounded(s, sep, maxsplit && maxsplit->kind == Value::Kind::kInt ? maxsplit->i : -1, line);
       }
       if (name == "strip" || name == "lstrip" || name == "rstrip") {
         const Value* chars = a.get(0, "chars");
@@ -640,7 +880,10 @@ class Renderer {
         GB_ASSIGN_OR_RETURN(std::string old, str_arg(0, "to replace"));
         GB_ASSIGN_OR_RETURN(std::string rep, str_arg(1, "replacement"));
         const Value* count = a.get(2, "count");
-        return Value::string(py_replace(s, old, rep, count && count->kind == Value::Kind::kInt ? count->i : -1));
+        std::string r = py_replace(s, old, rep, count && count->kind == Value::Kind::kInt ? count->i : -1,
+                                   static_cast<size_t>(limits_.max_output_bytes));
+        GB_RETURN_IF_ERROR(string_fits(line, r.size()));
+        return Value::string(std::move(r));
       }
       if (name == "find" || name == "count" || name == "index") {
         GB_ASSIGN_OR_RETURN(std::string sub, str_arg(0, "to look for"));
@@ -661,7 +904,12 @@ class Renderer {
         if (a.pos.empty()) return error_at(line, ".join() needs an iterable");
         GB_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(a.pos[0], line));
         std::string out;
-        for (size_t i = 0; i < items.size(); ++i) out += (i ? s : "") + to_output(items[i]);
+        for (size_t i = 0; i < items.size(); ++i) {
+          if (i) out += s;
+          out += to_output(items[i]);
+          GB_RETURN_IF_ERROR(guard_status(line));
+          GB_RETURN_IF_ERROR(string_fits(line, out.size()));
+        }
         return Value::string(out);
       }
       if (name == "isdigit" || name == "isalpha" || name == "isspace") {
@@ -681,6 +929,9 @@ class Renderer {
         size_t start = 0;
         for (size_t p = 0; p < s.size(); ++p) {
           if (s[p] == '\n' || s[p] == '\r') {
+            GB_RETURN_IF_ERROR(step(line));
+            if (!fits_built(static_cast<int64_t>(l.list->size() + 1) * kEntryBytes))
+              return build(line, static_cast<int64_t>(l.list->size() + 1) * kEntryBytes);
             l.list->push_back(Value::string(s.substr(start, p - start)));
             if (s[p] == '\r' && p + 1 < s.size() && s[p + 1] == '\n') ++p;
             start = p + 1;
@@ -717,6 +968,8 @@ class Renderer {
     if (obj.kind == Value::Kind::kList) {
       if (name == "append") {
         if (a.pos.size() != 1) return error_at(line, ".append() takes one argument");
+        GB_RETURN_IF_ERROR(
+            build(line, kEntryBytes + (a.pos[0].is_string() ? static_cast<int64_t>(a.pos[0].s.size()) : 0)));
         obj.list->push_back(a.pos[0]);
         return Value::none();
       }
@@ -732,6 +985,7 @@ class Renderer {
       }
       if (name == "index" || name == "count") {
         if (a.pos.size() != 1) return error_at(line, "." + name + "() takes one argument");
+        GB_RETURN_IF_ERROR(step(line, static_cast<int64_t>(obj.list->size())));
         int64_t n = 0;
         for (size_t i = 0; i < obj.list->size(); ++i) {
           if (equal((*obj.list)[i], a.pos[0])) {
@@ -804,6 +1058,7 @@ class Renderer {
       return Value::boolean(container.s.find(item.s) != std::string::npos);
     }
     if (container.kind == Value::Kind::kList) {
+      GB_RETURN_IF_ERROR(step(line, static_cast<int64_t>(container.list->size())));
       for (const Value& x : *container.list) {
         if (equal(x, item)) return Value::boolean(true);
       }
@@ -831,14 +1086,27 @@ class Renderer {
       GB_ASSIGN_OR_RETURN(int c, compare(a, b, e.line));
       return Value::boolean(op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0);
     }
-    if (op == "~") return Value::string(to_output(a) + to_output(b));
+    if (op == "~") {
+      std::string x = a.is_string() ? a.s : to_output(a);
+      const std::string y = b.is_string() ? b.s : to_output(b);
+      GB_RETURN_IF_ERROR(guard_status(e.line));
+      GB_RETURN_IF_ERROR(string_fits(e.line, x.size() + y.size()));
+      x += y;
+      return Value::string(std::move(x));
+    }
     const auto type_error = [&]() {
       return error_at(e.line,
                       "unsupported operand types for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
     };
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+      if (a.is_string() && b.is_string()) {
+        GB_RETURN_IF_ERROR(string_fits(e.line, a.s.size() + b.s.size()));
+        return Value::string(a.s + b.s);
+      }
       if (a.kind == K::kList && b.kind == K::kList) {
+        const auto entries = static_cast<int64_t>(a.list->size() + b.list->size());
+        GB_RETURN_IF_ERROR(step(e.line, entries));
+        if (!fits_built(entries * kEntryBytes)) return build(e.line, entries * kEntryBytes);
         List l = *a.list;
         l.insert(l.end(), b.list->begin(), b.list->end());
         return Value::new_list(std::move(l));
@@ -847,8 +1115,9 @@ class Renderer {
     if (op == "*" && ((a.is_string() && b.kind == K::kInt) || (a.kind == K::kInt && b.is_string()))) {
       const std::string& s = a.is_string() ? a.s : b.s;
       const int64_t n = a.is_string() ? b.i : a.i;
-      if (n > 0 && static_cast<double>(n) * static_cast<double>(s.size()) > 1e8)
-        return error_at(e.line, "string repetition too long");
+      if (n > 0 &&
+          static_cast<double>(n) * static_cast<double>(s.size()) > static_cast<double>(limits_.max_output_bytes))
+        return string_fits(e.line, SIZE_MAX);
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += s;
       return Value::string(out);
@@ -897,7 +1166,10 @@ class Renderer {
         return error_at(line, "tojson(indent=...) takes an integer");
       auto text =
           to_json_text(v, indent && indent->kind == K::kInt ? static_cast<int>(indent->i) : -1, sort && truthy(*sort));
-      if (!text.ok()) return error_at(line, text.status().message());
+      if (!text.ok()) {
+        GB_RETURN_IF_ERROR(guard_status(line));
+        return error_at(line, text.status().message());
+      }
       return Value::string(*text);
     }
     if (name == "trim") {
@@ -1003,8 +1275,10 @@ class Renderer {
       if (a.pos.size() < 2 || !a.pos[0].is_string() || !a.pos[1].is_string())
         return error_at(line, "replace needs two strings");
       const Value* count = a.get(2, "count");
-      return Value::string(
-          py_replace(to_output(v), a.pos[0].s, a.pos[1].s, count && count->kind == K::kInt ? count->i : -1));
+      std::string r = py_replace(to_output(v), a.pos[0].s, a.pos[1].s, count && count->kind == K::kInt ? count->i : -1,
+                                 static_cast<size_t>(limits_.max_output_bytes));
+      GB_RETURN_IF_ERROR(string_fits(line, r.size()));
+      return Value::string(std::move(r));
     }
     if (name == "indent") {
       const Value* width = a.get(0, "width");
@@ -1014,6 +1288,8 @@ class Renderer {
           width && width->is_string()
               ? width->s
               : std::string(width && width->kind == K::kInt ? static_cast<size_t>(width->i) : 4, ' ');
+      if (width && width->kind == K::kInt && (width->i < 0 || width->i > limits_.max_output_bytes))
+        return string_fits(line, SIZE_MAX);
       const std::string s = to_output(v);
       std::string out;
       size_t start = 0;
@@ -1023,6 +1299,7 @@ class Renderer {
         const std::string ln = s.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
         const bool add = (first_line ? (first && truthy(*first)) : true) && (!ln.empty() || (blank && truthy(*blank)));
         out += (add ? pad : "") + ln;
+        GB_RETURN_IF_ERROR(string_fits(line, out.size()));
         if (nl == std::string::npos) break;
         out += '\n';
         start = nl + 1;
@@ -1030,8 +1307,10 @@ class Renderer {
       }
       return Value::string(out);
     }
-    if (name == "wordcount")
-      return Value::integer(static_cast<int64_t>(py_split(to_output(v), nullptr, -1).list->size()));
+    if (name == "wordcount") {
+      GB_ASSIGN_OR_RETURN(Value words, split_bounded(to_output(v), nullptr, -1, line));
+      return Value::integer(static_cast<int64_t>(words.list->size()));
+    }
     // Filters over sequences.
     GB_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v, line));
     if (name == "list") return Value::new_list(std::move(items));
@@ -1058,6 +1337,8 @@ class Renderer {
           GB_ASSIGN_OR_RETURN(x, index(x, *attr, line));
         }
         out += (i && sep ? to_output(*sep) : "") + to_output(x);
+        GB_RETURN_IF_ERROR(guard_status(line));
+        GB_RETURN_IF_ERROR(string_fits(line, out.size()));
       }
       return Value::string(out);
     }
@@ -1095,6 +1376,7 @@ class Renderer {
       if (name == "unique") {
         std::vector<Value> out;
         for (const Value& x : items) {
+          GB_RETURN_IF_ERROR(step(line, static_cast<int64_t>(out.size())));
           if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(key(x), key(y)); }))
             out.push_back(x);
         }
@@ -1164,6 +1446,12 @@ class Renderer {
     return error_at(line, "internal: filter '" + name + "' has no implementation");
   }
 
+  const RenderLimits& limits_;
+  ValueGuard guard_;
+  ValueGuard::Scope guard_scope_;  // installs guard_ for this thread while the render runs
+  int64_t steps_ = 0, next_poll_ = RenderLimits::kPollSteps;
+  int64_t built_ = 0;
+  int depth_ = 0;
   std::vector<Scope> scopes_;
   std::vector<size_t> frames_;  // the first scope of each macro call (0: the template)
   Control control_ = Control::kNone;
@@ -1173,8 +1461,8 @@ class Renderer {
 
 }  // namespace
 
-Result<std::string> Template::render(const Value& context) const {
-  Renderer r(context);
+Result<std::string> Template::render(const Value& context, const RenderLimits& limits) const {
+  Renderer r(context, limits);
   std::string out;
   GB_RETURN_IF_ERROR(r.render(*body_, out));
   return out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "genbridge/core/status.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/jinja/value.h"
 
 namespace genbridge::text::jinja {
@@ -46,6 +47,7 @@ struct Expr {
                               // (absent parts null)
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall/kFilter/kTest keyword arguments
   bool negated = false;                                 // kTest: "is not"
+  int height = 1;                                       // levels of this tree (bounded at parse)
 };
 
 struct Node {
@@ -70,10 +72,10 @@ struct Macro {
 class Template {
  public:
   // Parses `source` with transformers' environment. InvalidArgument "chat template line 3: ..." for a
-  // syntax error or a construct outside the subset.
+  // syntax error, a construct outside the subset or nesting deeper than kMaxTemplateNesting.
   static Result<Template> parse(std::string_view source);
-  // Renders with `context` (a dict) as the global variables.
-  Result<std::string> render(const Value& context) const;
+  // Renders with `context` (a dict) as the global variables, within `limits` (chat_template.h).
+  Result<std::string> render(const Value& context, const RenderLimits& limits) const;
 
  private:
   std::shared_ptr<Body> body_;

@@ -4,24 +4,97 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <variant>
 
 #include "runtime/text/utf8.h"
 
 namespace genbridge::text::jinja {
 
+namespace {
+
+// Lists and dicts are freed one at a time from a per-thread queue, never by recursion: a list nested a
+// million deep (a template can build one) would otherwise overflow the stack when its last owner lets go.
+thread_local std::vector<std::variant<List*, Dict*>> tl_to_free;
+thread_local bool tl_freeing = false;
+
+template <class T>
+struct DeferredDelete {
+  void operator()(T* p) const {
+    tl_to_free.emplace_back(p);
+    if (tl_freeing) return;  // the loop below, further up this thread's stack, frees it
+    tl_freeing = true;
+    while (!tl_to_free.empty()) {
+      const std::variant<List*, Dict*> next = tl_to_free.back();
+      tl_to_free.pop_back();
+      std::visit([](auto* q) { delete q; }, next);
+    }
+    tl_freeing = false;
+  }
+};
+
+thread_local ValueGuard* tl_guard = nullptr;
+
+// Records the first limit a conversion passes; true when converting must stop.
+bool guard_depth(int depth) {
+  ValueGuard* g = tl_guard;
+  if (!g) return false;
+  if (g->tripped()) return true;
+  if (depth <= g->max_depth) return false;
+  g->status = resource_exhausted("a value nests deeper than " + std::to_string(g->max_depth) +
+                                 " levels of lists and dicts (max_value_depth)");
+  return true;
+}
+bool guard_bytes(size_t n) {
+  ValueGuard* g = tl_guard;
+  if (!g) return false;
+  if (g->tripped()) return true;
+  if (n <= g->max_bytes) return false;
+  g->status = resource_exhausted("a string would exceed " + std::to_string(g->max_bytes) + " bytes (max_output_bytes)");
+  return true;
+}
+
+// Remembers a container made under the guard; expired entries are dropped whenever the list doubles.
+template <class T>
+void remember(std::vector<std::weak_ptr<T>>& made, const std::shared_ptr<T>& p) {
+  if (made.size() == made.capacity() && made.size() >= 64) {
+    std::erase_if(made, [](const std::weak_ptr<T>& w) { return w.expired(); });
+  }
+  made.push_back(p);
+}
+
+}  // namespace
+
+void ValueGuard::empty_survivors() {
+  for (const std::weak_ptr<List>& w : made_lists) {
+    if (const std::shared_ptr<List> l = w.lock()) List().swap(*l);
+  }
+  for (const std::weak_ptr<Dict>& w : made_dicts) {
+    if (const std::shared_ptr<Dict> d = w.lock()) decltype(d->items)().swap(d->items);
+  }
+  made_lists.clear();
+  made_dicts.clear();
+}
+
+ValueGuard* ValueGuard::current() { return tl_guard; }
+ValueGuard::Scope::Scope(ValueGuard* g) : prev_(tl_guard) { tl_guard = g; }
+ValueGuard::Scope::~Scope() { tl_guard = prev_; }
+
 Value Value::new_list(List items) {
   Value x = with_kind(Kind::kList);
-  x.list = std::make_shared<List>(std::move(items));
+  x.list = std::shared_ptr<List>(new List(std::move(items)), DeferredDelete<List>{});
+  if (tl_guard) remember(tl_guard->made_lists, x.list);
   return x;
 }
 Value Value::new_dict() {
   Value x = with_kind(Kind::kDict);
-  x.dict = std::make_shared<Dict>();
+  x.dict = std::shared_ptr<Dict>(new Dict(), DeferredDelete<Dict>{});
+  if (tl_guard) remember(tl_guard->made_dicts, x.dict);
   return x;
 }
 Value Value::new_namespace() {
   Value x = with_kind(Kind::kNamespace);
-  x.dict = std::make_shared<Dict>();
+  x.dict = std::shared_ptr<Dict>(new Dict(), DeferredDelete<Dict>{});
+  if (tl_guard) remember(tl_guard->made_dicts, x.dict);
   return x;
 }
 
@@ -66,7 +139,9 @@ bool truthy(const Value& v) {
   return false;
 }
 
-bool equal(const Value& a, const Value& b) {
+namespace {
+
+bool equal_at(const Value& a, const Value& b, int depth) {
   if (a.is_number() && b.is_number()) {
     if (a.kind != Value::Kind::kFloat && b.kind != Value::Kind::kFloat) {
       const int64_t x = a.kind == Value::Kind::kBool ? a.b : a.i, y = b.kind == Value::Kind::kBool ? b.b : b.i;
@@ -83,21 +158,27 @@ bool equal(const Value& a, const Value& b) {
       return a.s == b.s;
     case Value::Kind::kList:
       if (a.list->size() != b.list->size()) return false;
+      if (guard_depth(depth + 1)) return false;
       for (size_t i = 0; i < a.list->size(); ++i) {
-        if (!equal((*a.list)[i], (*b.list)[i])) return false;
+        if (!equal_at((*a.list)[i], (*b.list)[i], depth + 1)) return false;
       }
       return true;
     case Value::Kind::kDict:
       if (a.dict->items.size() != b.dict->items.size()) return false;
+      if (guard_depth(depth + 1)) return false;
       for (const auto& [k, v] : a.dict->items) {
         const Value* o = b.dict->find(k);
-        if (!o || !equal(v, *o)) return false;
+        if (!o || !equal_at(v, *o, depth + 1)) return false;
       }
       return true;
     default:
       return a.dict == b.dict && a.macro == b.macro;
   }
 }
+
+}  // namespace
+
+bool equal(const Value& a, const Value& b) { return equal_at(a, b, 0); }
 
 const char* type_name(const Value& v) {
   switch (v.kind) {
@@ -224,8 +305,14 @@ void json_string(std::string& out, const std::string& s) {
 
 Status json_value(std::string& out, const Value& v, int indent, bool sort_keys, int depth) {
   const auto newline = [&](int d) {
-    if (indent >= 0) out += "\n" + std::string(static_cast<size_t>(indent * d), ' ');
+    if (indent < 0) return;
+    const size_t pad = static_cast<size_t>(indent) * static_cast<size_t>(d);
+    if (guard_bytes(out.size() + 1 + pad)) return;
+    out += '\n';
+    out.append(pad, ' ');
   };
+  if (guard_bytes(out.size())) return tl_guard->status;
+  if ((v.kind == Value::Kind::kList || v.is_mapping()) && guard_depth(depth + 1)) return tl_guard->status;
   const char* sep = indent >= 0 ? "," : ", ";
   switch (v.kind) {
     case Value::Kind::kNone:
@@ -256,6 +343,7 @@ Status json_value(std::string& out, const Value& v, int indent, bool sort_keys, 
         if (i) out += sep;
         newline(depth + 1);
         GB_RETURN_IF_ERROR(json_value(out, (*v.list)[i], indent, sort_keys, depth + 1));
+        if (tl_guard && tl_guard->tripped()) return tl_guard->status;
       }
       newline(depth);
       out += ']';
@@ -273,6 +361,7 @@ Status json_value(std::string& out, const Value& v, int indent, bool sort_keys, 
         json_string(out, items[i]->first);
         out += ": ";
         GB_RETURN_IF_ERROR(json_value(out, items[i]->second, indent, sort_keys, depth + 1));
+        if (tl_guard && tl_guard->tripped()) return tl_guard->status;
       }
       newline(depth);
       out += '}';
@@ -285,25 +374,46 @@ Status json_value(std::string& out, const Value& v, int indent, bool sort_keys, 
 
 }  // namespace
 
-std::string repr(const Value& v) {
+namespace {
+
+void repr_into(std::string& out, const Value& v, int depth) {
+  if (guard_bytes(out.size())) return;
   switch (v.kind) {
     case Value::Kind::kString:
-      return repr_string(v.s);
-    case Value::Kind::kList: {
-      std::string out = "[";
-      for (size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + repr((*v.list)[i]);
-      return out + "]";
-    }
-    case Value::Kind::kDict: {
-      std::string out = "{";
-      for (size_t i = 0; i < v.dict->items.size(); ++i) {
-        out += (i ? ", " : "") + repr_string(v.dict->items[i].first) + ": " + repr(v.dict->items[i].second);
+      out += repr_string(v.s);
+      return;
+    case Value::Kind::kList:
+      if (guard_depth(depth + 1)) return;
+      out += '[';
+      for (size_t i = 0; i < v.list->size(); ++i) {
+        if (i) out += ", ";
+        repr_into(out, (*v.list)[i], depth + 1);
+        if (guard_bytes(out.size())) return;
       }
-      return out + "}";
-    }
+      out += ']';
+      return;
+    case Value::Kind::kDict:
+      if (guard_depth(depth + 1)) return;
+      out += '{';
+      for (size_t i = 0; i < v.dict->items.size(); ++i) {
+        if (i) out += ", ";
+        out += repr_string(v.dict->items[i].first) + ": ";
+        repr_into(out, v.dict->items[i].second, depth + 1);
+        if (guard_bytes(out.size())) return;
+      }
+      out += '}';
+      return;
     default:
-      return to_output(v);
+      out += to_output(v);
   }
+}
+
+}  // namespace
+
+std::string repr(const Value& v) {
+  std::string out;
+  repr_into(out, v, 0);
+  return out;
 }
 
 std::string to_output(const Value& v) {
@@ -337,7 +447,9 @@ Result<std::string> to_json_text(const Value& v, int indent, bool sort_keys) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+Value from_json_at(const nlohmann::ordered_json& j) {
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();
@@ -352,17 +464,57 @@ Value from_json(const nlohmann::ordered_json& j) {
       return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Value l = Value::new_list();
-      for (const auto& e : j) l.list->push_back(from_json(e));
+      for (const auto& e : j) l.list->push_back(from_json_at(e));
       return l;
     }
     case nlohmann::ordered_json::value_t::object: {
       Value d = Value::new_dict();
-      for (const auto& [k, e] : j.items()) d.dict->items.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) d.dict->items.emplace_back(k, from_json_at(e));
       return d;
     }
     default:
       return Value();
   }
+}
+
+}  // namespace
+
+bool json_deeper_than(const nlohmann::ordered_json& j, int max_depth) {
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> stack{{&j, 0}};
+  while (!stack.empty()) {
+    const auto [x, d] = stack.back();
+    stack.pop_back();
+    if (!x->is_structured()) continue;
+    if (d + 1 > max_depth) return true;
+    for (const auto& e : *x) stack.emplace_back(&e, d + 1);
+  }
+  return false;
+}
+
+Result<Value> from_json(const nlohmann::ordered_json& j, int max_depth) {
+  if (json_deeper_than(j, max_depth)) {
+    std::string where = "$";
+    if (j.is_object()) {
+      for (const auto& [k, e] : j.items()) {
+        if (json_deeper_than(e, max_depth - 1)) {
+          where += "." + k;
+          break;
+        }
+      }
+    }
+    return invalid_argument("chat template: the value at " + where + " nests deeper than " + std::to_string(max_depth) +
+                            " levels of lists and dicts (max_value_depth)");
+  }
+  return from_json_at(j);
+}
+
+size_t count_code_points(std::string_view s) {
+  size_t n = 0;
+  for (size_t pos = 0; pos < s.size(); ++n) {
+    const Utf8Step st = utf8_step(s, pos);
+    pos += st.length == 0 ? 1 : st.length;
+  }
+  return n;
 }
 
 std::vector<std::string_view> code_points(std::string_view s) {

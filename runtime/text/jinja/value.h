@@ -3,6 +3,7 @@
 // str, list, dict with insertion order, namespace, macro). Lists, dicts and namespaces are shared by
 // reference, as in Python.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -79,6 +80,33 @@ struct Dict {
   void set(std::string key, Value v);
 };
 
+// Bounds for the recursive conversions and comparisons below while a render runs (docs/text.md "Limits"): a
+// value nested deeper than max_depth, or text longer than max_bytes, stops the conversion (its result is then
+// partial) and records the first such error in `status`, which the renderer reports after the expression.
+// Installed for the current thread by ValueGuard::Scope; without one nothing is bounded.
+struct ValueGuard {
+  int max_depth = 256;
+  size_t max_bytes = SIZE_MAX;
+  Status status;
+  bool tripped() const { return !status.ok(); }
+  // The lists and dicts made while this guard is installed; empty_survivors() empties those still alive.
+  std::vector<std::weak_ptr<List>> made_lists;
+  std::vector<std::weak_ptr<Dict>> made_dicts;
+  void empty_survivors();
+  // The guard of the current thread, or nullptr.
+  static ValueGuard* current();
+  class Scope {
+   public:
+    explicit Scope(ValueGuard* g);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    ValueGuard* prev_;
+  };
+};
+
 // Python's truthiness.
 bool truthy(const Value& v);
 // Python's ==.
@@ -98,10 +126,14 @@ std::string float_repr(double v);
 // ", " and ": " without indent, "," and ": " with it. InvalidArgument for undefined values and macros.
 Result<std::string> to_json_text(const Value& v, int indent, bool sort_keys);
 
-// A JSON document as values (objects keep their key order).
-Value from_json(const nlohmann::ordered_json& j);
+// A JSON document as values (objects keep their key order). InvalidArgument when arrays and objects nest
+// deeper than `max_depth`, naming the limit and the top-level key it is under.
+Result<Value> from_json(const nlohmann::ordered_json& j, int max_depth);
+// Whether `j`'s arrays and objects nest deeper than `max_depth` (an iterative walk: safe on any depth).
+bool json_deeper_than(const nlohmann::ordered_json& j, int max_depth);
 
 // Python string helpers on UTF-8: code points, not bytes, are the unit of len() and indexing.
 std::vector<std::string_view> code_points(std::string_view s);
+size_t count_code_points(std::string_view s);
 
 }  // namespace genbridge::text::jinja
