@@ -103,6 +103,7 @@ std::span<const ActivationFault> ForwardBatch::faults() const {
 }
 
 void ForwardBatch::set_choice_sink(const ChoiceSink* sink) {
+  if (!b_) return;  // not planned yet (make_batch): nothing to record into
   b_->choice_sink = sink;
   if (!sink) return;
   const auto n = static_cast<size_t>(num_layers_ * max_tokens_ * b_->topk);

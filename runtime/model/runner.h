@@ -86,7 +86,7 @@ class ForwardBatch {
   std::span<const ActivationFault> faults() const;
   // Hands every following forward's choices to `sink` (not owned; must outlive its use) once the forward
   // finished (in ModelRunner::logits); nullptr (the default) records nothing and costs nothing. Allocates
-  // the per-layer record once, here.
+  // the per-layer record once, here. A batch that make_batch did not plan ignores it.
   void set_choice_sink(const ChoiceSink* sink);
 
  private:
