@@ -142,6 +142,29 @@ TEST(NonFiniteLogits, saturating_embedding_ends_the_request_naming_the_embedding
                          "return 0");
 }
 
+// The boundary: tiny's hidden size is 128 and its embeddings are small, so one element x decides whether the
+// row's fp32 sum of squares overflows: x = 1.7e19 (x^2 = 2.9e38) leaves the norm working and the request
+// finishes; x = 1.9e19 (3.6e38) ends it at step 0 naming the embedding.
+TEST(NonFiniteLogits, saturation_is_the_fp32_sum_of_squares_overflowing) {
+  const int64_t hidden = checkpoint("tiny").config().hidden_size, vocab = checkpoint("tiny").config().vocab_size;
+  Request q = request_of(0, 3, 4, vocab);
+  q.prompt = {7, 7, 7};
+  const auto below = poisoned("model.embed_tokens.weight", 7 * hidden + 3, 1.7e19f);
+  const auto ok = run_engine_on(*below->ck, {}, {q});
+  EXPECT_EQ(ok[0].reason, FinishReason::kLength) << ok[0].message;
+  const auto above = poisoned("model.embed_tokens.weight", 7 * hidden + 3, 1.9e19f);
+  RunTrace trace;
+  const auto bad = run_engine_on(*above->ck, {}, {q}, &trace);
+  ASSERT_TRUE(trace.status.ok()) << trace.status.to_string();
+  EXPECT_EQ(bad[0].reason, FinishReason::kError);
+  EXPECT_EQ(bad[0].message.rfind(message_prefix(0, 0) +
+                                     "the hidden state of position 0 after the embedding overflows fp32 in the next "
+                                     "RMSNorm (its sum of squares exceeds 3.4e+38; largest element 1.9",
+                                 0),
+            0u)
+      << bad[0].message;
+}
+
 // tiny-dsv3: layer 0 is dense, layer 1 MoE with one ungated shared expert that every token passes. One
 // 1e30 weight in it makes every token's layer-1 output overflow (finite, far beyond what the next norm's
 // fp32 sum of squares holds): every request ends at step 0 naming position 0 and layer 1's MoE block.
