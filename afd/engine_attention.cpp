@@ -49,7 +49,9 @@ Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logi
       planned_tokens_[s] = std::max(planned_tokens_[s], t);
       planned_seqs_[s] = std::max(planned_seqs_[s], n);
       batches_[s] = runner_.make_batch(planned_tokens_[s], planned_seqs_[s]);
+      if (choice_sink_) batches_[s].set_choice_sink(&stage_sinks_[s]);
     }
+    if (choice_sink_) stage_seq_begin_[s] = seq_begin[s];
     const model::ForwardInput sub{in.tokens.subspan(tok_begin[s], t), in.seq_ids.subspan(seq_begin[s], n),
                                   in.q_lens.subspan(seq_begin[s], n)};
     GB_RETURN_IF_ERROR(runner_.begin(batches_[s], sub));
@@ -80,12 +82,32 @@ Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logi
   ++step_;
   GB_RETURN_IF_ERROR(attention_.step(step_, stage_tokens, step_ <= warmup_steps_, fns, phase));
   last_step_ns_ = now_ns();
+  faults_.clear();
   for (int s = 0; s < S; ++s) {
     const int64_t n = seq_end[s] - seq_begin[s];
     if (n == 0) continue;
     GB_RETURN_IF_ERROR(runner_.logits(batches_[s], logits.subspan(seq_begin[s] * vocab, n * vocab)));
+    const std::span<const model::ActivationFault> f = batches_[s].faults();
+    faults_.insert(faults_.end(), f.begin(), f.end());
   }
   return ok_status();
+}
+
+void AfdExecutor::set_choice_sink(const model::ChoiceSink* sink) {
+  choice_sink_ = sink;
+  const size_t S = batches_.size();
+  stage_seq_begin_.assign(S, 0);
+  stage_sinks_.clear();
+  for (size_t s = 0; s < S; ++s) {
+    stage_sinks_.push_back([this, s](const model::TokenChoices& c) {
+      model::TokenChoices shifted = c;
+      shifted.seq_index += stage_seq_begin_[s];
+      (*choice_sink_)(shifted);
+    });
+  }
+  for (size_t s = 0; s < S; ++s) {
+    if (planned_tokens_[s] > 0) batches_[s].set_choice_sink(sink ? &stage_sinks_[s] : nullptr);
+  }
 }
 
 Status AfdExecutor::empty_step() {

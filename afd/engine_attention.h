@@ -24,6 +24,8 @@ class AfdExecutor final : public engine::ForwardExecutor {
               int warmup_steps = 0);
   const model::ModelConfig& config() const override { return runner_.config(); }
   Status forward(const model::ForwardInput& input, std::span<float> logits) override;
+  std::span<const model::ActivationFault> faults() const override { return faults_; }
+  void set_choice_sink(const model::ChoiceSink* sink) override;
   // After the engine finished: keeps sending empty steps while another lockstep rank has work, then tells
   // the FFN ranks this rank is done.
   Status finish();
@@ -44,6 +46,12 @@ class AfdExecutor final : public engine::ForwardExecutor {
   AttentionRunner& attention_;
   StepAgreement* agreement_;
   std::vector<model::ForwardBatch> batches_;
+  std::vector<model::ActivationFault> faults_;  // the last forward's, per input sequence
+  // set_choice_sink: each stage's batch tells stage_sinks_[s], which shifts seq_index by the stage's first
+  // sequence (stage_seq_begin_[s]) and tells choice_sink_.
+  const model::ChoiceSink* choice_sink_ = nullptr;
+  std::vector<model::ChoiceSink> stage_sinks_;
+  std::vector<int64_t> stage_seq_begin_;
   std::vector<int64_t> planned_tokens_, planned_seqs_;
   int64_t step_ = 0;
   int64_t last_step_ns_ = 0;

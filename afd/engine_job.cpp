@@ -99,6 +99,7 @@ std::vector<FingerprintItem> job_fingerprint(const model::Checkpoint& checkpoint
   items.push_back({"engine max_batch", std::to_string(eopt.max_batch)});
   items.push_back({"engine max_prefill_tokens", std::to_string(eopt.max_prefill_tokens)});
   items.push_back({"engine record_logits", eopt.record_logits ? "true" : "false"});
+  items.push_back({"engine record_choices", eopt.record_choices ? "true" : "false"});
   items.push_back({"KV pages per attention rank", std::to_string(pool_pages)});
   items.push_back({"KV cache format", std::string(ops::kv_cache_format_name(dev.kv_format()))});
   items.push_back({"weight quantization",
@@ -177,6 +178,10 @@ std::string serialize_rank(const std::vector<size_t>& indices, const std::vector
     w.put_vec(r.tokens);
     w.put_vec(std::vector<char>(r.message.begin(), r.message.end()));
     w.put_vec(r.logits);
+    w.put_vec(r.choices.records);
+    w.put_vec(r.choices.expert_ids);
+    w.put_vec(r.choices.expert_weights);
+    w.put_vec(r.choices.index_positions);
   }
   w.put(m.prefill_tokens);
   w.put(m.decode_tokens);
@@ -211,6 +216,10 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
     GB_RETURN_IF_ERROR(rd.get_vec(&r.tokens));
     GB_RETURN_IF_ERROR(rd.get_vec(&msg));
     GB_RETURN_IF_ERROR(rd.get_vec(&r.logits));
+    GB_RETURN_IF_ERROR(rd.get_vec(&r.choices.records));
+    GB_RETURN_IF_ERROR(rd.get_vec(&r.choices.expert_ids));
+    GB_RETURN_IF_ERROR(rd.get_vec(&r.choices.expert_weights));
+    GB_RETURN_IF_ERROR(rd.get_vec(&r.choices.index_positions));
     r.reason = static_cast<engine::FinishReason>(reason);
     r.message.assign(msg.begin(), msg.end());
     (*filled)[index] = true;

@@ -163,6 +163,8 @@ class PublishingExecutor final : public engine::ForwardExecutor {
     publisher_.attention(inner_.steps());
     return s;
   }
+  std::span<const model::ActivationFault> faults() const override { return inner_.faults(); }
+  void set_choice_sink(const model::ChoiceSink* sink) override { inner_.set_choice_sink(sink); }
 
  private:
   AfdExecutor& inner_;

@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <optional>
 
-#include "genbridge/core/cpu_target.h"
 #include "afd/engine_job.h"
 #include "afd/job.h"
+#include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
 #include "runtime/engine/engine.h"
 #include "runtime/model/checkpoint.h"
@@ -48,7 +48,9 @@ Result<RunOutput> run_monolithic(const RunOptions& o, const model::Checkpoint& c
   engine::LocalExecutor executor(*runner);
   std::optional<engine::StepTrace> trace;  // --trace: every phase of every forward
   if (!o.trace.empty()) executor.set_trace(&trace.emplace());
-  engine::Engine eng(executor, pool, {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()});
+  engine::Engine eng(
+      executor, pool,
+      {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty(), .record_choices = !o.dump_choices.empty()});
   for (auto& r : reqs) GB_RETURN_IF_ERROR(eng.submit(std::move(r)));
   ProgressPrinter progress(o.quiet);
   const Status s = eng.run_to_completion([&](const engine::Progress& p) { progress.update(p); });
@@ -137,7 +139,9 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
   } else {
     if (log_now) fmt::print(stderr, "{}\n", afd_line);
     afd::EngineJobOptions jo{.afd = *afd_cfg,
-                             .engine = {.max_batch = o.max_batch, .record_logits = !o.dump_logits.empty()},
+                             .engine = {.max_batch = o.max_batch,
+                                        .record_logits = !o.dump_logits.empty(),
+                                        .record_choices = !o.dump_choices.empty()},
                              .warmup_steps = o.afd_warmup_steps,
                              .trace_path = o.trace,
                              .quantized = quantized->get()};
@@ -159,6 +163,9 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
   // Output files first: a failed write must not follow printed results.
   if (!o.dump_logits.empty()) {
     if (Status s = dump_logits(o.dump_logits, out.results, mc.vocab_size); !s.ok()) return fail(s);
+  }
+  if (!o.dump_choices.empty()) {
+    if (Status s = dump_choices(o.dump_choices, out.results); !s.ok()) return fail(s);
   }
   if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
   if (mpi && !o.quiet) {

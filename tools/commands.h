@@ -49,6 +49,7 @@ struct RunOptions {
   std::string soc;
   int threads = 0;
   std::string dump_logits;
+  std::string dump_choices;  // JSON lines of routing and indexer choices
   bool quiet = false;
   bool no_mmap = false;        // read the checkpoint into memory instead of mapping it
   bool check_weights = false;  // scan every weight for NaN / Inf at load

@@ -134,6 +134,11 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                   "by request in request order, one row per generated token. Checked before decoding; written\n"
                   "through a temporary file renamed on success (a character device or FIFO is written directly)",
                   "none");
+  add_string_flag(run, "--dump-choices", &ro.dump_choices,
+                  "Write what the forward pass chose to FILE as JSON lines (docs/deepseek.md, \"Dumping the\n"
+                  "choices\"): per request, step, position and MoE or DSA layer, the routed expert ids and weights\n"
+                  "and the indexer's top-k positions. Checked and written like --dump-logits",
+                  "none");
   add_load_flags(run, ro);
   add_string_flag(run, "--afd", &ro.afd,
                   "Attention-FFN disaggregation topology <A>A<F>F, e.g. 2A1F (2 attention ranks, 1 FFN rank);\n"

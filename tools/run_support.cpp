@@ -1,4 +1,3 @@
-#include "genbridge/core/cpu_target.h"
 #include "tools/run_support.h"
 
 #include <fmt/format.h>
@@ -7,10 +6,14 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <type_traits>
 
+#include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
 #include "runtime/engine/npy.h"
 #include "runtime/engine/sampler.h"
@@ -136,11 +139,19 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
   if (writes_outputs(mode)) {
     if (!o.dump_logits.empty()) GB_RETURN_IF_ERROR(engine::check_output_path("--dump-logits", o.dump_logits));
     if (!o.trace.empty()) GB_RETURN_IF_ERROR(engine::check_output_path("--trace", o.trace));
-    if (!o.dump_logits.empty() && !o.trace.empty() &&
-        std::filesystem::absolute(o.dump_logits).lexically_normal() ==
-            std::filesystem::absolute(o.trace).lexically_normal()) {
-      return invalid_argument(
-          fmt::format("--trace {} and --dump-logits {} name the same file", o.trace, o.dump_logits));
+    if (!o.dump_choices.empty()) GB_RETURN_IF_ERROR(engine::check_output_path("--dump-choices", o.dump_choices));
+    // Every pair of output files must differ (in the order the flags are listed here).
+    const std::pair<const char*, const std::string*> outputs[] = {
+        {"--trace", &o.trace}, {"--dump-logits", &o.dump_logits}, {"--dump-choices", &o.dump_choices}};
+    for (size_t i = 0; i < std::size(outputs); ++i) {
+      for (size_t j = i + 1; j < std::size(outputs); ++j) {
+        const std::string &a = *outputs[i].second, &b = *outputs[j].second;
+        if (!a.empty() && !b.empty() &&
+            std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal()) {
+          return invalid_argument(
+              fmt::format("{} {} and {} {} name the same file", outputs[i].first, a, outputs[j].first, b));
+        }
+      }
     }
   }
   return ok_status();
@@ -455,6 +466,44 @@ void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator
   fmt::print("{:<34} {} prefill + {} decode\n", "tokens", m.prefill_tokens, m.decode_tokens);
   fmt::print("{:<34} {} finished, {} refused, {} failed\n", "requests",
              num_requests - m.requests_refused - m.requests_failed, m.requests_refused, m.requests_failed);
+}
+
+Status dump_choices(const std::string& path, const std::vector<engine::RequestResult>& results) {
+  std::string out;
+  int64_t lines = 0;
+  auto list = [&out](const char* key, auto values) {
+    out += fmt::format(R"(,"{}":[)", key);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (i > 0) out += ',';
+      if constexpr (std::is_floating_point_v<typename decltype(values)::value_type>) {
+        out += std::isfinite(values[i]) ? fmt::format("{}", values[i]) : std::string("null");  // JSON has no inf
+      } else {
+        out += fmt::format("{}", values[i]);
+      }
+    }
+    out += ']';
+  };
+  for (const engine::RequestResult& r : results) {
+    const engine::RequestChoices& c = r.choices;
+    size_t e = 0, x = 0;
+    for (const engine::ChoiceRecord& rec : c.records) {
+      out +=
+          fmt::format(R"({{"request":{},"step":{},"position":{},"layer":{})", r.id, rec.step, rec.position, rec.layer);
+      if (rec.num_experts > 0) {
+        list("experts", std::span(c.expert_ids).subspan(e, rec.num_experts));
+        list("weights", std::span(c.expert_weights).subspan(e, rec.num_experts));
+      }
+      if (rec.num_index > 0) list("index_topk", std::span(c.index_positions).subspan(x, rec.num_index));
+      out += "}\n";
+      e += rec.num_experts;
+      x += rec.num_index;
+      ++lines;
+    }
+  }
+  const std::span<const std::byte> part(reinterpret_cast<const std::byte*>(out.data()), out.size());
+  GB_RETURN_IF_ERROR(engine::write_output_file("--dump-choices", path, {&part, 1}));
+  fmt::print(stderr, "wrote {} choice lines to {}\n", lines, path);
+  return ok_status();
 }
 
 Status dump_logits(const std::string& path, const std::vector<engine::RequestResult>& results, int64_t vocab) {

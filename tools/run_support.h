@@ -87,6 +87,8 @@ void print_results(const std::vector<engine::RequestResult>& results, const text
 // `num_ranks`: devices the throughput is divided by (AFD counts every rank).
 void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator& dev, const model::ModelConfig& cfg,
                    int64_t num_requests, int num_ranks);
+// Writes --dump-choices: JSON lines, grouped by request in request order (docs/deepseek.md).
+Status dump_choices(const std::string& path, const std::vector<engine::RequestResult>& results);
 // Writes --dump-logits (rows grouped by request, in request order).
 Status dump_logits(const std::string& path, const std::vector<engine::RequestResult>& results, int64_t vocab);
 

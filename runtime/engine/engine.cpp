@@ -1,12 +1,12 @@
 #include "runtime/engine/engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
-
-#include <fmt/format.h>
 
 namespace genbridge::engine {
 namespace {
@@ -64,9 +64,26 @@ Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const Engin
   logits_.resize(static_cast<size_t>(options_.max_batch * vocab));
   scratch_.resize(static_cast<size_t>(vocab));
   metrics_.kv_bytes_per_token = pool_.geometry().bytes_per_token();
+  if (options_.record_choices) {
+    choice_sink_ = [this](const model::TokenChoices& c) {
+      RequestResult& r = current_[static_cast<size_t>(c.seq_index)]->result;
+      RequestChoices& rc = r.choices;
+      rc.records.push_back({.step = static_cast<int32_t>(r.tokens.size()),
+                            .position = static_cast<int32_t>(c.position),
+                            .layer = static_cast<int32_t>(c.layer),
+                            .num_experts = static_cast<int32_t>(c.expert_ids.size()),
+                            .num_index = static_cast<int32_t>(c.index_positions.size())});
+      rc.expert_ids.insert(rc.expert_ids.end(), c.expert_ids.begin(), c.expert_ids.end());
+      rc.expert_weights.insert(rc.expert_weights.end(), c.expert_weights.begin(), c.expert_weights.end());
+      rc.index_positions.insert(rc.index_positions.end(), c.index_positions.begin(), c.index_positions.end());
+    };
+    executor_.set_choice_sink(&choice_sink_);
+  }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (options_.record_choices) executor_.set_choice_sink(nullptr);
+}
 
 Status Engine::submit(Request r) {
   const int64_t vocab = executor_.config().vocab_size;
@@ -148,19 +165,36 @@ bool Engine::cancel(int64_t id) {
   return false;
 }
 
+void Engine::fail(Active& a, const std::string& what) {
+  // The request cannot continue (no token can be drawn from this forward's results); the others can.
+  a.result.message = fmt::format(
+      "request {}, step {}: {}; the request was ended. The forward pass overflowed or the model's weights are not "
+      "finite (genbridge run --check-weights scans them)",
+      a.request.id, a.result.tokens.size(), what);
+  ++metrics_.requests_failed;
+  finish(a, FinishReason::kError);
+}
+
+Status Engine::take_results(std::span<Active* const> batch) {
+  const int64_t vocab = executor_.config().vocab_size;
+  const std::span<const model::ActivationFault> faults = executor_.faults();
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (s < faults.size() && faults[s].found()) {
+      fail(*batch[s], model::describe(faults[s]));
+      continue;
+    }
+    GB_RETURN_IF_ERROR(sample_into(*batch[s], logits_.data() + s * vocab));
+  }
+  return ok_status();
+}
+
 Status Engine::sample_into(Active& a, const float* logits) {
   RequestResult& res = a.result;
   const int64_t vocab = executor_.config().vocab_size;
   const uint64_t step = res.tokens.size();
   if (const NonFinite bad = find_non_finite(logits, vocab); bad.count > 0) {
-    // The request cannot continue (no token can be drawn from these logits); the others can.
-    res.message = fmt::format(
-        "request {}, step {}: the logits contain {} non-finite value{} of {} (first: token {} = {}); the request "
-        "was ended. The forward pass overflowed or the model's weights are not finite (genbridge run "
-        "--check-weights scans them)",
-        a.request.id, step, bad.count, bad.count == 1 ? "" : "s", vocab, bad.first, logits[bad.first]);
-    ++metrics_.requests_failed;
-    finish(a, FinishReason::kError);
+    fail(a, fmt::format("the logits contain {} non-finite value{} of {} (first: token {} = {})", bad.count,
+                        bad.count == 1 ? "" : "s", vocab, bad.first, logits[bad.first]));
     return ok_status();
   }
   GB_ASSIGN_OR_RETURN(const int32_t tok,
@@ -207,11 +241,11 @@ Status Engine::prefill(std::vector<Active*>& batch) {
       ++j;
     }
     const double t0 = now_seconds();
+    if (options_.record_choices) current_.assign(batch.begin() + i, batch.begin() + j);
     GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
     metrics_.prefill_seconds += now_seconds() - t0;
     metrics_.prefill_tokens += static_cast<int64_t>(tokens.size());
-    const int64_t vocab = executor_.config().vocab_size;
-    for (size_t s = 0; s < ids.size(); ++s) GB_RETURN_IF_ERROR(sample_into(*batch[i + s], logits_.data() + s * vocab));
+    GB_RETURN_IF_ERROR(take_results(std::span<Active* const>(batch).subspan(i, j - i)));
     i = j;
   }
   return ok_status();
@@ -226,12 +260,11 @@ Status Engine::decode(std::vector<Active*>& batch) {
     ids.push_back(a->request.id);
   }
   const double t0 = now_seconds();
+  if (options_.record_choices) current_ = batch;
   GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
   metrics_.decode_seconds += now_seconds() - t0;
   metrics_.decode_tokens += static_cast<int64_t>(tokens.size());
-  const int64_t vocab = executor_.config().vocab_size;
-  for (size_t s = 0; s < batch.size(); ++s) GB_RETURN_IF_ERROR(sample_into(*batch[s], logits_.data() + s * vocab));
-  return ok_status();
+  return take_results(batch);
 }
 
 Status Engine::step() {

@@ -6,8 +6,10 @@
 // every running request. Results do not depend on batch composition (the kernels are batch-invariant).
 //
 // A request whose logits are not finite (NaN or +-Inf out of the LM head: overflowing activations or
-// non-finite weights) ends with FinishReason::kError and a message naming the request and the step (step k
-// draws the request's k-th token, from 0: step 0 is the prefill's); its
+// non-finite weights), or whose hidden state overflowed on the way (model::ActivationFault: a non-finite
+// element, or a row whose RMSNorm sum of squares overflows fp32 and would silently give 0; the message names
+// the layer and the position), ends with FinishReason::kError and a message naming the request and the step
+// (step k draws the request's k-th token, from 0: step 0 is the prefill's); its
 // pages are freed and the other requests continue, since one request's values never enter another's
 // (every kernel is row- or sequence-local). The run itself succeeds; callers report the failed requests
 // (the CLI prints them and exits non-zero). Errors of the forward pass itself still end the run.
@@ -15,15 +17,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "genbridge/core/status.h"
+#include "runtime/engine/executor.h"
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/memory/kv_page_pool.h"
-#include "runtime/engine/executor.h"
 
 namespace genbridge::engine {
 
@@ -37,11 +40,28 @@ struct Request {
 };
 
 // kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
-// (nothing generated); kError: non-finite logits at some step (the tokens before it are kept); kCancelled:
-// ended by Engine::cancel (the tokens before it are kept).
+// (nothing generated); kError: non-finite logits or overflowing activations at some step (the tokens before it are
+// kept); kCancelled: ended by Engine::cancel (the tokens before it are kept).
 enum class FinishReason { kLength, kStop, kRefused, kError, kCancelled };
 // "length", "stop", "refused", "error", "cancelled".
 const char* finish_reason_name(FinishReason r);
+
+// A request's routing and indexer choices (EngineOptions::record_choices): one record per (step, position,
+// layer) with something to report (a MoE or a DSA layer), in the order the forwards made them; each
+// record's experts and indexer positions lie back to back in the vectors below (model::TokenChoices).
+struct ChoiceRecord {
+  int32_t step = 0;  // the request's step (step 0: the prefill, which records every prompt position)
+  int32_t position = 0;
+  int32_t layer = 0;
+  int32_t num_experts = 0;  // 0 on a dense layer
+  int32_t num_index = 0;    // 0 on a layer without an indexer
+};
+struct RequestChoices {
+  std::vector<ChoiceRecord> records;
+  std::vector<int32_t> expert_ids;
+  std::vector<float> expert_weights;
+  std::vector<int32_t> index_positions;
+};
 
 struct RequestResult {
   int64_t id = 0;
@@ -50,6 +70,7 @@ struct RequestResult {
   std::string message;          // why a request was refused or failed (empty otherwise)
   std::vector<float> logits;    // [tokens.size(), vocab] when EngineOptions::record_logits
   std::vector<TokenLogprobs> logprobs;  // one per token when Request::logprobs >= 0
+  RequestChoices choices;               // when EngineOptions::record_choices
 };
 
 // Whether the request generated what it was asked to (kLength or kStop), as opposed to refused or failed.
@@ -61,6 +82,7 @@ struct EngineOptions {
   int64_t max_batch = 32;            // most sequences decoded together
   int64_t max_prefill_tokens = 4096;  // most prompt tokens per prefill forward (a longer prompt runs alone)
   bool record_logits = false;         // keep each step's last-position logits per request
+  bool record_choices = false;        // keep each token's routed experts and indexer top-k per request
 };
 
 // Streaming use (a server): the engine hands each generated token and each finished request to these
@@ -109,7 +131,11 @@ class Engine {
   struct Active;
   Status prefill(std::vector<Active*>& batch);
   Status decode(std::vector<Active*>& batch);
+  // Per sequence of the last forward: ends it on an activation fault, else samples its token.
+  Status take_results(std::span<Active* const> batch);
   Status sample_into(Active& a, const float* logits);
+  // Ends `a` with FinishReason::kError: "request R, step S: <what>; the request was ended. ...".
+  void fail(Active& a, const std::string& what);
   void finish(Active& a, FinishReason reason);
   void deliver(Active& a);
 
@@ -124,6 +150,8 @@ class Engine {
   std::unordered_set<int64_t> ids_;  // ids in use (streaming: unfinished requests only)
   EngineMetrics metrics_;
   std::vector<float> logits_;
+  model::ChoiceSink choice_sink_;  // record_choices: into the Active of current_[seq_index]
+  std::vector<Active*> current_;   // the sequences of the forward in flight
   std::vector<int32_t> scratch_;
   int64_t generated_ = 0;
   double start_time_ = 0;

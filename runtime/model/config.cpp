@@ -153,6 +153,8 @@ Status validate_model_config(const ModelConfig& c, std::string_view src) {
   if (!(c.rope_theta > 0.0) || !std::isfinite(c.rope_theta)) {
     return bad_value(src, "rope_theta", fmt::format("{}", c.rope_theta), "must be a positive finite number");
   }
+  GB_RETURN_IF_ERROR(detail::check_fp32_positive(src, "rms_norm_eps", c.rms_norm_eps));
+  GB_RETURN_IF_ERROR(detail::check_fp32_positive(src, "rope_theta", c.rope_theta));
   if (c.max_position_embeddings < 1 || c.max_position_embeddings > (int64_t{1} << 31)) {
     return bad_value(src, "max_position_embeddings", std::to_string(c.max_position_embeddings),
                      "must be a positive integer no larger than 2147483648");

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -84,6 +85,18 @@ inline Status check_config_size(std::string_view source, std::string_view key, i
     return bad_config_value(source, key, std::to_string(v),
                             min == 0 ? fmt::format("must be a non-negative integer no larger than {}", kMaxConfigSize)
                                      : fmt::format("must be a positive integer no larger than {}", kMaxConfigSize));
+  }
+  return ok_status();
+}
+
+// A positive config number the forward pass uses in fp32 (an epsilon, RoPE's theta, a scaling factor): it
+// must stay finite and non-zero once rounded to fp32 (beyond 3.4e38 it becomes inf, which overflows every
+// activation it touches).
+inline Status check_fp32_positive(std::string_view source, std::string_view key, double v) {
+  if (!(v >= static_cast<double>(std::numeric_limits<float>::denorm_min())) ||
+      !(v <= static_cast<double>(std::numeric_limits<float>::max()))) {
+    return bad_config_value(source, key, fmt::format("{}", v),
+                            "must lie in fp32's range, between 1.4e-45 and 3.4e+38 (the forward pass uses it in fp32)");
   }
   return ok_status();
 }

@@ -13,6 +13,9 @@ using json = nlohmann::json;
 
 bool finite_positive(double v) { return v > 0.0 && std::isfinite(v); }
 
+// Just below sqrt(FLT_MAX) = 1.8447e19 (docs/deepseek.md).
+constexpr double kMaxRoutedScalingFactor = 1.8e19;
+
 std::string num(double v) { return fmt::format("{}", v); }
 
 // rope_scaling: null (plain RoPE) or a yarn object.
@@ -151,6 +154,8 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
   if (!finite_positive(c.rope_theta)) {
     return bad_config_value(src, "rope_theta", num(c.rope_theta), "must be a positive finite number");
   }
+  GB_RETURN_IF_ERROR(check_fp32_positive(src, "rms_norm_eps", c.rms_norm_eps));
+  GB_RETURN_IF_ERROR(check_fp32_positive(src, "rope_theta", c.rope_theta));
   if (c.max_position_embeddings < 1 || c.max_position_embeddings > (int64_t{1} << 31)) {
     return bad_config_value(src, "max_position_embeddings", std::to_string(c.max_position_embeddings),
                             "must be a positive integer no larger than 2147483648");
@@ -206,6 +211,15 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
     return bad_config_value(src, "routed_scaling_factor", num(d.routed_scaling_factor),
                             "must be a positive finite number");
   }
+  if (d.routed_scaling_factor > kMaxRoutedScalingFactor) {
+    return bad_config_value(
+        src, "routed_scaling_factor", num(d.routed_scaling_factor),
+        fmt::format("must be at most {:g}: the scaled expert outputs enter the residual stream, and the next "
+                    "RMSNorm's fp32 sum of squares overflows once an element reaches {:g} (the square root of fp32's "
+                    "maximum), so any expert output of magnitude 1 or more would overflow",
+                    kMaxRoutedScalingFactor, kMaxRoutedScalingFactor));
+  }
+  GB_RETURN_IF_ERROR(check_fp32_positive(src, "routed_scaling_factor", d.routed_scaling_factor));
   if (d.first_k_dense_replace < 0 || d.first_k_dense_replace > c.num_hidden_layers) {
     return bad_config_value(src, "first_k_dense_replace", std::to_string(d.first_k_dense_replace),
                             fmt::format("must be between 0 and num_hidden_layers ({})", c.num_hidden_layers));

@@ -1,20 +1,21 @@
 #include "runtime/model/runner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-
-#include <fmt/format.h>
+#include <limits>
 
 #include "genbridge/core/formats.h"
+#include "genbridge/ops/attention/rope.h"
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/linear/quant_linear.h"
 #include "genbridge/ops/moe/grouped_topk_router.h"
-#include "genbridge/ops/moe/quant_expert_ffn.h"
 #include "genbridge/ops/moe/moe_combine.h"
+#include "genbridge/ops/moe/quant_expert_ffn.h"
 #include "genbridge/ops/moe/topk_router.h"
-#include "genbridge/ops/attention/rope.h"
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
 #include "genbridge/ops/norm/add_rms_norm.h"
 #include "genbridge/ops/norm/gemma_rms_norm.h"
@@ -31,6 +32,13 @@ struct ForwardBatch::Buffers {
   std::vector<int32_t> topk_ids, zero_ids, positions, context_lens, query_start, block_tables, last_rows;
   std::vector<int64_t> slots;
   std::vector<runtime::SeqId> seq_ids;
+  std::vector<int32_t> row_seq;         // [T]: the sequence of each token row
+  std::vector<ActivationFault> faults;  // [S]
+  // set_choice_sink: every layer's routing of the last forward, [layer][T][topk].
+  const ChoiceSink* choice_sink = nullptr;
+  std::vector<int32_t> choice_ids;
+  std::vector<float> choice_weights;
+  std::vector<int32_t> choice_positions;       // scratch: one token's indexer positions
   std::shared_ptr<MlaAttention::Scratch> mla;  // DeepSeek models
   int64_t max_blocks = 0;
   int64_t hidden = 0, q_size = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
@@ -60,7 +68,48 @@ Status with_context(Status s, const char* what, int64_t layer) {
   return Status(s.code(), fmt::format("{} of layer {}: {}", what, layer, s.message()));
 }
 
+const char* fault_block(ActivationFault::Where w) {
+  switch (w) {
+    case ActivationFault::Where::kAttention:
+      return "attention";
+    case ActivationFault::Where::kMlp:
+      return "MLP";
+    case ActivationFault::Where::kMoe:
+      return "MoE block";
+    default:
+      return "?";
+  }
+}
+
 }  // namespace
+
+std::string describe(const ActivationFault& f) {
+  const std::string after = f.where == ActivationFault::Where::kEmbedding
+                                ? std::string("the embedding")
+                                : fmt::format("layer {}'s {}", f.layer, fault_block(f.where));
+  if (f.non_finite) {
+    return fmt::format("the hidden state of position {} is not finite after {} (element {} = {})", f.position, after,
+                       f.element, f.value);
+  }
+  return fmt::format(
+      "the hidden state of position {} after {} overflows fp32 in the next RMSNorm (its sum of squares exceeds "
+      "3.4e+38; largest element {:g}), which would make the norm return 0",
+      f.position, after, f.value);
+}
+
+std::span<const ActivationFault> ForwardBatch::faults() const {
+  if (!b_) return {};
+  return {b_->faults.data(), static_cast<size_t>(num_seqs_)};
+}
+
+void ForwardBatch::set_choice_sink(const ChoiceSink* sink) {
+  if (!b_) return;  // not planned yet (make_batch): nothing to record into
+  b_->choice_sink = sink;
+  if (!sink) return;
+  const auto n = static_cast<size_t>(num_layers_ * max_tokens_ * b_->topk);
+  b_->choice_ids.resize(n);
+  b_->choice_weights.resize(n);
+}
 
 TensorView ForwardBatch::moe_input() const {
   return TensorView(b_->mlp_in.data(), DType::kBF16, {num_tokens_, b_->hidden});
@@ -115,7 +164,13 @@ Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView&
 
 ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p,
                          const QuantizedWeights* q)
-    : checkpoint_(c), w_(c.weights()), config_(c.config()), dev_(d), pool_(p), quantized_(q), experts_(c, q) {}
+    : checkpoint_(c), w_(c.weights()), config_(c.config()), dev_(d), pool_(p), quantized_(q), experts_(c, q) {
+  // hidden * floor^2 is just below fp32's maximum: a row whose elements are all below the floor cannot
+  // overflow the norm's fp32 sum of squares, so only rows above it pay for the exact sum.
+  saturation_floor_ =
+      static_cast<float>(0.99 * std::sqrt(std::numeric_limits<float>::max() /
+                                          static_cast<double>(std::max<int64_t>(1, config_.hidden_size))));
+}
 
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& checkpoint,
                                                          const runtime::DeviceOperator& dev,
@@ -171,6 +226,7 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   ForwardBatch fb;
   fb.max_tokens_ = max_tokens;
   fb.max_seqs_ = max_seqs;
+  fb.num_layers_ = c.num_hidden_layers;
   fb.b_ = std::make_shared<ForwardBatch::Buffers>();
   ForwardBatch::Buffers& b = *fb.b_;
   b.hidden = c.hidden_size;
@@ -205,6 +261,8 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   b.last_hidden.resize(max_seqs * H);
   b.rstd.resize(std::max<size_t>(T * b.heads, max_seqs));
   b.seq_ids.resize(max_seqs);
+  b.row_seq.resize(T);
+  b.faults.resize(max_seqs);
   return fb;
 }
 
@@ -254,7 +312,9 @@ Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
     if (row + q > T) return invalid_argument("forward: q_lens sum to more than the number of tokens");
     GB_RETURN_IF_ERROR(pool_.slots(id, L - q, L, std::span<int64_t>(b.slots).subspan(row, q)));
     for (int64_t i = 0; i < q; ++i) b.positions[row + i] = static_cast<int32_t>(L - q + i);
+    for (int64_t i = 0; i < q; ++i) b.row_seq[row + i] = static_cast<int32_t>(s);
     b.seq_ids[s] = id;
+    b.faults[s] = ActivationFault{};
     b.context_lens[s] = static_cast<int32_t>(L);
     row += q;
     b.query_start[s + 1] = static_cast<int32_t>(row);
@@ -279,7 +339,49 @@ Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
     }
     std::memcpy(b.residual.data() + t * H, emb + tok * emb_stride, static_cast<size_t>(H) * sizeof(bf16_t));
   }
+  check_rows(fb, b.residual.data(), T, nullptr, ActivationFault::Where::kEmbedding, -1);
   return ok_status();
+}
+
+ActivationFault::Where ModelRunner::mlp_block(int64_t layer) const {
+  return w_.layers[layer].is_moe ? ActivationFault::Where::kMoe : ActivationFault::Where::kMlp;
+}
+
+void ModelRunner::check_rows(ForwardBatch& fb, const bf16_t* x, int64_t n, const int32_t* rows,
+                             ActivationFault::Where where, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t H = b.hidden;
+  for (int64_t i = 0; i < n; ++i) {
+    const bf16_t* r = x + i * H;
+    // The largest magnitude as bf16 bits (order-preserving for magnitudes; NaN and Inf are >= 0x7f80): an
+    // integer max that vectorizes.
+    uint16_t top = 0;
+    for (int64_t j = 0; j < H; ++j) top = std::max<uint16_t>(top, r[j].bits & 0x7fffu);
+    const float largest = bf16_to_float(bf16_t{top});
+    if (top < 0x7f80u && !(largest >= saturation_floor_)) continue;  // the common case: nothing to record
+    const int64_t row = rows ? rows[i] : i;
+    ActivationFault& f = b.faults[b.row_seq[row]];
+    if (f.found()) continue;
+    if (top >= 0x7f80u) {
+      int64_t j = 0;
+      while ((r[j].bits & 0x7fffu) < 0x7f80u) ++j;
+      f = ActivationFault{.where = where,
+                          .layer = layer,
+                          .position = b.positions[row],
+                          .non_finite = true,
+                          .element = j,
+                          .value = bf16_to_float(r[j])};
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < H; ++j) {
+      const double v = bf16_to_float(r[j]);
+      sum += v * v;
+    }
+    if (sum > static_cast<double>(std::numeric_limits<float>::max())) {
+      f = ActivationFault{.where = where, .layer = layer, .position = b.positions[row], .value = largest};
+    }
+  }
 }
 
 Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
@@ -292,6 +394,7 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
   } else {
     GB_RETURN_IF_ERROR(
         with_context(add_norm(bf16_view(b.delta, {T, H}), lw.input_layernorm, residual, h), "input norm", layer));
+    check_rows(fb, b.residual.data(), T, nullptr, mlp_block(layer - 1), layer - 1);
   }
   if (mla_) {
     const int64_t S = fb.num_seqs_;
@@ -344,6 +447,7 @@ Status ModelRunner::post_attention(ForwardBatch& fb, int64_t layer) const {
   const TensorView mlp_in = bf16_view(b.mlp_in, {T, H});
   GB_RETURN_IF_ERROR(
       with_context(add_norm(delta, lw.post_attention_layernorm, residual, mlp_in), "post-attention norm", layer));
+  check_rows(fb, b.residual.data(), T, nullptr, ActivationFault::Where::kAttention, layer);
   if (!lw.is_moe && quantized_ && quantized_->layer(layer).dense) {
     GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}),
                                                           std::span(&quantized_->layer(layer).dense_mlp, 1), 0, 1,
@@ -368,12 +472,60 @@ Status ModelRunner::route(ForwardBatch& fb, int64_t layer) const {
     const DeepseekConfig& d = config_.deepseek;
     const ops::GroupedTopkParams p{d.n_group, d.topk_group, config_.norm_topk_prob,
                                    static_cast<float>(d.routed_scaling_factor)};
-    return with_context(
+    GB_RETURN_IF_ERROR(with_context(
         ops::grouped_topk_router(logits, lw.moe.e_score_correction_bias, p, fb.topk_ids(), fb.topk_weights()),
-        "grouped top-k", layer);
+        "grouped top-k", layer));
+  } else {
+    GB_RETURN_IF_ERROR(with_context(ops::topk_router(logits, config_.norm_topk_prob, fb.topk_ids(), fb.topk_weights()),
+                                    "top-k", layer));
   }
-  return with_context(ops::topk_router(logits, config_.norm_topk_prob, fb.topk_ids(), fb.topk_weights()), "top-k",
-                      layer);
+  if (b.choice_sink) {  // kept until the forward ends: the next layer's routing overwrites topk_ids
+    const size_t n = static_cast<size_t>(T * b.topk), at = static_cast<size_t>(layer * fb.max_tokens_ * b.topk);
+    std::memcpy(b.choice_ids.data() + at, b.topk_ids.data(), n * sizeof(int32_t));
+    std::memcpy(b.choice_weights.data() + at, b.topk_weights.data(), n * sizeof(float));
+  }
+  return ok_status();
+}
+
+void ModelRunner::emit_choices(ForwardBatch& fb) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t T = fb.num_tokens_, k = b.topk, page = pool_.geometry().page_size;
+  const bool slots = dev_.topk_index_format() != ops::TopkIndexFormat::kSequencePositions;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t s = b.row_seq[t];
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+      TokenChoices c{.seq_index = s, .position = b.positions[t], .layer = l};
+      if (w_.layers[l].is_moe) {
+        const size_t at = static_cast<size_t>((l * fb.max_tokens_ + t) * k);
+        c.expert_ids = std::span<const int32_t>(b.choice_ids).subspan(at, k);
+        c.expert_weights = std::span<const float>(b.choice_weights).subspan(at, k);
+      }
+      if (const TensorView sel = fb.index_selection(l); sel.data() != nullptr) {
+        // The DeviceOperator's top-k index contract (sequence positions or flat KV slots, -1 padded) as
+        // sequence positions: a slot's block is found in the sequence's block table.
+        b.choice_positions.clear();
+        const int32_t* row = sel.data_as<const int32_t>() + t * sel.stride(0);
+        for (int64_t j = 0; j < sel.dim(1); ++j) {
+          const int32_t v = row[j * sel.stride(1)];
+          if (v < 0) continue;
+          if (!slots) {
+            b.choice_positions.push_back(v);
+            continue;
+          }
+          const int32_t* table = b.block_tables.data() + s * b.max_blocks;
+          for (int64_t blk = 0; blk < b.max_blocks; ++blk) {
+            if (table[blk] == v / page) {
+              b.choice_positions.push_back(static_cast<int32_t>(blk * page + v % page));
+              break;
+            }
+          }
+        }
+        std::sort(b.choice_positions.begin(), b.choice_positions.end());
+        c.index_positions = b.choice_positions;
+      }
+      if (!c.expert_ids.empty() || !c.index_positions.empty()) (*b.choice_sink)(c);
+    }
+  }
 }
 
 Status ModelRunner::local_experts(ForwardBatch& fb, int64_t layer, int64_t expert_begin, int64_t expert_end) const {
@@ -439,6 +591,9 @@ Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
   const TensorView d = bf16_view(last_delta, {S, H}), res = bf16_view(b.last_hidden, {S, H}),
                    y = bf16_view(b.h, {S, H});
   GB_RETURN_IF_ERROR(with_context(add_norm(d, w_.final_norm, res, y), "final norm", config_.num_hidden_layers));
+  const int64_t last = config_.num_hidden_layers - 1;
+  check_rows(fb, b.last_hidden.data(), S, b.last_rows.data(), mlp_block(last), last);
+  if (b.choice_sink) emit_choices(fb);
   return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// ModelRunner: the Qwen3-MoE and DeepSeek-V3 / V3.2 forward pass over a paged KV cache, built from stable operators and the
-// DeviceOperator's adapters. It never asks which generation it runs on.
+// ModelRunner: the Qwen3-MoE and DeepSeek-V3 / V3.2 forward pass over a paged KV cache, built from stable operators and
+// the DeviceOperator's adapters. It never asks which generation it runs on.
 //
 // A forward processes one micro-batch (ForwardBatch): sequences that each contribute q_len new tokens
 // (q_len = prompt length for prefill, 1 for decode). The layer loop is exposed in phases so that a
@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "genbridge/core/status.h"
@@ -34,6 +35,39 @@ struct ForwardInput {
   std::span<const int32_t> q_lens;          // [S], each >= 1, summing to T
 };
 
+// Where a sequence's hidden state first left the range the forward pass computes in. The residual stream is
+// checked after the embedding and after every attention and MLP / MoE block (and before the final norm):
+// a non-finite element, or a row whose fp32 sum of squares overflows, which makes the next RMSNorm return
+// 0 instead of failing (README, "A request whose logits turn non-finite"). A read-only scan: no bits change.
+struct ActivationFault {
+  enum class Where : uint8_t { kNone, kEmbedding, kAttention, kMlp, kMoe };
+  Where where = Where::kNone;
+  int64_t layer = -1;       // the block's layer; -1 for the embedding
+  int64_t position = -1;    // sequence position of the first row found at fault
+  bool non_finite = false;  // true: element `element` is NaN or +-Inf; false: the sum of squares overflows
+  int64_t element = -1;     // the first non-finite element of the row (non_finite only)
+  float value = 0;          // that element, or the row's largest magnitude
+  bool found() const { return where != Where::kNone; }
+};
+// A sentence for messages: "the hidden state of position 4 is not finite after layer 2's attention (element
+// 17 = inf)", or "... after the embedding overflows fp32 in the next RMSNorm (its sum of squares exceeds
+// 3.4e+38; largest element 2e+30)".
+std::string describe(const ActivationFault& fault);
+
+// What the forward pass chose for one token at one layer, for debugging routing and sparse attention
+// (ForwardBatch::set_choice_sink; docs/deepseek.md, "Dumping the choices"). The spans are valid during the
+// call only.
+struct TokenChoices {
+  int64_t seq_index = 0;  // the token's sequence: its index in the forward's input
+  int64_t position = 0;   // the token's position in its sequence
+  int64_t layer = 0;
+  std::span<const int32_t> expert_ids;       // MoE layers: the routed experts, in the router's order; else empty
+  std::span<const float> expert_weights;     // their combine weights (normalised, times routed_scaling_factor)
+  std::span<const int32_t> index_positions;  // DSA layers: the indexer's top-k, as sequence positions, increasing
+};
+// Told every (token, layer) with something to report (a MoE or DSA layer) in token order, then layer order.
+using ChoiceSink = std::function<void(const TokenChoices& choices)>;
+
 // Activations and metadata of one micro-batch. Planned once for (max_tokens, max_seqs); a forward never
 // allocates. Owned by the caller; one per concurrently processed stage.
 class ForwardBatch {
@@ -48,6 +82,12 @@ class ForwardBatch {
   // DeepSeek-V3.2: layer `layer`'s indexer selection in the last forward (int32 [T, index_topk], the
   // DeviceOperator's top-k index contract); empty otherwise. For tests and tracing.
   TensorView index_selection(int64_t layer) const;
+  // Per sequence of the last forward (in input order): the first activation fault of its rows, or none.
+  std::span<const ActivationFault> faults() const;
+  // Hands every following forward's choices to `sink` (not owned; must outlive its use) once the forward
+  // finished (in ModelRunner::logits); nullptr (the default) records nothing and costs nothing. Allocates
+  // the per-layer record once, here. A batch that make_batch did not plan ignores it.
+  void set_choice_sink(const ChoiceSink* sink);
 
  private:
   friend class ModelRunner;
@@ -58,6 +98,7 @@ class ForwardBatch {
   int64_t num_seqs_ = 0;
   int64_t max_tokens_ = 0;
   int64_t max_seqs_ = 0;
+  int64_t num_layers_ = 0;
 };
 
 // The expert weights of every MoE layer, for whoever computes experts (monolithic runner or FFN rank).
@@ -124,6 +165,14 @@ class ModelRunner {
   Status add_norm(const TensorView& x, const TensorView& w, const TensorView& residual, const TensorView& y) const;
   // The post-attention norm, and the dense MLP on a dense layer (the tail of attention_block).
   Status post_attention(ForwardBatch& batch, int64_t layer) const;
+  // Hands the batch's recorded choices to its sink (set_choice_sink).
+  void emit_choices(ForwardBatch& batch) const;
+  // Scans n rows of [n, hidden] bf16 `x` (row i: the batch's token row rows[i], or i when rows is null) and
+  // records the first fault of each sequence that has none yet.
+  void check_rows(ForwardBatch& batch, const bf16_t* x, int64_t n, const int32_t* rows, ActivationFault::Where where,
+                  int64_t layer) const;
+  // The block that wrote `layer`'s MLP output: kMoe on MoE layers, else kMlp.
+  ActivationFault::Where mlp_block(int64_t layer) const;
 
   const Checkpoint& checkpoint_;
   const ModelWeights& w_;
@@ -134,6 +183,7 @@ class ModelRunner {
   std::unique_ptr<MlaAttention> mla_;  // DeepSeek models (MLA / DSA attention)
   const QuantizedWeights* quantized_ = nullptr;
   ExpertBank experts_;
+  float saturation_floor_ = 0;  // a row whose largest |x| is below this cannot overflow fp32's sum of squares
 };
 
 }  // namespace genbridge::model

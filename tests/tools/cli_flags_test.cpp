@@ -467,6 +467,18 @@ const std::vector<Row> kRows = {
      "genbridge run: --trace $DIR/missing/t.json: the directory $DIR/missing does not exist"},
     {"trace_and_dump_same_file", R({"--afd", "1A1F", "--trace", "$DIR/x", "--dump-logits", "$DIR/x"}), 2,
      "genbridge run: --trace $DIR/x and --dump-logits $DIR/x name the same file"},
+    // --dump-choices: checked like --dump-logits
+    {"dump_choices_empty", R({"--dump-choices", ""}), 2, "genbridge run: --dump-choices '': the value is empty"},
+    {"dump_choices_directory", R({"--dump-choices", "$DIR"}), 2,
+     "genbridge run: --dump-choices $DIR: is a directory; expected a file name"},
+    {"dump_choices_missing_directory", R({"--dump-choices", "$DIR/missing/c.jsonl"}), 2,
+     "genbridge run: --dump-choices $DIR/missing/c.jsonl: the directory $DIR/missing does not exist"},
+    {"dump_choices_stdout", R({"--dump-choices", "/dev/stdout"}), 2,
+     "genbridge run: --dump-choices /dev/stdout: is this process's standard output, where the results are printed"},
+    {"dump_choices_and_logits_same_file", R({"--dump-logits", "$DIR/x", "--dump-choices", "$DIR/x"}), 2,
+     "genbridge run: --dump-logits $DIR/x and --dump-choices $DIR/x name the same file"},
+    {"afd_dump_choices_directory", R({"--afd", "2A1F", "--dump-choices", "$DIR"}), 2,
+     "genbridge run: --dump-choices $DIR: is a directory; expected a file name"},
     // --afd
     {"afd_empty", R({"--afd", ""}), 2, "genbridge run: --afd '': the value is empty"},
     {"afd_malformed", R({"--afd", "2X"}), 2,
@@ -832,6 +844,48 @@ TEST_F(CliTest, dump_logits_to_dev_null_succeeds) {
   const Outcome o = run(R({"--dump-logits", "/dev/null"}));
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
+// --dump-choices: one JSON line per request, step, position and MoE layer (tiny: layers 0, 2 and 3; 2
+// experts and their weights each; layer 1 is dense and has nothing to report), grouped by request; `run --afd 2A1F` writes the same bytes; /dev/full fails
+// before the results are printed.
+TEST_F(CliTest, dump_choices_writes_json_lines_and_afd_writes_the_same) {
+  std::string mono;
+  for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "2A1F"}}) {
+    const fs::path dir = scratch_ / "dir" / (afd.empty() ? "mono" : "afd");
+    fs::create_directories(dir);
+    std::vector<std::string> a = R({"--dump-choices", (dir / "c.jsonl").string(), "--max-new-tokens", "3"});
+    a.insert(a.end(), afd.begin(), afd.end());
+    const Outcome o = run(a);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_EQ(count_results(o.out), 2);
+    const std::string text = slurp(dir / "c.jsonl");
+    const std::vector<std::string> ls = lines(text);
+    // Per request: 3 prompt positions (step 0) + 2 fed-back tokens (steps 1, 2), 3 MoE layers each.
+    const int64_t kLayers[] = {0, 2, 3};
+    ASSERT_EQ(ls.size(), 2u * 5u * 3u);
+    for (size_t i = 0; i < ls.size(); ++i) {
+      const nlohmann::json j = nlohmann::json::parse(ls[i]);
+      const int64_t pos = static_cast<int64_t>(i % 15) / 3;
+      EXPECT_EQ(j.at("request").get<int64_t>(), static_cast<int64_t>(i / 15)) << ls[i];
+      EXPECT_EQ(j.at("step").get<int64_t>(), pos < 3 ? 0 : pos - 2) << ls[i];
+      EXPECT_EQ(j.at("position").get<int64_t>(), pos) << ls[i];
+      EXPECT_EQ(j.at("layer").get<int64_t>(), kLayers[i % 3]) << ls[i];
+      ASSERT_EQ(j.at("experts").size(), 2u) << ls[i];
+      ASSERT_EQ(j.at("weights").size(), 2u) << ls[i];
+      EXPECT_FALSE(j.contains("index_topk")) << ls[i];
+      for (const auto& e : j.at("experts")) EXPECT_TRUE(e.get<int64_t>() >= 0 && e.get<int64_t>() < 8) << ls[i];
+    }
+    if (afd.empty()) {
+      mono = text;
+    } else {
+      EXPECT_EQ(text, mono) << "run --afd 2A1F wrote other choices than run";
+    }
+  }
+  const Outcome full = run(R({"--dump-choices", "/dev/full"}));
+  EXPECT_EQ(full.exit_code, 1);
+  EXPECT_EQ(full.err, "genbridge run: Unavailable: --dump-choices /dev/full: writing failed: No space left on device\n");
+  EXPECT_EQ(full.out, "");
 }
 
 // Results that cannot be written to stdout (a full disk) are a failure (before: exit 0).

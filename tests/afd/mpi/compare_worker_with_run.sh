@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the monolithic `genbridge run` and an mpirun `genbridge afd-worker` job on the same model and
-# prompts; passes only when both print the same result lines and dump byte-identical logits.
+# prompts; passes only when both print the same result lines and dump byte-identical logits (and, when the
+# runs write --dump-choices to WORK_DIR/mono.choices and WORK_DIR/afd.choices, byte-identical choices).
 # usage: compare_worker_with_run.sh GENBRIDGE MODEL_DIR WORK_DIR -- mpirun ... --dump-logits WORK_DIR/afd.npy
 # (PROMPT_LEN in the environment: the monolithic run's --prompt-len, default 7; the worker's must match.
 # RUN_ARGS: more flags for the monolithic run, e.g. "--weight-quant auto". EXPECT_LOG: an extended regex
@@ -22,6 +23,10 @@ grep '^request ' "$work/afd.txt" > "$work/afd.results"
 [ -s "$work/mono.results" ] || { echo "FAIL: genbridge run printed no results"; exit 1; }
 diff "$work/mono.results" "$work/afd.results" || { echo "FAIL: the AFD job's results differ from genbridge run"; exit 1; }
 cmp "$work/mono.npy" "$work/afd.npy" || { echo "FAIL: the AFD job's logits differ from genbridge run"; exit 1; }
+if [ -e "$work/mono.choices" ]; then
+  [ -s "$work/mono.choices" ] || { echo "FAIL: genbridge run wrote no choices"; exit 1; }
+  cmp "$work/mono.choices" "$work/afd.choices" || { echo "FAIL: the AFD job's choices differ from genbridge run"; exit 1; }
+fi
 if [ -n "${EXPECT_LOG:-}" ]; then
   while IFS= read -r re; do
     grep -Eq -- "$re" "$work/afd.err" || { echo "FAIL: the job's stderr has no line matching: $re"; exit 1; }

@@ -319,6 +319,16 @@ TEST(ModelConfig, float_rules) {
   EXPECT_EQ(error_with("norm_topk_prob", 1), "cfg.json: norm_topk_prob = 1: must be true or false");
 }
 
+// A value the forward pass rounds to fp32 must survive the rounding: beyond 3.4e38 it becomes inf (an
+// infinite epsilon makes every RMSNorm return 0), below 1.4e-45 it becomes 0.
+TEST(ModelConfig, floats_outside_fp32_are_refused_naming_the_key) {
+  const std::string rule = ": must lie in fp32's range, between 1.4e-45 and 3.4e+38 (the forward pass uses it in fp32)";
+  EXPECT_EQ(error_with("rms_norm_eps", 1e39), "cfg.json: rms_norm_eps = 1e+39" + rule);
+  EXPECT_EQ(error_with("rms_norm_eps", 1e-50), "cfg.json: rms_norm_eps = 1e-50" + rule);
+  EXPECT_EQ(error_with("rope_theta", 1e300), "cfg.json: rope_theta = 1e+300" + rule);
+  EXPECT_TRUE(parse_model_config(kQwen3MoeConfig, "cfg.json").ok());
+}
+
 TEST(ModelConfig, sparse_step_and_mlp_only_layers_rules) {
   EXPECT_EQ(error_with("decoder_sparse_step", 0),
             "cfg.json: decoder_sparse_step = 0: must be a positive integer (1: every layer may be MoE)");

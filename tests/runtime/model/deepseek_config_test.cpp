@@ -205,6 +205,20 @@ TEST(DeepseekConfig, every_inconsistent_key_is_an_error_naming_it) {
        "experts of the chosen groups)"},
       {"routed_scaling_factor", [](json& j) { j["routed_scaling_factor"] = 0; },
        "cfg.json: routed_scaling_factor = 0: must be a positive finite number"},
+      {"routed_scaling_factor that overflows", [](json& j) { j["routed_scaling_factor"] = 1e38; },
+       "cfg.json: routed_scaling_factor = 1e+38: must be at most 1.8e+19: the scaled expert outputs enter the "
+       "residual stream, and the next RMSNorm's fp32 sum of squares overflows once an element reaches 1.8e+19 (the "
+       "square root of fp32's maximum), so any expert output of magnitude 1 or more would overflow"},
+      {"routed_scaling_factor beyond fp32", [](json& j) { j["routed_scaling_factor"] = 1e300; },
+       "cfg.json: routed_scaling_factor = 1e+300: must be at most 1.8e+19: the scaled expert outputs enter the "
+       "residual stream, and the next RMSNorm's fp32 sum of squares overflows once an element reaches 1.8e+19 (the "
+       "square root of fp32's maximum), so any expert output of magnitude 1 or more would overflow"},
+      {"rms_norm_eps beyond fp32", [](json& j) { j["rms_norm_eps"] = 1e39; },
+       "cfg.json: rms_norm_eps = 1e+39: must lie in fp32's range, between 1.4e-45 and 3.4e+38 (the forward pass "
+       "uses it in fp32)"},
+      {"rope_theta beyond fp32", [](json& j) { j["rope_theta"] = 1e40; },
+       "cfg.json: rope_theta = 1e+40: must lie in fp32's range, between 1.4e-45 and 3.4e+38 (the forward pass "
+       "uses it in fp32)"},
       {"first_k_dense_replace", [](json& j) { j["first_k_dense_replace"] = 62; },
        "cfg.json: first_k_dense_replace = 62: must be between 0 and num_hidden_layers (61)"},
       {"moe_layer_freq", [](json& j) { j["moe_layer_freq"] = 0; },
