@@ -132,14 +132,15 @@ async function waitMetrics(s, pred, what, ms = 15000) {
 function parseSse(text) {
   const events = text.split("\n\n").filter((e) => e.length > 0);
   const chunks = [];
-  let done = false, wellFormed = true;
+  let done = false, wellFormed = true, comments = 0;
   for (const e of events) {
+    if (e.startsWith(":")) { ++comments; continue; }  // an SSE comment: readers skip it
     if (!e.startsWith("data: ") || done) wellFormed = false;
     const data = e.slice(6);
     if (data === "[DONE]") { done = true; continue; }
     try { chunks.push(JSON.parse(data)); } catch { wellFormed = false; }
   }
-  return { chunks, done, wellFormed };
+  return { chunks, done, wellFormed, comments };
 }
 function joinChunks(chunks, chat) {
   let text = "", ids = [];
@@ -1392,9 +1393,25 @@ const cases = {
     rs = await halfClosed(httpPost("/v1/completions", body), (r) => r[0]?.json?.error?.code !== "client_closed_request");
     eq([rs[0]?.status, rs[0]?.json?.choices?.[0]?.token_ids], [200, want.ids], "a completion, then half-close: answered");
     const streamed = JSON.stringify({ ...JSON.parse(body), stream: true });
-    rs = await halfClosed(httpPost("/v1/completions", streamed), (r) => parseSse(r[0]?.body ?? "").done);
-    const sse = parseSse(rs[0]?.body ?? "");
+    // A stream's headers go out before its first event, so a FIN never counts as leaving for it (a closed
+    // client answers the headers with a reset): one attempt, however late the FIN comes.
+    x = await rawExchange(s, httpPost("/v1/completions", streamed), { halfClose: true });
+    rs = parseResponses(x.text);
+    let sse = parseSse(rs[0]?.body ?? "");
     eq([rs[0]?.status, sse.done, joinChunks(sse.chunks, false).ids], [200, true, want.ids], "a stream, then half-close: every event");
+    {
+      const n = 300, wantLong = runCli([[1, 2, 3]], n)[0];
+      const longStream = JSON.stringify({ ...JSON.parse(streamed), max_tokens: n });
+      const before = (await metrics(s)).genbridge_generation_tokens_total;
+      x = await rawExchange(s, async (sock) => {
+        await sockWrite(sock, httpPost("/v1/completions", longStream));
+        await waitMetrics(s, (m) => m.genbridge_running_requests === 1 && m.genbridge_generation_tokens_total > before + 20, "the long stream runs");
+      }, { halfClose: true, ms: 60000 });
+      rs = parseResponses(x.text);
+      sse = parseSse(rs[0]?.body ?? "");
+      eq([rs[0]?.status, sse.done, joinChunks(sse.chunks, false).ids.length, joinChunks(sse.chunks, false).ids.join() === wantLong.ids.join()],
+         [200, true, n, true], "half-closed while its stream runs: still every event");
+    }
     // Half-closing while a long request runs: cancelled, answered with the reason.
     const cancelledBefore = (await metrics(s))['genbridge_requests_finished_total{reason="cancelled"}'];
     const long = JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, ignore_eos: true });

@@ -78,17 +78,22 @@ uint64_t mix(uint64_t x) {  // splitmix64
 // How often a request that has nothing to send checks that its client is still connected.
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(100);
 
-// Notices a client that went away while its request runs: it closed the connection, or shut its sending side
-// after the request was read and parsed (when the watch is made). A client that half-closed with its
-// request (its FIN already there) still waits for the response: for it only a reset counts. next_check()
-// paces a request that has nothing to send (a non-streamed reply, a streamed request still queued) at
-// kPeerCheckInterval. Make and use it on the thread that serves the request (it owns the connection).
+// Notices a client that went away while its request runs. A reset (or a hang-up) always counts. A FIN alone
+// (the client shut its sending side, or closed the socket: the server cannot tell which until it writes)
+// counts only for a request with nothing written yet and only when it came after the request was read and
+// parsed (when the watch is made): a client that half-closed with its request still gets the response.
+// For a streamed request a FIN never counts (a half-closed client still reading gets every event, however
+// late its FIN came): the stream writes, and a closed socket answers the write with a reset; with nothing
+// to send it writes an SSE comment, which readers skip (fin_seen()). next_check() paces a request that has nothing to send (a non-streamed reply,
+// a streamed request still queued) at kPeerCheckInterval. Make and use it on the thread that serves the
+// request (it owns the connection).
 class PeerWatch {
  public:
-  PeerWatch() : next_(Clock::now() + kPeerCheckInterval) {
+  enum class Fin { kLeaving, kIgnored };
+  explicit PeerWatch(Fin fin) : next_(Clock::now() + kPeerCheckInterval) {
     if (const Connection* c = current_connection()) {
       fd_ = c->fd;
-      half_closed_at_start_ = c->stream && c->stream->peer_shut_write();
+      fin_is_leaving_ = fin == Fin::kLeaving && !(c->stream && c->stream->peer_shut_write());
     }
   }
   Clock::time_point next_check() const { return next_; }
@@ -99,18 +104,24 @@ class PeerWatch {
     next_ = now + kPeerCheckInterval;
     return gone_now();
   }
+  // True when the client has shut its sending side or closed the connection (one poll).
+  bool fin_seen() const {
+    if (fd_ < 0) return false;
+    pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & POLLRDHUP) != 0;
+  }
   // True once the client has gone (one poll).
   bool gone_now() const {
     if (fd_ < 0) return false;
     pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
     if (::poll(&p, 1, 0) <= 0) return false;
     if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
-    return !half_closed_at_start_ && (p.revents & POLLRDHUP) != 0;
+    return fin_is_leaving_ && (p.revents & POLLRDHUP) != 0;
   }
 
  private:
   int fd_ = -1;
-  bool half_closed_at_start_ = false;
+  bool fin_is_leaving_ = false;
   Clock::time_point next_;
 };
 
@@ -136,7 +147,7 @@ struct StreamState {
   int64_t completion_tokens = 0;
   std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
   LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
-  PeerWatch peer;
+  PeerWatch peer{PeerWatch::Fin::kIgnored};
 };
 
 }  // namespace
@@ -307,7 +318,7 @@ void HttpServer::routes() {
         return;
       }
       // The chat template renders within the request's deadline and stops when its client goes or the server drains.
-      PeerWatch render_peer;
+      PeerWatch render_peer(PeerWatch::Fin::kLeaving);
       text::RenderLimits render_limits;
       render_limits.deadline = deadline;
       render_limits.cancelled = [&] { return service_.draining() || render_peer.gone(); };
@@ -345,7 +356,7 @@ void HttpServer::routes() {
         std::string message;
         bool ended = false;
         // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
-        PeerWatch peer;
+        PeerWatch peer(PeerWatch::Fin::kLeaving);
         while (!ended && !ts.stopped()) {
           std::vector<int32_t> toks;
           std::vector<engine::TokenLogprobs> lps;
@@ -389,7 +400,7 @@ void HttpServer::routes() {
                                                           .id = id,
                                                           .created = created,
                                                           .deadline = deadline,
-                                                          .peer = PeerWatch()});
+                                                          .peer = PeerWatch(PeerWatch::Fin::kIgnored)});
       res.set_header("Cache-Control", "no-cache");
       GenerationService* svc = &service_;
       const text::Tokenizer* tokenizer = model_.tokenizer;
@@ -471,6 +482,8 @@ void HttpServer::routes() {
                                                          .completion_tokens = st->completion_tokens})}});
             }
             if (st->ended) out += "data: [DONE]\n\n";
+            // Nothing to send to a client that shut its side: is it still reading? A comment asks.
+            if (out.empty() && st->peer.fin_seen()) out = ":\n\n";
             // Is anyone still there? Paced while there is nothing to write (queued), else before every write.
             if (out.empty() ? st->peer.gone() : st->peer.gone_now()) {
               svc->cancel(st->stream->id());

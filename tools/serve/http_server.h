@@ -6,9 +6,10 @@
 // Connections: tools/serve/http_connection.h (pipelining, half-close, the limits of docs/serving.md).
 // A request whose client goes away is cancelled (its KV pages are freed): a streamed one before the next
 // event it would send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
-// connection's socket is polled). Going away is closing the connection, or shutting its sending side after
-// the request's handler began (a client that half-closes right after sending its request gets the
-// response). Shutdown (stop()):
+// connection's socket is polled). Going away is a reset (the client closed the connection and the server
+// wrote), or, for a non-streamed request, shutting its sending side after the request's handler began (a
+// client that half-closes right after sending its request gets the response; a half-closed client keeps
+// reading a stream to its end). Shutdown (stop()):
 // /health turns 503 and new requests get 503 while in-flight ones finish (until the deadline, then they are cancelled),
 // then the listener closes.
 
