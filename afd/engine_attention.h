@@ -10,7 +10,7 @@
 #include "afd/runner.h"
 #include "afd/transports/step_agreement.h"
 #include "runtime/engine/executor.h"
-#include "runtime/model/runner.h"
+#include "runtime/forward/runner.h"
 
 namespace genbridge::afd {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "afd/runner.h"
-#include "runtime/model/runner.h"
+#include "runtime/forward/runner.h"
 
 namespace genbridge::afd {
 

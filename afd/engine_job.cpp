@@ -11,9 +11,9 @@
 #include "afd/job.h"
 #include "afd/transports/step_agreement.h"
 #include "afd/wire.h"
-#include "runtime/model/config.h"
-#include "runtime/model/deepseek_attention.h"
-#include "runtime/model/quant_weights.h"
+#include "runtime/checkpoint/config.h"
+#include "runtime/forward/deepseek_attention.h"
+#include "runtime/forward/quant_weights.h"
 
 namespace genbridge::afd {
 

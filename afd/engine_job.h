@@ -17,11 +17,11 @@
 #include "afd/engine_ffn.h"
 #include "afd/metrics.h"
 #include "afd/runner.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/executor.h"
-#include "runtime/model/checkpoint.h"
-#include "runtime/model/runner.h"
+#include "runtime/forward/runner.h"
 
 namespace genbridge::afd {
 

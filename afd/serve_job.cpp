@@ -12,8 +12,8 @@
 #include "afd/job.h"
 #include "afd/runner.h"
 #include "afd/transports/step_agreement.h"
-#include "runtime/model/config.h"
-#include "runtime/model/runner.h"
+#include "runtime/checkpoint/config.h"
+#include "runtime/forward/runner.h"
 
 namespace genbridge::afd {
 

@@ -6,11 +6,11 @@
 
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
-#include "runtime/model/fp8_checkpoint.h"
-#include "runtime/model/synthetic.h"
-#include "runtime/text/synthetic_tokenizer.h"
-#include "runtime/text/tokenizer.h"
+#include "runtime/checkpoint/fp8_checkpoint.h"
+#include "text/synthetic_tokenizer.h"
+#include "text/tokenizer.h"
 #include "tools/commands.h"
+#include "tools/make_model/synthetic.h"
 #include "tools/run_support.h"
 
 namespace genbridge::tools {

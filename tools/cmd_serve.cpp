@@ -29,16 +29,16 @@
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
 #include "runtime/engine/engine.h"
-#include "runtime/model/runner.h"
-#include "runtime/text/chat_template.h"
-#include "runtime/text/tokenizer.h"
+#include "runtime/forward/runner.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/fingerprint.h"
 #include "tools/flags.h"
 #include "tools/run_support.h"
-#include "tools/serve_afd.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
+#include "tools/serve_afd.h"
 
 namespace genbridge::tools {
 namespace {

@@ -10,8 +10,8 @@
 #include <filesystem>
 
 #include "genbridge/build_info.h"
-#include "runtime/model/config.h"
-#include "runtime/model/safetensors.h"
+#include "runtime/checkpoint/config.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace genbridge::tools {
 namespace {

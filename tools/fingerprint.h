@@ -11,8 +11,8 @@
 
 #include "afd/engine_job.h"
 #include "genbridge/core/status.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/engine/engine.h"
-#include "runtime/model/checkpoint.h"
 #include "tools/commands.h"
 
 namespace genbridge::tools {

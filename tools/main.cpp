@@ -11,9 +11,9 @@
 #include "afd/config.h"
 #include "genbridge/core/threading.h"
 #include "runtime/device/soc.h"
-#include "runtime/model/synthetic.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "tools/make_model/synthetic.h"
 
 namespace {
 

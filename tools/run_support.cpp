@@ -17,9 +17,9 @@
 #include "genbridge/core/threading.h"
 #include "runtime/engine/npy.h"
 #include "runtime/engine/sampler.h"
-#include "runtime/model/synthetic.h"
-#include "runtime/text/synthetic_tokenizer.h"
+#include "text/synthetic_tokenizer.h"
 #include "tools/flags.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::tools {
 namespace {

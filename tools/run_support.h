@@ -11,12 +11,12 @@
 
 #include "afd/config.h"
 #include "genbridge/core/status.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
+#include "runtime/forward/quant_weights.h"
 #include "runtime/memory/kv_page_pool.h"
-#include "runtime/model/checkpoint.h"
-#include "runtime/model/quant_weights.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tools/commands.h"
 
 namespace genbridge::tools {

@@ -27,8 +27,8 @@
 
 #include "afd/engine_job.h"
 #include "runtime/engine/engine.h"
-#include "runtime/model/synthetic.h"
 #include "support/bench_util.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::bench {
 namespace {

@@ -18,9 +18,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "runtime/text/chat_template.h"
-#include "runtime/text/stream_decoder.h"
-#include "runtime/text/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/stream_decoder.h"
+#include "text/tokenizer.h"
 
 namespace genbridge::text {
 namespace {
@@ -47,7 +47,7 @@ const std::string& corpus(const std::string& name) {
   const fs::path root = source_dir();
   if (name == "docs_code") {
     std::vector<fs::path> files = {root / "README.md"};
-    for (const char* dir : {"docs", "runtime", "afd", "tools", "ops", "core"}) {
+    for (const char* dir : {"docs", "text", "runtime", "afd", "tools", "ops", "core"}) {
       if (!fs::exists(root / dir)) continue;
       for (const auto& e : fs::recursive_directory_iterator(root / dir)) {
         const auto ext = e.path().extension();

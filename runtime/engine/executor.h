@@ -8,7 +8,7 @@
 
 #include "genbridge/core/status.h"
 #include "runtime/engine/step_trace.h"
-#include "runtime/model/runner.h"
+#include "runtime/forward/runner.h"
 
 namespace genbridge::engine {
 

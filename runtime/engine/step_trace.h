@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "genbridge/core/status.h"
-#include "runtime/model/runner.h"
+#include "runtime/forward/runner.h"
 
 namespace genbridge::engine {
 

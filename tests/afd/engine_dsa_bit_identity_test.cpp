@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "afd/engine_job.h"
-#include "runtime/model/deepseek_attention.h"
-#include "runtime/model/synthetic.h"
+#include "runtime/forward/deepseek_attention.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::afd {
 namespace {

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "afd/engine_job.h"
-#include "runtime/model/synthetic.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::afd {
 namespace {

@@ -3,7 +3,7 @@
 #  1. no generation or SoC name in code outside ops/target_providers/, runtime/device/, cmake/, tests/,
 #     docs/ and bench/;
 #  2. no operator name (a stable header's base name or module path) in any CMake file;
-#  3. code outside the ops library (runtime/, afd/, tools/) includes only the library's public headers
+#  3. code outside the ops library (text/, runtime/, afd/, tools/) includes only the library's public headers
 #     (include/genbridge/), never its private ones (core/, ops/).
 # Usage: design_lint.sh <source root>. Exits 1 and lists every violation.
 set -u
@@ -40,12 +40,12 @@ if [ -d include/genbridge/ops ]; then
   done
 fi
 
-dependent_files=$(find runtime afd tools -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.cpp' -o -name '*.cc' \) \
+dependent_files=$(find text runtime afd tools -type f \( -name '*.h' -o -name '*.hpp' -o -name '*.cpp' -o -name '*.cc' \) \
   2>/dev/null | sort)
 if [ -n "$dependent_files" ]; then
   hits=$(grep -H -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<](core|ops)/' $dependent_files || true)
   if [ -n "$hits" ]; then
-    echo "design lint: private ops-library headers included outside the ops library (rule: runtime/, afd/ and tools/ include only include/genbridge/ from the ops library):"
+    echo "design lint: private ops-library headers included outside the ops library (rule: text/, runtime/, afd/ and tools/ include only include/genbridge/ from the ops library):"
     echo "$hits"
     status=1
   fi

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/checkpoint.h"
-#include "runtime/model/safetensors.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace genbridge::testing {
 

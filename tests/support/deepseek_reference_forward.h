@@ -26,8 +26,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "runtime/model/checkpoint.h"
-#include "runtime/model/config.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/config.h"
 #include "support/reference_forward.h"
 
 namespace genbridge::testing {

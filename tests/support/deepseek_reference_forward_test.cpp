@@ -8,9 +8,9 @@
 
 #include <set>
 
-#include "runtime/model/deepseek_rope.h"
-#include "runtime/model/synthetic.h"
+#include "runtime/forward/deepseek_rope.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::testing {
 namespace {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "runtime/device/device_operator.h"
+#include "runtime/forward/deepseek_attention.h"
+#include "runtime/forward/quant_weights.h"
+#include "runtime/forward/runner.h"
 #include "runtime/memory/kv_page_pool.h"
-#include "runtime/model/deepseek_attention.h"
-#include "runtime/model/quant_weights.h"
-#include "runtime/model/runner.h"
 
 namespace genbridge::testing {
 

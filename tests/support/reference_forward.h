@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/checkpoint.h"
-#include "runtime/model/config.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/config.h"
 #include "support/tensor_util.h"
 
 namespace genbridge::testing {

@@ -7,8 +7,8 @@
 #include <deque>
 #include <set>
 
-#include "runtime/model/synthetic.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::testing {
 namespace {

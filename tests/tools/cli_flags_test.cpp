@@ -26,7 +26,7 @@
 
 #include "genbridge/build_info.h"
 #include "genbridge/core/cpu_target.h"
-#include "runtime/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 #ifndef GENBRIDGE_CLI
 #error "GENBRIDGE_CLI (the path of the genbridge binary) must be defined by tests/tools/CMakeLists.txt"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/synthetic.h"
+#include "tools/make_model/synthetic.h"
 #include "tools/run_support.h"
 
 namespace genbridge::tools {

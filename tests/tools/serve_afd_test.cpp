@@ -13,8 +13,8 @@
 
 #include "afd/serve_job.h"
 #include "runtime/engine/sampler.h"
-#include "runtime/model/synthetic.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 #include "tools/serve/service.h"
 
 namespace genbridge::tools {

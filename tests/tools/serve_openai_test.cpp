@@ -7,8 +7,8 @@
 #include <limits>
 #include <tuple>
 
-#include "runtime/text/synthetic_tokenizer.h"
 #include "support/temp_dir.h"
+#include "text/synthetic_tokenizer.h"
 #include "tools/serve/openai.h"
 
 namespace genbridge::serve {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/text/utf8.h"
+#include "text/utf8.h"
 
 namespace genbridge::serve {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "runtime/engine/sampler.h"
-#include "runtime/text/chat_template.h"
-#include "runtime/text/stream_decoder.h"
-#include "runtime/text/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/stream_decoder.h"
+#include "text/tokenizer.h"
 
 namespace genbridge::serve {
 

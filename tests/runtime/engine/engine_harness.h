@@ -17,9 +17,9 @@
 
 #include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
-#include "runtime/model/synthetic.h"
 #include "support/reference_forward.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::engine::harness {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "genbridge/core/formats.h"
-#include "runtime/model/safetensors.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace genbridge::testing {
 

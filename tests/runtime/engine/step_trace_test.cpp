@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine/engine.h"
-#include "runtime/model/synthetic.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::engine {
 namespace {

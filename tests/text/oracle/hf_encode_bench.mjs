@@ -12,7 +12,7 @@ const walk = (d) => fs.readdirSync(d, { withFileTypes: true }).flatMap((e) =>
   e.isDirectory() ? walk(path.join(d, e.name)) : [path.join(d, e.name)]);
 // The same files in the same (byte-wise sorted) order as the C++ benchmark.
 let files = [path.join(root, "README.md")];
-for (const d of ["docs", "runtime", "afd", "tools", "ops", "core"]) {
+for (const d of ["docs", "text", "runtime", "afd", "tools", "ops", "core"]) {
   if (fs.existsSync(path.join(root, d))) files.push(...walk(path.join(root, d)).filter((f) => /\.(md|cpp|h)$/.test(f)));
 }
 files = files.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));

@@ -16,10 +16,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "runtime/text/chat_template.h"
-#include "runtime/text/stream_decoder.h"
-#include "runtime/text/synthetic_tokenizer.h"
-#include "runtime/text/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/stream_decoder.h"
+#include "text/synthetic_tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace {
 

@@ -1,0 +1,403 @@
+#include "runtime/checkpoint/checkpoint.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <set>
+
+#include "genbridge/core/threading.h"
+#include "runtime/checkpoint/deepseek_weights.h"
+#include "runtime/checkpoint/file_access.h"
+#include "runtime/checkpoint/fp8_checkpoint.h"
+
+namespace genbridge::model {
+
+std::string layer_tensor_name(int64_t layer, std::string_view suffix) {
+  return fmt::format("model.layers.{}.{}", layer, suffix);
+}
+
+std::string expert_tensor_name(int64_t layer, int64_t expert, std::string_view proj) {
+  return fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", layer, expert, proj);
+}
+
+// Binds tensors by name to typed views, checking shape and dtype; records every name it used.
+class WeightBinder {
+ public:
+  WeightBinder(Checkpoint& ckpt, const LoadOptions& options, std::optional<Fp8QuantizationConfig> fp8 = std::nullopt)
+      : ckpt_(ckpt), options_(options) {
+    if (fp8) {
+      fp8_ = fp8->block;
+      not_converted_.insert(fp8->modules_not_converted.begin(), fp8->modules_not_converted.end());
+    }
+  }
+
+  // `shape_rule` spells the expected shape in config terms, e.g. "[num_experts, hidden_size]";
+  // `why` says why the config needs the tensor.
+  // `keep_dtype`: bind the file's tensor as it is even when bf16 weights are asked for.
+  Result<TensorView> bind(const std::string& name, std::vector<int64_t> shape, std::string_view shape_rule,
+                          std::string_view why, bool keep_dtype = false) {
+    const TensorStore& store = *ckpt_.store_;
+    const TensorStore::Entry* e = store.find(name);
+    if (!e) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is missing ({} requires it: {})", store.source(), name, kConfigFileName, why));
+    }
+    used_.insert(name);
+    if (e->tensor->dtype.rfind("F8_", 0) == 0) {
+      if (!fp8_) {
+        return invalid_argument(fmt::format(
+            "{}: tensor '{}' has dtype {} but {} has no quantization_config; an FP8 checkpoint's config says how "
+            "its codes are scaled (quantization_config: {{\"quant_method\": \"fp8\", \"weight_block_size\": [128, "
+            "128]}} with a '<name>_scale_inv' per weight, docs/quant_weights.md)",
+            e->file->path(), name, e->tensor->dtype, kConfigFileName));
+      }
+      if (e->tensor->dtype != "F8_E4M3") {
+        return invalid_argument(
+            fmt::format("{}: tensor '{}' has dtype {} but quantization_config.fmt is e4m3: genbridge reads F8_E4M3 "
+                        "codes (and BF16, F16 and F32 tensors)",
+                        e->file->path(), name, e->tensor->dtype));
+      }
+      return bind_fp8(name, *e, shape, shape_rule);
+    }
+    GB_ASSIGN_OR_RETURN(TensorView v, e->file->view(*e->tensor));
+    if (e->tensor->shape != shape) {
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' has shape {} but {} requires {} = {}", e->file->path(), name, v.shape_string(),
+          kConfigFileName, TensorView(nullptr, v.dtype(), shape.data(), static_cast<int>(shape.size())).shape_string(),
+          shape_rule));
+    }
+    if (keep_dtype || options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16) {
+      ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;
+      ckpt_.bound_.push_back({name, e->file->path(), v, false});
+      return v;
+    }
+    // Convert F16 / F32 to bf16 into an owned buffer (one rounding, to nearest even), in parallel chunks
+    // (element-wise: the result does not depend on the thread count).
+    const int64_t n = v.numel();
+    std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(n)]);  // uninitialised: written once below
+    constexpr int64_t kChunk = 1 << 14;
+    const bool f32 = v.dtype() == DType::kF32;
+    parallel_for((n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
+      float tmp[kChunk];
+      for (int64_t c = b; c < e; ++c) {
+        const int64_t i = c * kChunk, m = std::min(kChunk, n - i);
+        if (f32) {
+          float_to_bf16_n(v.data_as<const float>() + i, out.get() + i, static_cast<size_t>(m));
+        } else {
+          fp16_to_float_n(v.data_as<const fp16_t>() + i, tmp, static_cast<size_t>(m));
+          float_to_bf16_n(tmp, out.get() + i, static_cast<size_t>(m));
+        }
+      }
+    });
+    ckpt_.converted_weight_bytes_ += static_cast<uint64_t>(n) * sizeof(bf16_t);
+    TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
+    ckpt_.converted_.push_back(std::move(out));
+    ckpt_.bound_.push_back({name, e->file->path(), bv, true});
+    return bv;
+  }
+
+  // An F8_E4M3 weight of an FP8 block-scaled checkpoint (fp8_checkpoint.h): dequantized into an owned bf16
+  // buffer with its "<name>_scale_inv" tensor.
+  Result<TensorView> bind_fp8(const std::string& name, const TensorStore::Entry& e, const std::vector<int64_t>& shape,
+                              std::string_view shape_rule) {
+    const TensorView q(const_cast<std::byte*>(e.file->mapping().data() + e.tensor->offset), DType::kFp8E4M3FN,
+                       e.tensor->shape.data(), static_cast<int>(e.tensor->shape.size()));
+    if (e.tensor->shape != shape) {
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' has shape {} but {} requires {} = {}", e.file->path(), name, q.shape_string(),
+          kConfigFileName, TensorView(nullptr, q.dtype(), shape.data(), static_cast<int>(shape.size())).shape_string(),
+          shape_rule));
+    }
+    if (shape.size() != 2) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is F8_E4M3 but only 2-D Linear weights may be FP8", e.file->path(), name));
+    }
+    if (const std::string module = name.substr(0, name.rfind('.')); not_converted_.count(module)) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is F8_E4M3 but {}'s quantization_config lists '{}' among the modules left "
+                      "unquantized (modules_to_not_convert / ignored_layers)",
+                      e.file->path(), name, kConfigFileName, module));
+    }
+    const std::string scale_name = name + "_scale_inv";
+    const TensorStore::Entry* se = ckpt_.store_->find(scale_name);
+    if (!se) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' is missing ('{}' is F8_E4M3 and {}'s quantization_config is fp8 block-scaled)",
+                      ckpt_.store_->source(), scale_name, name, kConfigFileName));
+    }
+    used_.insert(scale_name);
+    GB_ASSIGN_OR_RETURN(TensorView s, se->file->view(*se->tensor));
+    const int64_t n = q.numel();
+    std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(n)]);
+    GB_RETURN_IF_ERROR(dequantize_fp8_block(q, s, *fp8_, se->file->path(), name, out.get()));
+    ckpt_.converted_weight_bytes_ += static_cast<uint64_t>(n) * sizeof(bf16_t);
+    TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
+    ckpt_.converted_.push_back(std::move(out));
+    ckpt_.bound_.push_back({name, e.file->path(), bv, true});
+    ckpt_.fp8_sources_[bv.data()] = Checkpoint::Fp8Source{q, s, *fp8_, se->file->path(), name};
+    return bv;
+  }
+
+  Result<MlpWeights> bind_mlp(const std::string& prefix, int64_t hidden, int64_t inter, std::string_view inter_key,
+                              std::string_view why) {
+    MlpWeights m;
+    const std::string io = fmt::format("[{}, hidden_size]", inter_key);
+    const std::string oi = fmt::format("[hidden_size, {}]", inter_key);
+    GB_ASSIGN_OR_RETURN(m.gate_proj, bind(prefix + "gate_proj.weight", {inter, hidden}, io, why));
+    GB_ASSIGN_OR_RETURN(m.up_proj, bind(prefix + "up_proj.weight", {inter, hidden}, io, why));
+    GB_ASSIGN_OR_RETURN(m.down_proj, bind(prefix + "down_proj.weight", {hidden, inter}, oi, why));
+    return m;
+  }
+
+  Status bind_all() {
+    const ModelConfig& c = ckpt_.config_;
+    ModelWeights& w = ckpt_.weights_;
+    const int64_t h = c.hidden_size;
+    GB_ASSIGN_OR_RETURN(w.embed_tokens, bind("model.embed_tokens.weight", {c.vocab_size, h},
+                                             "[vocab_size, hidden_size]", "the token embedding"));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      LayerWeights lw;
+      const std::string why_layer = fmt::format("num_hidden_layers = {}", c.num_hidden_layers);
+      const auto name = [&](std::string_view s) { return layer_tensor_name(l, s); };
+      GB_ASSIGN_OR_RETURN(lw.input_layernorm, bind(name("input_layernorm.weight"), {h}, "[hidden_size]", why_layer));
+      GB_ASSIGN_OR_RETURN(lw.post_attention_layernorm,
+                          bind(name("post_attention_layernorm.weight"), {h}, "[hidden_size]", why_layer));
+      if (c.is_deepseek()) {  // MLA, indexer and DeepSeek MoE: runtime/checkpoint/deepseek_weights.cpp
+        GB_RETURN_IF_ERROR(detail::bind_deepseek_layer(
+            c, l,
+            [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule, std::string_view why,
+                bool keep_dtype) { return bind(n, std::move(shape), rule, why, keep_dtype); },
+            &lw));
+        w.layers.push_back(std::move(lw));
+        continue;
+      }
+      AttentionWeights& a = lw.attn;
+      GB_ASSIGN_OR_RETURN(a.q_proj, bind(name("self_attn.q_proj.weight"), {c.q_size(), h},
+                                         "[num_attention_heads * head_dim, hidden_size]", why_layer));
+      GB_ASSIGN_OR_RETURN(a.k_proj, bind(name("self_attn.k_proj.weight"), {c.kv_size(), h},
+                                         "[num_key_value_heads * head_dim, hidden_size]", why_layer));
+      GB_ASSIGN_OR_RETURN(a.v_proj, bind(name("self_attn.v_proj.weight"), {c.kv_size(), h},
+                                         "[num_key_value_heads * head_dim, hidden_size]", why_layer));
+      GB_ASSIGN_OR_RETURN(a.o_proj, bind(name("self_attn.o_proj.weight"), {h, c.q_size()},
+                                         "[hidden_size, num_attention_heads * head_dim]", why_layer));
+      GB_ASSIGN_OR_RETURN(a.q_norm, bind(name("self_attn.q_norm.weight"), {c.head_dim}, "[head_dim]", why_layer));
+      GB_ASSIGN_OR_RETURN(a.k_norm, bind(name("self_attn.k_norm.weight"), {c.head_dim}, "[head_dim]", why_layer));
+      lw.is_moe = c.is_moe_layer(l);
+      if (lw.is_moe) {
+        const std::string why = fmt::format("layer {} is an MoE layer with num_experts = {}", l, c.num_experts);
+        GB_ASSIGN_OR_RETURN(lw.moe.router,
+                            bind(name("mlp.gate.weight"), {c.num_experts, h}, "[num_experts, hidden_size]", why));
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          GB_ASSIGN_OR_RETURN(MlpWeights m, bind_mlp(fmt::format("model.layers.{}.mlp.experts.{}.", l, e), h,
+                                                     c.moe_intermediate_size, "moe_intermediate_size", why));
+          lw.moe.experts.push_back(m);
+        }
+        if (c.has_shared_expert()) {
+          const std::string why_shared =
+              fmt::format("shared_expert_intermediate_size = {}", c.shared_expert_intermediate_size);
+          GB_ASSIGN_OR_RETURN(lw.moe.shared_expert,
+                              bind_mlp(name("mlp.shared_expert."), h, c.shared_expert_intermediate_size,
+                                       "shared_expert_intermediate_size", why_shared));
+          GB_ASSIGN_OR_RETURN(lw.moe.shared_expert_gate,
+                              bind(name("mlp.shared_expert_gate.weight"), {1, h}, "[1, hidden_size]", why_shared));
+        }
+      } else {
+        const std::string why = fmt::format("layer {} is dense (mlp_only_layers / decoder_sparse_step)", l);
+        GB_ASSIGN_OR_RETURN(lw.dense, bind_mlp(name("mlp."), h, c.intermediate_size, "intermediate_size", why));
+      }
+      w.layers.push_back(std::move(lw));
+    }
+    GB_ASSIGN_OR_RETURN(w.final_norm, bind("model.norm.weight", {h}, "[hidden_size]", "the final norm"));
+    if (c.tie_word_embeddings) {
+      w.lm_head = w.embed_tokens;
+      used_.insert("lm_head.weight");  // a tied checkpoint may still carry a copy; it is ignored
+    } else {
+      GB_ASSIGN_OR_RETURN(w.lm_head, bind("lm_head.weight", {c.vocab_size, h}, "[vocab_size, hidden_size]",
+                                          "tie_word_embeddings is false"));
+    }
+    // A tensor the model does not use means config.json and the weights disagree (e.g. more experts).
+    size_t unused = 0;
+    std::string first;
+    const TensorStore& store = *ckpt_.store_;
+    for (const std::string& n : store.names()) {
+      if (!used_.count(n) && !detail::is_ignored_deepseek_tensor(c, n)) {
+        if (unused++ == 0) first = n;
+      }
+    }
+    if (unused > 0) {
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' is not used by the model {} describes ({} unused tensor{}; config and weights disagree)",
+          store.find(first)->file->path(), first, kConfigFileName, unused, unused == 1 ? "" : "s"));
+    }
+    if (fp8_ && ckpt_.fp8_sources_.empty()) {
+      return invalid_argument(
+          fmt::format("{}: {}'s quantization_config says the weights are FP8 (quant_method \"fp8\") but no weight is "
+                      "F8_E4M3; remove quantization_config from a checkpoint that is not quantized",
+                      store.source(), kConfigFileName));
+    }
+    return ok_status();
+  }
+
+ private:
+  Checkpoint& ckpt_;
+  const LoadOptions& options_;
+  std::optional<Fp8BlockQuantConfig> fp8_;
+  std::set<std::string> not_converted_;  // modules the quantization_config says are not FP8
+  std::set<std::string> used_;
+};
+
+Result<Checkpoint> Checkpoint::open(const std::filesystem::path& dir, const LoadOptions& options) {
+  GB_ASSIGN_OR_RETURN(const bool dir_exists, detail::entry_exists(dir));
+  if (!dir_exists) return invalid_argument(fmt::format("{}: the model directory does not exist", dir.string()));
+  if (std::error_code ec; !std::filesystem::is_directory(dir, ec)) {
+    return invalid_argument(
+        fmt::format("{}: is not a directory (a model is a directory holding {} and safetensors files)", dir.string(),
+                    kConfigFileName));
+  }
+  Checkpoint ckpt;
+  ckpt.dir_ = dir;
+  ckpt.precision_ = options.precision;
+  GB_ASSIGN_OR_RETURN(ckpt.config_, load_model_config(dir / kConfigFileName));
+  // An FP8 block-scaled checkpoint (quantization_config, fp8_checkpoint.h): its F8_E4M3 weights load as bf16.
+  GB_ASSIGN_OR_RETURN(const std::string config_text, detail::read_regular_file(dir / kConfigFileName));
+  GB_ASSIGN_OR_RETURN(std::optional<Fp8QuantizationConfig> fp8,
+                      read_fp8_quantization_config(config_text, (dir / kConfigFileName).string()));
+  MapOptions map_options;
+  map_options.use_mmap = options.use_mmap;
+  map_options.populate = options.populate;
+  GB_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open_dir(dir, map_options));
+  ckpt.store_ = std::make_unique<TensorStore>(std::move(store));
+  WeightBinder binder(ckpt, options, std::move(fp8));
+  GB_RETURN_IF_ERROR(binder.bind_all());
+  return ckpt;
+}
+
+namespace {
+
+// The largest magnitude bit pattern in bits[0, n) (sign cleared). An element is NaN or infinite iff its
+// magnitude bits are >= the all-ones exponent, so one max-reduction answers "any non-finite?" and
+// vectorises (no branch, no early exit).
+template <typename U>
+U max_magnitude_bits(const U* bits, int64_t n) {
+  constexpr U kMagnitude = static_cast<U>(static_cast<U>(~U{0}) >> 1);  // ~ promotes to int
+  U m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max<U>(m, static_cast<U>(bits[i] & kMagnitude));
+  return m;
+}
+
+struct FloatBits {
+  int width;          // bytes per element
+  uint32_t exp_mask;  // the all-ones exponent
+  uint32_t sign_mask;
+};
+
+FloatBits float_bits(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return {4, 0x7f800000u, 0x80000000u};
+    case DType::kF16:
+      return {2, 0x7c00u, 0x8000u};
+    default:  // bf16
+      return {2, 0x7f80u, 0x8000u};
+  }
+}
+
+// Whether any element of `v`'s [begin, end) is non-finite.
+bool any_non_finite(const TensorView& v, int64_t begin, int64_t end) {
+  const FloatBits fb = float_bits(v.dtype());
+  if (fb.width == 4) return max_magnitude_bits(v.data_as<const uint32_t>() + begin, end - begin) >= fb.exp_mask;
+  return max_magnitude_bits(v.data_as<const uint16_t>() + begin, end - begin) >= fb.exp_mask;
+}
+
+uint32_t element_bits(const TensorView& v, int64_t i) {
+  return v.dtype() == DType::kF32 ? v.data_as<const uint32_t>()[i] : v.data_as<const uint16_t>()[i];
+}
+
+// "NaN", "+Inf" or "-Inf" for a non-finite element's bits.
+std::string_view non_finite_name(DType t, uint32_t bits) {
+  const FloatBits fb = float_bits(t);
+  const uint32_t magnitude = bits & ~fb.sign_mask;
+  if (magnitude > fb.exp_mask) return "NaN";
+  return bits & fb.sign_mask ? "-Inf" : "+Inf";
+}
+
+// "[546, 112]": the multi-index of flat index `i` in a row-major tensor.
+std::string multi_index(const TensorView& v, int64_t i) {
+  std::vector<int64_t> idx(static_cast<size_t>(v.rank()));
+  for (int d = v.rank() - 1; d >= 0; --d) {
+    idx[static_cast<size_t>(d)] = i % v.dim(d);
+    i /= v.dim(d);
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+}  // namespace
+
+Status Checkpoint::check_finite(WeightScan* scan) const {
+  const auto start = std::chrono::steady_clock::now();
+  // Fixed chunks over every bound tensor, scanned in parallel; the first flagged chunk in order is then
+  // searched element by element, so the answer does not depend on the thread count.
+  constexpr int64_t kChunkElems = int64_t{1} << 15;
+  struct Chunk {
+    size_t tensor;
+    int64_t begin, end;
+  };
+  std::vector<Chunk> chunks;
+  uint64_t bytes = 0;
+  for (size_t t = 0; t < bound_.size(); ++t) {
+    const int64_t n = bound_[t].view.numel();
+    bytes += static_cast<uint64_t>(n) * dtype_size(bound_[t].view.dtype());
+    for (int64_t b = 0; b < n; b += kChunkElems) chunks.push_back({t, b, std::min(n, b + kChunkElems)});
+  }
+  std::vector<uint8_t> flagged(chunks.size(), 0);
+  parallel_for(static_cast<int64_t>(chunks.size()), kChunkElems * 2, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const Chunk& k = chunks[static_cast<size_t>(c)];
+      flagged[static_cast<size_t>(c)] = any_non_finite(bound_[k.tensor].view, k.begin, k.end) ? 1 : 0;
+    }
+  });
+  if (scan) {
+    scan->bytes = bytes;
+    scan->tensors = static_cast<int64_t>(bound_.size());
+    scan->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  const auto hit = std::find(flagged.begin(), flagged.end(), uint8_t{1});
+  if (hit == flagged.end()) return ok_status();
+  const Chunk& k = chunks[static_cast<size_t>(hit - flagged.begin())];
+  const BoundTensor& bt = bound_[k.tensor];
+  const FloatBits fb = float_bits(bt.view.dtype());
+  int64_t i = k.begin;
+  while (i < k.end && (element_bits(bt.view, i) & ~fb.sign_mask) < fb.exp_mask) ++i;
+  GB_CHECK(i < k.end, "check_finite: a flagged chunk holds no non-finite element");
+  std::string converted;
+  if (bt.converted) {
+    // The bf16 copy of an F16/F32 tensor: say whether the file holds the value or the conversion made it.
+    const TensorStore::Entry* e = store_->find(bt.name);
+    Result<TensorView> original = e ? e->file->view(*e->tensor) : Result<TensorView>(internal_error("gone"));
+    if (original.ok()) {
+      const uint32_t ob = element_bits(*original, i);
+      const FloatBits ofb = float_bits(original->dtype());
+      if ((ob & ~ofb.sign_mask) < ofb.exp_mask) {
+        const float value = original->dtype() == DType::kF32 ? std::bit_cast<float>(ob)
+                                                             : fp16_to_float(fp16_t{static_cast<uint16_t>(ob)});
+        converted = fmt::format(" after conversion to bf16 (the file holds {} {}, beyond bf16's range)",
+                                safetensors_dtype_name(original->dtype()), value);
+      }
+    }
+  }
+  return invalid_argument(
+      fmt::format("{}: tensor '{}' holds {} at flat index {} (index {} of shape {}){}; every "
+                  "weight must be finite",
+                  bt.file, bt.name, non_finite_name(bt.view.dtype(), element_bits(bt.view, i)), i,
+                  multi_index(bt.view, i), bt.view.shape_string(), converted));
+}
+
+const Checkpoint::Fp8Source* Checkpoint::fp8_source(const TensorView& w) const {
+  const auto it = fp8_sources_.find(w.data());
+  return it == fp8_sources_.end() ? nullptr : &it->second;
+}
+
+}  // namespace genbridge::model

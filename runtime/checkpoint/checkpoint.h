@@ -1,0 +1,186 @@
+#pragma once
+// Checkpoint: a model directory (config.json + safetensors) opened, validated and bound to typed weights.
+// Every view is checked against the config for presence, shape and dtype once, at open; after that no
+// code on the decode path touches files or looks names up.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "genbridge/core/formats.h"
+#include "genbridge/core/status.h"
+#include "genbridge/core/tensor.h"
+#include "runtime/checkpoint/config.h"
+#include "runtime/checkpoint/fp8_checkpoint.h"
+#include "runtime/checkpoint/tensor_store.h"
+
+namespace genbridge::model {
+
+inline constexpr std::string_view kConfigFileName = "config.json";
+
+// SwiGLU block weights, HF Linear layout [out, in]: y = (silu(x gate^T) * (x up^T)) down^T.
+struct MlpWeights {
+  TensorView gate_proj;  // [intermediate, hidden]
+  TensorView up_proj;    // [intermediate, hidden]
+  TensorView down_proj;  // [hidden, intermediate]
+};
+
+struct AttentionWeights {
+  TensorView q_proj;  // [num_attention_heads * head_dim, hidden]
+  TensorView k_proj;  // [num_key_value_heads * head_dim, hidden]
+  TensorView v_proj;  // [num_key_value_heads * head_dim, hidden]
+  TensorView o_proj;  // [hidden, num_attention_heads * head_dim]
+  TensorView q_norm;  // [head_dim], applied per head before RoPE
+  TensorView k_norm;  // [head_dim]
+};
+
+// MLA (DeepSeek) attention weights, HF names under self_attn. Either q_lora (q_a_proj, q_a_layernorm,
+// q_b_proj) or q_proj is bound, by config.deepseek.q_lora_rank. qk = qk_nope_head_dim + qk_rope_head_dim.
+struct MlaWeights {
+  TensorView q_a_proj;            // [q_lora_rank, hidden]
+  TensorView q_a_layernorm;       // [q_lora_rank]
+  TensorView q_b_proj;            // [heads * qk, q_lora_rank]
+  TensorView q_proj;              // [heads * qk, hidden] when q_lora_rank == 0
+  TensorView kv_a_proj_with_mqa;  // [kv_lora_rank + qk_rope_head_dim, hidden]: latent, then the shared rope key
+  TensorView kv_a_layernorm;      // [kv_lora_rank]
+  TensorView kv_b_proj;           // [heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]: per head k_nope, v
+  TensorView o_proj;              // [hidden, heads * v_head_dim]
+};
+
+// DSA lightning indexer (DeepSeek-V3.2), HF names under self_attn.indexer.
+struct IndexerWeights {
+  TensorView wq_b;          // [index_n_heads * index_head_dim, q_lora_rank]
+  TensorView wk;            // [index_head_dim, hidden]
+  TensorView k_norm;        // [index_head_dim], LayerNorm weight
+  TensorView k_norm_bias;   // [index_head_dim], LayerNorm bias
+  TensorView weights_proj;  // [index_n_heads, hidden]
+};
+
+struct MoeWeights {
+  TensorView router;                // mlp.gate.weight [num_experts, hidden]
+  std::vector<MlpWeights> experts;  // num_experts entries, each [moe_intermediate, hidden] / [hidden, moe_intermediate]
+  // Present iff config.has_shared_expert(): width shared_expert_intermediate_size, gated by
+  // sigmoid(x shared_expert_gate^T) with shared_expert_gate [1, hidden].
+  // DeepSeek: mlp.shared_experts.* (width n_shared_experts * moe_intermediate_size, ungated) is bound here
+  // when n_shared_experts > 0, and shared_expert_gate stays empty.
+  MlpWeights shared_expert;
+  TensorView shared_expert_gate;
+  // DeepSeek: mlp.gate.e_score_correction_bias [num_experts], added to the sigmoid scores for selection
+  // only. Kept in its file dtype (not converted to bf16): it decides near-ties between experts.
+  TensorView e_score_correction_bias;
+};
+
+struct LayerWeights {
+  TensorView input_layernorm;           // [hidden]
+  TensorView post_attention_layernorm;  // [hidden]
+  AttentionWeights attn;  // Qwen
+  MlaWeights mla;         // DeepSeek
+  IndexerWeights indexer;  // DeepSeek-V3.2
+  bool is_moe = false;
+  MoeWeights moe;    // when is_moe
+  MlpWeights dense;  // when !is_moe: [intermediate_size, hidden] / [hidden, intermediate_size]
+};
+
+// Views of every weight, in the layout of the HF tensors. Read-only: views into mapped files must never
+// be written through. Valid while the owning Checkpoint is alive.
+struct ModelWeights {
+  TensorView embed_tokens;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  TensorView final_norm;  // model.norm.weight [hidden]
+  TensorView lm_head;     // [vocab, hidden]; the same view as embed_tokens when tie_word_embeddings
+};
+
+// What dtype the bound views have.
+enum class WeightPrecision : uint8_t {
+  // Every weight in bf16 (what the kernels take): BF16 tensors are zero-copy views into the mapped files;
+  // F16 and F32 tensors are converted at open (round to nearest even) into buffers the Checkpoint owns.
+  kBF16,
+  // Each view keeps its file dtype (BF16, F16 or F32), all zero-copy: for exact-value readers such as
+  // the fp64 reference forward pass.
+  kNative,
+};
+
+struct LoadOptions {
+  WeightPrecision precision = WeightPrecision::kBF16;
+  bool populate = true;  // read every mapped page at open so the decode loop never waits on disk
+  // false: read every file into memory the Checkpoint owns instead of mapping it (MapOptions::use_mmap).
+  // For files that may change during the run: truncating a mapped file kills the process with SIGBUS.
+  bool use_mmap = true;
+};
+
+// What Checkpoint::check_finite read.
+struct WeightScan {
+  uint64_t bytes = 0;   // weight bytes read
+  int64_t tensors = 0;  // tensors read
+  double seconds = 0;   // wall time of the scan
+};
+
+class Checkpoint {
+ public:
+  // Opens `dir`: parses dir/config.json, maps (or reads, LoadOptions::use_mmap) the safetensors (single or
+  // sharded), binds every tensor the config requires and checks its shape and dtype. Every file must be a
+  // regular file (after symbolic links); anything else is refused without blocking. Errors (InvalidArgument) name the
+  // file, the tensor and the rule; a tensor the model does not use is also an error (it means config and weights
+  // disagree), except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
+  static Result<Checkpoint> open(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+  Checkpoint(Checkpoint&&) noexcept = default;
+  Checkpoint& operator=(Checkpoint&&) noexcept = default;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const TensorStore& store() const { return *store_; }
+  WeightPrecision precision() const { return precision_; }
+  // Bytes of weights the model uses that live in the mapped files (zero-copy).
+  uint64_t mapped_weight_bytes() const { return mapped_weight_bytes_; }
+  // Bytes of bf16 buffers made at open by converting F16/F32 tensors (kBF16 only; 0 for a bf16 checkpoint).
+  uint64_t converted_weight_bytes() const { return converted_weight_bytes_; }
+  // Reads every weight the model uses, as bound (after any conversion to bf16), and returns InvalidArgument
+  // naming the first NaN, +Inf or -Inf in binding order (embedding, layers in order, final norm, LM head):
+  // file, tensor, flat index and value. Fills `*scan` (when given) either way. Uses the kernel threads;
+  // the result does not depend on their number. Blocks while it reads (pages of a lazily mapped file
+  // are read from disk).
+  Status check_finite(WeightScan* scan = nullptr) const;
+
+  // An F8_E4M3 weight of an FP8 block-scaled checkpoint, as in the file (the bound view is its bf16
+  // dequantization): --weight-quant converts from these codes and scales directly (quant_weights.h).
+  struct Fp8Source {
+    TensorView codes;      // fp8 e4m3fn [N, K], mapped
+    TensorView scale_inv;  // F32 or BF16 [ceil(N / bn), ceil(K / bk)], mapped
+    Fp8BlockQuantConfig config;
+    std::string file, name;
+  };
+  // The FP8 source of the bound weight view `w` (by its data pointer), or nullptr (a bf16/F16/F32 tensor).
+  const Fp8Source* fp8_source(const TensorView& w) const;
+
+ private:
+  Checkpoint() = default;
+  friend class WeightBinder;
+  std::filesystem::path dir_;
+  ModelConfig config_;
+  std::unique_ptr<TensorStore> store_;
+  std::vector<std::unique_ptr<bf16_t[]>> converted_;  // owned bf16 copies; heap buffers never move
+  // Every bound view with its name, in binding order (for check_finite).
+  struct BoundTensor {
+    std::string name;
+    std::string file;
+    TensorView view;
+    bool converted = false;  // an owned bf16 copy of an F16/F32 tensor
+  };
+  std::vector<BoundTensor> bound_;
+  std::unordered_map<const void*, Fp8Source> fp8_sources_;  // by the bound bf16 view's data pointer
+  ModelWeights weights_;
+  WeightPrecision precision_ = WeightPrecision::kBF16;
+  uint64_t mapped_weight_bytes_ = 0;
+  uint64_t converted_weight_bytes_ = 0;
+};
+
+// The HF names: "model.layers.3.mlp.experts.7.down_proj.weight" etc.
+std::string layer_tensor_name(int64_t layer, std::string_view suffix);
+std::string expert_tensor_name(int64_t layer, int64_t expert, std::string_view proj);
+
+}  // namespace genbridge::model

@@ -1,0 +1,127 @@
+#pragma once
+// ModelConfig: the Qwen3-MoE family (Hugging Face architecture Qwen3MoeForCausalLM) and the DeepSeek-V3 /
+// V3.2 family (DeepseekV3ForCausalLM, DeepseekV32ForCausalLM: MLA attention, DeepSeek routing, and for V3.2
+// the DSA lightning indexer) as described by a config.json, validated once at load. Sizes are element
+// counts; layer and expert indices start at 0.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "genbridge/core/dtype.h"
+#include "genbridge/core/status.h"
+
+namespace genbridge::model {
+
+// The architecture names accepted in config.json's "architectures".
+inline constexpr std::string_view kQwen3MoeArchitecture = "Qwen3MoeForCausalLM";
+inline constexpr std::string_view kDeepseekV3Architecture = "DeepseekV3ForCausalLM";
+inline constexpr std::string_view kDeepseekV32Architecture = "DeepseekV32ForCausalLM";
+
+enum class Architecture : uint8_t { kQwen3Moe, kDeepseekV3, kDeepseekV32 };
+// The HF architecture name ("Qwen3MoeForCausalLM", ...).
+std::string_view architecture_name(Architecture arch);
+
+// rope_scaling {"type": "yarn", ...} as DeepSeek-V3 configures it (defaults are HF's).
+struct YarnRopeScaling {
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+  friend bool operator==(const YarnRopeScaling&, const YarnRopeScaling&) = default;
+};
+
+// The DeepSeek-V3 / V3.2 keys (runtime/checkpoint/deepseek_config.cpp parses and validates them).
+struct DeepseekConfig {
+  int64_t q_lora_rank = 0;  // 0 (absent or null): queries come from self_attn.q_proj directly
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  int64_t n_shared_experts = 0;  // shared experts' SwiGLU width: n_shared_experts * moe_intermediate_size
+  int64_t n_group = 1;           // expert groups of the group-limited top-k
+  int64_t topk_group = 1;        // groups a token may pick experts from
+  double routed_scaling_factor = 1.0;
+  int64_t first_k_dense_replace = 0;  // layers [0, first_k_dense_replace) are dense
+  int64_t moe_layer_freq = 1;
+  int64_t num_nextn_predict_layers = 0;  // multi-token-prediction layers: their tensors are ignored
+  bool yarn = false;                     // rope_scaling is yarn (else plain RoPE)
+  YarnRopeScaling rope_scaling;
+  // DSA lightning indexer (DeepseekV32ForCausalLM only).
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  friend bool operator==(const DeepseekConfig&, const DeepseekConfig&) = default;
+};
+// genbridge's extension key selecting the norm type: "rms" (default) or "gemma".
+inline constexpr std::string_view kNormTypeKey = "genbridge_norm_type";
+
+// rms: y = x * rstd * w.  gemma: y = x * rstd * (1 + w) (weights stored as offsets from 1).
+// The choice applies to every norm of the model: input, post-attention, q/k per-head and final.
+enum class NormType : uint8_t { kRms, kGemma };
+// "rms" or "gemma".
+std::string_view norm_type_name(NormType type);
+
+struct ModelConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // absent in config.json: hidden_size / num_attention_heads (HF rule)
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  int64_t max_position_embeddings = 32768;
+  int64_t num_experts = 0;  // 0: every layer is dense
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t intermediate_size = 0;  // dense layers' SwiGLU width; required only when a dense layer exists
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  bool tie_word_embeddings = false;
+  int64_t shared_expert_intermediate_size = 0;  // 0: no shared expert (Qwen2-MoE style when > 0)
+  DType torch_dtype = DType::kBF16;             // informational: the dtype the checkpoint was saved in
+  NormType norm_type = NormType::kRms;
+  Architecture architecture = Architecture::kQwen3Moe;
+  // DeepSeek keys; meaningful when is_deepseek(). For DeepSeek, num_experts = n_routed_experts and
+  // head_dim = qk_nope_head_dim + qk_rope_head_dim (the query/key head width of the non-absorbed form).
+  DeepseekConfig deepseek;
+
+  bool is_deepseek() const { return architecture != Architecture::kQwen3Moe; }
+  // MLA attention with the DSA lightning indexer (V3.2).
+  bool has_indexer() const { return architecture == Architecture::kDeepseekV32; }
+
+  // Qwen (HF rule): MoE iff layer not in mlp_only_layers, num_experts > 0 and (layer + 1) % decoder_sparse_step == 0.
+  // DeepSeek (HF rule): MoE iff num_experts > 0, layer >= first_k_dense_replace and layer % moe_layer_freq == 0.
+  bool is_moe_layer(int64_t layer) const;
+  bool has_shared_expert() const { return shared_expert_intermediate_size > 0; }
+  int64_t num_moe_layers() const;
+  // num_attention_heads * head_dim (q_proj's output width, o_proj's input width).
+  int64_t q_size() const { return num_attention_heads * head_dim; }
+  // num_key_value_heads * head_dim (k_proj's and v_proj's output width).
+  int64_t kv_size() const { return num_key_value_heads * head_dim; }
+  // Query heads per key/value head.
+  int64_t gqa_group() const { return num_attention_heads / num_key_value_heads; }
+
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+};
+
+// Parses and validates config.json text. `source` names the file in messages. Errors are InvalidArgument
+// "<source>: <key> = <value>: <rule>" (or "<source>: missing required key '<key>'", "<source>: malformed JSON: ...").
+Result<ModelConfig> parse_model_config(std::string_view json_text, std::string_view source);
+// Reads and parses the file at `path` (blocking file read).
+Result<ModelConfig> load_model_config(const std::filesystem::path& path);
+// The cross-key rules parse_model_config enforces, for configs built in code; `source` names the origin.
+Status validate_model_config(const ModelConfig& config, std::string_view source);
+// config.json text for `config` (HF keys plus genbridge_norm_type for Qwen); parse_model_config() of it
+// returns `config`.
+std::string to_config_json(const ModelConfig& config);
+
+}  // namespace genbridge::model

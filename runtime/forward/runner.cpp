@@ -1,0 +1,633 @@
+#include "runtime/forward/runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "genbridge/core/formats.h"
+#include "genbridge/ops/attention/rope.h"
+#include "genbridge/ops/linear/linear.h"
+#include "genbridge/ops/linear/quant_linear.h"
+#include "genbridge/ops/moe/grouped_topk_router.h"
+#include "genbridge/ops/moe/moe_combine.h"
+#include "genbridge/ops/moe/quant_expert_ffn.h"
+#include "genbridge/ops/moe/topk_router.h"
+#include "genbridge/ops/norm/add_gemma_rms_norm.h"
+#include "genbridge/ops/norm/add_rms_norm.h"
+#include "genbridge/ops/norm/gemma_rms_norm.h"
+#include "genbridge/ops/norm/rms_norm.h"
+
+namespace genbridge::model {
+
+struct ForwardBatch::Buffers {
+  // bf16 activations
+  std::vector<bf16_t> residual, delta, h, q, k, v, qn, kn, attn, mlp_in, expert_out, shared_out, last_hidden;
+  // fp32
+  std::vector<float> router_logits, topk_weights, shared_gate, rstd;
+  // int32 / int64 metadata
+  std::vector<int32_t> topk_ids, zero_ids, positions, context_lens, query_start, block_tables, last_rows;
+  std::vector<int64_t> slots;
+  std::vector<runtime::SeqId> seq_ids;
+  std::vector<int32_t> row_seq;         // [T]: the sequence of each token row
+  std::vector<ActivationFault> faults;  // [S]
+  // set_choice_sink: every layer's routing of the last forward, [layer][T][topk].
+  const ChoiceSink* choice_sink = nullptr;
+  std::vector<int32_t> choice_ids;
+  std::vector<float> choice_weights;
+  std::vector<int32_t> choice_positions;       // scratch: one token's indexer positions
+  std::shared_ptr<MlaAttention::Scratch> mla;  // DeepSeek models
+  int64_t max_blocks = 0;
+  int64_t hidden = 0, q_size = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
+};
+
+namespace {
+
+TensorView bf16_view(std::vector<bf16_t>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kBF16, shape);
+}
+TensorView f32_view(std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kF32, shape);
+}
+TensorView i32_view(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kI32, shape);
+}
+// [rows, cols] view of a 2-D weight as a [1, rows, cols] stack of one.
+ops::ExpertWeights as_expert(const MlpWeights& m) { return {m.gate_proj, m.up_proj, m.down_proj}; }
+
+// A projection: quant_linear with the layer's quantized weight when there is one, else linear (bf16).
+Status project(const TensorView& x, const TensorView& w, const ops::QuantWeight* q, const TensorView& y) {
+  return q ? ops::quant_linear(x, *q, y) : ops::linear(x, w, y);
+}
+
+Status with_context(Status s, const char* what, int64_t layer) {
+  if (s.ok()) return s;
+  return Status(s.code(), fmt::format("{} of layer {}: {}", what, layer, s.message()));
+}
+
+const char* fault_block(ActivationFault::Where w) {
+  switch (w) {
+    case ActivationFault::Where::kAttention:
+      return "attention";
+    case ActivationFault::Where::kMlp:
+      return "MLP";
+    case ActivationFault::Where::kMoe:
+      return "MoE block";
+    default:
+      return "?";
+  }
+}
+
+}  // namespace
+
+std::string describe(const ActivationFault& f) {
+  const std::string after = f.where == ActivationFault::Where::kEmbedding
+                                ? std::string("the embedding")
+                                : fmt::format("layer {}'s {}", f.layer, fault_block(f.where));
+  if (f.non_finite) {
+    return fmt::format("the hidden state of position {} is not finite after {} (element {} = {})", f.position, after,
+                       f.element, f.value);
+  }
+  return fmt::format(
+      "the hidden state of position {} after {} overflows fp32 in the next RMSNorm (its sum of squares exceeds "
+      "3.4e+38; largest element {:g}), which would make the norm return 0",
+      f.position, after, f.value);
+}
+
+std::span<const ActivationFault> ForwardBatch::faults() const {
+  if (!b_) return {};
+  return {b_->faults.data(), static_cast<size_t>(num_seqs_)};
+}
+
+void ForwardBatch::set_choice_sink(const ChoiceSink* sink) {
+  if (!b_) return;  // not planned yet (make_batch): nothing to record into
+  b_->choice_sink = sink;
+  if (!sink) return;
+  const auto n = static_cast<size_t>(num_layers_ * max_tokens_ * b_->topk);
+  b_->choice_ids.resize(n);
+  b_->choice_weights.resize(n);
+}
+
+TensorView ForwardBatch::moe_input() const {
+  return TensorView(b_->mlp_in.data(), DType::kBF16, {num_tokens_, b_->hidden});
+}
+TensorView ForwardBatch::topk_ids() const {
+  return TensorView(b_->topk_ids.data(), DType::kI32, {num_tokens_, b_->topk});
+}
+TensorView ForwardBatch::topk_weights() const {
+  return TensorView(b_->topk_weights.data(), DType::kF32, {num_tokens_, b_->topk});
+}
+TensorView ForwardBatch::expert_out() const {
+  return TensorView(b_->expert_out.data(), DType::kBF16, {num_tokens_, b_->topk, b_->hidden});
+}
+
+TensorView ForwardBatch::index_selection(int64_t layer) const {
+  if (!mla_ || !b_->mla) return TensorView();
+  return mla_->index_selection(*b_->mla, layer, num_tokens_);
+}
+
+ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized)
+    : num_experts_(checkpoint.config().num_experts), quantized_(quantized) {
+  for (const LayerWeights& l : checkpoint.weights().layers) {
+    std::vector<ops::ExpertWeights> e;
+    if (l.is_moe) {
+      for (const MlpWeights& m : l.moe.experts) e.push_back(as_expert(m));
+    }
+    layers_.push_back(std::move(e));
+  }
+}
+
+Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
+                           const TensorView& out) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()) || layers_[layer].empty()) {
+    return invalid_argument(fmt::format("experts: layer {} is not a MoE layer of this model", layer));
+  }
+  if (begin < 0 || begin > end || end > num_experts_) {
+    return invalid_argument(fmt::format("experts: range [{}, {}) is not inside [0, {})", begin, end, num_experts_));
+  }
+  if (quantized_ && quantized_->experts_quantized() &&
+      (begin < quantized_->expert_begin() || end > quantized_->expert_end()) && begin < end) {
+    return invalid_argument(fmt::format(
+        "experts: layer {}'s experts [{}, {}) are not among the quantized experts [{}, {}) these weights hold", layer,
+        begin, end, quantized_->expert_begin(), quantized_->expert_end()));
+  }
+  if (quantized_ && layer < quantized_->num_layers() && !quantized_->layer(layer).experts.empty()) {
+    std::span<const ops::QuantExpertWeights> q(quantized_->layer(layer).experts);
+    return ops::quant_expert_ffn(x, topk_ids, q.subspan(begin, end - begin), begin, end, out);
+  }
+  std::span<const ops::ExpertWeights> all(layers_[layer]);
+  return ops::expert_ffn(x, topk_ids, all.subspan(begin, end - begin), begin, end, out);
+}
+
+ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p,
+                         const QuantizedWeights* q)
+    : checkpoint_(c), w_(c.weights()), config_(c.config()), dev_(d), pool_(p), quantized_(q), experts_(c, q) {
+  // hidden * floor^2 is just below fp32's maximum: a row whose elements are all below the floor cannot
+  // overflow the norm's fp32 sum of squares, so only rows above it pay for the exact sum.
+  saturation_floor_ =
+      static_cast<float>(0.99 * std::sqrt(std::numeric_limits<float>::max() /
+                                          static_cast<double>(std::max<int64_t>(1, config_.hidden_size))));
+}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& checkpoint,
+                                                         const runtime::DeviceOperator& dev,
+                                                         const runtime::KvPagePool& pool,
+                                                         const QuantizedWeights* quantized) {
+  if (checkpoint.precision() != WeightPrecision::kBF16) {
+    return invalid_argument("model runner: the checkpoint must be opened with bf16 weights (LoadOptions::precision)");
+  }
+  const runtime::WeightQuantRepresentation* wq = dev.weight_quant();
+  if (wq && !quantized) {
+    return invalid_argument(fmt::format("model runner: weight_quant {} is in force but no quantized weights were given",
+                                        ops::weight_quant_scheme_name(wq->scheme)));
+  }
+  if (quantized && (!wq || quantized->representation().scheme != wq->scheme ||
+                    quantized->num_layers() != checkpoint.config().num_hidden_layers)) {
+    return invalid_argument(fmt::format(
+        "model runner: the quantized weights are {} for {} layers but the device's weight_quant is {} for {} layers",
+        ops::weight_quant_scheme_name(quantized->representation().scheme), quantized->num_layers(),
+        wq ? ops::weight_quant_scheme_name(wq->scheme) : "none", checkpoint.config().num_hidden_layers));
+  }
+  const runtime::QuantizedLayers& roles = dev.contract().weight_quant.layers;
+  if (quantized && !quantized->holds_attention_side() && (roles.attention_projections || roles.shared_experts)) {
+    return invalid_argument(fmt::format(
+        "model runner: the quantized weights hold only routed experts [{}, {}) (an FFN rank's share), not the "
+        "attention side the runner computes",
+        quantized->expert_begin(), quantized->expert_end()));
+  }
+  std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool, quantized));
+  const ModelConfig& c = r->config_;
+  if (c.is_deepseek()) {  // MLA (+ DSA) attention: latent rows instead of GQA K/V (deepseek_attention.h)
+    if (pool.geometry().num_layers != c.num_hidden_layers) {
+      return invalid_argument(fmt::format("model runner: the KV pool holds {} layers but the model has {}",
+                                          pool.geometry().num_layers, c.num_hidden_layers));
+    }
+    GB_ASSIGN_OR_RETURN(r->mla_, MlaAttention::create(checkpoint, dev, pool, quantized));
+    return r;
+  }
+  if (pool.geometry().num_layers != c.num_hidden_layers || pool.geometry().num_kv_heads != c.num_key_value_heads) {
+    return invalid_argument(fmt::format(
+        "model runner: the KV pool holds {} layers x {} kv heads but the model has {} layers x {} kv heads",
+        pool.geometry().num_layers, pool.geometry().num_kv_heads, c.num_hidden_layers, c.num_key_value_heads));
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    GB_ASSIGN_OR_RETURN(ops::PagedKvCache view,
+                        dev.kv_layer_view(pool, {c.num_hidden_layers, c.num_key_value_heads, c.head_dim}, l));
+    r->kv_.push_back(view);
+  }
+  return r;
+}
+
+ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const {
+  const ModelConfig& c = config_;
+  ForwardBatch fb;
+  fb.max_tokens_ = max_tokens;
+  fb.max_seqs_ = max_seqs;
+  fb.num_layers_ = c.num_hidden_layers;
+  fb.b_ = std::make_shared<ForwardBatch::Buffers>();
+  ForwardBatch::Buffers& b = *fb.b_;
+  b.hidden = c.hidden_size;
+  b.q_size = c.q_size();
+  b.kv_size = c.kv_size();
+  b.heads = c.num_attention_heads;
+  b.kv_heads = c.num_key_value_heads;
+  b.head_dim = c.head_dim;
+  b.topk = std::max<int64_t>(1, c.num_experts_per_tok);
+  b.experts = c.num_experts;
+  const auto T = static_cast<size_t>(max_tokens), H = static_cast<size_t>(c.hidden_size);
+  for (auto* v : {&b.residual, &b.delta, &b.h, &b.mlp_in, &b.shared_out}) v->resize(T * H);
+  b.q.resize(T * b.q_size);
+  b.qn.resize(T * b.q_size);
+  b.attn.resize(T * b.q_size);
+  b.k.resize(T * b.kv_size);
+  b.kn.resize(T * b.kv_size);
+  b.v.resize(T * b.kv_size);
+  b.expert_out.resize(T * b.topk * H);
+  b.router_logits.resize(T * std::max<int64_t>(1, c.num_experts));
+  b.topk_weights.resize(T * b.topk);
+  b.topk_ids.resize(T * b.topk);
+  b.zero_ids.assign(T, 0);
+  b.shared_gate.resize(T);
+  if (mla_) b.mla = mla_->make_scratch(max_tokens);
+  fb.mla_ = mla_.get();
+  b.positions.resize(T);
+  b.slots.resize(T);
+  b.context_lens.resize(max_seqs);
+  b.query_start.resize(max_seqs + 1);
+  b.last_rows.resize(max_seqs);
+  b.last_hidden.resize(max_seqs * H);
+  b.rstd.resize(std::max<size_t>(T * b.heads, max_seqs));
+  b.seq_ids.resize(max_seqs);
+  b.row_seq.resize(T);
+  b.faults.resize(max_seqs);
+  return fb;
+}
+
+Status ModelRunner::norm(const TensorView& x, const TensorView& w, const TensorView& y) const {
+  // rstd is required by the op's contract but unused here; a scratch view of the right shape.
+  thread_local std::vector<float> rstd;
+  std::vector<int64_t> shape(x.shape(), x.shape() + x.rank());
+  shape.back() = 1;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (static_cast<int64_t>(rstd.size()) < n) rstd.resize(n);
+  const TensorView r(rstd.data(), DType::kF32, shape.data(), static_cast<int>(shape.size()));
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  return config_.norm_type == NormType::kGemma ? ops::gemma_rms_norm(x, w, eps, y, r) : ops::rms_norm(x, w, eps, y, r);
+}
+
+Status ModelRunner::add_norm(const TensorView& x, const TensorView& w, const TensorView& residual,
+                             const TensorView& y) const {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  return config_.norm_type == NormType::kGemma ? ops::add_gemma_rms_norm(x, w, residual, eps, y, residual)
+                                               : ops::add_rms_norm(x, w, residual, eps, y, residual);
+}
+
+Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t T = static_cast<int64_t>(in.tokens.size()), S = static_cast<int64_t>(in.seq_ids.size());
+  if (S == 0 || T == 0) return invalid_argument("forward: the batch has no sequences or no tokens");
+  if (T > fb.max_tokens_ || S > fb.max_seqs_) {
+    return invalid_argument(fmt::format("forward: {} tokens from {} sequences exceed the planned batch of {} tokens "
+                                        "from {} sequences",
+                                        T, S, fb.max_tokens_, fb.max_seqs_));
+  }
+  if (static_cast<int64_t>(in.q_lens.size()) != S) {
+    return invalid_argument(fmt::format("forward: {} q_lens for {} sequences", in.q_lens.size(), S));
+  }
+  fb.num_tokens_ = T;
+  fb.num_seqs_ = S;
+  int64_t row = 0, max_blocks = 1;
+  b.query_start[0] = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const runtime::SeqId id = in.seq_ids[s];
+    const int64_t L = pool_.length(id), q = in.q_lens[s];
+    if (q < 1 || q > L) {
+      return invalid_argument(
+          fmt::format("forward: sequence {} has {} new tokens but {} tokens in the KV pool", id, q, L));
+    }
+    if (row + q > T) return invalid_argument("forward: q_lens sum to more than the number of tokens");
+    GB_RETURN_IF_ERROR(pool_.slots(id, L - q, L, std::span<int64_t>(b.slots).subspan(row, q)));
+    for (int64_t i = 0; i < q; ++i) b.positions[row + i] = static_cast<int32_t>(L - q + i);
+    for (int64_t i = 0; i < q; ++i) b.row_seq[row + i] = static_cast<int32_t>(s);
+    b.seq_ids[s] = id;
+    b.faults[s] = ActivationFault{};
+    b.context_lens[s] = static_cast<int32_t>(L);
+    row += q;
+    b.query_start[s + 1] = static_cast<int32_t>(row);
+    b.last_rows[s] = static_cast<int32_t>(row - 1);
+    // Rows hold every page the sequence owns: admission reserves pages for the whole request (prompt + every
+    // token it may generate), so a sequence can own more pages than its current length needs.
+    max_blocks = std::max(max_blocks, static_cast<int64_t>(pool_.block_table(id).size()));
+  }
+  if (row != T) return invalid_argument(fmt::format("forward: q_lens sum to {} but there are {} tokens", row, T));
+  b.max_blocks = max_blocks;
+  b.block_tables.resize(static_cast<size_t>(S * max_blocks));
+  GB_RETURN_IF_ERROR(pool_.fill_block_tables(std::span<const runtime::SeqId>(b.seq_ids).first(S), max_blocks,
+                                             b.block_tables));
+  // Embeddings: rows of embed_tokens (bf16) copied into the residual stream.
+  const int64_t H = b.hidden, V = config_.vocab_size;
+  const auto* emb = w_.embed_tokens.data_as<const bf16_t>();
+  const int64_t emb_stride = w_.embed_tokens.stride(0);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t tok = in.tokens[t];
+    if (tok < 0 || tok >= V) {
+      return invalid_argument(fmt::format("forward: token id {} is outside the vocabulary [0, {})", tok, V));
+    }
+    std::memcpy(b.residual.data() + t * H, emb + tok * emb_stride, static_cast<size_t>(H) * sizeof(bf16_t));
+  }
+  check_rows(fb, b.residual.data(), T, nullptr, ActivationFault::Where::kEmbedding, -1);
+  return ok_status();
+}
+
+ActivationFault::Where ModelRunner::mlp_block(int64_t layer) const {
+  return w_.layers[layer].is_moe ? ActivationFault::Where::kMoe : ActivationFault::Where::kMlp;
+}
+
+void ModelRunner::check_rows(ForwardBatch& fb, const bf16_t* x, int64_t n, const int32_t* rows,
+                             ActivationFault::Where where, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t H = b.hidden;
+  for (int64_t i = 0; i < n; ++i) {
+    const bf16_t* r = x + i * H;
+    // The largest magnitude as bf16 bits (order-preserving for magnitudes; NaN and Inf are >= 0x7f80): an
+    // integer max that vectorizes.
+    uint16_t top = 0;
+    for (int64_t j = 0; j < H; ++j) top = std::max<uint16_t>(top, r[j].bits & 0x7fffu);
+    const float largest = bf16_to_float(bf16_t{top});
+    if (top < 0x7f80u && !(largest >= saturation_floor_)) continue;  // the common case: nothing to record
+    const int64_t row = rows ? rows[i] : i;
+    ActivationFault& f = b.faults[b.row_seq[row]];
+    if (f.found()) continue;
+    if (top >= 0x7f80u) {
+      int64_t j = 0;
+      while ((r[j].bits & 0x7fffu) < 0x7f80u) ++j;
+      f = ActivationFault{.where = where,
+                          .layer = layer,
+                          .position = b.positions[row],
+                          .non_finite = true,
+                          .element = j,
+                          .value = bf16_to_float(r[j])};
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < H; ++j) {
+      const double v = bf16_to_float(r[j]);
+      sum += v * v;
+    }
+    if (sum > static_cast<double>(std::numeric_limits<float>::max())) {
+      f = ActivationFault{.where = where, .layer = layer, .position = b.positions[row], .value = largest};
+    }
+  }
+}
+
+Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, H = b.hidden, D = b.head_dim;
+  const TensorView residual = bf16_view(b.residual, {T, H}), h = bf16_view(b.h, {T, H});
+  if (layer == 0) {
+    GB_RETURN_IF_ERROR(with_context(norm(residual, lw.input_layernorm, h), "input norm", layer));
+  } else {
+    GB_RETURN_IF_ERROR(
+        with_context(add_norm(bf16_view(b.delta, {T, H}), lw.input_layernorm, residual, h), "input norm", layer));
+    check_rows(fb, b.residual.data(), T, nullptr, mlp_block(layer - 1), layer - 1);
+  }
+  if (mla_) {
+    const int64_t S = fb.num_seqs_;
+    const runtime::AttentionBatch ab{
+        .block_tables = i32_view(b.block_tables, {S, b.max_blocks}),
+        .context_lens = i32_view(b.context_lens, {S}),
+        .query_start_loc = i32_view(b.query_start, {S + 1}),
+    };
+    GB_RETURN_IF_ERROR(with_context(mla_->forward(*b.mla, layer, h, std::span<const int32_t>(b.positions).first(T),
+                                                  std::span<const int64_t>(b.slots).first(T), ab,
+                                                  bf16_view(b.delta, {T, H})),
+                                    "attention", layer));
+    return post_attention(fb, layer);
+  }
+  const TensorView q = bf16_view(b.q, {T, b.q_size}), k = bf16_view(b.k, {T, b.kv_size}),
+                   v = bf16_view(b.v, {T, b.kv_size});
+  const QuantizedWeights::Layer* ql =
+      quantized_ && quantized_->layer(layer).attention ? &quantized_->layer(layer) : nullptr;
+  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.q_proj, ql ? &ql->q_proj : nullptr, q), "q_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.k_proj, ql ? &ql->k_proj : nullptr, k), "k_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.v_proj, ql ? &ql->v_proj : nullptr, v), "v_proj", layer));
+  const TensorView qn = bf16_view(b.qn, {T, b.heads, D}), kn = bf16_view(b.kn, {T, b.kv_heads, D});
+  GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.q, {T, b.heads, D}), lw.attn.q_norm, qn), "q_norm", layer));
+  GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.k, {T, b.kv_heads, D}), lw.attn.k_norm, kn), "k_norm", layer));
+  GB_RETURN_IF_ERROR(with_context(
+      ops::rope(i32_view(b.positions, {T}), qn, kn, static_cast<float>(config_.rope_theta)), "rope", layer));
+  const TensorView v3 = bf16_view(b.v, {T, b.kv_heads, D});
+  GB_RETURN_IF_ERROR(with_context(
+      dev_.write_kv(kv_[layer], kn, v3, std::span<const int64_t>(b.slots).first(T)), "kv write", layer));
+  const int64_t S = fb.num_seqs_;
+  const runtime::AttentionBatch ab{
+      .block_tables = i32_view(b.block_tables, {S, b.max_blocks}),
+      .context_lens = i32_view(b.context_lens, {S}),
+      .query_start_loc = i32_view(b.query_start, {S + 1}),
+  };
+  const TensorView attn = bf16_view(b.attn, {T, b.heads, D});
+  GB_RETURN_IF_ERROR(with_context(
+      dev_.attention(qn, kv_[layer], ab, 1.0f / std::sqrt(static_cast<float>(D)), attn), "attention", layer));
+  const TensorView delta = bf16_view(b.delta, {T, H});
+  GB_RETURN_IF_ERROR(with_context(
+      project(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
+  return post_attention(fb, layer);
+}
+
+Status ModelRunner::post_attention(ForwardBatch& fb, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, H = b.hidden;
+  const TensorView residual = bf16_view(b.residual, {T, H}), delta = bf16_view(b.delta, {T, H});
+  const TensorView mlp_in = bf16_view(b.mlp_in, {T, H});
+  GB_RETURN_IF_ERROR(
+      with_context(add_norm(delta, lw.post_attention_layernorm, residual, mlp_in), "post-attention norm", layer));
+  check_rows(fb, b.residual.data(), T, nullptr, ActivationFault::Where::kAttention, layer);
+  if (!lw.is_moe && quantized_ && quantized_->layer(layer).dense) {
+    GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}),
+                                                          std::span(&quantized_->layer(layer).dense_mlp, 1), 0, 1,
+                                                          bf16_view(b.delta, {T, 1, H})),
+                                    "dense mlp", layer));
+  } else if (!lw.is_moe) {
+    const ops::ExpertWeights dense = as_expert(lw.dense);
+    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}), std::span(&dense, 1), 0, 1,
+                                                    bf16_view(b.delta, {T, 1, H})),
+                                    "dense mlp", layer));
+  }
+  return ok_status();
+}
+
+Status ModelRunner::route(ForwardBatch& fb, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_;
+  const TensorView logits = f32_view(b.router_logits, {T, b.experts});
+  GB_RETURN_IF_ERROR(with_context(ops::linear(fb.moe_input(), lw.moe.router, logits), "router", layer));
+  if (config_.is_deepseek()) {
+    const DeepseekConfig& d = config_.deepseek;
+    const ops::GroupedTopkParams p{d.n_group, d.topk_group, config_.norm_topk_prob,
+                                   static_cast<float>(d.routed_scaling_factor)};
+    GB_RETURN_IF_ERROR(with_context(
+        ops::grouped_topk_router(logits, lw.moe.e_score_correction_bias, p, fb.topk_ids(), fb.topk_weights()),
+        "grouped top-k", layer));
+  } else {
+    GB_RETURN_IF_ERROR(with_context(ops::topk_router(logits, config_.norm_topk_prob, fb.topk_ids(), fb.topk_weights()),
+                                    "top-k", layer));
+  }
+  if (b.choice_sink) {  // kept until the forward ends: the next layer's routing overwrites topk_ids
+    const size_t n = static_cast<size_t>(T * b.topk), at = static_cast<size_t>(layer * fb.max_tokens_ * b.topk);
+    std::memcpy(b.choice_ids.data() + at, b.topk_ids.data(), n * sizeof(int32_t));
+    std::memcpy(b.choice_weights.data() + at, b.topk_weights.data(), n * sizeof(float));
+  }
+  return ok_status();
+}
+
+void ModelRunner::emit_choices(ForwardBatch& fb) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t T = fb.num_tokens_, k = b.topk, page = pool_.geometry().page_size;
+  const bool slots = dev_.topk_index_format() != ops::TopkIndexFormat::kSequencePositions;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t s = b.row_seq[t];
+    for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+      TokenChoices c{.seq_index = s, .position = b.positions[t], .layer = l};
+      if (w_.layers[l].is_moe) {
+        const size_t at = static_cast<size_t>((l * fb.max_tokens_ + t) * k);
+        c.expert_ids = std::span<const int32_t>(b.choice_ids).subspan(at, k);
+        c.expert_weights = std::span<const float>(b.choice_weights).subspan(at, k);
+      }
+      if (const TensorView sel = fb.index_selection(l); sel.data() != nullptr) {
+        // The DeviceOperator's top-k index contract (sequence positions or flat KV slots, -1 padded) as
+        // sequence positions: a slot's block is found in the sequence's block table.
+        b.choice_positions.clear();
+        const int32_t* row = sel.data_as<const int32_t>() + t * sel.stride(0);
+        for (int64_t j = 0; j < sel.dim(1); ++j) {
+          const int32_t v = row[j * sel.stride(1)];
+          if (v < 0) continue;
+          if (!slots) {
+            b.choice_positions.push_back(v);
+            continue;
+          }
+          const int32_t* table = b.block_tables.data() + s * b.max_blocks;
+          for (int64_t blk = 0; blk < b.max_blocks; ++blk) {
+            if (table[blk] == v / page) {
+              b.choice_positions.push_back(static_cast<int32_t>(blk * page + v % page));
+              break;
+            }
+          }
+        }
+        std::sort(b.choice_positions.begin(), b.choice_positions.end());
+        c.index_positions = b.choice_positions;
+      }
+      if (!c.expert_ids.empty() || !c.index_positions.empty()) (*b.choice_sink)(c);
+    }
+  }
+}
+
+Status ModelRunner::local_experts(ForwardBatch& fb, int64_t layer, int64_t expert_begin, int64_t expert_end) const {
+  return with_context(experts_.compute(layer, fb.moe_input(), fb.topk_ids(), expert_begin, expert_end, fb.expert_out()),
+                      "experts", layer);
+}
+
+Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView* expert_out) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const TensorView outs = expert_out ? *expert_out : fb.expert_out();
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, H = b.hidden;
+  const TensorView delta = bf16_view(b.delta, {T, H});
+  if (config_.is_deepseek() && config_.deepseek.n_shared_experts > 0) {  // ungated shared experts
+    const TensorView shared_out = bf16_view(b.shared_out, {T, H});
+    if (quantized_ && quantized_->layer(layer).shared) {
+      GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                            std::span(&quantized_->layer(layer).shared_expert, 1), 0,
+                                                            1, bf16_view(b.shared_out, {T, 1, H})),
+                                      "shared experts", layer));
+    } else {
+      const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
+      GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                      std::span(&shared, 1), 0, 1, bf16_view(b.shared_out, {T, 1, H})),
+                                      "shared experts", layer));
+    }
+    return with_context(ops::moe_combine(outs, fb.topk_weights(), delta, &shared_out, nullptr), "combine", layer);
+  }
+  if (!config_.has_shared_expert()) {
+    return with_context(ops::moe_combine(outs, fb.topk_weights(), delta), "combine", layer);
+  }
+  const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
+  const TensorView shared_out = bf16_view(b.shared_out, {T, H});
+  if (quantized_ && quantized_->layer(layer).shared) {
+    GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                          std::span(&quantized_->layer(layer).shared_expert, 1), 0, 1,
+                                                          bf16_view(b.shared_out, {T, 1, H})),
+                                    "shared expert", layer));
+  } else {
+    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                    std::span(&shared, 1), 0, 1, bf16_view(b.shared_out, {T, 1, H})),
+                                    "shared expert", layer));
+  }
+  const TensorView gate = f32_view(b.shared_gate, {T, 1});
+  GB_RETURN_IF_ERROR(with_context(ops::linear(fb.moe_input(), lw.moe.shared_expert_gate, gate), "shared gate", layer));
+  return with_context(ops::moe_combine(outs, fb.topk_weights(), delta, &shared_out, &gate), "combine", layer);
+}
+
+Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t S = fb.num_seqs_, H = b.hidden, V = config_.vocab_size;
+  if (static_cast<int64_t>(out.size()) < S * V) {
+    return invalid_argument(fmt::format("forward: logits buffer holds {} values but {} x {} are needed", out.size(), S, V));
+  }
+  // Only the last position of each sequence is needed: gather its delta and residual rows, then the final
+  // add+norm (row-wise, so identical to normalising every row) and the LM head.
+  std::vector<bf16_t>& last_delta = b.shared_out;  // free at this point
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t r = b.last_rows[s];
+    std::memcpy(last_delta.data() + s * H, b.delta.data() + r * H, H * sizeof(bf16_t));
+    std::memcpy(b.last_hidden.data() + s * H, b.residual.data() + r * H, H * sizeof(bf16_t));
+  }
+  const TensorView d = bf16_view(last_delta, {S, H}), res = bf16_view(b.last_hidden, {S, H}),
+                   y = bf16_view(b.h, {S, H});
+  GB_RETURN_IF_ERROR(with_context(add_norm(d, w_.final_norm, res, y), "final norm", config_.num_hidden_layers));
+  const int64_t last = config_.num_hidden_layers - 1;
+  check_rows(fb, b.last_hidden.data(), S, b.last_rows.data(), mlp_block(last), last);
+  if (b.choice_sink) emit_choices(fb);
+  return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
+}
+
+const char* forward_phase_name(ForwardPhase phase) {
+  static constexpr const char* kNames[kNumForwardPhases] = {"embed",   "attention", "route",
+                                                            "experts", "combine",   "logits"};
+  return kNames[static_cast<int>(phase)];
+}
+
+Status ModelRunner::forward(ForwardBatch& fb, const ForwardInput& in, std::span<float> out,
+                            const ForwardPhaseObserver* observer) const {
+  // Runs one phase, telling the observer (when there is one) how long it took.
+  auto phase = [observer](ForwardPhase p, int64_t layer, auto&& run) -> Status {
+    if (!observer) return run();
+    const auto now = [] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+    const int64_t t0 = now();
+    Status s = run();
+    (*observer)(p, layer, t0, now());
+    return s;
+  };
+  GB_RETURN_IF_ERROR(phase(ForwardPhase::kEmbed, -1, [&] { return begin(fb, in); }));
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    GB_RETURN_IF_ERROR(phase(ForwardPhase::kAttention, l, [&] { return attention_block(fb, l); }));
+    if (config_.is_moe_layer(l)) {
+      GB_RETURN_IF_ERROR(phase(ForwardPhase::kRoute, l, [&] { return route(fb, l); }));
+      GB_RETURN_IF_ERROR(
+          phase(ForwardPhase::kExperts, l, [&] { return local_experts(fb, l, 0, config_.num_experts); }));
+      GB_RETURN_IF_ERROR(phase(ForwardPhase::kCombine, l, [&] { return finish_moe(fb, l); }));
+    }
+  }
+  return phase(ForwardPhase::kLogits, -1, [&] { return logits(fb, out); });
+}
+
+}  // namespace genbridge::model

@@ -1,0 +1,420 @@
+#include "tools/make_model/synthetic.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "genbridge/core/formats.h"
+#include "genbridge/core/threading.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/checkpoint/tensor_store.h"
+
+namespace genbridge::model {
+namespace {
+
+// One tensor to generate: values uniform in [center - half_width, center + half_width).
+struct TensorPlan {
+  std::string name;
+  std::vector<int64_t> shape;
+  double center = 0.0;
+  double std = 0.0;
+};
+
+uint64_t splitmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+std::vector<TensorPlan> plan_tensors(const ModelConfig& c) {
+  std::vector<TensorPlan> plan;
+  const int64_t h = c.hidden_size;
+  const double norm_center = c.norm_type == NormType::kGemma ? 0.0 : 1.0;
+  const double norm_std = 0.1 / std::sqrt(3.0);  // U(-0.1, 0.1)
+  const auto proj = [](int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
+  const auto add = [&](std::string name, std::vector<int64_t> shape, double center, double std) {
+    plan.push_back(TensorPlan{std::move(name), std::move(shape), center, std});
+  };
+  const auto add_mlp = [&](const std::string& prefix, int64_t inter) {
+    add(prefix + "gate_proj.weight", {inter, h}, 0.0, proj(h));
+    add(prefix + "up_proj.weight", {inter, h}, 0.0, proj(h));
+    add(prefix + "down_proj.weight", {h, inter}, 0.0, proj(inter));
+  };
+  add("model.embed_tokens.weight", {c.vocab_size, h}, 0.0, c.tie_word_embeddings ? proj(h) : 1.0);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const auto name = [&](std::string_view s) { return layer_tensor_name(l, s); };
+    if (c.is_deepseek()) {  // MLA [+ indexer], DeepSeek MoE (HF names and order)
+      const DeepseekConfig& d = c.deepseek;
+      const int64_t nh = c.num_attention_heads;
+      add(name("input_layernorm.weight"), {h}, norm_center, norm_std);
+      if (d.q_lora_rank > 0) {
+        add(name("self_attn.q_a_proj.weight"), {d.q_lora_rank, h}, 0.0, proj(h));
+        add(name("self_attn.q_a_layernorm.weight"), {d.q_lora_rank}, norm_center, norm_std);
+        add(name("self_attn.q_b_proj.weight"), {nh * d.qk_head_dim(), d.q_lora_rank}, 0.0, proj(d.q_lora_rank));
+      } else {
+        add(name("self_attn.q_proj.weight"), {nh * d.qk_head_dim(), h}, 0.0, proj(h));
+      }
+      add(name("self_attn.kv_a_proj_with_mqa.weight"), {d.kv_lora_rank + d.qk_rope_head_dim, h}, 0.0, proj(h));
+      add(name("self_attn.kv_a_layernorm.weight"), {d.kv_lora_rank}, norm_center, norm_std);
+      add(name("self_attn.kv_b_proj.weight"), {nh * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank}, 0.0,
+          proj(d.kv_lora_rank));
+      add(name("self_attn.o_proj.weight"), {h, nh * d.v_head_dim}, 0.0, proj(nh * d.v_head_dim));
+      if (c.has_indexer()) {
+        add(name("self_attn.indexer.wq_b.weight"), {d.index_n_heads * d.index_head_dim, d.q_lora_rank}, 0.0,
+            proj(d.q_lora_rank));
+        add(name("self_attn.indexer.wk.weight"), {d.index_head_dim, h}, 0.0, proj(h));
+        add(name("self_attn.indexer.k_norm.weight"), {d.index_head_dim}, 1.0, norm_std);
+        add(name("self_attn.indexer.k_norm.bias"), {d.index_head_dim}, 0.0, norm_std);
+        add(name("self_attn.indexer.weights_proj.weight"), {d.index_n_heads, h}, 0.0, proj(h));
+      }
+      add(name("post_attention_layernorm.weight"), {h}, norm_center, norm_std);
+      if (c.is_moe_layer(l)) {
+        add(name("mlp.gate.weight"), {c.num_experts, h}, 0.0, 2.0 * proj(h));
+        // Sigmoid scores live in (0, 1): a bias of std 0.05 moves selection without dominating it.
+        add(name("mlp.gate.e_score_correction_bias"), {c.num_experts}, 0.0, 0.05);
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          add_mlp(fmt::format("model.layers.{}.mlp.experts.{}.", l, e), c.moe_intermediate_size);
+        }
+        if (d.n_shared_experts > 0) add_mlp(name("mlp.shared_experts."), d.n_shared_experts * c.moe_intermediate_size);
+      } else {
+        add_mlp(name("mlp."), c.intermediate_size);
+      }
+      continue;
+    }
+    add(name("input_layernorm.weight"), {h}, norm_center, norm_std);
+    add(name("self_attn.q_proj.weight"), {c.q_size(), h}, 0.0, proj(h));
+    add(name("self_attn.k_proj.weight"), {c.kv_size(), h}, 0.0, proj(h));
+    add(name("self_attn.v_proj.weight"), {c.kv_size(), h}, 0.0, proj(h));
+    add(name("self_attn.o_proj.weight"), {h, c.q_size()}, 0.0, proj(c.q_size()));
+    add(name("self_attn.q_norm.weight"), {c.head_dim}, norm_center, norm_std);
+    add(name("self_attn.k_norm.weight"), {c.head_dim}, norm_center, norm_std);
+    add(name("post_attention_layernorm.weight"), {h}, norm_center, norm_std);
+    if (c.is_moe_layer(l)) {
+      add(name("mlp.gate.weight"), {c.num_experts, h}, 0.0, 2.0 * proj(h));
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        add_mlp(fmt::format("model.layers.{}.mlp.experts.{}.", l, e), c.moe_intermediate_size);
+      }
+      if (c.has_shared_expert()) {
+        add_mlp(name("mlp.shared_expert."), c.shared_expert_intermediate_size);
+        add(name("mlp.shared_expert_gate.weight"), {1, h}, 0.0, proj(h));
+      }
+    } else {
+      add_mlp(name("mlp."), c.intermediate_size);
+    }
+  }
+  add("model.norm.weight", {h}, norm_center, norm_std);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, 0.0, proj(h));
+  return plan;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Fills `out` (numel elements of `dtype`) for one tensor. Element i depends only on (seed, name, i).
+void generate(const TensorPlan& t, uint64_t seed, DType dtype, std::vector<std::byte>& out) {
+  const int64_t n = numel(t.shape);
+  out.resize(static_cast<size_t>(n) * dtype_size(dtype));
+  const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(t.name)));
+  const double half_width = std::sqrt(3.0) * t.std;  // sqrt is correctly rounded: same on every machine
+  std::byte* dst = out.data();
+  parallel_for(n, 4, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const uint64_t r = splitmix64(key + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ull);
+      const double u = static_cast<double>(r >> 11) * 0x1.0p-52 - 1.0;  // exact, in [-1, 1)
+      const float v = static_cast<float>(t.center + u * half_width);
+      switch (dtype) {
+        case DType::kBF16:
+          reinterpret_cast<bf16_t*>(dst)[i] = float_to_bf16(v);
+          break;
+        case DType::kF16:
+          reinterpret_cast<fp16_t*>(dst)[i] = float_to_fp16(v);
+          break;
+        default:
+          reinterpret_cast<float*>(dst)[i] = v;
+          break;
+      }
+    }
+  });
+}
+
+Status write_text_file(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return invalid_argument(fmt::format("{}: cannot create", tmp.string()));
+    out << text;
+    out.flush();
+    if (!out) return internal_error(fmt::format("{}: write failed", tmp.string()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return internal_error(fmt::format("{}: cannot rename into place: {}", path.string(), ec.message()));
+  return ok_status();
+}
+
+struct Preset {
+  std::string_view name;
+  ModelConfig config;
+};
+
+std::vector<Preset> presets() {
+  ModelConfig tiny;
+  tiny.vocab_size = 512;
+  tiny.hidden_size = 128;
+  tiny.num_hidden_layers = 4;
+  tiny.num_attention_heads = 4;
+  tiny.num_key_value_heads = 2;
+  tiny.head_dim = 64;
+  tiny.rms_norm_eps = 1e-6;
+  tiny.rope_theta = 1e6;
+  tiny.max_position_embeddings = 4096;
+  tiny.num_experts = 8;
+  tiny.num_experts_per_tok = 2;
+  tiny.moe_intermediate_size = 64;
+  tiny.intermediate_size = 256;
+  tiny.norm_topk_prob = true;
+  tiny.decoder_sparse_step = 1;
+  tiny.mlp_only_layers = {1};
+  tiny.tie_word_embeddings = false;
+  tiny.shared_expert_intermediate_size = 128;
+  tiny.torch_dtype = DType::kBF16;
+  tiny.norm_type = NormType::kRms;
+
+  ModelConfig gemma = tiny;  // layers 1 and 3 MoE (sparse step 2), 0 and 2 dense
+  gemma.norm_type = NormType::kGemma;
+  gemma.tie_word_embeddings = true;
+  gemma.shared_expert_intermediate_size = 0;
+  gemma.norm_topk_prob = false;
+  gemma.decoder_sparse_step = 2;
+  gemma.mlp_only_layers = {};
+  gemma.rope_theta = 10000.0;
+
+  ModelConfig small;
+  small.vocab_size = 8192;
+  small.hidden_size = 1024;
+  small.num_hidden_layers = 8;
+  small.num_attention_heads = 16;
+  small.num_key_value_heads = 4;
+  small.head_dim = 128;
+  small.rms_norm_eps = 1e-6;
+  small.rope_theta = 1e6;
+  small.max_position_embeddings = 32768;
+  small.num_experts = 32;
+  small.num_experts_per_tok = 4;
+  small.moe_intermediate_size = 512;
+  small.intermediate_size = 3072;  // no dense layer uses it; kept so mlp_only_layers can be edited
+  small.norm_topk_prob = true;
+  small.decoder_sparse_step = 1;
+  small.tie_word_embeddings = false;
+  small.shared_expert_intermediate_size = 0;
+  small.torch_dtype = DType::kBF16;
+  // DeepSeek-V3.2 (MLA + DSA): dense first layer, grouped sigmoid routing with a correction bias, a shared
+  // expert, YaRN (original context 1024, so the ramp sits inside the rope dimensions), q_lora, and an
+  // index_topk of 64 so that sparse selection is exercised from 65 tokens of context on.
+  ModelConfig tiny_dsa;
+  tiny_dsa.architecture = Architecture::kDeepseekV32;
+  tiny_dsa.vocab_size = 512;
+  tiny_dsa.hidden_size = 128;
+  tiny_dsa.num_hidden_layers = 3;
+  tiny_dsa.num_attention_heads = 4;
+  tiny_dsa.num_key_value_heads = 4;
+  tiny_dsa.rms_norm_eps = 1e-6;
+  tiny_dsa.rope_theta = 10000.0;
+  tiny_dsa.max_position_embeddings = 4096;
+  tiny_dsa.num_experts = 16;
+  tiny_dsa.num_experts_per_tok = 4;
+  tiny_dsa.moe_intermediate_size = 64;
+  tiny_dsa.intermediate_size = 256;
+  tiny_dsa.norm_topk_prob = true;
+  tiny_dsa.tie_word_embeddings = false;
+  tiny_dsa.torch_dtype = DType::kBF16;
+  DeepseekConfig& td = tiny_dsa.deepseek;
+  td.q_lora_rank = 96;
+  td.kv_lora_rank = 128;
+  td.qk_nope_head_dim = 64;
+  td.qk_rope_head_dim = 64;
+  td.v_head_dim = 64;
+  td.n_shared_experts = 1;
+  td.n_group = 4;
+  td.topk_group = 2;
+  td.routed_scaling_factor = 2.5;
+  td.first_k_dense_replace = 1;
+  td.moe_layer_freq = 1;
+  td.yarn = true;
+  td.rope_scaling = {.factor = 4.0, .original_max_position_embeddings = 1024, .beta_fast = 32.0,
+                     .beta_slow = 1.0, .mscale = 1.0, .mscale_all_dim = 1.0};
+  td.index_n_heads = 4;
+  td.index_head_dim = 128;
+  td.index_topk = 64;
+  tiny_dsa.head_dim = td.qk_head_dim();
+
+  ModelConfig tiny_v3 = tiny_dsa;  // DeepSeek-V3: no indexer
+  tiny_v3.architecture = Architecture::kDeepseekV3;
+  tiny_v3.deepseek.index_n_heads = tiny_v3.deepseek.index_head_dim = tiny_v3.deepseek.index_topk = 0;
+  ModelConfig tiny_v3_noq = tiny_v3;  // V3 without q_lora (q_proj), no YaRN, every layer MoE, no shared expert
+  tiny_v3_noq.deepseek.q_lora_rank = 0;
+  tiny_v3_noq.deepseek.yarn = false;
+  tiny_v3_noq.deepseek.rope_scaling = {};
+  tiny_v3_noq.deepseek.first_k_dense_replace = 0;
+  tiny_v3_noq.deepseek.n_shared_experts = 0;
+  tiny_v3_noq.deepseek.n_group = 1;
+  tiny_v3_noq.deepseek.topk_group = 1;
+  tiny_v3_noq.norm_topk_prob = false;
+  tiny_v3_noq.deepseek.routed_scaling_factor = 1.0;
+
+  // The benchmark size of the DSA model: DeepSeek-V3.2's MLA and indexer widths (kv_lora_rank 512,
+  // rope 64, nope 128, v 128; 16 heads, 16 indexer heads of 128), ~0.42 GB in bf16.
+  ModelConfig small_dsa = tiny_dsa;
+  small_dsa.vocab_size = 8192;
+  small_dsa.hidden_size = 1024;
+  small_dsa.num_hidden_layers = 4;
+  small_dsa.num_attention_heads = 16;
+  small_dsa.num_key_value_heads = 16;
+  small_dsa.max_position_embeddings = 163840;
+  small_dsa.num_experts = 32;
+  small_dsa.num_experts_per_tok = 4;
+  small_dsa.moe_intermediate_size = 512;
+  small_dsa.intermediate_size = 3072;
+  DeepseekConfig& sd = small_dsa.deepseek;
+  sd.q_lora_rank = 384;
+  sd.kv_lora_rank = 512;
+  sd.qk_nope_head_dim = 128;
+  sd.qk_rope_head_dim = 64;
+  sd.v_head_dim = 128;
+  sd.rope_scaling.original_max_position_embeddings = 4096;
+  sd.rope_scaling.factor = 40.0;
+  sd.index_n_heads = 16;
+  sd.index_head_dim = 128;
+  sd.index_topk = 256;
+  small_dsa.head_dim = sd.qk_head_dim();
+  return {{"tiny", tiny},         {"tiny-gemma", gemma},           {"small", small},        {"tiny-dsa", tiny_dsa},
+          {"tiny-dsv3", tiny_v3}, {"tiny-dsv3-noq", tiny_v3_noq}, {"small-dsa", small_dsa}};
+}
+
+// "model-<digits>-of-<digits>.safetensors"
+bool is_shard_file_name(std::string_view f) {
+  const auto digits = [&](size_t& i) {
+    const size_t start = i;
+    while (i < f.size() && f[i] >= '0' && f[i] <= '9') ++i;
+    return i > start;
+  };
+  const auto literal = [&](size_t& i, std::string_view s) {
+    if (f.substr(i, s.size()) != s) return false;
+    i += s.size();
+    return true;
+  };
+  size_t i = 0;
+  return literal(i, "model-") && digits(i) && literal(i, "-of-") && digits(i) && literal(i, ".safetensors") &&
+         i == f.size();
+}
+
+Status write_checkpoint(const ModelConfig& config, std::string_view label, uint64_t seed,
+                        const std::filesystem::path& out_dir, int shards, DType dtype) {
+  const std::string dir = out_dir.string();
+  if (dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kF32) {
+    return invalid_argument(
+        fmt::format("write_synthetic_checkpoint: dtype {} is not bf16, f16 or f32", dtype_name(dtype)));
+  }
+  ModelConfig c = config;
+  c.torch_dtype = dtype;
+  GB_RETURN_IF_ERROR(validate_model_config(c, "write_synthetic_checkpoint config"));
+  const std::vector<TensorPlan> plan = plan_tensors(c);
+  if (shards < 1 || static_cast<size_t>(shards) > plan.size() || shards > 99999) {
+    return invalid_argument(
+        fmt::format("write_synthetic_checkpoint: shards = {} must be between 1 and the number "
+                    "of tensors ({})",
+                    shards, plan.size()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) return invalid_argument(fmt::format("{}: cannot create the directory: {}", dir, ec.message()));
+  // Replace an earlier checkpoint: a stale index or shard would otherwise shadow or join the new files.
+  for (const auto& entry : std::filesystem::directory_iterator(out_dir, ec)) {
+    const std::string f = entry.path().filename().string();
+    if (f == kConfigFileName || f == kSingleFileName || f == kIndexFileName || is_shard_file_name(f)) {
+      std::filesystem::remove(entry.path(), ec);
+      if (ec)
+        return internal_error(fmt::format("{}: cannot remove the old file: {}", entry.path().string(), ec.message()));
+    }
+  }
+
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"genbridge_preset", std::string(label)}, {"genbridge_seed", std::to_string(seed)}};
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  uint64_t total_bytes = 0;
+  std::vector<std::byte> buffer;
+  // Tensors go to shards in order, an equal count per shard (tensor i -> shard i * shards / count).
+  size_t next = 0;
+  for (int s = 0; s < shards; ++s) {
+    const size_t end = (static_cast<size_t>(s) + 1) * plan.size() / static_cast<size_t>(shards);
+    const std::string file = shards == 1 ? std::string(kSingleFileName) : shard_file_name(s + 1, shards);
+    std::vector<SafetensorsTensorSpec> specs;
+    for (size_t i = next; i < end; ++i) specs.push_back({plan[i].name, dtype, plan[i].shape});
+    GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(out_dir / file, std::move(specs), metadata));
+    for (size_t i = next; i < end; ++i) {
+      generate(plan[i], seed, dtype, buffer);
+      GB_RETURN_IF_ERROR(w.write_next(buffer.data(), buffer.size()));
+      weight_map[plan[i].name] = file;
+      total_bytes += buffer.size();
+    }
+    GB_RETURN_IF_ERROR(w.finish());
+    next = end;
+  }
+  if (shards > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total_bytes}};
+    index["weight_map"] = weight_map;
+    GB_RETURN_IF_ERROR(write_text_file(out_dir / kIndexFileName, index.dump(2) + "\n"));
+  }
+  return write_text_file(out_dir / kConfigFileName, to_config_json(c));
+}
+
+}  // namespace
+
+std::vector<std::string> synthetic_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : presets()) names.emplace_back(p.name);
+  return names;
+}
+
+Result<ModelConfig> synthetic_preset_config(std::string_view preset) {
+  for (const Preset& p : presets()) {
+    if (p.name == preset) return p.config;
+  }
+  std::string known;
+  for (const Preset& p : presets()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  return invalid_argument(fmt::format("unknown synthetic model preset '{}' (known presets: {})", preset, known));
+}
+
+Status write_synthetic_checkpoint(std::string_view preset, uint64_t seed, const std::filesystem::path& out_dir,
+                                  int shards) {
+  GB_ASSIGN_OR_RETURN(ModelConfig config, synthetic_preset_config(preset));
+  return write_checkpoint(config, preset, seed, out_dir, shards, DType::kBF16);
+}
+
+Status write_synthetic_checkpoint(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir,
+                                  int shards, DType dtype) {
+  return write_checkpoint(config, "custom", seed, out_dir, shards, dtype);
+}
+
+uint64_t model_weight_bytes(const ModelConfig& config, DType dtype) {
+  uint64_t n = 0;
+  for (const TensorPlan& t : plan_tensors(config)) n += static_cast<uint64_t>(numel(t.shape));
+  return n * dtype_size(dtype);
+}
+
+}  // namespace genbridge::model
