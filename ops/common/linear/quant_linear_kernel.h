@@ -14,10 +14,11 @@ namespace genbridge::ops::detail {
 
 // A generation's MX schemes (MXFP8, MXFP4): its kernels, or, where it has no MX data path, no kernels and
 // the words of the Unimplemented sentence (quant_scheme_unimplemented).
+// Both kernels take checked arguments (linear: M, N, K > 0).
 struct MxSchemes {
   void (*linear)(const TensorView& x, const QuantWeight& w, const TensorView& y, int64_t M, int64_t N,
-                 int64_t K) = nullptr;  // arguments checked, M, N, K > 0
-  Status (*quantize_weight)(const TensorView& w, const QuantWeight& out) = nullptr;  // arguments checked
+                 int64_t K) = nullptr;
+  Status (*quantize_weight)(const TensorView& w, const QuantWeight& out) = nullptr;
   const char* generation = "";
   const char* offers = "";
 };

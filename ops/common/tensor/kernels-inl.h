@@ -10,9 +10,10 @@
 #include "core/simd/vec16-inl.h"
 
 #ifndef GB_OPS_KERNELS_BEGIN
-#define GB_OPS_KERNELS_BEGIN() \
-  HWY_BEFORE_NAMESPACE();      \
-  namespace genbridge::ops::detail::HWY_NAMESPACE { static_assert(true)
+#define GB_OPS_KERNELS_BEGIN()                      \
+  HWY_BEFORE_NAMESPACE();                           \
+  namespace genbridge::ops::detail::HWY_NAMESPACE { \
+  static_assert(true)
 #define GB_OPS_KERNELS_END() \
   }                          \
   HWY_AFTER_NAMESPACE()
