@@ -1,9 +1,13 @@
 # Provider staging (docs/design.md#provider-staging): the directory tree is the registry. The relative path of a provider
-# file under ops/common/ or ops/target_providers/<Target>/ is the key of the stable contract it
+# entry under ops/common/ or ops/target_providers/<Target>/ is the key of the stable contract it
 # implements (include/genbridge/ops/<key>.h). This file knows targets, never operator names.
-# ops/target_providers/<Target>/detail/ is the one exception: the kernels only that generation's providers
-# use (the counterpart of the shared ops/detail/<module>/). They are not modules: they are compiled into the
-# selected target's library only, and no rule asks other targets for them.
+# A module folder (ops/common/<module>/, ops/target_providers/<Target>/<module>/) also holds what its entries
+# run, told apart by name:
+#   <name>_ref.cpp  an fp64 reference (test oracle; ops/common/ only): OUT_REFERENCES, never the library;
+#   <name>.cpp beside its own <name>.h, or (in a target tree) beside nothing but implementing
+#                   ops/common/<module>/<name>.h: a kernel or helper, not a module. Common ones are compiled
+#                   into every library, a target tree's into that target's library only;
+#   any other <name>.cpp: the provider entry of the module <module>/<name>.
 #
 # genbridge_stage_providers(
 #   OPS_DIR <dir>            holds common/ and target_providers/<Target>/
@@ -11,7 +15,8 @@
 #   TARGET <target>          the selected provider target
 #   SOC <soc>                the concrete SoC (recorded in the manifest)
 #   KNOWN_TARGETS <t>...     every target; all trees are checked on every configure
-#   OUT_SOURCES <var>        receives the implementation files for the selected target
+#   OUT_SOURCES <var>        receives the library's files for the selected target (entries, then kernels)
+#   OUT_REFERENCES <var>     (optional) receives the fp64 references (ops/common/**/*_ref.cpp)
 #   MANIFEST <file>          JSON listing every stable module and where its implementation came from
 #   OUT_MANIFEST_JSON <var>  (optional) receives the manifest text)
 # Every broken rule is reported with the path and the rule; any error fails the configure.
@@ -32,23 +37,32 @@ function(_gb_stage_error msg)
   set_property(GLOBAL PROPERTY _GB_STAGE_ERRORS ${n})
 endfunction()
 
-# Lists module keys ("<module>/<op>") of the *.cpp files under `dir`.
-function(_gb_module_keys dir out)
+# Sorts the *.cpp files under `dir` (a common or target tree; `common_dir` for a target tree's kernels that
+# implement a common header) into module keys ("<module>/<op>"), kernel sources and reference sources.
+function(_gb_tree_files dir common_dir out_keys out_kernels out_refs)
   file(GLOB_RECURSE files LIST_DIRECTORIES false RELATIVE "${dir}" ${_GB_GLOB_DEPENDS} "${dir}/*.cpp")
+  list(SORT files)
   set(keys "")
+  set(kernels "")
+  set(refs "")
   foreach(f IN LISTS files)
-    if(f MATCHES "^detail/")
-      continue()  # the target's private kernels, not modules
-    endif()
     string(REGEX REPLACE "\\.cpp$" "" k "${f}")
-    list(APPEND keys "${k}")
+    if(k MATCHES "_ref$")
+      list(APPEND refs "${dir}/${f}")
+    elseif(EXISTS "${dir}/${k}.h" OR (common_dir AND EXISTS "${common_dir}/${k}.h"))
+      list(APPEND kernels "${dir}/${f}")
+    else()
+      list(APPEND keys "${k}")
+    endif()
   endforeach()
   list(SORT keys)
-  set(${out} "${keys}" PARENT_SCOPE)
+  set(${out_keys} "${keys}" PARENT_SCOPE)
+  set(${out_kernels} "${kernels}" PARENT_SCOPE)
+  set(${out_refs} "${refs}" PARENT_SCOPE)
 endfunction()
 
 function(genbridge_stage_providers)
-  cmake_parse_arguments(PARSE_ARGV 0 S "" "OPS_DIR;HEADER_DIR;TARGET;SOC;OUT_SOURCES;MANIFEST;OUT_MANIFEST_JSON"
+  cmake_parse_arguments(PARSE_ARGV 0 S "" "OPS_DIR;HEADER_DIR;TARGET;SOC;OUT_SOURCES;OUT_REFERENCES;MANIFEST;OUT_MANIFEST_JSON"
                         "KNOWN_TARGETS")
   set_property(GLOBAL PROPERTY _GB_STAGE_ERRORS 0)
   set(common_dir "${S_OPS_DIR}/common")
@@ -77,12 +91,16 @@ function(genbridge_stage_providers)
       _gb_stage_error("${tdir}: directory does not exist; rule: every known target has a provider tree")
       continue()
     endif()
-    _gb_module_keys("${tdir}" keys)
+    _gb_tree_files("${tdir}" "${common_dir}" keys kernels refs)
+    foreach(r IN LISTS refs)
+      _gb_stage_error("${r}: an fp64 reference in a target tree; rule: references are target-independent and live in ${common_dir}/")
+    endforeach()
     if(NOT keys)
       _gb_stage_error("${tdir}: tree contains no provider files (*.cpp); rule: a provider tree must not be empty")
       continue()
     endif()
     set(keys_${t} "${keys}")
+    set(kernels_${t} "${kernels}")
     if(NOT reference_target)
       set(reference_target ${t})
     endif()
@@ -106,7 +124,7 @@ function(genbridge_stage_providers)
   endforeach()
 
   # Rule: a module lives in common or in the target trees, never both.
-  _gb_module_keys("${common_dir}" common_keys)
+  _gb_tree_files("${common_dir}" "" common_keys common_kernels common_refs)
   foreach(t IN LISTS S_KNOWN_TARGETS)
     foreach(k IN LISTS keys_${t})
       if(k IN_LIST common_keys)
@@ -166,10 +184,8 @@ function(genbridge_stage_providers)
     endif()
   endforeach()
 
-  # The selected target's private kernels (ops/target_providers/<Target>/detail/**.cpp), after the providers.
-  file(GLOB_RECURSE private_kernels LIST_DIRECTORIES false ${_GB_GLOB_DEPENDS}
-       "${providers_dir}/${S_TARGET}/detail/*.cpp")
-  list(SORT private_kernels)
+  # Kernels after the entries: the common ones, then the selected target's own.
+  set(private_kernels ${kernels_${S_TARGET}})
   list(LENGTH private_kernels num_private)
 
   get_property(num_errors GLOBAL PROPERTY _GB_STAGE_ERRORS)
@@ -190,6 +206,9 @@ function(genbridge_stage_providers)
   if(num_private GREATER 0)
     message(STATUS "genbridge: staged ${num_private} private kernel sources for ${S_TARGET}")
   endif()
-  list(APPEND sources ${private_kernels})
+  list(APPEND sources ${common_kernels} ${private_kernels})
   set(${S_OUT_SOURCES} "${sources}" PARENT_SCOPE)
+  if(S_OUT_REFERENCES)
+    set(${S_OUT_REFERENCES} "${common_refs}" PARENT_SCOPE)
+  endif()
 endfunction()

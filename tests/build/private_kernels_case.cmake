@@ -1,5 +1,5 @@
-# build.private_kernels_only_in_their_target: the kernels under ops/target_providers/<Target>/detail/ (those only
-# one generation uses) are compiled into that target's library and no other (docs/design.md#provider-staging, README "Adding an
+# build.private_kernels_only_in_their_target: the kernels in ops/target_providers/<Target>/<module>/ (those only
+# one generation uses, declared in headers beside them) are compiled into that target's library and no other (docs/design.md#provider-staging, README "Adding an
 # operator"). Reads the functions each target's private headers declare, then the library's symbols (nm):
 #   cmake -DSOURCE_DIR=<repo root> -DTARGET=<this build's provider target> -DLIBRARY=<libgenbridge_ops_*.a>
 #         -DNM=<nm> -P private_kernels_case.cmake
@@ -36,24 +36,24 @@ set(providers "${SOURCE_DIR}/ops/target_providers")
 file(GLOB targets LIST_DIRECTORIES true RELATIVE "${providers}" "${providers}/*")
 set(checked 0)
 foreach(t IN LISTS targets)
-  if(NOT IS_DIRECTORY "${providers}/${t}/detail")
+  if(NOT IS_DIRECTORY "${providers}/${t}")
     continue()
   endif()
-  declared_functions("${providers}/${t}/detail" names)
+  declared_functions("${providers}/${t}" names)
   foreach(n IN LISTS names)
     math(EXPR checked "${checked} + 1")
     if(t STREQUAL TARGET)
       if(NOT symbols MATCHES " T genbridge::ops::detail::${n}\\(")
-        gb_fail("${LIBRARY}: ${t}'s private kernel function ${n} (declared under ${providers}/${t}/detail/) is not defined in ${t}'s library")
+        gb_fail("${LIBRARY}: ${t}'s private kernel function ${n} (declared under ${providers}/${t}/) is not defined in ${t}'s library")
       endif()
     elseif(symbols MATCHES "::${n}\\(")
       string(REGEX MATCH "[^\n]*::${n}\\([^\n]*" line "${symbols}")
-      gb_fail("${LIBRARY}: holds ${t}'s private kernel function ${n} (${line}); rule: kernels under ops/target_providers/<Target>/detail/ are compiled into that target's library only")
+      gb_fail("${LIBRARY}: holds ${t}'s private kernel function ${n} (${line}); rule: kernels in ops/target_providers/<Target>/ are compiled into that target's library only")
     endif()
   endforeach()
 endforeach()
 if(checked EQUAL 0)
-  gb_fail("no private kernel functions found under ${providers}/*/detail/: nothing was checked")
+  gb_fail("no private kernel functions found under ${providers}/*/: nothing was checked")
 endif()
 message("checked ${checked} private kernel functions against ${LIBRARY}")
 gb_finish()

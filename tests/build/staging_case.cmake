@@ -15,9 +15,11 @@ if(DEFINED CHILD_TARGET)
     SOC FixtureSoc
     KNOWN_TARGETS Ascend910 Ascend950
     OUT_SOURCES sources
+    OUT_REFERENCES references
     MANIFEST "${WORK_DIR}/manifest.json"
     OUT_MANIFEST_JSON json)
   message("staged sources: ${sources}")
+  message("staged references: ${references}")
   message("manifest text: ${json}")
   return()
 endif()
@@ -140,22 +142,28 @@ elseif(CASE STREQUAL "valid_tree_stages_the_selected_target_only")
     endif()
   endforeach()
 elseif(CASE STREQUAL "private_kernels_staged_for_their_target_only")
-  # ops/target_providers/<Target>/detail/ holds kernels only that generation uses: compiled for that target
-  # alone, after its providers; not modules (no header, no counterpart in the other tree, not in the manifest).
-  touch("${P}/Ascend950/detail/beta/gen_kernel.cpp" "${P}/Ascend950/detail/alpha/split_kernel.cpp")
+  # A module folder holds its entries' kernels (a source beside its own header, or a target tree's source
+  # implementing a common one) and fp64 references (*_ref.cpp). Kernels follow the entries: common ones in
+  # every library, a target tree's in that target's alone; they are not modules (no stable header, no
+  # counterpart in the other tree, not in the manifest). References are staged apart, never as sources.
+  touch("${C}/alpha/shared_kernel.cpp" "${C}/alpha/shared_kernel.h" "${C}/alpha/alpha_ref.cpp"
+        "${C}/alpha/alpha_ref.h" "${C}/alpha/reads.h" "${P}/Ascend950/beta/gen_kernel.cpp"
+        "${P}/Ascend950/beta/gen_kernel.h" "${P}/Ascend950/alpha/split_kernel.cpp" "${P}/Ascend950/alpha/split_kernel.h"
+        "${P}/Ascend910/alpha/reads.cpp" "${P}/Ascend950/alpha/reads.cpp")
   stage(Ascend950 rc out)
   gb_expect_success("${CASE} (target Ascend950)" "${rc}" "${out}"
-    "staged sources: ${C}/alpha/op_shared.cpp;${P}/Ascend950/alpha/op_split.cpp;${P}/Ascend950/beta/op_gen.cpp;${P}/Ascend950/detail/alpha/split_kernel.cpp;${P}/Ascend950/detail/beta/gen_kernel.cpp\n"
-    "genbridge: staged 3 stable modules for Ascend950" "genbridge: staged 2 private kernel sources for Ascend950")
-  if(out MATCHES "\"module\": \"detail/")
-    gb_fail("${CASE}: a private kernel is listed as a module:\n${out}")
+    "staged sources: ${C}/alpha/op_shared.cpp;${P}/Ascend950/alpha/op_split.cpp;${P}/Ascend950/beta/op_gen.cpp;${C}/alpha/shared_kernel.cpp;${P}/Ascend950/alpha/reads.cpp;${P}/Ascend950/alpha/split_kernel.cpp;${P}/Ascend950/beta/gen_kernel.cpp\n"
+    "staged references: ${C}/alpha/alpha_ref.cpp\n"
+    "genbridge: staged 3 stable modules for Ascend950" "genbridge: staged 3 private kernel sources for Ascend950")
+  if(out MATCHES "\"module\": \"[a-z]+/(shared_kernel|gen_kernel|split_kernel|reads|alpha_ref)")
+    gb_fail("${CASE}: a kernel or reference is listed as a module:\n${out}")
   endif()
   stage(Ascend910 rc out)
   gb_expect_success("${CASE} (target Ascend910)" "${rc}" "${out}"
-    "staged sources: ${C}/alpha/op_shared.cpp;${P}/Ascend910/alpha/op_split.cpp;${P}/Ascend910/beta/op_gen.cpp\n"
-    "genbridge: staged 3 stable modules for Ascend910")
-  if(out MATCHES "detail")
-    gb_fail("${CASE} (target Ascend910): another target's private kernels staged:\n${out}")
+    "staged sources: ${C}/alpha/op_shared.cpp;${P}/Ascend910/alpha/op_split.cpp;${P}/Ascend910/beta/op_gen.cpp;${C}/alpha/shared_kernel.cpp;${P}/Ascend910/alpha/reads.cpp\n"
+    "genbridge: staged 3 stable modules for Ascend910" "genbridge: staged 1 private kernel sources for Ascend910")
+  if(out MATCHES "Ascend950")
+    gb_fail("${CASE} (target Ascend910): another target's kernels staged:\n${out}")
   endif()
 else()
   message(FATAL_ERROR "staging_case.cmake: unknown CASE '${CASE}'")

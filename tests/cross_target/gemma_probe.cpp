@@ -8,7 +8,7 @@
 
 #include "genbridge/build_info.h"
 #include "genbridge/ops/norm/gemma_rms_norm.h"
-#include "ops/reference/norm.h"
+#include "ops/common/norm/norm_ref.h"
 #include "support/tensor_util.h"
 
 int main(int argc, char** argv) {

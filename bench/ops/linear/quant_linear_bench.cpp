@@ -31,7 +31,7 @@
 #include "genbridge/core/threading.h"
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/linear/quant_linear.h"
-#include "ops/detail/linear/int8_dot_kernel.h"
+#include "ops/common/linear/int8_dot_kernel.h"
 #include "support/bench_util.h"
 #include "support/tensor_util.h"
 

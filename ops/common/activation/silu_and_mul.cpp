@@ -1,6 +1,6 @@
 // activation/silu_and_mul, one implementation for every target. The row loop is compiled once per CPU
 // target (Highway, dispatched once per call); exp is the C library's expf, as in expert_ffn's
-// silu_mul (ops/detail/activation/swiglu.h), so both give the same bits.
+// silu_mul (ops/common/activation/swiglu.h), so both give the same bits.
 #ifndef GENBRIDGE_OPS_COMMON_ACTIVATION_SILU_AND_MUL_SHARED_
 #define GENBRIDGE_OPS_COMMON_ACTIVATION_SILU_AND_MUL_SHARED_
 #include "genbridge/ops/activation/silu_and_mul.h"
@@ -10,8 +10,8 @@
 
 #include "core/parallel.h"
 #include "core/simd/dispatch.h"
-#include "ops/detail/common/rows.h"
-#include "ops/detail/common/tensor_checks.h"
+#include "ops/common/tensor/rows.h"
+#include "ops/common/tensor/tensor_checks.h"
 #endif  // GENBRIDGE_OPS_COMMON_ACTIVATION_SILU_AND_MUL_SHARED_
 
 #undef HWY_TARGET_INCLUDE

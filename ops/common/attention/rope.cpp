@@ -11,7 +11,7 @@
 
 #include "core/parallel.h"
 #include "core/simd/dispatch.h"
-#include "ops/detail/common/rows.h"
+#include "ops/common/tensor/rows.h"
 #endif  // GENBRIDGE_OPS_COMMON_ATTENTION_ROPE_SHARED_
 
 #undef HWY_TARGET_INCLUDE

@@ -1,20 +1,13 @@
 #include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
 
-#include "ops/detail/kv_cache/mla_kv_write.h"
+#include "ops/common/kv_cache/mla_kv_write.h"
 
 namespace genbridge::ops {
 
 Status bf16_mla_kv_write(const TensorView& latent, const TensorView& rope, const TensorView& slot_mapping,
                          const MlaKvCache& cache) {
-  detail::MlaKvWriteCall c;
-  c.op = "bf16_mla_kv_write";
-  c.slots = std::nullopt;
-  c.format = MlaKvFormat::kBf16;
-  c.latent = latent;
-  c.rope = rope;
-  c.slot_mapping = slot_mapping;
-  c.cache = cache;
-  return detail::run_mla_kv_write(c);
+  return detail::run_mla_kv_write(
+      {"bf16_mla_kv_write", std::nullopt, MlaKvFormat::kBf16, latent, rope, slot_mapping, cache});
 }
 
 }  // namespace genbridge::ops

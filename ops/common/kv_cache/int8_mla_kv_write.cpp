@@ -1,20 +1,14 @@
+// Every generation has an INT8 data path, so the int8 MLA writer is common (block-offset slot pairs).
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
 
-#include "ops/detail/kv_cache/mla_kv_write.h"
+#include "ops/common/kv_cache/mla_kv_write.h"
 
 namespace genbridge::ops {
 
 Status int8_mla_kv_write(const TensorView& latent, const TensorView& rope, const TensorView& slot_mapping,
                          const MlaKvCache& cache) {
-  detail::MlaKvWriteCall c;
-  c.op = "int8_mla_kv_write";
-  c.slots = SlotMapping::kBlockOffsetPairs;
-  c.format = MlaKvFormat::kInt8Fp16ScaleSplitRope;
-  c.latent = latent;
-  c.rope = rope;
-  c.slot_mapping = slot_mapping;
-  c.cache = cache;
-  return detail::run_mla_kv_write(c);
+  return detail::run_mla_kv_write({"int8_mla_kv_write", SlotMapping::kBlockOffsetPairs,
+                                   MlaKvFormat::kInt8Fp16ScaleSplitRope, latent, rope, slot_mapping, cache});
 }
 
 }  // namespace genbridge::ops

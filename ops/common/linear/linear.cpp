@@ -1,12 +1,12 @@
-// linear/linear, one implementation for every target: the host dot kernel in ops/detail/linear/dot_kernel.h
+// linear/linear, one implementation for every target: the host dot kernel in ops/common/linear/dot_kernel.h
 // (GEMV below 8 rows, packed GEMM from 8; the same bits either way).
 #include "genbridge/ops/linear/linear.h"
 
 #include <vector>
 
-#include "ops/detail/common/rows.h"
-#include "ops/detail/common/tensor_checks.h"
-#include "ops/detail/linear/dot_kernel.h"
+#include "ops/common/linear/dot_kernel.h"
+#include "ops/common/tensor/rows.h"
+#include "ops/common/tensor/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {

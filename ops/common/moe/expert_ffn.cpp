@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "ops/detail/activation/swiglu.h"
-#include "ops/detail/common/rows.h"
-#include "ops/detail/common/tensor_checks.h"
-#include "ops/detail/linear/dot_kernel.h"
+#include "ops/common/activation/swiglu.h"
+#include "ops/common/linear/dot_kernel.h"
+#include "ops/common/moe/routing_checks.h"
+#include "ops/common/tensor/rows.h"
+#include "ops/common/tensor/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {
@@ -22,12 +23,8 @@ std::string range_text(int64_t b, int64_t e) { return "[" + std::to_string(b) + 
 
 // Checks shared by both forms: x, topk_ids, the range and out.
 Status validate_common(const TensorView& x, const TensorView& ids, int64_t begin, int64_t end, const TensorView& out) {
-  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "x", x));
-  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "x", x, 2, "([T, H])"));
-  const int64_t T = x.dim(0), H = x.dim(1);
-  GB_RETURN_IF_ERROR(detail::check_dtype(kOp, "topk_ids", ids, DType::kI32));
-  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "topk_ids", ids, 2, "([T, k])"));
-  const int64_t k = ids.dim(1);
+  int64_t T = 0, H = 0, k = 0;
+  GB_RETURN_IF_ERROR(detail::check_rows_and_topk_ids(kOp, "x", x, "([T, H])", ids, T, H, k));
   GB_RETURN_IF_ERROR(detail::check_shape(kOp, "topk_ids", ids, {T, k}, "([T, k] with T = x's rows)"));
   if (begin < 0 || end < begin) {
     return invalid_argument("expert_ffn: expert range " + range_text(begin, end) +

@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/detail/common/rows.h"
-#include "ops/detail/common/tensor_checks.h"
+#include "ops/common/moe/routing_checks.h"
+#include "ops/common/tensor/rows.h"
+#include "ops/common/tensor/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {
@@ -43,11 +44,7 @@ Status validate(const TensorView& logits, const TensorView& bias, const GroupedT
                             " (topk_ids' last dimension) but must be in [1, " + std::to_string(allowed) +
                             "] (1 <= k <= topk_group * E / n_group, the experts of the kept groups)");
   }
-  GB_RETURN_IF_ERROR(detail::check_shape(kOp, "topk_ids", ids, {T, k}, "([T, k] with T = logits' rows)"));
-  GB_RETURN_IF_ERROR(detail::check_dtype(kOp, "topk_weights", weights, DType::kF32));
-  GB_RETURN_IF_ERROR(detail::check_shape(kOp, "topk_weights", weights, {T, k}, "([T, k] like topk_ids)"));
-  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "topk_ids", ids, "logits", logits));
-  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "topk_weights", weights, "logits", logits));
+  GB_RETURN_IF_ERROR(detail::check_router_outputs(kOp, logits, ids, weights, T, k));
   if (bias.data() != nullptr) {
     GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "topk_ids", ids, "bias", bias));
     GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "topk_weights", weights, "bias", bias));

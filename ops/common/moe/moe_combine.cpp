@@ -5,9 +5,9 @@
 
 #include "core/parallel.h"
 #include "core/simd/dispatch.h"
-#include "ops/detail/activation/swiglu.h"
-#include "ops/detail/common/rows.h"
-#include "ops/detail/common/tensor_checks.h"
+#include "ops/common/activation/swiglu.h"
+#include "ops/common/tensor/rows.h"
+#include "ops/common/tensor/tensor_checks.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/moe/moe_combine.cpp"

@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/detail/activation/swiglu.h"
-#include "ops/detail/common/rows.h"
-#include "ops/detail/common/tensor_checks.h"
-#include "ops/detail/linear/dot_kernel.h"
-#include "ops/detail/linear/int8_dot_kernel.h"
-#include "ops/detail/linear/quant_linear_kernel.h"
+#include "ops/common/activation/swiglu.h"
+#include "ops/common/linear/dot_kernel.h"
+#include "ops/common/linear/int8_dot_kernel.h"
+#include "ops/common/linear/quant_linear_kernel.h"
+#include "ops/common/moe/routing_checks.h"
+#include "ops/common/tensor/rows.h"
+#include "ops/common/tensor/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {
@@ -27,12 +28,8 @@ constexpr const char* kOp = "quant_expert_ffn";
 
 Status validate(const TensorView& x, const TensorView& ids, std::span<const QuantExpertWeights> experts, int64_t begin,
                 int64_t end, const TensorView& out) {
-  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "x", x));
-  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "x", x, 2, "([T, H])"));
-  const int64_t T = x.dim(0), H = x.dim(1);
-  GB_RETURN_IF_ERROR(detail::check_dtype(kOp, "topk_ids", ids, DType::kI32));
-  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "topk_ids", ids, 2, "([T, k])"));
-  const int64_t k = ids.dim(1);
+  int64_t T = 0, H = 0, k = 0;
+  GB_RETURN_IF_ERROR(detail::check_rows_and_topk_ids(kOp, "x", x, "([T, H])", ids, T, H, k));
   if (begin < 0 || end < begin) {
     return invalid_argument("quant_expert_ffn: expert range [" + std::to_string(begin) + ", " + std::to_string(end) +
                             ") is invalid; it must satisfy 0 <= expert_begin <= expert_end");

@@ -5,8 +5,9 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/detail/common/rows.h"
-#include "ops/detail/common/tensor_checks.h"
+#include "ops/common/moe/routing_checks.h"
+#include "ops/common/tensor/rows.h"
+#include "ops/common/tensor/tensor_checks.h"
 
 namespace genbridge::ops {
 namespace {
@@ -14,21 +15,14 @@ namespace {
 constexpr const char* kOp = "topk_router";
 
 Status validate(const TensorView& logits, const TensorView& ids, const TensorView& weights) {
-  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "logits", logits));
-  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "logits", logits, 2, "([T, E])"));
-  const int64_t T = logits.dim(0), E = logits.dim(1);
-  GB_RETURN_IF_ERROR(detail::check_dtype(kOp, "topk_ids", ids, DType::kI32));
-  GB_RETURN_IF_ERROR(detail::check_rank(kOp, "topk_ids", ids, 2, "([T, k])"));
-  const int64_t k = ids.dim(1);
+  int64_t T = 0, E = 0, k = 0;
+  GB_RETURN_IF_ERROR(detail::check_rows_and_topk_ids(kOp, "logits", logits, "([T, E])", ids, T, E, k));
   if (k < 1 || k > E) {
-    return invalid_argument("topk_router: k = " + std::to_string(k) + " (topk_ids' last dimension) but must be in [1, " +
-                            std::to_string(E) + "] (1 <= k <= the number of experts)");
+    return invalid_argument("topk_router: k = " + std::to_string(k) +
+                            " (topk_ids' last dimension) but must be in [1, " + std::to_string(E) +
+                            "] (1 <= k <= the number of experts)");
   }
-  GB_RETURN_IF_ERROR(detail::check_shape(kOp, "topk_ids", ids, {T, k}, "([T, k] with T = logits' rows)"));
-  GB_RETURN_IF_ERROR(detail::check_dtype(kOp, "topk_weights", weights, DType::kF32));
-  GB_RETURN_IF_ERROR(detail::check_shape(kOp, "topk_weights", weights, {T, k}, "([T, k] like topk_ids)"));
-  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "topk_ids", ids, "logits", logits));
-  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "topk_weights", weights, "logits", logits));
+  GB_RETURN_IF_ERROR(detail::check_router_outputs(kOp, logits, ids, weights, T, k));
   return detail::check_no_overlap(kOp, "topk_weights", weights, "topk_ids", ids);
 }
 

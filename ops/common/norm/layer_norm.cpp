@@ -1,6 +1,6 @@
 #include "genbridge/ops/norm/layer_norm.h"
 
-#include "ops/detail/norm/layer_norm_kernel.h"
+#include "ops/common/norm/layer_norm_kernel.h"
 
 namespace genbridge::ops {
 

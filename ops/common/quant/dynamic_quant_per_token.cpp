@@ -1,7 +1,7 @@
 // Common to every target: both generations have an int8 data path with fp32 per-token scales.
 #include "genbridge/ops/quant/dynamic_quant_per_token.h"
 
-#include "ops/detail/quant/quant_kernel.h"
+#include "ops/common/quant/quant_kernel.h"
 
 namespace genbridge::ops {
 

@@ -1,6 +1,6 @@
 // activation/silu_and_mul gives the same bits on every CPU target this machine runs,
 // on rows whose half width is not a multiple of 16 and with infinities and NaNs among the inputs, and
-// the same bits as expert_ffn's scalar formula (ops/detail/activation/swiglu.h).
+// the same bits as expert_ffn's scalar formula (ops/common/activation/swiglu.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "genbridge/ops/activation/silu_and_mul.h"
-#include "ops/detail/activation/swiglu.h"
+#include "ops/common/activation/swiglu.h"
 #include "support/each_cpu_target.h"
 #include "support/tensor_util.h"
 

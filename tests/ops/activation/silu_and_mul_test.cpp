@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "genbridge/core/threading.h"
-#include "ops/reference/linear.h"
+#include "ops/common/linear/linear_ref.h"
 #include "support/fp32_bounds.h"
 #include "support/tensor_util.h"
 

@@ -20,7 +20,7 @@
 #include "genbridge/ops/kv_cache/bf16_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
-#include "ops/reference/attention.h"
+#include "ops/common/attention/attention_ref.h"
 #include "support/tensor_util.h"
 
 namespace genbridge::testing {

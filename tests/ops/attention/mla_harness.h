@@ -25,8 +25,8 @@
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/kv_format.h"
-#include "ops/reference/attention.h"
-#include "ops/reference/mla.h"
+#include "ops/common/attention/attention_ref.h"
+#include "ops/common/attention/mla_ref.h"
 #include "support/tensor_util.h"
 
 namespace genbridge::testing {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "genbridge/core/threading.h"
-#include "ops/reference/attention.h"
+#include "ops/common/attention/attention_ref.h"
 #include "support/tensor_util.h"
 
 namespace genbridge::testing {

@@ -1,8 +1,8 @@
 // Internal kernel checks behind linear/linear and moe/expert_ffn: every path of the dispatched dot kernel
 // (GEMV for 1..7 rows and in row chunks below kGemmMinRows, the packed GEMM from there, every tile
 // remainder) gives, on every CPU target, the bits of an independent scalar implementation of the
-// reduction-order contract (ops/detail/linear/dot_kernel.h).
-#include "ops/detail/linear/dot_kernel.h"
+// reduction-order contract (ops/common/linear/dot_kernel.h).
+#include "ops/common/linear/dot_kernel.h"
 
 #include <gtest/gtest.h>
 

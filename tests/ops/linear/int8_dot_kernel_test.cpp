@@ -2,7 +2,7 @@
 // kernel (batch-1..4 tiles with the weight sums in the same pass, the column-blocked tiles above 4 rows,
 // the 64-row blocks, weight-row and K tails, row strides wider than K) gives, on every CPU target and with
 // the avx512 VNNI path on and off, exactly the int32 sums of a naive scalar loop.
-#include "ops/detail/linear/int8_dot_kernel.h"
+#include "ops/common/linear/int8_dot_kernel.h"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 #include "genbridge/core/formats.h"
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/linear/quant_linear.h"
-#include "ops/reference/quant_linear.h"
+#include "ops/common/linear/quant_linear_ref.h"
 #include "support/each_cpu_target.h"
 #include "support/tensor_util.h"
 

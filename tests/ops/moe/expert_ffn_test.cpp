@@ -13,7 +13,7 @@
 #include "genbridge/core/threading.h"
 #include "genbridge/ops/activation/silu_and_mul.h"
 #include "genbridge/ops/linear/linear.h"
-#include "ops/reference/moe.h"
+#include "ops/common/moe/moe_ref.h"
 #include "support/fp32_bounds.h"
 #include "support/tensor_util.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "genbridge/core/threading.h"
-#include "ops/reference/moe.h"
+#include "ops/common/moe/moe_ref.h"
 #include "support/tensor_util.h"
 
 namespace genbridge::testing {

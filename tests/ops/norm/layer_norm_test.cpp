@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "ops/reference/mla.h"
+#include "ops/common/attention/mla_ref.h"
 #include "support/each_cpu_target.h"
 #include "support/tensor_util.h"
 

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "genbridge/core/threading.h"
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
 #include "genbridge/ops/norm/add_rms_norm.h"
 #include "genbridge/ops/norm/gemma_rms_norm.h"
 #include "genbridge/ops/norm/rms_norm.h"
-#include "ops/reference/norm.h"
-#include "genbridge/core/threading.h"
+#include "ops/common/norm/norm_ref.h"
 #include "support/tensor_util.h"
 
 namespace genbridge::testing {

@@ -1,5 +1,5 @@
 // Contract test for quant/dynamic_mx_quant; runs unchanged in every target build. On Ascend950 the q and
-// scale bytes are compared bit for bit with the fp64 reference (ops/reference/quant.h) for every scale
+// scale bytes are compared bit for bit with the fp64 reference (ops/common/quant/quant_ref.h) for every scale
 // convention, and the dequantized values are checked against x on every unsaturated element. On
 // Ascend910 the provider is the explicit unsupported one and the exact Unimplemented message is checked.
 #include "genbridge/ops/quant/dynamic_mx_quant.h"
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "genbridge/core/threading.h"
-#include "ops/reference/quant.h"
+#include "ops/common/quant/quant_ref.h"
 #include "quant_test_util.h"
 
 namespace genbridge::testing {

@@ -1,5 +1,5 @@
 // Contract test for quant/dynamic_quant_per_token; runs unchanged in every target build. q and scale are
-// compared bit for bit with the fp64 reference (ops/reference/quant.h).
+// compared bit for bit with the fp64 reference (ops/common/quant/quant_ref.h).
 #include "genbridge/ops/quant/dynamic_quant_per_token.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "genbridge/core/threading.h"
-#include "ops/reference/quant.h"
+#include "ops/common/quant/quant_ref.h"
 #include "quant_test_util.h"
 
 namespace genbridge::testing {

@@ -13,7 +13,7 @@
 
 #include "genbridge/core/threading.h"
 #include "genbridge/ops/quant/dynamic_mx_quant.h"
-#include "ops/reference/quant.h"
+#include "ops/common/quant/quant_ref.h"
 #include "quant_test_util.h"
 
 namespace genbridge::testing {

@@ -1,7 +1,7 @@
 // What the forward pass reports it chose (ForwardBatch::set_choice_sink, EngineOptions::record_choices, the
 // CLI's --dump-choices) against independent fp64 computations, on the DeepSeek-V3.2 preset (tiny-dsa: layer 0
 // dense, layers 1-2 MoE, every layer DSA with index_topk 64) and V3 (tiny-dsv3, no indexer):
-//   - the routed experts and weights of every MoE layer against ops/reference's grouped_topk_route evaluated
+//   - the routed experts and weights of every MoE layer against the fp64 reference's grouped_topk_route evaluated
 //     in fp64 on the very hidden states the router saw (moe_input of that layer, captured between phases);
 //   - the indexer's top-k positions against the fp64 reference forward (tests/support): exactly at layer 0
 //     where the reference's score gap at the cut is clear (layer 0 sees the embeddings, the same hidden
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "afd/engine_job.h"
-#include "ops/reference/moe.h"
+#include "ops/common/moe/moe_ref.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/executor.h"

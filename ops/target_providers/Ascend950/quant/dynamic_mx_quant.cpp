@@ -2,7 +2,7 @@
 // MX quantization runs natively (host kernel reproducing its numerics bit for bit).
 #include "genbridge/ops/quant/dynamic_mx_quant.h"
 
-#include "ops/target_providers/Ascend950/detail/quant/mx_kernel.h"
+#include "ops/target_providers/Ascend950/quant/mx_kernel.h"
 
 namespace genbridge::ops {
 

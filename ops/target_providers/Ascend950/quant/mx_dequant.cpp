@@ -1,7 +1,7 @@
 // Ascend950 (A5) provider: decodes MXFP8/MXFP4 blocks with their e8m0 scales.
 #include "genbridge/ops/quant/mx_dequant.h"
 
-#include "ops/target_providers/Ascend950/detail/quant/mx_kernel.h"
+#include "ops/target_providers/Ascend950/quant/mx_kernel.h"
 
 namespace genbridge::ops {
 

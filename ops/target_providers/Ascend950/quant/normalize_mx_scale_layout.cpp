@@ -2,7 +2,7 @@
 // [..., K/64, 2]; this converts a flat [M, K/32] scale tensor into it.
 #include "genbridge/ops/quant/normalize_mx_scale_layout.h"
 
-#include "ops/target_providers/Ascend950/detail/quant/mx_kernel.h"
+#include "ops/target_providers/Ascend950/quant/mx_kernel.h"
 
 namespace genbridge::ops {
 

@@ -1,0 +1,409 @@
+// The dot-product kernel behind linear/linear and moe/expert_ffn (contract: ops/common/linear/dot_kernel.h),
+// compiled once per CPU target (Highway) and dispatched at run time.
+//
+// GEMV (m < kGemmMinRows input rows, decode; above 7 rows in chunks): a tile of MR input rows x NR weight rows, one
+// 16-lane V16 accumulator per output; each weight vector is widened once and used against every input row (fp32 input
+// rows come straight from memory as FMA operands), weight rows are streamed once, and the next tile's rows are
+// prefetched at the same K offset (the hardware prefetchers do not cross 4 KiB pages, and a weight row is often exactly
+// one page). NR per target so the accumulators fit the registers.
+//
+// GEMM (m >= kGemmMinRows): per panel of kNC weight rows, the weights are widened to fp32 once into a per-thread
+// buffer laid out [lane l][j][column] (k = 16 j + l, zero-padded to a multiple of 16), the input rows
+// likewise [row tile][l][j][row]. The micro-kernel keeps kMR x kNV hardware vectors of accumulators,
+// each holding contract lane l of kW consecutive columns for one row: for each l it runs the chain
+// k = l, l+16, ... (FMA from +0, increasing k, padded steps included) as a broadcast of a[r, k] times
+// the packed weights, and stores the 16 lanes' partials; the partials are then reduced per column in
+// the contract's pairwise order, vectorised over columns. Same operations per output as GEMV.
+#include "ops/common/linear/dot_kernel.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "core/simd/dispatch.h"
+#include "genbridge/core/formats.h"
+#include "genbridge/core/status.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/common/linear/dot_kernel.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include "ops/common/tensor/kernels-inl.h"
+
+GB_OPS_KERNELS_BEGIN();
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace genbridge::simd::HWY_NAMESPACE;
+
+template <typename T>
+HWY_INLINE void PrefetchL2(const T* base, int64_t i) {
+  // Integer arithmetic: the address may lie past the end of the array (prefetches never fault).
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(base) + i * sizeof(T)), 0, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GEMV
+
+// Weight rows per tile for MR input rows: MR * NR accumulators (kParts registers each) plus one
+// widened weight vector fit the registers.
+template <int MR>
+constexpr int GemvCols() {
+  const int nr = (kVecRegs - kParts) / (MR * kParts);
+  return nr < 1 ? 1 : nr > 4 ? 4 : nr;
+}
+
+template <typename BT, int MR, int NR>
+HWY_NOINLINE void GemvTile(const float* HWY_RESTRICT a, int64_t lda, const BT* HWY_RESTRICT b, int64_t ldb, int64_t K,
+                           float* HWY_RESTRICT out, int64_t ldo) {
+  V16 acc[MR][NR];
+  GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int c = 0; c < NR; ++c) acc[r][c] = Zero16();
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    GB_UNROLL for (int c = 0; c < NR; ++c) PrefetchL2(b, (c + NR) * ldb + k);
+    GB_UNROLL for (int c = 0; c < NR; ++c) {
+      const V16 bv = Load16(b + c * ldb + k);
+      GB_UNROLL for (int r = 0; r < MR; ++r) acc[r][c] = Fma16(Load16(a + r * lda + k), bv, acc[r][c]);
+    }
+  }
+  if (k < K) {
+    const int64_t n = K - k;
+    GB_UNROLL for (int c = 0; c < NR; ++c) {
+      const V16 bv = LoadTail16(b + c * ldb + k, n);
+      GB_UNROLL for (int r = 0; r < MR; ++r) acc[r][c] = Fma16(LoadTail16(a + r * lda + k, n), bv, acc[r][c]);
+    }
+  }
+  GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int c = 0; c < NR; ++c) out[r * ldo + c] =
+      ReduceAdd16(acc[r][c]);
+}
+
+template <typename BT, int MR>
+void GemvRows(const float* a, int64_t lda, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out, int64_t ldo) {
+  constexpr int NR = GemvCols<MR>();
+  int64_t c = 0;
+  for (; c + NR <= n; c += NR) GemvTile<BT, MR, NR>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
+  for (; c < n; ++c) GemvTile<BT, MR, 1>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
+}
+
+template <typename BT>
+void GemvTile7(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out,
+               int64_t ldo) {
+  switch (m) {
+    case 1:
+      return GemvRows<BT, 1>(a, lda, b, ldb, n, K, out, ldo);
+    case 2:
+      return GemvRows<BT, 2>(a, lda, b, ldb, n, K, out, ldo);
+    case 3:
+      return GemvRows<BT, 3>(a, lda, b, ldb, n, K, out, ldo);
+    case 4:
+      return GemvRows<BT, 4>(a, lda, b, ldb, n, K, out, ldo);
+    case 5:
+      return GemvRows<BT, 5>(a, lda, b, ldb, n, K, out, ldo);
+    case 6:
+      return GemvRows<BT, 6>(a, lda, b, ldb, n, K, out, ldo);
+    default:
+      return GemvRows<BT, 7>(a, lda, b, ldb, n, K, out, ldo);
+  }
+}
+
+// More than 7 rows (below kGemmMinRows): rows in even chunks of at most 7, per block of kGemvBlockCols
+// weight rows, so a block's weights stay in L2 while every chunk passes.
+inline constexpr int64_t kGemvBlockCols = 64;
+template <typename BT>
+void Gemv(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out,
+          int64_t ldo) {
+  if (m <= 7) return GemvTile7<BT>(a, lda, m, b, ldb, n, K, out, ldo);
+  const int64_t chunks = (m + 6) / 7, rows = (m + chunks - 1) / chunks;
+  for (int64_t c0 = 0; c0 < n; c0 += kGemvBlockCols) {
+    const int64_t nc = std::min(kGemvBlockCols, n - c0);
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      GemvTile7<BT>(a + r0 * lda, lda, std::min(rows, m - r0), b + c0 * ldb, ldb, nc, K, out + r0 * ldo + c0, ldo);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GEMM
+
+using DV = hn::ScalableTag<float>;
+using VV = hn::Vec<DV>;
+inline constexpr int kW = static_cast<int>(hn::MaxLanes(DV()));  // lanes per hardware vector
+
+// Micro-kernel tile: kMR rows x kNV hardware vectors of columns (kMR * kNV accumulators, kNV weight
+// vectors and one broadcast in the registers).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int kMR = 12, kNV = 2;  // 24 + 2 + 1 of 32 zmm
+#elif HWY_TARGET == HWY_NEON || HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2
+inline constexpr int kMR = 6, kNV = 4;  // 24 + 4 + 1 of 32; 16 columns, so panels of 64 hold whole tiles
+#elif HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4
+inline constexpr int kMR = 6, kNV = 2;  // 12 + 2 + 1 of 16
+#else
+inline constexpr int kMR = 4, kNV = 2;
+#endif
+inline constexpr int kNC = kNV * kW;  // columns per panel
+static_assert(kPanelCols % kNC == 0 || kNC > kPanelCols, "work items are whole panels");
+
+// a * b + c with one rounding (hn::MulAdd is not fused on targets without FMA instructions).
+HWY_INLINE VV FmaV(VV a, VV b, VV c) {
+  if constexpr (kNativeFma) {
+    return hn::MulAdd(a, b, c);
+  } else {
+    alignas(64) float ta[kW], tb[kW], tc[kW];
+    hn::Store(a, DV(), ta);
+    hn::Store(b, DV(), tb);
+    hn::Store(c, DV(), tc);
+    for (int i = 0; i < kW; ++i) tc[i] = std::fma(ta[i], tb[i], tc[i]);
+    return hn::Load(DV(), tc);
+  }
+}
+
+// ap: [16][J][kMR] (one row tile), bp: [16][J][kNC] (one panel); part: [16][kMR][kNC] lane partials.
+HWY_NOINLINE void GemmMicro(const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp, int64_t J,
+                            float* HWY_RESTRICT part) {
+  const DV d;
+  for (int l = 0; l < kLanes; ++l) {
+    VV acc[kMR][kNV];
+    GB_UNROLL for (int r = 0; r < kMR; ++r) GB_UNROLL for (int v = 0; v < kNV; ++v) acc[r][v] = hn::Zero(d);
+    const float* al = ap + l * J * kMR;
+    const float* bl = bp + l * J * kNC;
+    for (int64_t j = 0; j < J; ++j) {
+      VV bv[kNV];
+      GB_UNROLL for (int v = 0; v < kNV; ++v) bv[v] = hn::Load(d, bl + j * kNC + v * kW);
+      GB_UNROLL for (int r = 0; r < kMR; ++r) {
+        const VV av = hn::Set(d, al[j * kMR + r]);
+        GB_UNROLL for (int v = 0; v < kNV; ++v) acc[r][v] = FmaV(av, bv[v], acc[r][v]);
+      }
+    }
+    float* pl = part + l * kMR * kNC;
+    GB_UNROLL for (int r = 0; r < kMR; ++r) GB_UNROLL for (int v = 0; v < kNV; ++v)
+        hn::Store(acc[r][v], d, pl + r * kNC + v * kW);
+  }
+}
+
+// tile[r * kNC + c] = the contract's pairwise sum of part[l][r][c] over l.
+HWY_INLINE void ReduceLanes(const float* HWY_RESTRICT part, float* HWY_RESTRICT tile) {
+  const DV d;
+  for (int r = 0; r < kMR; ++r) {
+    GB_UNROLL for (int v = 0; v < kNV; ++v) {
+      const float* p = part + r * kNC + v * kW;
+      constexpr int64_t kStride = int64_t{kMR} * kNC;  // between lanes
+      VV s8[8];
+      GB_UNROLL for (int i = 0; i < 8; ++i) s8[i] =
+          hn::Add(hn::Load(d, p + i * kStride), hn::Load(d, p + (i + 8) * kStride));
+      VV s4[4];
+      GB_UNROLL for (int i = 0; i < 4; ++i) s4[i] = hn::Add(s8[i], s8[i + 4]);
+      hn::Store(hn::Add(hn::Add(s4[0], s4[2]), hn::Add(s4[1], s4[3])), d, tile + r * kNC + v * kW);
+    }
+  }
+}
+
+// 8 x 8 transposition with 256-bit vectors where the target has them (AVX2, AVX-512):
+// dst[q * ld_dst + i] = src[i * kLanes + q] for i, q < 8.
+using D8 = hn::CappedTag<float, 8>;
+#if HWY_TARGET == HWY_SCALAR
+inline constexpr bool kTranspose8 = false;
+template <class D>
+HWY_INLINE void Transpose8x8(D, const float*, float*, int64_t) {}
+#else
+inline constexpr bool kTranspose8 = hn::MaxLanes(D8()) == 8 && kNC % 8 == 0;
+// (A template on the tag so that targets without 8-lane vectors never instantiate it.)
+template <class D>
+HWY_INLINE void Transpose8x8(D d, const float* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t ld_dst) {
+  {
+    const hn::Repartition<uint64_t, D> du;
+    using V8 = hn::Vec<D>;
+    V8 r[8];
+    GB_UNROLL for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * kLanes);
+    // Per 128-bit block: 32-bit interleave, then 64-bit interleave, then the blocks are recombined.
+    V8 t[8];
+    GB_UNROLL for (int i = 0; i < 4; ++i) {
+      t[2 * i] = hn::InterleaveLower(d, r[2 * i], r[2 * i + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
+      t[2 * i + 1] = hn::InterleaveUpper(d, r[2 * i], r[2 * i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
+    }
+    auto il = [&](V8 a, V8 b) {
+      return hn::BitCast(d, hn::InterleaveLower(du, hn::BitCast(du, a), hn::BitCast(du, b)));
+    };
+    auto iu = [&](V8 a, V8 b) {
+      return hn::BitCast(d, hn::InterleaveUpper(du, hn::BitCast(du, a), hn::BitCast(du, b)));
+    };
+    const V8 u0 = il(t[0], t[2]), u1 = iu(t[0], t[2]), u2 = il(t[1], t[3]), u3 = iu(t[1], t[3]);  // a..d
+    const V8 v0 = il(t[4], t[6]), v1 = iu(t[4], t[6]), v2 = il(t[5], t[7]), v3 = iu(t[5], t[7]);  // e..h
+    hn::StoreU(hn::ConcatLowerLower(d, v0, u0), d, dst + 0 * ld_dst);
+    hn::StoreU(hn::ConcatLowerLower(d, v1, u1), d, dst + 1 * ld_dst);
+    hn::StoreU(hn::ConcatLowerLower(d, v2, u2), d, dst + 2 * ld_dst);
+    hn::StoreU(hn::ConcatLowerLower(d, v3, u3), d, dst + 3 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v0, u0), d, dst + 4 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v1, u1), d, dst + 5 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v2, u2), d, dst + 6 * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, v3, u3), d, dst + 7 * ld_dst);
+  }
+}
+#endif
+
+// Packs one panel of nc <= kNC weight rows into bp [16][J][kNC], zero-padded in k and in columns: per 16-wide k
+// block, fill(k, t) writes the rows' fp32 elements [k, k + 16) (zero past K) into a small transposition buffer
+// t[c * 16 + l] (c < nc), which is then written to the packed panel block by block (the panel does not fit L1).
+template <typename Fill>
+void PackPanel(int64_t nc, int64_t J, Fill&& fill, float* HWY_RESTRICT bp) {
+  alignas(64) float t[kNC * kLanes];
+  if (nc < kNC) std::memset(t, 0, sizeof t);
+  for (int64_t j = 0; j < J; ++j) {
+    fill(j * kLanes, t);
+    float* dst = bp + j * kNC;
+    if constexpr (kTranspose8) {
+      GB_UNROLL for (int c0 = 0; c0 < kNC; c0 += 8) {
+        Transpose8x8(D8(), t + c0 * kLanes, dst + c0, J * kNC);
+        Transpose8x8(D8(), t + c0 * kLanes + 8, dst + 8 * J * kNC + c0, J * kNC);
+      }
+    } else {
+      GB_UNROLL for (int l = 0; l < kLanes; ++l) {
+        for (int c = 0; c < kNC; ++c) dst[l * J * kNC + c] = t[c * kLanes + l];
+      }
+    }
+  }
+}
+
+// Widens b's rows [0, nc) into a packed panel.
+template <typename BT>
+void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HWY_RESTRICT bp) {
+  PackPanel(
+      nc, J,
+      [&](int64_t k, float* HWY_RESTRICT t) {
+        if (k + kLanes <= K) {
+          // The next panel's rows at the same offsets (as GEMV does: rows start cold at page boundaries).
+          for (int64_t c = 0; c < kNC; ++c) PrefetchL2(b, (c + kNC) * ldb + k);
+          for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, Load16(b + c * ldb + k));
+        } else {
+          for (int64_t c = 0; c < nc; ++c) Store16(t + c * kLanes, LoadTail16(b + c * ldb + k, K - k));
+        }
+      },
+      bp);
+}
+
+// Copies rows [0, mr) (mr <= kMR) of a into ap [16][J][kMR], zero-padded in k and in rows.
+void PackA(const float* a, int64_t lda, int64_t mr, int64_t K, int64_t J, float* HWY_RESTRICT ap) {
+  for (int64_t j = 0; j < J; ++j)
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t k = j * kLanes + l;
+      float* dst = ap + (l * J + j) * kMR;
+      for (int64_t r = 0; r < kMR; ++r) dst[r] = r < mr && k < K ? a[r * lda + k] : 0.f;
+    }
+}
+
+// pack(c0, nc, J, bp) packs weight rows [c0, c0 + nc) into bp.
+template <typename Pack>
+void GemmPanels(const float* a, int64_t lda, int64_t m, Pack&& pack, int64_t n, int64_t K, float* out, int64_t ldo) {
+  const int64_t J = (K + kLanes - 1) / kLanes;
+  const int64_t row_tiles = (m + kMR - 1) / kMR;
+  const size_t a_tile = static_cast<size_t>(kLanes * J * kMR);
+  float* ap = static_cast<float*>(thread_scratch_bytes(4, a_tile * row_tiles * sizeof(float)));
+  float* bp = static_cast<float*>(thread_scratch_bytes(5, static_cast<size_t>(kLanes * J * kNC) * sizeof(float)));
+  float* part = static_cast<float*>(thread_scratch_bytes(6, static_cast<size_t>(kLanes * kMR * kNC) * sizeof(float)));
+  alignas(64) float tile[kMR * kNC];
+  for (int64_t t = 0; t < row_tiles; ++t)
+    PackA(a + t * kMR * lda, lda, std::min<int64_t>(kMR, m - t * kMR), K, J, ap + t * a_tile);
+  for (int64_t c0 = 0; c0 < n; c0 += kNC) {
+    const int64_t nc = std::min<int64_t>(kNC, n - c0);
+    pack(c0, nc, J, bp);
+    for (int64_t t = 0; t < row_tiles; ++t) {
+      GemmMicro(ap + t * a_tile, bp, J, part);
+      ReduceLanes(part, tile);
+      const int64_t mr = std::min<int64_t>(kMR, m - t * kMR);
+      for (int64_t r = 0; r < mr; ++r)
+        std::memcpy(out + (t * kMR + r) * ldo + c0, tile + r * kNC, static_cast<size_t>(nc) * sizeof(float));
+    }
+  }
+}
+
+template <typename BT>
+void Gemm(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out,
+          int64_t ldo) {
+  GemmPanels(
+      a, lda, m, [&](int64_t c0, int64_t nc, int64_t J, float* bp) { PackB(b + c0 * ldb, ldb, nc, K, J, bp); }, n, K,
+      out, ldo);
+}
+
+// The GEMM with weight chunks from the caller (dot_kernel.h: GemmChunksFn).
+void GemmChunks(const float* a, int64_t lda, int64_t m, WeightChunkFn chunk, const void* ctx, int64_t n, int64_t K,
+                float* out, int64_t ldo) {
+  GemmPanels(
+      a, lda, m,
+      [&](int64_t c0, int64_t nc, int64_t J, float* bp) {
+        PackPanel(
+            nc, J, [&](int64_t k, float* HWY_RESTRICT t) { chunk(ctx, c0, nc, k, K, t); }, bp);
+      },
+      n, K, out, ldo);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Entry points (one per weight dtype).
+
+template <typename BT>
+void DotRowsT(const float* a, int64_t lda, int64_t m, const void* b, int64_t ldb, int64_t n, int64_t K, float* out,
+              int64_t ldo) {
+  const BT* bt = static_cast<const BT*>(b);
+  if (m >= kGemmMinRows) {
+    Gemm<BT>(a, lda, m, bt, ldb, n, K, out, ldo);
+  } else {
+    Gemv<BT>(a, lda, m, bt, ldb, n, K, out, ldo);
+  }
+}
+void DotRowsF32(const float* a, int64_t lda, int64_t m, const void* b, int64_t ldb, int64_t n, int64_t K, float* out,
+                int64_t ldo) {
+  DotRowsT<float>(a, lda, m, b, ldb, n, K, out, ldo);
+}
+void DotRowsBF16(const float* a, int64_t lda, int64_t m, const void* b, int64_t ldb, int64_t n, int64_t K, float* out,
+                 int64_t ldo) {
+  DotRowsT<bf16_t>(a, lda, m, b, ldb, n, K, out, ldo);
+}
+void DotRowsF16(const float* a, int64_t lda, int64_t m, const void* b, int64_t ldb, int64_t n, int64_t K, float* out,
+                int64_t ldo) {
+  DotRowsT<fp16_t>(a, lda, m, b, ldb, n, K, out, ldo);
+}
+
+GB_OPS_KERNELS_END();
+
+#if HWY_ONCE
+namespace genbridge::ops::detail {
+
+HWY_EXPORT(DotRowsF32);
+HWY_EXPORT(DotRowsBF16);
+HWY_EXPORT(DotRowsF16);
+HWY_EXPORT(GemmChunks);
+
+GemmChunksFn gemm_chunks_fn() { return GB_DISPATCH(GemmChunks); }
+
+DotRowsFn dot_rows_fn(DType w) {
+  switch (w) {
+    case DType::kF32:
+      return GB_DISPATCH(DotRowsF32);
+    case DType::kBF16:
+      return GB_DISPATCH(DotRowsBF16);
+    case DType::kF16:
+      return GB_DISPATCH(DotRowsF16);
+    default:
+      GB_CHECK(false, "dot_rows_fn: weights must be fp32, fp16 or bf16 (validate before dispatching)");
+  }
+  return nullptr;
+}
+
+namespace {
+struct alignas(64) Line {
+  float f[16];
+};
+}  // namespace
+
+void* thread_scratch_bytes(int slot, size_t bytes) {
+  thread_local std::unique_ptr<Line[]> bufs[8];
+  thread_local size_t sizes[8] = {};
+  GB_CHECK(slot >= 0 && slot < 8, "thread_scratch_bytes: slot out of range");
+  const size_t n = (bytes + sizeof(Line) - 1) / sizeof(Line);
+  if (sizes[slot] < n) {
+    bufs[slot].reset(new Line[n]);
+    sizes[slot] = n;
+  }
+  return bufs[slot].get();
+}
+
+}  // namespace genbridge::ops::detail
+#endif  // HWY_ONCE

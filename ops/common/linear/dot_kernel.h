@@ -1,0 +1,93 @@
+#pragma once
+// Internal: the batch-invariant dot-product kernel behind linear/linear and moe/expert_ffn
+// (ops/common/linear/dot_kernel.cpp, compiled once per CPU target and dispatched at run time).
+//
+// The reduction order is the contract every caller shares; it makes each output element a pure
+// function of its own input row and weight row, whatever the batch size, the tiling, the thread
+// count, the CPU target or the op that computes it:
+//   16 fp32 lanes per output element, each starting at +0; lane l accumulates a[k]*b[k] for
+//   k = l, l+16, l+32, ... in increasing k with fused multiply-add (one rounding per step); a partial
+//   last block is zero-padded (its steps run, with a = b = 0); the lanes are then summed in the fixed
+//   pairwise order s8[i] = s[i] + s[i+8], s4[i] = s8[i] + s8[i+4], (s4[0] + s4[2]) + (s4[1] + s4[3]).
+// Two paths compute it: GEMV (fewer than kGemmMinRows input rows: one 16-lane accumulator per output,
+// weights streamed once) and GEMM (kGemmMinRows or more: weights packed per column panel, lane-major,
+// and an outer-product micro-kernel whose accumulators hold one contract lane for a vector of columns).
+// Both run exactly the same operations per output element, so their bits are the same.
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/parallel.h"
+#include "genbridge/core/dtype.h"
+#include "genbridge/core/threading.h"
+
+namespace genbridge::ops::detail {
+
+// out[r * ldo + c] = dot(a[r * lda + 0:K], b[c * ldb + 0:K]) for r < m, c < n, in the contract's order.
+// b's elements are of the dtype the function was picked for (dot_rows_fn); K >= 1.
+using DotRowsFn = void (*)(const float* a, int64_t lda, int64_t m, const void* b, int64_t ldb, int64_t n, int64_t K,
+                           float* out, int64_t ldo);
+
+// The kernel for weights of dtype w (fp32, fp16 or bf16) on the CPU target in use: dispatches once
+// (GENBRIDGE_CPU_TARGET applied first). Call once per op call, not per tile.
+DotRowsFn dot_rows_fn(DType w);
+
+// The GEMM path for weights the caller produces chunk by chunk (e.g. decoded from a quantized format): as
+// dot_rows_fn's GEMM with fp32 weights, where chunk(ctx, c0, nc, k, K, t) writes weight rows [c0, c0 + nc)
+// (nc <= 64), elements [k, k + 16) as fp32 into t[c * 16 + l] (zero for k + l >= K; rows nc and up untouched).
+// Same bits as dot_rows_fn(kF32) on those weights. m >= 1, K >= 1; any m takes the GEMM path.
+using WeightChunkFn = void (*)(const void* ctx, int64_t c0, int64_t nc, int64_t k, int64_t K, float* t);
+using GemmChunksFn = void (*)(const float* a, int64_t lda, int64_t m, WeightChunkFn chunk, const void* ctx, int64_t n,
+                              int64_t K, float* out, int64_t ldo);
+GemmChunksFn gemm_chunks_fn();
+
+// Input rows from which the GEMM path is taken (below it, the GEMV path). Measured (linear bench, AVX2
+// and AVX-512): at 8 rows, packing the weights costs more than it saves (GEMV in row chunks is 2x
+// faster); at 32 rows the two are even, above it GEMM wins.
+inline constexpr int64_t kGemmMinRows = 16;
+
+// A per-thread scratch buffer of at least `bytes` bytes, 64-byte aligned (reused across calls; never
+// shrinks). Each slot (0 .. 7) is a separate buffer; slots 4 .. 7 belong to the kernel itself.
+void* thread_scratch_bytes(int slot, size_t bytes);
+template <int Slot>
+inline void* thread_scratch(size_t bytes) {
+  static_assert(Slot >= 0 && Slot < 4, "slots 4 .. 7 are the kernel's");
+  return thread_scratch_bytes(Slot, bytes);
+}
+
+// Column granularity of work items (a multiple of every target's GEMM panel width).
+inline constexpr int64_t kPanelCols = 64;
+
+// Rows per work item for m input rows: bounds the fp32 copy of an item's input rows. The GEMM path
+// packs an item's weight panels once for all its rows, so its items hold up to kGemmRowsPerItem rows
+// (work is then split over columns).
+inline constexpr int64_t kRowsPerItem = 64;
+inline constexpr int64_t kGemmRowsPerItem = 512;
+inline int64_t rows_per_item(int64_t m) {
+  return m < 8 ? kRowsPerItem : std::min<int64_t>(std::max<int64_t>(m, 1), kGemmRowsPerItem);
+}
+
+// Columns per work item: all n when there are enough row blocks to keep every thread busy (an item's
+// input rows are then widened once), otherwise about 4 items per thread, in whole panels.
+inline int64_t cols_per_item(int64_t n, int64_t row_blocks, int threads) {
+  const int64_t want = 4 * static_cast<int64_t>(threads);
+  if (row_blocks >= want || n <= kPanelCols) return std::max<int64_t>(n, 1);
+  const int64_t groups = std::min((want + row_blocks - 1) / row_blocks, (n + kPanelCols - 1) / kPanelCols);
+  const int64_t c = (n + groups - 1) / groups;
+  return (c + kPanelCols - 1) / kPanelCols * kPanelCols;
+}
+
+// Calls fn(i) for every item in [0, n_items), each on exactly one thread, handed out one at a time
+// (items may differ in cost). Results cannot depend on the thread count as long as every item writes
+// its own outputs. Runs on the caller's thread when `work` (a rough multiply-add count) is small.
+template <typename Fn>
+void parallel_items(int64_t n_items, int64_t work, Fn&& fn) {
+  if (n_items <= 0) return;
+  if (num_threads() <= 1 || n_items == 1 || work < (int64_t{1} << 17)) {
+    for (int64_t i = 0; i < n_items; ++i) fn(i);
+    return;
+  }
+  genbridge::detail::parallel_for_dynamic(n_items, fn);
+}
+
+}  // namespace genbridge::ops::detail
