@@ -231,13 +231,8 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
   return srv;
 }
 
-// `make-model`: a synthetic checkpoint's preset, seed, shards, vocabulary, tokenizer and weight format.
-CLI::App* add_make_model_command(CLI::App* app, genbridge::tools::MakeModelOptions& mo) {
-  CLI::App* make = app->add_subcommand(
-      "make-model",
-      "Write a synthetic Qwen3-MoE or DeepSeek-V3/V3.2 checkpoint (config.json + safetensors) with fixed-seed\n"
-      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary "
-      "size.");
+// `make-model`'s flags: a synthetic checkpoint's preset, seed, shards, vocabulary, tokenizer and weight format.
+void add_make_model_flags(CLI::App* make, genbridge::tools::MakeModelOptions& mo) {
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
@@ -253,7 +248,6 @@ CLI::App* add_make_model_command(CLI::App* app, genbridge::tools::MakeModelOptio
                   "128 x 128 block; router, indexer weights_proj, embeddings, norms, LM head stay bf16; one shard)");
   add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
   make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
-  return make;
 }
 
 }  // namespace
@@ -300,7 +294,12 @@ int main(int argc, char** argv) {
   CLI::App* srv = add_serve_command(&app, so);
 
   MakeModelOptions mo;
-  CLI::App* make = add_make_model_command(&app, mo);
+  CLI::App* make = app.add_subcommand(
+      "make-model",
+      "Write a synthetic Qwen3-MoE or DeepSeek-V3/V3.2 checkpoint (config.json + safetensors) with fixed-seed\n"
+      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary "
+      "size.");
+  add_make_model_flags(make, mo);
 
   std::string info_soc;
   CLI::App* info =
