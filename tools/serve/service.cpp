@@ -77,10 +77,10 @@ void RequestStream::finish(engine::FinishReason reason, std::string message) {
 }
 
 GenerationService::GenerationService(engine::Engine& engine, runtime::KvPagePool& pool, const ServiceOptions& options)
-    : GenerationService(WorkerPools{.workers = 1,
-                                    .pages_per_worker = pool.num_pages(),
-                                    .bytes_per_page = pool.geometry().bytes_per_page()},
-                        options) {
+    : GenerationService(
+          WorkerPools{
+              .workers = 1, .pages_per_worker = pool.num_pages(), .bytes_per_page = pool.geometry().bytes_per_page()},
+          options) {
   pool_ = &pool;
   engine_ = &engine;
 }

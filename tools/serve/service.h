@@ -191,8 +191,8 @@ class GenerationService {
 
   ServiceOptions options_;
   const int workers_;
-  runtime::KvPagePool* pool_ = nullptr;     // monolithic
-  engine::Engine* engine_ = nullptr;        // monolithic: engine thread only (after start)
+  runtime::KvPagePool* pool_ = nullptr;  // monolithic
+  engine::Engine* engine_ = nullptr;     // monolithic: engine thread only (after start)
   std::thread thread_;
 
   mutable std::mutex mu_;  // guards everything below
