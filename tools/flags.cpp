@@ -1,7 +1,6 @@
 #include "tools/flags.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <charconv>
@@ -95,13 +94,6 @@ Result<std::vector<int32_t>> parse_token_list(std::string_view flag, std::string
     begin = comma + 1;
   }
   return ids;
-}
-
-int64_t physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  if (pages > std::numeric_limits<int64_t>::max() / page) return std::numeric_limits<int64_t>::max();
-  return static_cast<int64_t>(pages) * page;
 }
 
 namespace {

@@ -30,9 +30,6 @@ Result<float> parse_float(std::string_view flag, std::string_view text, const en
 // Comma-separated token ids, each an integer in [0, 2^31 - 1], at least one, no empty item.
 Result<std::vector<int32_t>> parse_token_list(std::string_view flag, std::string_view text);
 
-// Bytes of physical memory of this machine (sysconf), or 0 when unknown.
-int64_t physical_memory_bytes();
-
 // Registration. Each returns the option so callers can add ->type_name() etc. `help` is the sentence(s)
 // explaining the flag; the helper appends the range and "Default: ...".
 CLI::Option* add_int_flag(CLI::App* app, const std::string& name, int* target, int lo, int hi, std::string help,

@@ -168,6 +168,88 @@ std::set<std::string> given_flags(const CLI::App* app) {
   return given;
 }
 
+// `serve`: the model, engine and load flags of `run`, the server's own and the AFD ones.
+CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
+  CLI::App* srv = app->add_subcommand(
+      "serve",
+      "Serve the model over HTTP with the OpenAI API: POST /v1/completions and /v1/chat/completions (JSON, or\n"
+      "server-sent events with \"stream\": true), GET /v1/models, /health and /metrics (Prometheus). Text goes\n"
+      "through the model directory's tokenizer.json; chat through tokenizer_config.json's chat template.\n"
+      "Every request runs through the continuous-batching engine. SIGTERM or SIGINT: new requests get 503,\n"
+      "in-flight ones finish (cancelled at --shutdown-timeout), then the server exits 0.");
+  add_model_flags(srv, so.run);
+  add_engine_flags(srv, so.run);
+  add_load_flags(srv, so.run,
+                 ".\nQuantized once at start-up, before the listener opens; in-process with --afd every rank\n"
+                 "shares them; under mpirun (--afd-transport mpi) each rank quantizes only its share (the\n"
+                 "attention rank its attention side, an FFN rank its experts) and world rank 0 prints each\n"
+                 "rank's line");
+  add_string_flag(srv, "--host", &so.host, "Address to listen on", "127.0.0.1");
+  add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
+  add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");
+  add_string_flag(srv, "--served-model-name", &so.served_model_name,
+                  "The model name requests must give (\"model\") and /v1/models lists", "the model directory's name");
+  add_int_flag(srv, "--max-queued-requests", &so.max_queued_requests, 1, 1 << 20,
+               "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
+  add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,
+               "Completion tokens when a request gives no max_tokens (within the context and the KV pool)");
+  add_int_flag(srv, "--http-threads", &so.http_threads, 0, genbridge::tools::kMaxHttpThreads,
+               "HTTP worker threads (one per open connection); 0 = --max-batch (x attention ranks with --afd) +\n"
+               "--max-queued-requests + 8, which must not exceed 16384 either (else exit 2)");
+  add_int_flag(srv, "--max-body-mb", &so.max_body_mb, 1, 1024,
+               "Largest request body in MiB, however it is framed (Content-Length or chunked); a larger one is\n"
+               "refused with 413 while it is read. Bodies nest at most 128 levels of JSON (docs/serving.md)");
+  add_real_flag(srv, "--request-timeout", &so.request_timeout_s, 0.001, 86400, false,
+                "Seconds a request may take; then it is cancelled and answered 504", "a number of seconds");
+  add_real_flag(srv, "--shutdown-timeout", &so.shutdown_timeout_s, 0, 86400, false,
+                "Seconds in-flight requests get to finish after SIGTERM / SIGINT; then they are cancelled",
+                "a number of seconds");
+  add_string_flag(srv, "--afd", &so.run.afd,
+                  "Serve with attention-FFN disaggregation, topology <A>A<F>F (e.g. 2A1F). In-process (default),\n"
+                  "every rank is a thread and a request goes to the attention rank with the fewest unfinished\n"
+                  "requests; under mpirun (--afd-transport mpi) A must be 1: world rank 0 is the attention rank and\n"
+                  "serves HTTP, the other ranks (started with the same flags) serve their experts:\n"
+                  "  mpirun -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role attention ...\n"
+                  "       : -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role ffn ...\n"
+                  "Send SIGTERM to world rank 0 to drain and end every rank. Every --afd-* flag needs --afd",
+                  "none (monolithic)");
+  add_choice_flag(srv, "--afd-connector", &so.run.afd_connector, {"sync", "async"},
+                  "sync (control plane) | async (self-describing messages; attention ranks step independently)");
+  add_int_flag(srv, "--afd-stages", &so.run.afd_stages, 1, genbridge::afd::kMaxStages, "Micro-batch stages per step");
+  add_choice_flag(srv, "--afd-transport", &so.run.afd_transport, {"inproc", "mpi"},
+                  "inproc (threads of this process) | mpi (every rank a `genbridge serve` process under mpirun)");
+  add_real_flag(srv, "--afd-timeout", &so.run.afd_timeout_s, 0.001, 86400, false,
+                "Deadline in seconds for every AFD wait. An idle attention rank sends an empty step every quarter\n"
+                "of it (keep-alive), so idle periods of any length are fine; a rank silent for longer ends the job.\n"
+                "A pause of this whole process (SIGSTOP) does not count (docs/afd.md)",
+                "a number of seconds");
+  add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
+                  "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");
+  srv->footer(
+      "Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model, the listener or the AFD job failed (a failed\n"
+      "or killed rank ends the server; under mpirun the job is aborted); 2 the command line is invalid.");
+  return srv;
+}
+
+// `make-model`'s flags: a synthetic checkpoint's preset, seed, shards, vocabulary, tokenizer and weight format.
+void add_make_model_flags(CLI::App* make, genbridge::tools::MakeModelOptions& mo) {
+  add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
+  add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
+  add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
+  add_int64_flag(make, "--vocab-size", &mo.vocab_size, 0, std::numeric_limits<int32_t>::max(),
+                 "Vocabulary size instead of the preset's (0: the preset's), e.g. 151936 for Qwen3's");
+  add_string_flag(make, "--tokenizer", &mo.tokenizer_dir,
+                  "Copy tokenizer.json and tokenizer_config.json from this directory instead of writing the synthetic\n"
+                  "tokenizer (its ids must fit the vocabulary), e.g. a real Qwen3 tokenizer",
+                  "the synthetic tokenizer of the vocabulary");
+  add_choice_flag(make, "--weight-quant", &mo.weight_quant, {"none", "fp8"},
+                  "fp8: write every attention, MLP and expert projection (DeepSeek: q_a/q_b or q, kv_a, kv_b, o,\n"
+                  "indexer wq_b/wk) as a Hugging Face FP8 block-scaled checkpoint (F8_E4M3 + weight_scale_inv per\n"
+                  "128 x 128 block; router, indexer weights_proj, embeddings, norms, LM head stay bf16; one shard)");
+  add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
+  make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -209,85 +291,15 @@ int main(int argc, char** argv) {
                  "\nUnder mpirun, world rank 0 returns the job's code; a failed rank ends the whole job.");
 
   genbridge::tools::ServeOptions so;
-  CLI::App* srv = app.add_subcommand(
-      "serve",
-      "Serve the model over HTTP with the OpenAI API: POST /v1/completions and /v1/chat/completions (JSON, or\n"
-      "server-sent events with \"stream\": true), GET /v1/models, /health and /metrics (Prometheus). Text goes\n"
-      "through the model directory's tokenizer.json; chat through tokenizer_config.json's chat template.\n"
-      "Every request runs through the continuous-batching engine. SIGTERM or SIGINT: new requests get 503,\n"
-      "in-flight ones finish (cancelled at --shutdown-timeout), then the server exits 0.");
-  add_model_flags(srv, so.run);
-  add_engine_flags(srv, so.run);
-  add_load_flags(srv, so.run,
-                 ".\nQuantized once at start-up, before the listener opens; in-process with --afd every rank\n"
-                 "shares them; under mpirun (--afd-transport mpi) each rank quantizes only its share (the\n"
-                 "attention rank its attention side, an FFN rank its experts) and world rank 0 prints each\n"
-                 "rank's line");
-  add_string_flag(srv, "--host", &so.host, "Address to listen on", "127.0.0.1");
-  add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
-  add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");
-  add_string_flag(srv, "--served-model-name", &so.served_model_name,
-                  "The model name requests must give (\"model\") and /v1/models lists",
-                  "the model directory's name");
-  add_int_flag(srv, "--max-queued-requests", &so.max_queued_requests, 1, 1 << 20,
-               "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
-  add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,
-               "Completion tokens when a request gives no max_tokens (within the context and the KV pool)");
-  add_int_flag(srv, "--http-threads", &so.http_threads, 0, genbridge::tools::kMaxHttpThreads,
-               "HTTP worker threads (one per open connection); 0 = --max-batch (x attention ranks with --afd) +\n"
-               "--max-queued-requests + 8, which must not exceed 16384 either (else exit 2)");
-  add_int_flag(srv, "--max-body-mb", &so.max_body_mb, 1, 1024,
-               "Largest request body in MiB, however it is framed (Content-Length or chunked); a larger one is\n"
-               "refused with 413 while it is read. Bodies nest at most 128 levels of JSON (docs/serving.md)");
-  add_real_flag(srv, "--request-timeout", &so.request_timeout_s, 0.001, 86400, false,
-                "Seconds a request may take; then it is cancelled and answered 504", "a number of seconds");
-  add_real_flag(srv, "--shutdown-timeout", &so.shutdown_timeout_s, 0, 86400, false,
-                "Seconds in-flight requests get to finish after SIGTERM / SIGINT; then they are cancelled",
-                "a number of seconds");
-  add_string_flag(srv, "--afd", &so.run.afd,
-                  "Serve with attention-FFN disaggregation, topology <A>A<F>F (e.g. 2A1F). In-process (default),\n"
-                  "every rank is a thread and a request goes to the attention rank with the fewest unfinished\n"
-                  "requests; under mpirun (--afd-transport mpi) A must be 1: world rank 0 is the attention rank and\n"
-                  "serves HTTP, the other ranks (started with the same flags) serve their experts:\n"
-                  "  mpirun -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role attention ...\n"
-                  "       : -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role ffn ...\n"
-                  "Send SIGTERM to world rank 0 to drain and end every rank. Every --afd-* flag needs --afd",
-                  "none (monolithic)");
-  add_choice_flag(srv, "--afd-connector", &so.run.afd_connector, {"sync", "async"},
-                  "sync (control plane) | async (self-describing messages; attention ranks step independently)");
-  add_int_flag(srv, "--afd-stages", &so.run.afd_stages, 1, genbridge::afd::kMaxStages, "Micro-batch stages per step");
-  add_choice_flag(srv, "--afd-transport", &so.run.afd_transport, {"inproc", "mpi"},
-                  "inproc (threads of this process) | mpi (every rank a `genbridge serve` process under mpirun)");
-  add_real_flag(srv, "--afd-timeout", &so.run.afd_timeout_s, 0.001, 86400, false,
-                "Deadline in seconds for every AFD wait. An idle attention rank sends an empty step every quarter\n"
-                "of it (keep-alive), so idle periods of any length are fine; a rank silent for longer ends the job.\n"
-                "A pause of this whole process (SIGSTOP) does not count (docs/afd.md)",
-                "a number of seconds");
-  add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
-                  "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");
-  srv->footer("Exit status: 0 stopped by SIGTERM or SIGINT; 1 the model, the listener or the AFD job failed (a failed\n"
-              "or killed rank ends the server; under mpirun the job is aborted); 2 the command line is invalid.");
+  CLI::App* srv = add_serve_command(&app, so);
 
   MakeModelOptions mo;
   CLI::App* make = app.add_subcommand(
       "make-model",
       "Write a synthetic Qwen3-MoE or DeepSeek-V3/V3.2 checkpoint (config.json + safetensors) with fixed-seed\n"
-      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary size.");
-  add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
-  add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
-  add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
-  add_int64_flag(make, "--vocab-size", &mo.vocab_size, 0, std::numeric_limits<int32_t>::max(),
-                 "Vocabulary size instead of the preset's (0: the preset's), e.g. 151936 for Qwen3's");
-  add_string_flag(make, "--tokenizer", &mo.tokenizer_dir,
-                  "Copy tokenizer.json and tokenizer_config.json from this directory instead of writing the synthetic\n"
-                  "tokenizer (its ids must fit the vocabulary), e.g. a real Qwen3 tokenizer",
-                  "the synthetic tokenizer of the vocabulary");
-  add_choice_flag(make, "--weight-quant", &mo.weight_quant, {"none", "fp8"},
-                  "fp8: write every attention, MLP and expert projection (DeepSeek: q_a/q_b or q, kv_a, kv_b, o,\n"
-                  "indexer wq_b/wk) as a Hugging Face FP8 block-scaled checkpoint (F8_E4M3 + weight_scale_inv per\n"
-                  "128 x 128 block; router, indexer weights_proj, embeddings, norms, LM head stay bf16; one shard)");
-  add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
-  make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
+      "weights, and a tokenizer.json + tokenizer_config.json (byte-level BPE, ChatML template) of its vocabulary "
+      "size.");
+  add_make_model_flags(make, mo);
 
   std::string info_soc;
   CLI::App* info =

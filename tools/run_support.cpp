@@ -33,8 +33,6 @@ std::filesystem::path cache_root() {
   return std::filesystem::temp_directory_path() / "genbridge-cache";
 }
 
-int64_t mib_ceil(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
-
 // Under mpirun, only world rank 0 writes the output files; other ranks (maybe on other nodes) do not
 // check their paths. Open MPI names the world rank in the environment before MPI_Init.
 bool writes_outputs(RunMode mode) {
@@ -129,11 +127,11 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
   }
   GB_RETURN_IF_ERROR(num_threads_from_env().status());
   GB_RETURN_IF_ERROR(cpu_target_from_env().status());
-  if (o.kv_memory_mb > 0) {
-    const int64_t phys_mib = physical_memory_bytes() >> 20;
-    if (phys_mib > 0 && o.kv_memory_mb > phys_mib) {
-      return invalid_argument(fmt::format("--kv-memory-mb {}: more than this machine's physical memory ({} MiB)",
-                                          o.kv_memory_mb, phys_mib));
+  if (const int64_t budget_mb = kv_pool_options(o, 1, 1).memory_mb; budget_mb > 0) {
+    const int64_t phys_mib = engine::physical_memory_bytes() >> 20;
+    if (phys_mib > 0 && budget_mb > phys_mib) {
+      return invalid_argument(
+          fmt::format("--kv-memory-mb {}: more than this machine's physical memory ({} MiB)", budget_mb, phys_mib));
     }
   }
   if (writes_outputs(mode)) {
@@ -382,48 +380,66 @@ std::string describe_model(const model::Checkpoint& ckpt) {
       static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
 }
 
-Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry& g,
-                              const std::vector<engine::Request>& reqs, int num_pools, int pools_in_process) {
-  const int64_t page_bytes = g.bytes_per_page();
-  if (page_bytes <= 0) return internal_error("kv pool sizing: a KV page of this model has no bytes");
-  // KvPagePool holds fewer than 2^31 pages.
-  constexpr int64_t kMaxPages = std::numeric_limits<int32_t>::max() - 1;
-  int64_t pages = 0;
-  if (o.kv_memory_mb > 0) {
-    pages = std::min((o.kv_memory_mb << 20) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
-    if (pages < 1) {
-      return invalid_argument(fmt::format(
-          "--kv-memory-mb {}: holds no KV page of this model ({} bytes: {} tokens x {} bytes per token); give at "
-          "least {}",
-          o.kv_memory_mb, page_bytes, g.page_size, g.bytes_per_token(), mib_ceil(page_bytes)));
-    }
-  } else {
-    std::vector<int64_t> per_pool(static_cast<size_t>(std::max(num_pools, 1)), 0);
-    for (size_t r = 0; r < reqs.size(); ++r) {
-      const int64_t tokens = static_cast<int64_t>(reqs[r].prompt.size()) + reqs[r].max_new_tokens - 1;
-      per_pool[r % per_pool.size()] += g.pages_for(tokens);
-    }
-    pages = std::max<int64_t>(*std::max_element(per_pool.begin(), per_pool.end()), 1);
+engine::KvPoolOptions kv_pool_options(const RunOptions& o, int num_pools, int pools_in_process,
+                                      int64_t whole_context_seqs) {
+  return {.memory_mb = o.kv_memory_mb,
+          .num_pools = num_pools,
+          .pools_in_process = pools_in_process,
+          .whole_context_seqs = whole_context_seqs};
+}
+
+engine::AssemblyOptions assembly_options(const RunOptions& o, const engine::KvPoolOptions& kv_pool,
+                                         const model::QuantizedWeights* quantized) {
+  return {.engine = {.max_batch = o.max_batch,
+                     .record_logits = !o.dump_logits.empty(),
+                     .record_choices = !o.dump_choices.empty()},
+          .kv_pool = kv_pool,
+          .quantized = quantized};
+}
+
+int Reporter::usage(const Status& s) const {
+  fmt::print(stderr, "genbridge {}: {}\n", command, s.message());
+  return kExitUsage;
+}
+
+int Reporter::fail(const Status& s) const {
+  fmt::print(stderr, "genbridge {}: {}\n", command, s.to_string());
+  return kExitFailed;
+}
+
+std::unique_ptr<StartedModel> start_model(const RunOptions& o, const StartOptions& options, const Reporter& report,
+                                          int* exit_code) {
+  auto failed = [exit_code](int code) {
+    *exit_code = code;
+    return std::unique_ptr<StartedModel>();
+  };
+  if (o.threads > 0) set_num_threads(o.threads);
+  auto dev = make_device(o);
+  if (!dev.ok()) return failed(report.fail(dev.status()));
+  if (options.log) fmt::print(stderr, "{}\n{}\n", dev->log_line(), cpu_target_line());
+  auto dir = resolve_model_dir(o, options.build_model);
+  if (!dir.ok()) return failed(report.fail(dir.status()));
+  std::string more_lines;  // after the model's line
+  if (options.at_model_dir) {
+    if (const int code = options.at_model_dir(*dir, &more_lines); code != kExitOk) return failed(code);
   }
-  const int64_t phys = physical_memory_bytes();
-  const __int128 total = static_cast<__int128>(pages) * page_bytes * std::max(pools_in_process, 1);
-  if ((phys > 0 && total > phys) || pages > kMaxPages) {
-    const int64_t need_mib = total > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
-                                                                         : mib_ceil(static_cast<int64_t>(total));
-    const std::string pools = pools_in_process > 1
-                                  ? fmt::format(" for each of the {} attention ranks in this process", pools_in_process)
-                                  : "";
-    if (o.kv_memory_mb > 0) {
-      return invalid_argument(
-          fmt::format("--kv-memory-mb {}{}: {} MiB in all, more than this machine's physical memory ({} MiB)",
-                      o.kv_memory_mb, pools, need_mib, phys >> 20));
-    }
-    return invalid_argument(fmt::format(
-        "--kv-memory-mb 0 (room for every request at once{}): {} MiB of KV cache, more than this machine's physical "
-        "memory ({} MiB); give a budget in MiB (requests then wait for pages)",
-        pools, need_mib, phys >> 20));
+  auto ckpt = open_checkpoint(*dir, o, options.populate);
+  if (!ckpt.ok()) return failed(report.fail(ckpt.status()));
+  auto started = std::make_unique<StartedModel>(
+      StartedModel{.dev = std::move(dev).value(), .dir = std::move(dir).value(), .ckpt = std::move(ckpt).value()});
+  if (options.log) fmt::print(stderr, "{}\n{}", describe_model(started->ckpt), more_lines);
+  // --weight-quant: quantized once here, before any request runs (progress on a terminal, cost printed); under
+  // mpirun each rank quantizes only its share once it knows its role (afd), and the lines come from there.
+  const engine::WeightQuantTiming timing = engine::weight_quant_timing(started->dev, options.mode == RunMode::kAfdMpi);
+  if (timing == engine::WeightQuantTiming::kAtLoad) {
+    auto q = quantize_weights(started->ckpt, started->dev, options.log);
+    if (!q.ok()) return failed(report.fail(q.status()));
+    started->quantized = std::move(q).value();
   }
-  return pages;
+  if (options.log && timing != engine::WeightQuantTiming::kRankShare) {
+    fmt::print(stderr, "{}\n", describe_weights(started->ckpt, started->quantized.get()));
+  }
+  return started;
 }
 
 void print_results(const std::vector<engine::RequestResult>& results, const text::Tokenizer* tokenizer) {

@@ -1,9 +1,11 @@
 #pragma once
-// The pieces of the one run path (tools/cmd_run.cpp) that `run`, `run --afd` and `afd-worker` share:
-// flag checks, model resolution, requests, pool sizing, progress and result printing.
+// The pieces of the one run path (tools/cmd_run.cpp) that `run`, `run --afd` and `afd-worker` share, and the
+// start-up `serve` shares with them: flag checks, device and model, requests, the engines' options, progress
+// and result printing.
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,6 +15,7 @@
 #include "genbridge/core/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
+#include "runtime/engine/assembly.h"
 #include "runtime/engine/engine.h"
 #include "runtime/forward/quant_weights.h"
 #include "runtime/memory/kv_page_pool.h"
@@ -75,12 +78,49 @@ std::vector<engine::Request> make_requests(const RunOptions& o, int64_t vocab);
 Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate = true);
 // One line: architecture, sizes, norm type, weights.
 std::string describe_model(const model::Checkpoint& ckpt);
-// Pages of each KV pool: --kv-memory-mb's budget, or (0) enough for every request of the busiest pool at
-// once, request r going to pool r % num_pools. Refuses from arithmetic, before anything is allocated, a
-// budget that holds no page and `pools_in_process` pools that would not fit in this machine's physical
-// memory (InvalidArgument naming --kv-memory-mb: a usage error).
-Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry& g,
-                              const std::vector<engine::Request>& reqs, int num_pools, int pools_in_process);
+// --kv-memory-mb and the job's pools: `num_pools` pools share the requests (request r to pool r % num_pools),
+// `pools_in_process` of them in this process; `whole_context_seqs` > 0 (serve): room for that many sequences
+// of the whole context when no budget is given (engine::KvPoolOptions). The one place the flag is read.
+engine::KvPoolOptions kv_pool_options(const RunOptions& o, int num_pools, int pools_in_process,
+                                      int64_t whole_context_seqs = 0);
+// What each engine of the job is assembled with (engine::assemble_engine), read from the flags once: --max-batch,
+// --dump-logits, --dump-choices, the KV pool (kv_pool_options) and `quantized` (start_model's weights).
+engine::AssemblyOptions assembly_options(const RunOptions& o, const engine::KvPoolOptions& kv_pool,
+                                         const model::QuantizedWeights* quantized);
+
+// A subcommand's error reporting: "genbridge <command>: <why>" on stderr, and its exit code.
+struct Reporter {
+  const char* command;
+  int usage(const Status& s) const;  // the message; kExitUsage
+  int fail(const Status& s) const;   // the status with its code; kExitFailed
+};
+
+// How `run`, `afd-worker` and `serve` start: flags (checked by the caller) -> device -> model directory ->
+// [at_model_dir] -> checkpoint -> quantized weights (engine::weight_quant_timing), the pages following with
+// kv_pool_options.
+struct StartOptions {
+  RunMode mode = RunMode::kMonolithic;
+  bool log = true;          // print the device, CPU target, model and weight lines as they come (stderr)
+  bool build_model = true;  // build the synthetic model of --preset when it is not cached (not under mpirun)
+  bool populate = true;     // pre-read every mapped page (an FFN rank reads its experts only)
+  // Between the model directory and the checkpoint (serve: the tokenizer): returns kExitOk to go on, else the
+  // exit code once it printed its error; may append lines (each ending in a newline) to print after the
+  // model's. Empty: none.
+  std::function<int(const std::filesystem::path& dir, std::string* log_lines)> at_model_dir;
+};
+// What a started job holds; the engines refer to it (held by unique_ptr: it does not move).
+struct StartedModel {
+  runtime::DeviceOperator dev;
+  std::filesystem::path dir;
+  model::Checkpoint ckpt;
+  // engine::WeightQuantTiming::kAtLoad: quantized here, shared by every engine of this process; else null.
+  std::unique_ptr<model::QuantizedWeights> quantized;
+};
+// The start, printing the lines `options.log` asks for; on failure prints the error, sets *exit_code
+// (kExitUsage or kExitFailed) and returns null.
+std::unique_ptr<StartedModel> start_model(const RunOptions& o, const StartOptions& options, const Reporter& report,
+                                          int* exit_code);
+
 // One line per request: its tokens, or why it was refused or ended by an error. With `tokenizer`, each
 // finished request gets a second line `request N text: "..."`: its tokens decoded, as a JSON string.
 void print_results(const std::vector<engine::RequestResult>& results, const text::Tokenizer* tokenizer = nullptr);

@@ -26,6 +26,7 @@
 #include <tuple>
 
 #include "afd/engine_job.h"
+#include "runtime/engine/assembly.h"
 #include "runtime/engine/engine.h"
 #include "support/bench_util.h"
 #include "tools/make_model/synthetic.h"
@@ -112,12 +113,11 @@ Result<engine::EngineMetrics> run(int n, int prompt_len, int new_tokens, int afd
   const model::ModelConfig& c = m.ckpt->config();
   auto reqs = requests(n, prompt_len, new_tokens, c.vocab_size);
   if (afd_stages == 0) {
-    const auto geometry = m.dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim});
-    GB_ASSIGN_OR_RETURN(auto pool,
-                        runtime::KvPagePool::create(geometry, n * geometry.pages_for(prompt_len + new_tokens)));
-    GB_ASSIGN_OR_RETURN(auto runner, model::ModelRunner::create(*m.ckpt, *m.dev, pool));
-    engine::LocalExecutor ex(*runner);
-    engine::Engine eng(ex, pool, {.max_batch = n});
+    // The CLI's engine: room for every request at once, bf16 weights.
+    const engine::AssemblyOptions assembly{.engine = {.max_batch = n}};
+    GB_ASSIGN_OR_RETURN(const engine::KvPoolPlan pool, engine::plan_kv_pool(assembly.kv_pool, *m.dev, c, reqs));
+    GB_ASSIGN_OR_RETURN(auto job, engine::assemble_engine(*m.ckpt, *m.dev, pool.pages, assembly));
+    engine::Engine& eng = *job->engine;
     for (auto& r : reqs) GB_RETURN_IF_ERROR(eng.submit(r));
     GB_RETURN_IF_ERROR(eng.run_to_completion());
     return eng.metrics();

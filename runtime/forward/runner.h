@@ -133,7 +133,8 @@ class ModelRunner {
   // Binds the runner to a checkpoint (bf16 weights), the DeviceOperator in force and the KV pool sized
   // from it. The references must outlive the runner.
   // With --weight-quant in force (dev.weight_quant() set), `quantized` must hold the weights quantized into
-  // that representation (QuantizedWeights::quantize); it must outlive the runner.
+  // that representation (QuantizedWeights::quantize); it must outlive the runner. Jobs get their runner from
+  // engine::assemble_engine (runtime/engine/assembly.h), which owns it with its pool, executor and engine.
   static Result<std::unique_ptr<ModelRunner>> create(const Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                                                      const runtime::KvPagePool& pool,
                                                      const QuantizedWeights* quantized = nullptr);

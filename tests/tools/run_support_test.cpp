@@ -20,6 +20,15 @@ runtime::KvPageGeometry small_pages() {
   return {.num_layers = 2, .num_kv_heads = 2, .page_size = 128, .row_bytes = 256};
 }
 
+// The pages of each pool as the run path sizes them: the flag read by kv_pool_options, the pool sized by
+// engine::plan_kv_pool.
+Result<int64_t> kv_pool_pages(const RunOptions& o, const runtime::KvPageGeometry& g,
+                              const std::vector<engine::Request>& reqs, int num_pools, int pools_in_process) {
+  GB_ASSIGN_OR_RETURN(const engine::KvPoolPlan plan,
+                      engine::plan_kv_pool(kv_pool_options(o, num_pools, pools_in_process), g, reqs));
+  return plan.pages;
+}
+
 std::vector<engine::Request> requests(std::vector<int> prompt_lens, int max_new) {
   std::vector<engine::Request> r;
   for (int n : prompt_lens)

@@ -84,9 +84,9 @@ constexpr auto kPeerCheckInterval = std::chrono::milliseconds(100);
 // parsed (when the watch is made): a client that half-closed with its request still gets the response.
 // For a streamed request a FIN never counts (a half-closed client still reading gets every event, however
 // late its FIN came): the stream writes, and a closed socket answers the write with a reset; with nothing
-// to send it writes an SSE comment, which readers skip (fin_seen()). next_check() paces a request that has nothing to send (a non-streamed reply,
-// a streamed request still queued) at kPeerCheckInterval. Make and use it on the thread that serves the
-// request (it owns the connection).
+// to send it writes an SSE comment, which readers skip (fin_seen()). next_check() paces a request that has nothing to
+// send (a non-streamed reply, a streamed request still queued) at kPeerCheckInterval. Make and use it on the thread
+// that serves the request (it owns the connection).
 class PeerWatch {
  public:
   enum class Fin { kLeaving, kIgnored };
@@ -149,6 +149,188 @@ struct StreamState {
   LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
   PeerWatch peer{PeerWatch::Fin::kIgnored};
 };
+
+// One call of a streamed reply's content provider: waits a short slice for tokens and writes their chunks (at
+// the end the finish, the usage and [DONE]); false once the client went away.
+bool stream_step(StreamState* st, GenerationService* svc, const text::Tokenizer* tokenizer,
+                 const std::string& model_name, double timeout_s, httplib::DataSink& sink) {
+  if (st->ended) {
+    sink.done();
+    return true;
+  }
+  const ParsedRequest& r = st->request;
+  std::vector<int32_t> toks;
+  std::vector<engine::TokenLogprobs> lps;
+  engine::FinishReason reason = engine::FinishReason::kLength;
+  std::string message;
+  // Short slices: a client that went away is noticed at the next write.
+  const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)), &toks,
+                                      &reason, &message, &lps);
+  std::string out;
+  auto chunk = [&](const std::string& text, const char* finish, bool last,
+                   const std::vector<LogprobEntry>* entries = nullptr) {
+    std::optional<Usage> usage;
+    if (last) {
+      usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()), .completion_tokens = st->completion_tokens};
+    }
+    out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat, st->ids_pending,
+                          entries ? logprobs_json(r, *tokenizer, *entries) : json()));
+    st->ids_pending.clear();
+    st->first = false;
+  };
+  if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
+  std::string text;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    if (st->text.stopped()) break;
+    if (i < lps.size()) st->logprobs.add(std::move(lps[i]), st->text.decoded_bytes(), st->text.decoded_chars());
+    text += st->text.push(toks[i]);
+    st->ids_pending.push_back(toks[i]);
+    ++st->completion_tokens;
+  }
+  // The text of this call and the logprobs of the tokens it begins; every one left at an end without
+  // a stop string.
+  auto text_chunk = [&](bool all) {
+    std::vector<LogprobEntry> entries;
+    if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
+    if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
+  };
+  const Clock::time_point now = Clock::now();
+  if (st->text.stopped()) {
+    svc->stop(st->stream->id());
+    text_chunk(false);
+    chunk("", "stop", true);
+    st->ended = true;
+  } else if (ended && finish_name(reason)) {
+    text += st->text.finish();
+    text_chunk(!st->text.stopped());
+    chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
+    st->ended = true;
+  } else {
+    text_chunk(false);
+    if (ended || now >= st->deadline) {
+      if (!ended) svc->cancel(st->stream->id());
+      out += sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
+      st->ended = true;
+    }
+  }
+  if (st->ended && r.include_usage) {
+    // OpenAI's usage chunk: no choices, the whole request's usage.
+    out += sse(json{{"id", st->id},
+                    {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", st->created},
+                    {"model", model_name},
+                    {"choices", json::array()},
+                    {"usage", usage_json(Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
+                                               .completion_tokens = st->completion_tokens})}});
+  }
+  if (st->ended) out += "data: [DONE]\n\n";
+  // Nothing to send to a client that shut its side: is it still reading? A comment asks.
+  if (out.empty() && st->peer.fin_seen()) out = ":\n\n";
+  // Is anyone still there? Paced while there is nothing to write (queued), else before every write.
+  if (out.empty() ? st->peer.gone() : st->peer.gone_now()) {
+    svc->cancel(st->stream->id());
+    st->ended = true;
+    return false;
+  }
+  if (!out.empty() && !sink.write(out.data(), out.size())) {
+    svc->cancel(st->stream->id());  // the client went away
+    st->ended = true;
+    return false;
+  }
+  if (st->ended) sink.done();
+  return true;
+}
+
+// A reply without streaming: waits for every token of `stream` (or a stop string, the deadline, the client
+// going away) and answers with the whole completion.
+void reply_whole(httplib::Response& res, GenerationService& service, const ServedModel& model, double timeout_s,
+                 const ParsedRequest& p, const std::shared_ptr<RequestStream>& stream, const std::string& id,
+                 int64_t created, Clock::time_point deadline, const Usage& prompt_usage) {
+  TextStream ts(*model.tokenizer, p.stop);
+  LogprobQueue lq;
+  std::string out;
+  std::vector<int32_t> ids;
+  const char* finish = nullptr;
+  engine::FinishReason reason = engine::FinishReason::kLength;
+  std::string message;
+  bool ended = false;
+  // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
+  PeerWatch peer(PeerWatch::Fin::kLeaving);
+  while (!ended && !ts.stopped()) {
+    std::vector<int32_t> toks;
+    std::vector<engine::TokenLogprobs> lps;
+    ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
+    if (!ended && peer.gone()) {
+      service.cancel(stream->id());
+      if (Connection* c = current_connection()) c->close_after_response = true;
+      reply_error(res, client_closed_error());
+      return;
+    }
+    for (size_t i = 0; i < toks.size(); ++i) {
+      if (ts.stopped()) break;
+      if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
+      out += ts.push(toks[i]);
+      ids.push_back(toks[i]);
+    }
+    if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
+  }
+  if (ts.stopped()) {
+    service.stop(stream->id());
+    finish = "stop";
+  } else if (ended && finish_name(reason)) {
+    out += ts.finish();
+    finish = ts.stopped() ? "stop" : finish_name(reason);
+  } else {
+    if (!ended) service.cancel(stream->id());
+    reply_error(res, finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s));
+    return;
+  }
+  Usage u = prompt_usage;
+  u.completion_tokens = static_cast<int64_t>(ids.size());
+  reply_json(res, 200,
+             completion_json(p, id, created, model.name, out, finish, u, ids,
+                             logprobs_json(p, *model.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
+}
+
+// The replies httplib makes itself: errors (a route that does not exist, a head refused while it was read)
+// and exceptions, as OpenAI-style error bodies.
+void set_error_handlers(httplib::Server& s) {
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    Connection* c = current_connection();
+    std::string message = res.status == 404 ? fmt::format("No route {} {}.", req.method, req.path)
+                                            : fmt::format("HTTP error {}.", res.status);
+    if (c && !c->refusal.empty()) {
+      message = c->refusal;
+    } else if (c && c->stream && c->stream->budget_exhausted() && !c->routed) {
+      res.status = 431;
+      message = fmt::format("The request's head (request line and headers) exceeds {} bytes, this server's limit.",
+                            kMaxRequestHeadBytes);
+    } else if (c && c->stream && c->stream->head_timed_out() && !c->routed) {
+      res.status = 408;
+      message = fmt::format("The request's head did not arrive within {} s, this server's limit.",
+                            kMaxRequestHeadTime.count());
+    } else if (c && !c->routed && res.status == 414) {
+      message = "The request line exceeds 8192 bytes, this server's limit.";
+    } else if (c && !c->routed) {
+      message = "The request's line or headers are malformed (or a header line exceeds 8192 bytes).";
+    }
+    // A head that was not read whole leaves the rest of the input unreadable as requests.
+    if (c && !c->routed) c->close_after_response = true;
+    const ApiError e{.http_status = res.status, .message = message, .code = res.status == 404 ? "not_found" : ""};
+    reply_json(res, res.status, error_json(e));
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply_error(res, server_error(500, "Internal error: " + what, "internal_error"));
+  });
+}
 
 }  // namespace
 
@@ -248,41 +430,7 @@ std::string HttpServer::metrics_text() const {
 
 void HttpServer::routes() {
   httplib::Server& s = *server_;
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    Connection* c = current_connection();
-    std::string message = res.status == 404 ? fmt::format("No route {} {}.", req.method, req.path)
-                                            : fmt::format("HTTP error {}.", res.status);
-    if (c && !c->refusal.empty()) {
-      message = c->refusal;
-    } else if (c && c->stream && c->stream->budget_exhausted() && !c->routed) {
-      res.status = 431;
-      message = fmt::format("The request's head (request line and headers) exceeds {} bytes, this server's limit.",
-                            kMaxRequestHeadBytes);
-    } else if (c && c->stream && c->stream->head_timed_out() && !c->routed) {
-      res.status = 408;
-      message = fmt::format("The request's head did not arrive within {} s, this server's limit.",
-                            kMaxRequestHeadTime.count());
-    } else if (c && !c->routed && res.status == 414) {
-      message = "The request line exceeds 8192 bytes, this server's limit.";
-    } else if (c && !c->routed) {
-      message = "The request's line or headers are malformed (or a header line exceeds 8192 bytes).";
-    }
-    // A head that was not read whole leaves the rest of the input unreadable as requests.
-    if (c && !c->routed) c->close_after_response = true;
-    const ApiError e{.http_status = res.status, .message = message, .code = res.status == 404 ? "not_found" : ""};
-    reply_json(res, res.status, error_json(e));
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    reply_error(res, server_error(500, "Internal error: " + what, "internal_error"));
-  });
+  set_error_handlers(s);
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (service_.failed()) {
       reply_json(res, 503, json{{"status", "engine_failed"}});
@@ -347,51 +495,7 @@ void HttpServer::routes() {
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
       if (!p.stream) {
-        TextStream ts(*model_.tokenizer, p.stop);
-        LogprobQueue lq;
-        std::string out;
-        std::vector<int32_t> ids;
-        const char* finish = nullptr;
-        engine::FinishReason reason = engine::FinishReason::kLength;
-        std::string message;
-        bool ended = false;
-        // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
-        PeerWatch peer(PeerWatch::Fin::kLeaving);
-        while (!ended && !ts.stopped()) {
-          std::vector<int32_t> toks;
-          std::vector<engine::TokenLogprobs> lps;
-          ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
-          if (!ended && peer.gone()) {
-            service_.cancel(stream->id());
-            if (Connection* c = current_connection()) c->close_after_response = true;
-            reply_error(res, client_closed_error());
-            return;
-          }
-          for (size_t i = 0; i < toks.size(); ++i) {
-            if (ts.stopped()) break;
-            if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
-            out += ts.push(toks[i]);
-            ids.push_back(toks[i]);
-          }
-          if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
-        }
-        if (ts.stopped()) {
-          service_.stop(stream->id());
-          finish = "stop";
-        } else if (ended && finish_name(reason)) {
-          out += ts.finish();
-          finish = ts.stopped() ? "stop" : finish_name(reason);
-        } else {
-          if (!ended) service_.cancel(stream->id());
-          reply_error(
-              res, finish_error(ended ? reason : engine::FinishReason::kLength, message, options_.request_timeout_s));
-          return;
-        }
-        Usage u = prompt_usage;
-        u.completion_tokens = static_cast<int64_t>(ids.size());
-        reply_json(res, 200,
-                   completion_json(p, id, created, model_.name, out, finish, u, ids,
-                                   logprobs_json(p, *model_.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
+        reply_whole(res, service_, model_, options_.request_timeout_s, p, stream, id, created, deadline, prompt_usage);
         return;
       }
       auto st = std::make_shared<StreamState>(StreamState{.request = p,
@@ -409,94 +513,7 @@ void HttpServer::routes() {
       res.set_chunked_content_provider(
           "text/event-stream",
           [st, svc, tokenizer, model_name, timeout_s](size_t, httplib::DataSink& sink) {
-            if (st->ended) {
-              sink.done();
-              return true;
-            }
-            const ParsedRequest& r = st->request;
-            std::vector<int32_t> toks;
-            std::vector<engine::TokenLogprobs> lps;
-            engine::FinishReason reason = engine::FinishReason::kLength;
-            std::string message;
-            // Short slices: a client that went away is noticed at the next write.
-            const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)),
-                                                &toks, &reason, &message, &lps);
-            std::string out;
-            auto chunk = [&](const std::string& text, const char* finish, bool last,
-                             const std::vector<LogprobEntry>* entries = nullptr) {
-              std::optional<Usage> usage;
-              if (last) {
-                usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
-                              .completion_tokens = st->completion_tokens};
-              }
-              out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat,
-                                    st->ids_pending, entries ? logprobs_json(r, *tokenizer, *entries) : json()));
-              st->ids_pending.clear();
-              st->first = false;
-            };
-            if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
-            std::string text;
-            for (size_t i = 0; i < toks.size(); ++i) {
-              if (st->text.stopped()) break;
-              if (i < lps.size())
-                st->logprobs.add(std::move(lps[i]), st->text.decoded_bytes(), st->text.decoded_chars());
-              text += st->text.push(toks[i]);
-              st->ids_pending.push_back(toks[i]);
-              ++st->completion_tokens;
-            }
-            // The text of this call and the logprobs of the tokens it begins; every one left at an end without
-            // a stop string.
-            auto text_chunk = [&](bool all) {
-              std::vector<LogprobEntry> entries;
-              if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
-              if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
-            };
-            const Clock::time_point now = Clock::now();
-            if (st->text.stopped()) {
-              svc->stop(st->stream->id());
-              text_chunk(false);
-              chunk("", "stop", true);
-              st->ended = true;
-            } else if (ended && finish_name(reason)) {
-              text += st->text.finish();
-              text_chunk(!st->text.stopped());
-              chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
-              st->ended = true;
-            } else {
-              text_chunk(false);
-              if (ended || now >= st->deadline) {
-                if (!ended) svc->cancel(st->stream->id());
-                out +=
-                    sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
-                st->ended = true;
-              }
-            }
-            if (st->ended && r.include_usage) {
-              // OpenAI's usage chunk: no choices, the whole request's usage.
-              out += sse(json{{"id", st->id},
-                              {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-                              {"created", st->created},
-                              {"model", model_name},
-                              {"choices", json::array()},
-                              {"usage", usage_json(Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
-                                                         .completion_tokens = st->completion_tokens})}});
-            }
-            if (st->ended) out += "data: [DONE]\n\n";
-            // Nothing to send to a client that shut its side: is it still reading? A comment asks.
-            if (out.empty() && st->peer.fin_seen()) out = ":\n\n";
-            // Is anyone still there? Paced while there is nothing to write (queued), else before every write.
-            if (out.empty() ? st->peer.gone() : st->peer.gone_now()) {
-              svc->cancel(st->stream->id());
-              st->ended = true;
-              return false;
-            }
-            if (!out.empty() && !sink.write(out.data(), out.size())) {
-              svc->cancel(st->stream->id());  // the client went away
-              st->ended = true;
-              return false;
-            }
-            if (st->ended) sink.done();
-            return true;
+            return stream_step(st.get(), svc, tokenizer, model_name, timeout_s, sink);
           },
           [st, svc](bool) {
             if (!st->ended) svc->cancel(st->stream->id());

@@ -172,36 +172,10 @@ std::optional<size_t> json_too_deep_at(std::string_view text, int max_depth) {
   return std::nullopt;
 }
 
-std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model,
-                                                    const text::RenderLimits& render_limits) {
-  if (auto at = json_too_deep_at(text, kMaxJsonDepth)) {
-    return bad("", fmt::format("The request body nests arrays and objects more than {} levels deep (level {} opens at "
-                               "byte {}); this server's limit is {} levels.",
-                               kMaxJsonDepth, kMaxJsonDepth + 1, *at, kMaxJsonDepth));
-  }
-  json body;
-  try {
-    body = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return bad("", fmt::format("The request body is not valid JSON (parse error at byte {}).", e.byte));
-  } catch (const json::out_of_range& e) {
-    return number_overflow(text, e);
-  }
-  if (!body.is_object()) return bad("", fmt::format("The request body must be a JSON object, got {}.", shown(body)));
-  ParsedRequest r;
-  r.chat = chat;
+namespace {
 
-  // model
-  auto m = body.find("model");
-  if (m == body.end() || m->is_null()) return bad("model", "'model' is required.");
-  if (!m->is_string()) return type_error("model", "a string", *m);
-  if (m->get<std::string>() != model.name) {
-    ApiError e = bad("model", fmt::format("The model '{}' does not exist; this server serves '{}'.",
-                                          m->get<std::string>(), model.name));
-    e.code = "model_not_found";
-    return e;
-  }
-
+// The request's choice options: one choice (n, best_of), log-probabilities, no echo, suffix or logit_bias.
+std::optional<ApiError> parse_choice_options(json& body, bool chat, ParsedRequest& r) {
   // Unsupported options: refused, never ignored.
   std::optional<int64_t> n;
   if (auto e = get_int(body, "n", 1, 1, "1 (this server generates one choice per request)", &n)) return *e;
@@ -234,6 +208,13 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     return bad(f, fmt::format("'{}' is not supported by this server.", f));
   }
 
+  return std::nullopt;
+}
+
+// The prompt's tokens: /v1/completions' prompt (text or token ids), or /v1/chat/completions' messages
+// rendered by the chat template; encoded with the model's tokenizer.
+std::optional<ApiError> parse_prompt(json& body, bool chat, const ServedModel& model,
+                                     const text::RenderLimits& render_limits, ParsedRequest& r) {
   // prompt / messages
   std::string prompt_text;
   bool have_text = true;
@@ -314,9 +295,12 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
                  fmt::format("'{}' cannot be encoded: {}", chat ? "messages" : "prompt", ids.status().message()));
     r.prompt = std::move(ids).value();
   }
-  if (r.prompt.empty()) return bad("prompt", "'prompt' is empty: it encodes to no token.");
-  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
+  return std::nullopt;
+}
 
+// max_tokens (or max_completion_tokens): within the context and the KV pool.
+std::optional<ApiError> parse_length(json& body, bool chat, const ServedModel& model, ParsedRequest& r) {
+  const int64_t prompt_len = static_cast<int64_t>(r.prompt.size());
   // Sampling and length.
   std::optional<int64_t> max_tokens;
   const char* max_name = "max_tokens";
@@ -352,6 +336,11 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
                     "the server's KV pool holds {} pages (--kv-memory-mb {}); lower '{}' or shorten the prompt.",
                     pages, prompt_len, r.max_tokens, model.kv_page_size, model.kv_pages, model.kv_memory_mb, max_name));
   }
+  return std::nullopt;
+}
+
+// temperature, top_p, top_k and seed; the penalties only at their neutral values.
+std::optional<ApiError> parse_sampling(json& body, ParsedRequest& r) {
   // The sampler's ranges (engine::kTemperatureRange, kTopPRange, kMaxTopK); temperature at most 2 as OpenAI's.
   std::optional<float> temperature, top_p;
   std::optional<int64_t> top_k, seed;
@@ -393,6 +382,11 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     }
   }
 
+  return std::nullopt;
+}
+
+// stop strings, streaming and the extensions (return_token_ids, ignore_eos).
+std::optional<ApiError> parse_stop_and_stream(json& body, ParsedRequest& r) {
   // stop
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {
@@ -420,6 +414,47 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   }
   if (auto e = get_bool(body, "return_token_ids", &r.return_token_ids)) return *e;
   if (auto e = get_bool(body, "ignore_eos", &r.ignore_eos)) return *e;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, bool chat, const ServedModel& model,
+                                                    const text::RenderLimits& render_limits) {
+  if (auto at = json_too_deep_at(text, kMaxJsonDepth)) {
+    return bad("", fmt::format("The request body nests arrays and objects more than {} levels deep (level {} opens at "
+                               "byte {}); this server's limit is {} levels.",
+                               kMaxJsonDepth, kMaxJsonDepth + 1, *at, kMaxJsonDepth));
+  }
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return bad("", fmt::format("The request body is not valid JSON (parse error at byte {}).", e.byte));
+  } catch (const json::out_of_range& e) {
+    return number_overflow(text, e);
+  }
+  if (!body.is_object()) return bad("", fmt::format("The request body must be a JSON object, got {}.", shown(body)));
+  ParsedRequest r;
+  r.chat = chat;
+
+  // model
+  auto m = body.find("model");
+  if (m == body.end() || m->is_null()) return bad("model", "'model' is required.");
+  if (!m->is_string()) return type_error("model", "a string", *m);
+  if (m->get<std::string>() != model.name) {
+    ApiError e = bad("model", fmt::format("The model '{}' does not exist; this server serves '{}'.",
+                                          m->get<std::string>(), model.name));
+    e.code = "model_not_found";
+    return e;
+  }
+
+  if (auto e = parse_choice_options(body, chat, r)) return *e;
+  if (auto e = parse_prompt(body, chat, model, render_limits, r)) return *e;
+  if (r.prompt.empty()) return bad("prompt", "'prompt' is empty: it encodes to no token.");
+  if (auto e = parse_length(body, chat, model, r)) return *e;
+  if (auto e = parse_sampling(body, r)) return *e;
+  if (auto e = parse_stop_and_stream(body, r)) return *e;
   return r;
 }
 

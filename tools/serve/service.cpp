@@ -76,14 +76,13 @@ void RequestStream::finish(engine::FinishReason reason, std::string message) {
   cv_.notify_all();
 }
 
-GenerationService::GenerationService(engine::ForwardExecutor& executor, runtime::KvPagePool& pool,
-                                     const ServiceOptions& options)
-    : GenerationService(WorkerPools{.workers = 1,
-                                    .pages_per_worker = pool.num_pages(),
-                                    .bytes_per_page = pool.geometry().bytes_per_page()},
-                        options) {
+GenerationService::GenerationService(engine::Engine& engine, runtime::KvPagePool& pool, const ServiceOptions& options)
+    : GenerationService(
+          WorkerPools{
+              .workers = 1, .pages_per_worker = pool.num_pages(), .bytes_per_page = pool.geometry().bytes_per_page()},
+          options) {
   pool_ = &pool;
-  engine_ = std::make_unique<engine::Engine>(executor, pool, engine::EngineOptions{.max_batch = options_.max_batch});
+  engine_ = &engine;
 }
 
 GenerationService::GenerationService(const WorkerPools& pools, const ServiceOptions& options)

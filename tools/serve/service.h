@@ -126,8 +126,9 @@ struct ServiceCounters {
 
 class GenerationService {
  public:
-  // `executor` and `pool` must outlive the service; start() launches the engine thread.
-  GenerationService(engine::ForwardExecutor& executor, runtime::KvPagePool& pool, const ServiceOptions& options);
+  // `engine` (over `pool`, no request submitted yet) and `pool` must outlive the service; start() launches the
+  // engine thread, which then owns the engine.
+  GenerationService(engine::Engine& engine, runtime::KvPagePool& pool, const ServiceOptions& options);
   // Workers mode: no engine of its own; `pools.workers` threads each call run_worker() with their engine.
   GenerationService(const WorkerPools& pools, const ServiceOptions& options);
   ~GenerationService();
@@ -190,8 +191,8 @@ class GenerationService {
 
   ServiceOptions options_;
   const int workers_;
-  runtime::KvPagePool* pool_ = nullptr;     // monolithic
-  std::unique_ptr<engine::Engine> engine_;  // monolithic: engine thread only (after start)
+  runtime::KvPagePool* pool_ = nullptr;  // monolithic
+  engine::Engine* engine_ = nullptr;     // monolithic: engine thread only (after start)
   std::thread thread_;
 
   mutable std::mutex mu_;  // guards everything below

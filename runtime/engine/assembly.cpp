@@ -1,0 +1,126 @@
+#include "runtime/engine/assembly.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "runtime/model/deepseek_attention.h"
+
+namespace genbridge::engine {
+namespace {
+
+int64_t mib_ceil(int64_t bytes) { return (bytes + (int64_t{1} << 20) - 1) >> 20; }
+
+// A server's budget: room for `seqs` sequences of the whole context in each pool, unless that would take
+// more than half of this machine's memory over the pools in process; then half the memory split over them.
+void cap_to_half_memory(const KvPoolOptions& o, const runtime::KvPageGeometry& g, int64_t max_position,
+                        KvPoolPlan* plan) {
+  const int64_t phys = physical_memory_bytes();
+  if (o.memory_mb != 0 || phys <= 0) return;
+  const int pools = std::max(o.pools_in_process, 1);
+  const int64_t per_seq = g.pages_for(max_position) * g.bytes_per_page();
+  const __int128 whole = static_cast<__int128>(per_seq) * o.whole_context_seqs * pools;
+  if (whole <= phys / 2) return;
+  plan->memory_mb = std::max<int64_t>(1, (phys / 2 / pools) >> 20);
+  plan->note = fmt::format(
+      "KV pool: room for --max-batch {} sequences of the whole context ({} tokens) would take {} MiB{}, more than "
+      "half of this machine's memory; using {} MiB{} (requests wait for pages; set --kv-memory-mb to choose)",
+      o.whole_context_seqs, max_position, static_cast<int64_t>(whole >> 20), pools > 1 ? " in all" : "",
+      plan->memory_mb, pools > 1 ? fmt::format(" per attention rank ({})", pools) : "");
+}
+
+// Pages for every request at once in the busiest pool (request r in pool r % num_pools), or for a server's
+// whole-context sequences.
+int64_t demand_pages(const KvPoolOptions& o, const runtime::KvPageGeometry& g, std::span<const Request> requests,
+                     int64_t max_position) {
+  if (o.whole_context_seqs > 0) return std::max<int64_t>(o.whole_context_seqs * g.pages_for(max_position), 1);
+  std::vector<int64_t> per_pool(static_cast<size_t>(std::max(o.num_pools, 1)), 0);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const int64_t tokens = static_cast<int64_t>(requests[r].prompt.size()) + requests[r].max_new_tokens - 1;
+    per_pool[r % per_pool.size()] += g.pages_for(tokens);
+  }
+  return std::max<int64_t>(*std::max_element(per_pool.begin(), per_pool.end()), 1);
+}
+
+}  // namespace
+
+int64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  if (pages > std::numeric_limits<int64_t>::max() / page) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(pages) * page;
+}
+
+Result<KvPoolPlan> plan_kv_pool(const KvPoolOptions& o, const runtime::KvPageGeometry& g,
+                                std::span<const Request> requests, int64_t max_position) {
+  KvPoolPlan plan{.geometry = g, .memory_mb = o.memory_mb};
+  const int64_t page_bytes = g.bytes_per_page();
+  if (page_bytes <= 0) return internal_error("kv pool sizing: a KV page of this model has no bytes");
+  if (o.whole_context_seqs > 0) cap_to_half_memory(o, g, max_position, &plan);
+  // KvPagePool holds fewer than 2^31 pages.
+  constexpr int64_t kMaxPages = std::numeric_limits<int32_t>::max() - 1;
+  const int64_t mb = plan.memory_mb;
+  if (mb > 0) {
+    plan.pages = std::min((mb << 20) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
+    if (plan.pages < 1) {
+      return invalid_argument(fmt::format(
+          "--kv-memory-mb {}: holds no KV page of this model ({} bytes: {} tokens x {} bytes per token); give at "
+          "least {}",
+          mb, page_bytes, g.page_size, g.bytes_per_token(), mib_ceil(page_bytes)));
+    }
+  } else {
+    plan.pages = demand_pages(o, g, requests, max_position);
+  }
+  const int64_t phys = physical_memory_bytes();
+  const __int128 total = static_cast<__int128>(plan.pages) * page_bytes * std::max(o.pools_in_process, 1);
+  if ((phys > 0 && total > phys) || plan.pages > kMaxPages) {
+    const int64_t need_mib = total > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                                         : mib_ceil(static_cast<int64_t>(total));
+    const std::string pools =
+        o.pools_in_process > 1 ? fmt::format(" for each of the {} attention ranks in this process", o.pools_in_process)
+                               : "";
+    if (mb > 0) {
+      return invalid_argument(
+          fmt::format("--kv-memory-mb {}{}: {} MiB in all, more than this machine's physical memory ({} MiB)", mb,
+                      pools, need_mib, phys >> 20));
+    }
+    return invalid_argument(fmt::format(
+        "--kv-memory-mb 0 (room for every request at once{}): {} MiB of KV cache, more than this machine's physical "
+        "memory ({} MiB); give a budget in MiB (requests then wait for pages)",
+        pools, need_mib, phys >> 20));
+  }
+  return plan;
+}
+
+Result<KvPoolPlan> plan_kv_pool(const KvPoolOptions& options, const runtime::DeviceOperator& dev,
+                                const model::ModelConfig& config, std::span<const Request> requests) {
+  return plan_kv_pool(options, dev.kv_page_geometry(model::kv_model_shape(config)), requests,
+                      config.max_position_embeddings);
+}
+
+WeightQuantTiming weight_quant_timing(const runtime::DeviceOperator& dev, bool multi_process) {
+  if (!dev.weight_quant()) return WeightQuantTiming::kNone;
+  return multi_process ? WeightQuantTiming::kRankShare : WeightQuantTiming::kAtLoad;
+}
+
+Result<std::unique_ptr<AssembledEngine>> assemble_engine(const model::Checkpoint& checkpoint,
+                                                         const runtime::DeviceOperator& dev, int64_t pages,
+                                                         const AssemblyOptions& options,
+                                                         const ExecutorFactory& make_executor) {
+  const runtime::KvPageGeometry geometry = dev.kv_page_geometry(model::kv_model_shape(checkpoint.config()));
+  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pages));
+  auto out = std::make_unique<AssembledEngine>(std::move(pool));
+  GB_ASSIGN_OR_RETURN(out->runner, model::ModelRunner::create(checkpoint, dev, out->pool, options.quantized));
+  if (make_executor) {
+    GB_ASSIGN_OR_RETURN(out->executor, make_executor(*out->runner));
+  } else {
+    out->executor = std::make_unique<LocalExecutor>(*out->runner);
+  }
+  out->engine = std::make_unique<Engine>(*out->executor, out->pool, options.engine);
+  return out;
+}
+
+}  // namespace genbridge::engine
