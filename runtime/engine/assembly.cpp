@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "runtime/model/deepseek_attention.h"
+#include "runtime/forward/deepseek_attention.h"
 
 namespace genbridge::engine {
 namespace {

@@ -16,9 +16,9 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/executor.h"
 #include "runtime/memory/kv_page_pool.h"
-#include "runtime/model/checkpoint.h"
-#include "runtime/model/quant_weights.h"
-#include "runtime/model/runner.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/forward/quant_weights.h"
+#include "runtime/forward/runner.h"
 
 namespace genbridge::engine {
 
