@@ -12,13 +12,13 @@
 #include <string>
 
 #include "genbridge/core/status.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/executor.h"
-#include "runtime/memory/kv_page_pool.h"
-#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/forward/quant_weights.h"
 #include "runtime/forward/runner.h"
+#include "runtime/memory/kv_page_pool.h"
 
 namespace genbridge::engine {
 
