@@ -98,6 +98,16 @@ Status validate(const AfdConfig& c) {
   return ok_status();
 }
 
+Result<ValidAfdConfig> ValidAfdConfig::create(AfdConfig cfg) {
+  GB_RETURN_IF_ERROR(validate(cfg));
+  return ValidAfdConfig(std::move(cfg));
+}
+
+void set_connector(ConnectorKind kind, AfdConfig* cfg) {
+  cfg->connector = kind;
+  cfg->async_dp = kind == ConnectorKind::kAsync;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -206,24 +216,26 @@ Result<AfdConfig> parse_afd_config(std::string_view json_text) {
   return c;
 }
 
+std::optional<TopologyCounts> parse_topology_counts(std::string_view text) {
+  const char* end = text.data() + text.size();
+  TopologyCounts t;
+  const auto r1 = std::from_chars(text.data(), end, t.num_attention);
+  if (r1.ec != std::errc() || r1.ptr == end || (*r1.ptr != 'A' && *r1.ptr != 'a')) return std::nullopt;
+  const auto r2 = std::from_chars(r1.ptr + 1, end, t.num_ffn);
+  if (r2.ec != std::errc() || r2.ptr + 1 != end || (*r2.ptr != 'F' && *r2.ptr != 'f')) return std::nullopt;
+  return t;
+}
+
 Status apply_topology_string(std::string_view text, AfdConfig* cfg) {
-  // "<A>A<F>F", e.g. "2A1F".
-  auto fail = [&] {
+  const std::optional<TopologyCounts> t = parse_topology_counts(text);
+  if (!t || t->num_attention <= 0 || t->num_ffn <= 0) {
     return invalid_argument(fmt::format(
         "afd topology '{}' must look like <A>A<F>F with positive counts, e.g. \"2A1F\" for 2 attention ranks and 1 "
         "FFN rank",
         text));
-  };
-  const char* p = text.data();
-  const char* end = text.data() + text.size();
-  int a = 0, f = 0;
-  auto r1 = std::from_chars(p, end, a);
-  if (r1.ec != std::errc() || r1.ptr == end || (*r1.ptr != 'A' && *r1.ptr != 'a')) return fail();
-  auto r2 = std::from_chars(r1.ptr + 1, end, f);
-  if (r2.ec != std::errc() || r2.ptr + 1 != end || (*r2.ptr != 'F' && *r2.ptr != 'f')) return fail();
-  if (a <= 0 || f <= 0) return fail();
-  cfg->num_attention = a;
-  cfg->num_ffn = f;
+  }
+  cfg->num_attention = t->num_attention;
+  cfg->num_ffn = t->num_ffn;
   return ok_status();
 }
 
