@@ -151,13 +151,15 @@ class LivePublisher {
 // over the rank's engine, idling through an AttentionIdle.
 AttentionDriver serve_driver(const AfdConfig& cfg, ServeLiveMetrics* live, const AttentionServeFn& serve) {
   return [&cfg, live, &serve](Connector&, Metrics& metrics, AttentionEngine& e) -> Status {
-    LivePublisher publisher(metrics, live);
-    e.executor.set_after_forward([&] { publisher.attention(e.executor.steps()); });
-    AttentionIdle idle(e.executor, keep_alive_ms(cfg), [&] { publisher.attention(e.executor.steps()); });
+    // Shared with the executor's hook, which outlives this call.
+    auto publisher = std::make_shared<LivePublisher>(metrics, live);
+    AfdExecutor& executor = e.executor;
+    executor.set_after_forward([publisher, &executor] { publisher->attention(executor.steps()); });
+    AttentionIdle idle(executor, keep_alive_ms(cfg), [&] { publisher->attention(executor.steps()); });
     Status s = serve(e.attention_rank, e.engine, e.pool, idle);
-    publisher.attention(e.executor.steps());
+    publisher->attention(executor.steps());
     GB_RETURN_IF_ERROR(s);
-    return e.executor.finish();
+    return executor.finish();
   };
 }
 
