@@ -98,6 +98,16 @@ Status validate(const AfdConfig& c) {
   return ok_status();
 }
 
+Result<ValidAfdConfig> ValidAfdConfig::create(AfdConfig cfg) {
+  GB_RETURN_IF_ERROR(validate(cfg));
+  return ValidAfdConfig(std::move(cfg));
+}
+
+void set_connector(ConnectorKind kind, AfdConfig* cfg) {
+  cfg->connector = kind;
+  cfg->async_dp = kind == ConnectorKind::kAsync;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -114,6 +124,66 @@ Status read_int(const json& j, std::string_view key, int64_t lo, int64_t hi, int
   return ok_status();
 }
 
+// The integer keys: JSON key, field (an int or an int64_t field; the other is null). Ranges are validate()'s.
+struct IntKey {
+  std::string_view key;
+  int AfdConfig::*int_field;
+  int64_t AfdConfig::*int64_field;
+};
+constexpr IntKey kIntKeys[] = {
+    {"attention_ranks", &AfdConfig::num_attention, nullptr},
+    {"ffn_ranks", &AfdConfig::num_ffn, nullptr},
+    {"stages", &AfdConfig::num_stages, nullptr},
+    {"max_tokens_per_stage", &AfdConfig::max_tokens_per_stage, nullptr},
+    {"timeout_ms", nullptr, &AfdConfig::timeout_ms},
+    {"idle_timeout_ms", nullptr, &AfdConfig::idle_timeout_ms},
+    {"init_timeout_ms", nullptr, &AfdConfig::init_timeout_ms},
+    {"num_experts", &AfdConfig::num_experts, nullptr},
+    {"top_k", &AfdConfig::top_k, nullptr},
+    {"hidden_size", &AfdConfig::hidden_size, nullptr},
+    {"num_layers", &AfdConfig::num_layers, nullptr},
+};
+
+// One key that is not an integer: "connector", "transport", "async_dp" or "dense_layers".
+Status read_other_key(const std::string& key, const json& v, AfdConfig* c) {
+  constexpr int64_t kIntMin = std::numeric_limits<int>::min(), kIntMax = std::numeric_limits<int>::max();
+  if (key == "connector") {
+    if (v != "sync" && v != "async") {
+      return invalid_argument(fmt::format("afd config: 'connector' is {} but must be \"sync\" or \"async\"", v.dump()));
+    }
+    c->connector = v == "sync" ? ConnectorKind::kSync : ConnectorKind::kAsync;
+  } else if (key == "transport") {
+    if (v != "inproc" && v != "mpi") {
+      return invalid_argument(fmt::format("afd config: 'transport' is {} but must be \"inproc\" or \"mpi\"", v.dump()));
+    }
+    c->transport = v == "inproc" ? TransportKind::kInproc : TransportKind::kMpi;
+  } else if (key == "async_dp") {
+    if (!v.is_boolean()) {
+      return invalid_argument(fmt::format("afd config: 'async_dp' must be true or false, got {}", v.dump()));
+    }
+    c->async_dp = v.get<bool>();
+  } else if (key == "dense_layers") {
+    if (!v.is_array()) {
+      return invalid_argument(
+          fmt::format("afd config: 'dense_layers' must be an array of layer indices, got {}", v.dump()));
+    }
+    c->dense_layers.clear();
+    for (const json& e : v) {
+      int64_t n = 0;
+      GB_RETURN_IF_ERROR(read_int(e, "dense_layers[]", kIntMin, kIntMax, &n));
+      c->dense_layers.push_back(static_cast<int>(n));
+    }
+  } else {
+    return invalid_argument(fmt::format(
+        "afd config: unknown key '{}' (known keys: attention_ranks, ffn_ranks, stages, connector, transport, "
+        "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, init_timeout_ms, num_experts, top_k, "
+        "hidden_size, "
+        "num_layers, dense_layers)",
+        key));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<AfdConfig> parse_afd_config(std::string_view json_text) {
@@ -121,109 +191,49 @@ Result<AfdConfig> parse_afd_config(std::string_view json_text) {
   if (j.is_discarded()) return invalid_argument("afd config: the text is not valid JSON");
   if (!j.is_object()) return invalid_argument(fmt::format("afd config: must be a JSON object, got {}", j.type_name()));
   AfdConfig c;
-  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& key = it.key();
-    const json& v = it.value();
+    const IntKey* k =
+        std::find_if(std::begin(kIntKeys), std::end(kIntKeys), [&](const IntKey& i) { return i.key == key; });
+    if (k == std::end(kIntKeys)) {
+      GB_RETURN_IF_ERROR(read_other_key(key, it.value(), &c));
+      continue;
+    }
     int64_t n = 0;
-    if (key == "attention_ranks") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.num_attention = static_cast<int>(n);
-    } else if (key == "ffn_ranks") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.num_ffn = static_cast<int>(n);
-    } else if (key == "stages") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.num_stages = static_cast<int>(n);
-    } else if (key == "connector") {
-      if (v == "sync") {
-        c.connector = ConnectorKind::kSync;
-      } else if (v == "async") {
-        c.connector = ConnectorKind::kAsync;
-      } else {
-        return invalid_argument(
-            fmt::format("afd config: 'connector' is {} but must be \"sync\" or \"async\"", v.dump()));
-      }
-    } else if (key == "transport") {
-      if (v == "inproc") {
-        c.transport = TransportKind::kInproc;
-      } else if (v == "mpi") {
-        c.transport = TransportKind::kMpi;
-      } else {
-        return invalid_argument(
-            fmt::format("afd config: 'transport' is {} but must be \"inproc\" or \"mpi\"", v.dump()));
-      }
-    } else if (key == "async_dp") {
-      if (!v.is_boolean())
-        return invalid_argument(fmt::format("afd config: 'async_dp' must be true or false, got {}", v.dump()));
-      c.async_dp = v.get<bool>();
-    } else if (key == "max_tokens_per_stage") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.max_tokens_per_stage = static_cast<int>(n);
-    } else if (key == "timeout_ms") {
+    if (k->int_field) {
       GB_RETURN_IF_ERROR(
-          read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
-      c.timeout_ms = n;
-    } else if (key == "idle_timeout_ms") {
-      GB_RETURN_IF_ERROR(
-          read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
-      c.idle_timeout_ms = n;
-    } else if (key == "init_timeout_ms") {
-      GB_RETURN_IF_ERROR(
-          read_int(v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
-      c.init_timeout_ms = n;
-    } else if (key == "num_experts") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.num_experts = static_cast<int>(n);
-    } else if (key == "top_k") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.top_k = static_cast<int>(n);
-    } else if (key == "hidden_size") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.hidden_size = static_cast<int>(n);
-    } else if (key == "num_layers") {
-      GB_RETURN_IF_ERROR(read_int(v, key, std::numeric_limits<int>::min(), kIntMax, &n));
-      c.num_layers = static_cast<int>(n);
-    } else if (key == "dense_layers") {
-      if (!v.is_array())
-        return invalid_argument(
-            fmt::format("afd config: 'dense_layers' must be an array of layer indices, got {}", v.dump()));
-      c.dense_layers.clear();
-      for (const json& e : v) {
-        GB_RETURN_IF_ERROR(read_int(e, "dense_layers[]", std::numeric_limits<int>::min(), kIntMax, &n));
-        c.dense_layers.push_back(static_cast<int>(n));
-      }
+          read_int(it.value(), key, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(), &n));
+      c.*(k->int_field) = static_cast<int>(n);
     } else {
-      return invalid_argument(fmt::format(
-          "afd config: unknown key '{}' (known keys: attention_ranks, ffn_ranks, stages, connector, transport, "
-          "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, init_timeout_ms, num_experts, top_k, "
-          "hidden_size, "
-          "num_layers, dense_layers)",
-          key));
+      GB_RETURN_IF_ERROR(
+          read_int(it.value(), key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &n));
+      c.*(k->int64_field) = n;
     }
   }
   GB_RETURN_IF_ERROR(validate(c));
   return c;
 }
 
+std::optional<TopologyCounts> parse_topology_counts(std::string_view text) {
+  const char* end = text.data() + text.size();
+  TopologyCounts t;
+  const auto r1 = std::from_chars(text.data(), end, t.num_attention);
+  if (r1.ec != std::errc() || r1.ptr == end || (*r1.ptr != 'A' && *r1.ptr != 'a')) return std::nullopt;
+  const auto r2 = std::from_chars(r1.ptr + 1, end, t.num_ffn);
+  if (r2.ec != std::errc() || r2.ptr + 1 != end || (*r2.ptr != 'F' && *r2.ptr != 'f')) return std::nullopt;
+  return t;
+}
+
 Status apply_topology_string(std::string_view text, AfdConfig* cfg) {
-  // "<A>A<F>F", e.g. "2A1F".
-  auto fail = [&] {
+  const std::optional<TopologyCounts> t = parse_topology_counts(text);
+  if (!t || t->num_attention <= 0 || t->num_ffn <= 0) {
     return invalid_argument(fmt::format(
         "afd topology '{}' must look like <A>A<F>F with positive counts, e.g. \"2A1F\" for 2 attention ranks and 1 "
         "FFN rank",
         text));
-  };
-  const char* p = text.data();
-  const char* end = text.data() + text.size();
-  int a = 0, f = 0;
-  auto r1 = std::from_chars(p, end, a);
-  if (r1.ec != std::errc() || r1.ptr == end || (*r1.ptr != 'A' && *r1.ptr != 'a')) return fail();
-  auto r2 = std::from_chars(r1.ptr + 1, end, f);
-  if (r2.ec != std::errc() || r2.ptr + 1 != end || (*r2.ptr != 'F' && *r2.ptr != 'f')) return fail();
-  if (a <= 0 || f <= 0) return fail();
-  cfg->num_attention = a;
-  cfg->num_ffn = f;
+  }
+  cfg->num_attention = t->num_attention;
+  cfg->num_ffn = t->num_ffn;
   return ok_status();
 }
 

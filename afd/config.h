@@ -3,8 +3,10 @@
 // them and fails naming the first key that differs. Counts are plain integers; times are milliseconds.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "genbridge/core/status.h"
@@ -62,9 +64,36 @@ struct AfdConfig {
 // "afd config: 'stages' is 4 but must be in 1..3".
 Status validate(const AfdConfig& cfg);
 
+// An AfdConfig that validate() accepted. Only create() makes one and nothing changes it afterwards, so
+// whatever takes a ValidAfdConfig (a connector, a job) does not check it again.
+class ValidAfdConfig {
+ public:
+  // validate(cfg)'s error, or the config.
+  static Result<ValidAfdConfig> create(AfdConfig cfg);
+  const AfdConfig& get() const { return cfg_; }
+  const AfdConfig* operator->() const { return &cfg_; }
+  operator const AfdConfig&() const { return cfg_; }  // NOLINT(google-explicit-constructor): read-only view
+
+ private:
+  explicit ValidAfdConfig(AfdConfig cfg) : cfg_(std::move(cfg)) {}
+  AfdConfig cfg_;
+};
+
+// Sets the connector and what it implies: attention ranks on the async connector step independently
+// (async_dp), those on the sync connector in lockstep (its control plane steps every rank together).
+void set_connector(ConnectorKind kind, AfdConfig* cfg);
+
 // Parses a JSON object with the keys above (all optional; defaults as above) and validates it.
 // Unknown keys and wrong value types are errors naming the key.
 Result<AfdConfig> parse_afd_config(std::string_view json_text);
+
+// The counts of a topology string "<A>A<F>F" (e.g. "2A1F"; either letter case), or nullopt when `text` is
+// not of that form (including a count that does not fit an int). The counts are not range-checked: each
+// caller states its own rule.
+struct TopologyCounts {
+  int num_attention = 0, num_ffn = 0;
+};
+std::optional<TopologyCounts> parse_topology_counts(std::string_view text);
 
 // Applies a CLI topology string "<A>A<F>F" (e.g. "2A1F") to cfg. Does not validate the rest.
 Status apply_topology_string(std::string_view text, AfdConfig* cfg);

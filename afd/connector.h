@@ -216,8 +216,9 @@ class Connector {
   virtual void abort_job(const Status& why) = 0;
 };
 
-// Creates the connector named by cfg.connector over `transport`. Validates cfg; touches no transport
-// (init() does).
+// Creates the connector named by cfg.connector over `transport`; touches no transport (init() does).
+Result<std::unique_ptr<Connector>> make_connector(const ValidAfdConfig& cfg, std::unique_ptr<Transport> transport);
+// As above for a config not validated yet: validate()'s error, or the connector.
 Result<std::unique_ptr<Connector>> make_connector(const AfdConfig& cfg, std::unique_ptr<Transport> transport);
 
 }  // namespace genbridge::afd

@@ -90,11 +90,16 @@ BackendState::~BackendState() {
   if (owner_) owner_->release_state(slot_, generation_);
 }
 
-Result<std::unique_ptr<Connector>> make_connector(const AfdConfig& cfg, std::unique_ptr<Transport> transport) {
-  GB_RETURN_IF_ERROR(validate(cfg));
+// The only way to a connector: every ConnectorBase holds a valid config.
+Result<std::unique_ptr<Connector>> make_connector(const ValidAfdConfig& cfg, std::unique_ptr<Transport> transport) {
   if (!transport) return invalid_argument("afd: make_connector needs a transport");
-  if (cfg.connector == ConnectorKind::kSync) return make_sync_connector(cfg, std::move(transport));
+  if (cfg->connector == ConnectorKind::kSync) return make_sync_connector(cfg, std::move(transport));
   return make_async_connector(cfg, std::move(transport));
+}
+
+Result<std::unique_ptr<Connector>> make_connector(const AfdConfig& cfg, std::unique_ptr<Transport> transport) {
+  GB_ASSIGN_OR_RETURN(const ValidAfdConfig valid, ValidAfdConfig::create(cfg));
+  return make_connector(valid, std::move(transport));
 }
 
 // ---- ConnectorBase ----
@@ -290,7 +295,6 @@ const std::string* find_item(const std::vector<FingerprintItem>& items, const st
 
 Status ConnectorBase::init(std::span<const FingerprintItem> fingerprint) {
   if (initialized_) return ok_status();
-  GB_RETURN_IF_ERROR(validate(cfg_));
   GB_RETURN_IF_ERROR(transport_->init());
   world_rank_ = transport_->world_rank();
   // Settings first (they decide everything else): rank 0 compares, then tells every rank the verdict.

@@ -19,6 +19,12 @@ AfdExecutor::AfdExecutor(const model::ModelRunner& runner, AttentionRunner& atte
       warmup_steps_(warmup_steps) {}
 
 Status AfdExecutor::forward(const model::ForwardInput& in, std::span<float> logits) {
+  const Status s = step_forward(in, logits);
+  if (after_forward_) after_forward_();
+  return s;
+}
+
+Status AfdExecutor::step_forward(const model::ForwardInput& in, std::span<float> logits) {
   if (before_step_) GB_RETURN_IF_ERROR(before_step_(step_ + 1));
   if (agreement_) GB_RETURN_IF_ERROR(agreement_->any_active(true).status());
   const int S = static_cast<int>(batches_.size());

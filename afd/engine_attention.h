@@ -1,5 +1,5 @@
 #pragma once
-// The attention side of the real engine on an AFD topology (see engine_job.h).
+// The attention side of the real engine on an AFD topology (see engine_job.h and rank_job.h).
 
 #include <cstdint>
 #include <functional>
@@ -40,8 +40,11 @@ class AfdExecutor final : public engine::ForwardExecutor {
   // Tests only (fault injection): called with the step number before each step's forward; an error fails
   // the forward.
   void set_before_step(std::function<Status(int64_t step)> hook) { before_step_ = std::move(hook); }
+  // Called after every forward, whether it succeeded or not (a server's live counters).
+  void set_after_forward(std::function<void()> hook) { after_forward_ = std::move(hook); }
 
  private:
+  Status step_forward(const model::ForwardInput& input, std::span<float> logits);
   const model::ModelRunner& runner_;
   AttentionRunner& attention_;
   StepAgreement* agreement_;
@@ -61,6 +64,7 @@ class AfdExecutor final : public engine::ForwardExecutor {
   std::unordered_set<runtime::SeqId> seen_;
   std::unordered_set<runtime::SeqId> prefilled_;  // since the last decode forward
   std::function<Status(int64_t step)> before_step_;
+  std::function<void()> after_forward_;
 };
 
 }  // namespace genbridge::afd

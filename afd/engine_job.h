@@ -16,6 +16,7 @@
 #include "afd/engine_attention.h"
 #include "afd/engine_ffn.h"
 #include "afd/metrics.h"
+#include "afd/rank_job.h"
 #include "afd/runner.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
@@ -29,7 +30,7 @@ struct EngineJobOptions {
   AfdConfig afd;  // topology, connector, stages, deadlines; model-shape keys are filled from the checkpoint
   // What the tool knows must agree across ranks (flags as typed, a prompt digest, ...). Compared across every
   // rank at init, before what the job adds itself (model config, requests, engine options: see
-  // job_fingerprint in engine_job.cpp); a mismatch ends the job on every rank naming the item, both values
+  // job_fingerprint in afd/rank_job.h); a mismatch ends the job on every rank naming the item, both values
   // and both ranks, before any decoding.
   std::vector<FingerprintItem> fingerprint;
   engine::EngineOptions engine;
@@ -59,22 +60,6 @@ struct EngineJobResult {
   // name>: <QuantizedWeights::describe()>" (world rank 0 only).
   std::vector<std::string> weight_lines;
 };
-
-// Under mpirun (`run --afd` and `serve --afd`): quantizes this rank's share of the weights (an
-// attention rank the attention side, FFN rank f the experts it owns), then every rank meets before the first
-// step: world rank 0 gathers each rank's load line ("<rank name>: <QuantizedWeights::describe()>", into
-// `lines`, in world-rank order) and releases every rank once all have loaded, so no rank's step deadline runs
-// while another still quantizes. The deadline is the init deadline (loads may end far apart). Every rank of
-// the job must call it (dev.weight_quant() in force).
-Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& conn,
-                                                                     const model::Checkpoint& checkpoint,
-                                                                     const runtime::DeviceOperator& dev,
-                                                                     const AfdConfig& cfg,
-                                                                     std::vector<std::string>* lines);
-
-// Fills the model-shape keys of `afd` (experts, top-k, hidden size, layers, dense layers) and sizes the
-// per-stage buffers for `max_tokens_per_stage` tokens.
-Status fill_model_shape(const model::ModelConfig& cfg, int64_t max_tokens_per_stage, AfdConfig* afd);
 
 // Runs every rank of the job as threads of this process (in-process transport). Request r goes to
 // attention rank r % A. Each attention rank has its own KV pool of `pool_pages_per_rank` pages.

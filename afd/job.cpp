@@ -43,9 +43,13 @@ Status run_rank(Connector& c, const AfdConfig& cfg, const RankFns& fns, const Jo
 }  // namespace
 
 Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions& options) {
-  GB_RETURN_IF_ERROR(validate(cfg));
-  const int n = cfg.num_attention + cfg.num_ffn;
-  std::shared_ptr<InprocWorld> world = make_inproc_world(n, cfg.init_timeout_ms);
+  GB_ASSIGN_OR_RETURN(const ValidAfdConfig valid, ValidAfdConfig::create(cfg));
+  return run_inproc_job(valid, fns, options);
+}
+
+Status run_inproc_job(const ValidAfdConfig& cfg, const RankFns& fns, const JobOptions& options) {
+  const int n = cfg->num_attention + cfg->num_ffn;
+  std::shared_ptr<InprocWorld> world = make_inproc_world(n, cfg->init_timeout_ms);
   std::vector<Status> results(n);
   std::mutex mu;
   Status root;  // the first failure, in the failed rank's own words
@@ -91,11 +95,15 @@ Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions
 }
 
 Status run_mpi_rank(const AfdConfig& cfg, int declared_role, const RankFns& fns, const JobOptions& options) {
-  GB_RETURN_IF_ERROR(validate(cfg));
+  GB_ASSIGN_OR_RETURN(const ValidAfdConfig valid, ValidAfdConfig::create(cfg));
+  return run_mpi_rank(valid, declared_role, fns, options);
+}
+
+Status run_mpi_rank(const ValidAfdConfig& cfg, int declared_role, const RankFns& fns, const JobOptions& options) {
   MpiOptions mo;
   mo.declared_role = declared_role;
-  mo.init_timeout_ms = cfg.init_timeout_ms;
-  mo.close_timeout_ms = cfg.idle_timeout_ms;
+  mo.init_timeout_ms = cfg->init_timeout_ms;
+  mo.close_timeout_ms = cfg->idle_timeout_ms;
   GB_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, make_connector(cfg, make_mpi_transport(mo)));
   Status st = c->init(options.fingerprint);
   if (st.ok()) st = run_rank(*c, cfg, fns, options);

@@ -42,12 +42,16 @@ struct JobOptions {
 
 // Runs all A + F ranks of `cfg` as threads over the in-process transport and joins them. Returns OK when
 // every rank succeeded, otherwise the first failure, naming the failed rank.
+Status run_inproc_job(const ValidAfdConfig& cfg, const RankFns& fns, const JobOptions& options = {});
+// As above for a config not validated yet (validate()'s error first).
 Status run_inproc_job(const AfdConfig& cfg, const RankFns& fns, const JobOptions& options = {});
 
 // Runs this process's rank over MPI. `declared_role` is the role from the command line (MPMD launch) or
 // kRoleUndeclared (roles from rank order). Returns OK on success; returns an error when the transport
 // cannot start (e.g. not under mpirun), before any rank depends on this one; any later failure ends the
 // whole job (does not return).
+Status run_mpi_rank(const ValidAfdConfig& cfg, int declared_role, const RankFns& fns, const JobOptions& options = {});
+// As above for a config not validated yet (validate()'s error first).
 Status run_mpi_rank(const AfdConfig& cfg, int declared_role, const RankFns& fns, const JobOptions& options = {});
 
 // Parses "attention" / "ffn" (the --role argument).

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "afd/byte_codec.h"
 #include "runtime/trace/chrome_trace.h"
 
 namespace genbridge::afd {
@@ -115,49 +116,26 @@ namespace {
 
 constexpr uint32_t kMetricsMagic = 0x4d464147u;  // "GAFM"
 
-struct Writer {
-  std::string out;
-  template <typename T>
-  void put(const T& v) {
-    out.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  void put_hist(const LatencyHistogram& h, int64_t count, int64_t sum, int64_t mn, int64_t mx) {
-    put(count);
-    put(sum);
-    put(mn);
-    put(mx);
-    int32_t nonzero = 0;
-    for (int64_t c : h.buckets()) nonzero += c != 0;
-    put(nonzero);
-    for (int i = 0; i < LatencyHistogram::kBuckets; ++i) {
-      if (h.buckets()[i] != 0) {
-        put(static_cast<int32_t>(i));
-        put(h.buckets()[i]);
-      }
+void put_hist(ByteWriter& w, const LatencyHistogram& h, int64_t count, int64_t sum, int64_t mn, int64_t mx) {
+  w.put(count);
+  w.put(sum);
+  w.put(mn);
+  w.put(mx);
+  int32_t nonzero = 0;
+  for (int64_t c : h.buckets()) nonzero += c != 0;
+  w.put(nonzero);
+  for (int i = 0; i < LatencyHistogram::kBuckets; ++i) {
+    if (h.buckets()[i] != 0) {
+      w.put(static_cast<int32_t>(i));
+      w.put(h.buckets()[i]);
     }
   }
-};
-
-struct Reader {
-  std::string_view in;
-  bool ok = true;
-  template <typename T>
-  T get() {
-    T v{};
-    if (in.size() < sizeof(T)) {
-      ok = false;
-      return v;
-    }
-    std::memcpy(&v, in.data(), sizeof(T));
-    in.remove_prefix(sizeof(T));
-    return v;
-  }
-};
+}
 
 }  // namespace
 
 std::string Metrics::serialize() const {
-  Writer w;
+  ByteWriter w;
   w.put(kMetricsMagic);
   w.put(static_cast<int32_t>(world_rank_));
   w.put(static_cast<int32_t>(role_));
@@ -174,21 +152,20 @@ std::string Metrics::serialize() const {
   w.put(wall_begin_ns_);
   w.put(wall_end_ns_);
   for (const LatencyHistogram* h : {&prefill_step_, &decode_step_})
-    w.put_hist(*h, h->count_, h->sum_ns_, h->min_ns_, h->max_ns_);
+    put_hist(w, *h, h->count_, h->sum_ns_, h->min_ns_, h->max_ns_);
   for (const TransferStats& t : transfers_) {
     w.put(t.bytes);
     w.put(t.messages);
-    w.put_hist(t.latency, t.latency.count_, t.latency.sum_ns_, t.latency.min_ns_, t.latency.max_ns_);
+    put_hist(w, t.latency, t.latency.count_, t.latency.sum_ns_, t.latency.min_ns_, t.latency.max_ns_);
   }
   w.put(static_cast<int64_t>(events_.size()));
   w.put(dropped_events_);
-  if (!events_.empty())
-    w.out.append(reinterpret_cast<const char*>(events_.data()), events_.size() * sizeof(TraceEvent));
-  return std::move(w.out);
+  if (!events_.empty()) w.put_bytes(events_.data(), events_.size() * sizeof(TraceEvent));
+  return w.take();
 }
 
 Result<Metrics> Metrics::deserialize(std::string_view bytes) {
-  Reader r{bytes};
+  ByteReader r(bytes);
   if (r.get<uint32_t>() != kMetricsMagic) return invalid_argument("afd metrics: not a serialized Metrics blob");
   Metrics m;
   m.world_rank_ = r.get<int32_t>();
@@ -196,7 +173,7 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
   m.role_rank_ = r.get<int32_t>();
   m.num_layers_ = r.get<int32_t>();
   m.num_stages_ = r.get<int32_t>();
-  if (!r.ok || m.num_layers_ < 0 || m.num_stages_ < 0 || m.num_layers_ > (1 << 20) || m.num_stages_ > kMaxStages) {
+  if (!r.ok() || m.num_layers_ < 0 || m.num_stages_ < 0 || m.num_layers_ > (1 << 20) || m.num_stages_ > kMaxStages) {
     return invalid_argument("afd metrics: corrupt blob (layer/stage counts)");
   }
   m.busy_ns_ = r.get<int64_t>();
@@ -208,17 +185,18 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
   m.warmup_decode_tokens_ = r.get<int64_t>();
   m.wall_begin_ns_ = r.get<int64_t>();
   m.wall_end_ns_ = r.get<int64_t>();
+  bool corrupt = false;  // a bucket index out of range
   auto get_hist = [&](LatencyHistogram* h) {
     h->count_ = r.get<int64_t>();
     h->sum_ns_ = r.get<int64_t>();
     h->min_ns_ = r.get<int64_t>();
     h->max_ns_ = r.get<int64_t>();
     const int32_t nonzero = r.get<int32_t>();
-    for (int32_t i = 0; i < nonzero && r.ok; ++i) {
+    for (int32_t i = 0; i < nonzero && r.ok() && !corrupt; ++i) {
       const int32_t idx = r.get<int32_t>();
       const int64_t c = r.get<int64_t>();
       if (idx < 0 || idx >= LatencyHistogram::kBuckets) {
-        r.ok = false;
+        corrupt = true;
         return;
       }
       h->buckets_[idx] = c;
@@ -234,11 +212,11 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
   }
   const int64_t n_events = r.get<int64_t>();
   m.dropped_events_ = r.get<int64_t>();
-  if (!r.ok || n_events < 0 || r.in.size() != static_cast<size_t>(n_events) * sizeof(TraceEvent)) {
+  if (!r.ok() || corrupt || n_events < 0 || r.remaining() != static_cast<size_t>(n_events) * sizeof(TraceEvent)) {
     return invalid_argument("afd metrics: corrupt blob (truncated)");
   }
   m.events_.resize(static_cast<size_t>(n_events));
-  if (n_events > 0) std::memcpy(m.events_.data(), r.in.data(), r.in.size());
+  if (n_events > 0) r.get_bytes(m.events_.data(), r.remaining());
   m.trace_capacity_ = m.events_.size();
   return m;
 }

@@ -4,16 +4,11 @@
 
 #include <algorithm>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <span>
 
-#include "afd/engine_ffn.h"
-#include "afd/engine_job.h"
 #include "afd/job.h"
+#include "afd/rank_job.h"
 #include "afd/runner.h"
 #include "afd/transports/step_agreement.h"
-#include "runtime/checkpoint/config.h"
-#include "runtime/forward/runner.h"
 
 namespace genbridge::afd {
 
@@ -152,132 +147,57 @@ class LivePublisher {
   int64_t bytes_ = 0, messages_ = 0, wait_ns_ = 0, prefill_ = 0, decode_ = 0, empty_ = 0;
 };
 
-// The engine's executor on a serving attention rank: the AFD executor, publishing the live counters after
-// every step.
-class PublishingExecutor final : public engine::ForwardExecutor {
- public:
-  PublishingExecutor(AfdExecutor& inner, LivePublisher& publisher) : inner_(inner), publisher_(publisher) {}
-  const model::ModelConfig& config() const override { return inner_.config(); }
-  Status forward(const model::ForwardInput& input, std::span<float> logits) override {
-    const Status s = inner_.forward(input, logits);
-    publisher_.attention(inner_.steps());
-    return s;
-  }
-  std::span<const model::ActivationFault> faults() const override { return inner_.faults(); }
-  void set_choice_sink(const model::ChoiceSink* sink) override { inner_.set_choice_sink(sink); }
-
- private:
-  AfdExecutor& inner_;
-  LivePublisher& publisher_;
-};
-
-struct PreparedJob {
-  AfdConfig cfg;
-  std::vector<FingerprintItem> fingerprint;
-};
-
-Result<PreparedJob> prepare(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev, int64_t pool_pages,
-                            const ServeJobOptions& options, TransportKind transport) {
-  const model::ModelConfig& c = checkpoint.config();
-  PreparedJob job;
-  job.cfg = options.afd;
-  job.cfg.transport = transport;
-  const int64_t max_batch = std::max<int64_t>(1, options.engine.max_batch);
-  GB_RETURN_IF_ERROR(fill_model_shape(c, std::max(max_prompt_tokens(options), max_batch), &job.cfg));
-  // What every rank must agree on: the tool's items, then what the job knows itself.
-  job.fingerprint = options.fingerprint;
-  job.fingerprint.push_back({"job", "serve"});
-  const nlohmann::json config = nlohmann::json::parse(model::to_config_json(c));
-  for (auto it = config.begin(); it != config.end(); ++it) {
-    job.fingerprint.push_back({fmt::format("model config '{}'", it.key()), it.value().dump()});
-  }
-  job.fingerprint.push_back({"model weights (bytes mapped)", std::to_string(checkpoint.mapped_weight_bytes())});
-  job.fingerprint.push_back({"engine max_batch", std::to_string(max_batch)});
-  job.fingerprint.push_back({"engine max_prefill_tokens", std::to_string(max_prompt_tokens(options))});
-  job.fingerprint.push_back({"KV pages per attention rank", std::to_string(pool_pages)});
-  job.fingerprint.push_back({"KV cache format", std::string(ops::kv_cache_format_name(dev.kv_format()))});
-  job.fingerprint.push_back(
-      {"weight quantization", std::string(ops::weight_quant_scheme_name(
-                                  dev.weight_quant() ? dev.weight_quant()->scheme : ops::WeightQuantScheme::kNone))});
-  return job;
+// The serving driver of an attention rank: publishes the live counters after every step and runs `serve`
+// over the rank's engine, idling through an AttentionIdle.
+AttentionDriver serve_driver(const AfdConfig& cfg, ServeLiveMetrics* live, const AttentionServeFn& serve) {
+  return [&cfg, live, &serve](Connector&, Metrics& metrics, AttentionEngine& e) -> Status {
+    // Shared with the executor's hook, which outlives this call.
+    auto publisher = std::make_shared<LivePublisher>(metrics, live);
+    AfdExecutor& executor = e.executor;
+    executor.set_after_forward([publisher, &executor] { publisher->attention(executor.steps()); });
+    AttentionIdle idle(executor, keep_alive_ms(cfg), [&] { publisher->attention(executor.steps()); });
+    Status s = serve(e.attention_rank, e.engine, e.pool, idle);
+    publisher->attention(executor.steps());
+    GB_RETURN_IF_ERROR(s);
+    return executor.finish();
+  };
 }
 
-Status serve_attention_rank(Connector& conn, Metrics& metrics, const model::Checkpoint& checkpoint,
-                            const runtime::DeviceOperator& dev, int64_t pool_pages, const AfdConfig& cfg,
-                            const ServeJobOptions& options, const AttentionServeFn& serve) {
-  const model::ModelConfig& c = checkpoint.config();
-  const int a = conn.rank();
-  std::unique_ptr<StepAgreement> lockstep;
-  if (!cfg.async_dp && cfg.num_attention > 1) {
-    GB_ASSIGN_OR_RETURN(
-        lockstep,
-        make_step_agreement(conn.transport(), StepAgreementOptions{.attention_world = conn.topology().attention_world,
-                                                                   .rank_names = conn.topology().rank_names(),
-                                                                   .attention_rank = a,
-                                                                   .timeout_ms = cfg.timeout_ms,
-                                                                   .id = 0,
-                                                                   .purpose = "agree on the next step"}));
-  }
-  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
-                      runtime::KvPagePool::create(dev.kv_page_geometry(model::kv_model_shape(c)), pool_pages));
-  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner,
-                      model::ModelRunner::create(checkpoint, dev, pool, options.quantized));
-  AttentionRunner attention(conn, &metrics);
-  AfdExecutor executor(*runner, attention, cfg.num_stages, lockstep.get(), /*warmup_steps=*/0);
-  LivePublisher publisher(metrics, options.live);
-  PublishingExecutor published(executor, publisher);
-  engine::EngineOptions eopt = options.engine;
-  eopt.max_prefill_tokens = max_prompt_tokens(options);
-  engine::Engine eng(published, pool, eopt);
-  AttentionIdle idle(executor, keep_alive_ms(cfg), [&] { publisher.attention(executor.steps()); });
-  Status s = serve(a, eng, pool, idle);
-  publisher.attention(executor.steps());
-  GB_RETURN_IF_ERROR(s);
-  GB_RETURN_IF_ERROR(executor.finish());
-  return ok_status();
-}
-
-RankFns serve_rank_fns(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev, int64_t pool_pages,
-                       const AfdConfig& cfg, const ServeJobOptions& options, const AttentionServeFn& serve) {
-  RankFns fns;
-  // Under mpirun with --weight-quant and no weights from the caller: each rank quantizes only its share first
-  // (every rank of the job calls quantize_rank_share; world rank 0 gets every rank's line).
-  auto with_share = [&checkpoint, &dev, &cfg, &options](Connector& conn,
-                                                        std::unique_ptr<model::QuantizedWeights>* share) -> Status {
-    if (options.quantized || !dev.weight_quant()) return ok_status();
-    std::vector<std::string> lines;
-    GB_ASSIGN_OR_RETURN(*share, quantize_rank_share(conn, checkpoint, dev, cfg, &lines));
-    if (conn.world_rank() == 0 && options.on_weight_lines) options.on_weight_lines(lines);
-    return ok_status();
-  };
-  fns.attention = [&checkpoint, &dev, pool_pages, &cfg, &options, &serve, with_share](Connector& conn,
-                                                                                      Metrics& metrics) -> Status {
-    std::unique_ptr<model::QuantizedWeights> share;
-    GB_RETURN_IF_ERROR(with_share(conn, &share));
-    if (!share) return serve_attention_rank(conn, metrics, checkpoint, dev, pool_pages, cfg, options, serve);
-    ServeJobOptions mine = options;
-    mine.quantized = share.get();
-    return serve_attention_rank(conn, metrics, checkpoint, dev, pool_pages, cfg, mine, serve);
-  };
-  fns.ffn = [&checkpoint, &options, with_share](Connector& conn, Metrics& metrics) -> Status {
-    const model::ModelConfig& c = checkpoint.config();
-    std::unique_ptr<model::QuantizedWeights> share;
-    GB_RETURN_IF_ERROR(with_share(conn, &share));
-    const model::ExpertBank experts(checkpoint, share ? share.get() : options.quantized);
-    ExpertComputeFn inner = make_expert_compute(experts, c.num_experts_per_tok, c.hidden_size);
-    auto publisher = std::make_shared<LivePublisher>(metrics, options.live);
-    const int f = conn.rank();
-    ExpertComputeFn compute = [&options, inner = std::move(inner), publisher, f](const FfnWorkItem& item) -> Status {
-      if (options.ffn_hook) GB_RETURN_IF_ERROR(options.ffn_hook(f, item));
+// The serving side of an FFN rank: the live counters after every work item.
+FfnDriver serve_ffn_driver(ServeLiveMetrics* live) {
+  FfnDriver d;
+  d.wrap = [live](Connector&, Metrics& metrics, ExpertComputeFn inner) -> ExpertComputeFn {
+    auto publisher = std::make_shared<LivePublisher>(metrics, live);
+    return [inner = std::move(inner), publisher](const FfnWorkItem& item) -> Status {
       const int64_t t0 = now_ns();
       GB_RETURN_IF_ERROR(inner(item));
       publisher->ffn(now_ns() - t0);
       return ok_status();
     };
-    FfnRunner runner(conn, std::move(compute), &metrics);
-    return runner.run();
   };
-  return fns;
+  return d;
+}
+
+Status run_serve_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev, int64_t pool_pages,
+                     const ServeJobOptions& options, TransportKind transport, int declared_role,
+                     const AttentionServeFn& serve) {
+  RankJob job{.checkpoint = &checkpoint,
+              .dev = &dev,
+              .pool_pages = pool_pages,
+              .engine = options.engine,
+              .quantized = options.quantized,
+              .quantize_own_share = true,
+              .ffn_hook = options.ffn_hook};
+  if (options.on_weight_lines) {
+    job.on_weight_lines = [&options](std::vector<std::string> lines) { options.on_weight_lines(lines); };
+  }
+  GB_ASSIGN_OR_RETURN(const ValidAfdConfig cfg, prepare_rank_job(options.afd, transport, {}, &job));
+  const AttentionDriver attention = serve_driver(cfg, options.live, serve);
+  const FfnDriver ffn = serve_ffn_driver(options.live);
+  JobOptions jo;
+  jo.fingerprint = job_fingerprint(job, options.fingerprint, nullptr);
+  const RankFns fns = job_rank_fns(job, cfg, attention, ffn);
+  return transport == TransportKind::kMpi ? run_mpi_rank(cfg, declared_role, fns, jo) : run_inproc_job(cfg, fns, jo);
 }
 
 }  // namespace
@@ -285,22 +205,13 @@ RankFns serve_rank_fns(const model::Checkpoint& checkpoint, const runtime::Devic
 Status run_inproc_serve_job(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                             int64_t pool_pages_per_rank, const ServeJobOptions& options,
                             const AttentionServeFn& serve) {
-  GB_ASSIGN_OR_RETURN(const PreparedJob job,
-                      prepare(checkpoint, dev, pool_pages_per_rank, options, TransportKind::kInproc));
-  JobOptions jo;
-  jo.fingerprint = job.fingerprint;
-  return run_inproc_job(job.cfg, serve_rank_fns(checkpoint, dev, pool_pages_per_rank, job.cfg, options, serve), jo);
+  return run_serve_job(checkpoint, dev, pool_pages_per_rank, options, TransportKind::kInproc, kRoleUndeclared, serve);
 }
 
 Status run_mpi_serve_rank(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                           int64_t pool_pages_per_rank, const ServeJobOptions& options, int declared_role,
                           const AttentionServeFn& serve) {
-  GB_ASSIGN_OR_RETURN(const PreparedJob job,
-                      prepare(checkpoint, dev, pool_pages_per_rank, options, TransportKind::kMpi));
-  JobOptions jo;
-  jo.fingerprint = job.fingerprint;
-  return run_mpi_rank(job.cfg, declared_role,
-                      serve_rank_fns(checkpoint, dev, pool_pages_per_rank, job.cfg, options, serve), jo);
+  return run_serve_job(checkpoint, dev, pool_pages_per_rank, options, TransportKind::kMpi, declared_role, serve);
 }
 
 }  // namespace genbridge::afd

@@ -29,6 +29,7 @@
 #include "afd/connector.h"
 #include "afd/engine_attention.h"
 #include "afd/metrics.h"
+#include "afd/work_wait.h"
 #include "genbridge/core/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
@@ -37,13 +38,6 @@
 #include "runtime/memory/kv_page_pool.h"
 
 namespace genbridge::afd {
-
-// What a serving loop's wait for work saw.
-enum class WorkWait {
-  kTimeout,  // nothing happened before the timeout
-  kMine,     // something for this attention rank (a request, a cancel) or the server stopping or failing
-  kOther,    // something for another attention rank
-};
 
 // The idle side of one attention rank's serving loop (see the top of this file).
 class AttentionIdle {

@@ -131,4 +131,12 @@ std::unique_ptr<Transport> make_mpi_transport(const MpiOptions& options);
 // True when this build contains the MPI transport.
 bool mpi_transport_built();
 
+// This process's world rank as its launcher (mpirun) named it in the environment before MPI_Init
+// (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK, the first set), or -1 when no launcher started it. The one
+// reader of that environment: before the transport's init() nothing else knows this process's rank.
+int launcher_world_rank();
+// Whether this process of an mpirun job will be an FFN rank, known before MPI_Init: its `declared_role`
+// when given, else rank order (world ranks from num_attention on are FFN ranks).
+bool launcher_says_ffn(int declared_role, int num_attention);
+
 }  // namespace genbridge::afd

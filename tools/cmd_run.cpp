@@ -14,6 +14,7 @@
 
 #include "afd/engine_job.h"
 #include "afd/job.h"
+#include "afd/transport.h"
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -128,10 +129,7 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
 
   // An FFN rank of an mpirun job reads only the expert weights: do not pre-read every mapped page there.
   // Without --role, ranks A.. are FFN ranks (Open MPI names this process's world rank before MPI_Init).
-  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const bool ffn_rank =
-      mpi && (declared == static_cast<int>(afd::Role::kFfn) ||
-              (declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= afd_cfg->num_attention));
+  const bool ffn_rank = mpi && afd::launcher_says_ffn(declared, afd_cfg->num_attention);
   // Under mpirun rank 0 prints the header lines with the results; other modes print them as they go.
   const bool log_now = !o.quiet && !mpi;
   int code = kExitOk;

@@ -26,6 +26,7 @@
 
 #include "afd/job.h"
 #include "afd/serve_job.h"
+#include "afd/transport.h"
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
 #include "runtime/engine/engine.h"
@@ -471,11 +472,7 @@ int serve(const ServeOptions& so) {
   if (const int code = check_serve(so, report, &setup); code != kExitOk) return code;
   if (setup.mpi) {
     // Open MPI names this process's world rank before MPI_Init; without --role ranks 0..A-1 are attention.
-    const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    const bool ffn =
-        setup.declared == static_cast<int>(afd::Role::kFfn) ||
-        (setup.declared == afd::kRoleUndeclared && world_rank && std::atoi(world_rank) >= setup.afd->num_attention);
-    if (ffn) return serve_ffn_rank(so, setup.declared);
+    if (afd::launcher_says_ffn(setup.declared, setup.afd->num_attention)) return serve_ffn_rank(so, setup.declared);
   }
   if (!so.port_file.empty()) {
     if (Status s = write_port_file(so.port_file + ".check", 0); !s.ok()) return report.usage(s);

@@ -160,11 +160,19 @@ Result<std::vector<afd::FingerprintItem>> model_identity(const RunOptions& o, co
 
 }  // namespace
 
-Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint,
-                                                          const std::vector<engine::Request>& requests) {
+namespace {
+
+// The one list of what the flags of a job give its ranks to agree on, in order: the model's identity,
+// then each flag as typed. `requests` null: `serve`, whose requests come later over HTTP, so the flags of
+// prompts, sampling and warm-up are not its own and are left out.
+Result<std::vector<afd::FingerprintItem>> flag_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint,
+                                                           const std::vector<engine::Request>* requests) {
   GB_ASSIGN_OR_RETURN(std::vector<afd::FingerprintItem> items, model_identity(o, checkpoint));
+  const bool run = requests != nullptr;
   std::vector<std::vector<int32_t>> prompts;
-  for (const auto& r : requests) prompts.push_back(r.prompt);
+  if (run) {
+    for (const auto& r : *requests) prompts.push_back(r.prompt);
+  }
   int64_t tokens = 0, typed_tokens = 0, text_tokens = 0;
   const std::string prompts_digest = digest_of_prompts(prompts, &tokens);
   const std::string typed_digest = digest_of_prompts(o.prompt_tokens, &typed_tokens);
@@ -172,55 +180,56 @@ Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, c
   const bool generated = o.prompts.empty() && o.prompt_texts.empty();
   const std::string not_given = "(not given)";
   auto or_not_given = [&](const std::string& v) { return v.empty() ? not_given : v; };
-
-  items.insert(
-      items.end(),
-      {
-          {"--num-prompts", generated ? std::to_string(o.num_prompts) : not_given},
-          {"--prompt-len", generated ? std::to_string(o.prompt_len) : not_given},
-          {"--prompt", o.prompts.empty() ? not_given
-                                         : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompts.size(),
-                                                       o.prompts.size() == 1 ? "" : "s", typed_tokens, typed_digest)},
-          // The ids the model's tokenizer gave (ranks with different tokenizer.json files disagree here).
-          {"--prompt-text", o.prompt_texts.empty()
-                                ? not_given
-                                : fmt::format("{} prompt{}, {} tokens, digest {}", o.prompt_texts.size(),
-                                              o.prompt_texts.size() == 1 ? "" : "s", text_tokens, text_digest)},
-          {"prompts", fmt::format("{} requests, {} tokens, digest {}", requests.size(), tokens, prompts_digest)},
-          {"--max-new-tokens", std::to_string(o.max_new_tokens)},
-          {"--stop-token", o.stop_tokens.empty() ? not_given : fmt::format("{}", fmt::join(o.stop_tokens, ","))},
-          {"--temperature", fmt::format("{}", o.temperature)},
-          {"--top-k", std::to_string(o.top_k)},
-          {"--top-p", fmt::format("{}", o.top_p)},
-          {"--seed", std::to_string(o.seed)},
-          {"--max-batch", std::to_string(o.max_batch)},
-          {"--kv-cache-dtype", o.kv_cache_dtype},
-          {"--weight-quant", o.weight_quant},
-          {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
-          {"--afd", or_not_given(o.afd)},
-          {"--afd-connector", o.afd_connector},
-          {"--afd-stages", std::to_string(o.afd_stages)},
-          {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
-          {"--afd-warmup-steps", std::to_string(o.afd_warmup_steps)},
-          {"--afd-transport", o.afd_transport},
-      });
+  auto counted = [](size_t n, int64_t t, const std::string& digest) {
+    return fmt::format("{} prompt{}, {} tokens, digest {}", n, n == 1 ? "" : "s", t, digest);
+  };
+  struct Flag {
+    bool run_only;  // a flag of `run` (and `afd-worker`) only
+    afd::FingerprintItem item;
+  };
+  const Flag flags[] = {
+      {true, {"--num-prompts", generated ? std::to_string(o.num_prompts) : not_given}},
+      {true, {"--prompt-len", generated ? std::to_string(o.prompt_len) : not_given}},
+      {true, {"--prompt", o.prompts.empty() ? not_given : counted(o.prompts.size(), typed_tokens, typed_digest)}},
+      // The ids the model's tokenizer gave (ranks with different tokenizer.json files disagree here).
+      {true,
+       {"--prompt-text",
+        o.prompt_texts.empty() ? not_given : counted(o.prompt_texts.size(), text_tokens, text_digest)}},
+      {true,
+       {"prompts",
+        fmt::format("{} requests, {} tokens, digest {}", run ? requests->size() : 0, tokens, prompts_digest)}},
+      {true, {"--max-new-tokens", std::to_string(o.max_new_tokens)}},
+      {true, {"--stop-token", o.stop_tokens.empty() ? not_given : fmt::format("{}", fmt::join(o.stop_tokens, ","))}},
+      {true, {"--temperature", fmt::format("{}", o.temperature)}},
+      {true, {"--top-k", std::to_string(o.top_k)}},
+      {true, {"--top-p", fmt::format("{}", o.top_p)}},
+      {true, {"--seed", std::to_string(o.seed)}},
+      {false, {"--max-batch", std::to_string(o.max_batch)}},
+      {false, {"--kv-cache-dtype", o.kv_cache_dtype}},
+      {false, {"--weight-quant", o.weight_quant}},
+      {false, {"--kv-memory-mb", std::to_string(o.kv_memory_mb)}},
+      {false, {"--afd", or_not_given(o.afd)}},
+      {false, {"--afd-connector", o.afd_connector}},
+      {false, {"--afd-stages", std::to_string(o.afd_stages)}},
+      {false, {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)}},
+      {true, {"--afd-warmup-steps", std::to_string(o.afd_warmup_steps)}},
+      {false, {"--afd-transport", o.afd_transport}},
+  };
+  for (const Flag& f : flags) {
+    if (run || !f.run_only) items.push_back(f.item);
+  }
   return items;
 }
 
+}  // namespace
+
+Result<std::vector<afd::FingerprintItem>> run_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint,
+                                                          const std::vector<engine::Request>& requests) {
+  return flag_fingerprint(o, checkpoint, &requests);
+}
+
 Result<std::vector<afd::FingerprintItem>> serve_fingerprint(const RunOptions& o, const model::Checkpoint& checkpoint) {
-  GB_ASSIGN_OR_RETURN(std::vector<afd::FingerprintItem> items, model_identity(o, checkpoint));
-  items.insert(items.end(), {
-                                {"--max-batch", std::to_string(o.max_batch)},
-                                {"--kv-cache-dtype", o.kv_cache_dtype},
-                                {"--weight-quant", o.weight_quant},
-                                {"--kv-memory-mb", std::to_string(o.kv_memory_mb)},
-                                {"--afd", o.afd},
-                                {"--afd-connector", o.afd_connector},
-                                {"--afd-stages", std::to_string(o.afd_stages)},
-                                {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)},
-                                {"--afd-transport", o.afd_transport},
-                            });
-  return items;
+  return flag_fingerprint(o, checkpoint, nullptr);
 }
 
 }  // namespace genbridge::tools

@@ -1,6 +1,8 @@
 #pragma once
-// What every rank of an AFD job must agree on (afd::EngineJobOptions::fingerprint): the engine job
-// compares these items across ranks at init, and a mismatch ends the job naming the item and both values.
+// What every rank of an AFD job must agree on (afd::EngineJobOptions::fingerprint): the job compares
+// these items across ranks at init, before what it adds itself (afd::job_fingerprint), and a mismatch ends
+// the job naming the item and both values. `run` and `serve` share one list of the flags (serve's is the
+// part that is not about prompts, sampling or warm-up).
 // Items are named as the user typed the flag ("--max-new-tokens") or, for what the flags resolve to, by a
 // plain name, with the flag it comes from where there is one ("model weights (--model)", "prompts").
 // Every rank builds the same list of names in the same order, whatever flags it was given; a value that
@@ -9,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "afd/engine_job.h"
+#include "afd/connector.h"
 #include "genbridge/core/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/engine/engine.h"

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace genbridge::tools {
 namespace {
@@ -94,6 +95,27 @@ Result<std::vector<int32_t>> parse_token_list(std::string_view flag, std::string
     begin = comma + 1;
   }
   return ids;
+}
+
+Result<afd::AfdConfig> parse_afd_flags(std::string_view topology, std::string_view connector, int stages,
+                                       double timeout_s) {
+  const std::optional<afd::TopologyCounts> t = afd::parse_topology_counts(topology);
+  if (!t || t->num_attention < 1 || t->num_attention > afd::kMaxAttentionRanks || t->num_ffn < 1 ||
+      t->num_ffn > afd::kMaxFfnRanks) {
+    return invalid_argument(fmt::format(
+        "--afd {}: expected <A>A<F>F with A attention ranks in [1, {}] and F FFN ranks in [1, {}], e.g. 2A1F",
+        shown(topology), afd::kMaxAttentionRanks, afd::kMaxFfnRanks));
+  }
+  if (connector != "sync" && connector != "async") {
+    return invalid_argument(fmt::format("--afd-connector {}: expected one of sync | async", shown(connector)));
+  }
+  afd::AfdConfig cfg;
+  cfg.num_attention = t->num_attention;
+  cfg.num_ffn = t->num_ffn;
+  afd::set_connector(connector == "async" ? afd::ConnectorKind::kAsync : afd::ConnectorKind::kSync, &cfg);
+  cfg.num_stages = stages;
+  cfg.timeout_ms = static_cast<int64_t>(std::llround(timeout_s * 1000.0));
+  return cfg;
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "afd/config.h"
 #include "genbridge/core/status.h"
 #include "runtime/engine/sampler.h"
 
@@ -29,6 +30,14 @@ Result<double> parse_real(std::string_view flag, std::string_view text, double l
 Result<float> parse_float(std::string_view flag, std::string_view text, const engine::FloatRange& range);
 // Comma-separated token ids, each an integer in [0, 2^31 - 1], at least one, no empty item.
 Result<std::vector<int32_t>> parse_token_list(std::string_view flag, std::string_view text);
+
+// The AFD settings the flags give, checked here once: --afd's topology <A>A<F>F with A attention ranks in
+// [1, afd::kMaxAttentionRanks] and F FFN ranks in [1, afd::kMaxFfnRanks] (the message names --afd and the
+// value as typed), --afd-connector "sync" or "async" with what it implies (afd::set_connector),
+// --afd-stages and --afd-timeout (seconds; range-checked when parsed, at least 1 ms). The transport and
+// the model-shape keys are the job's to fill.
+Result<afd::AfdConfig> parse_afd_flags(std::string_view topology, std::string_view connector, int stages,
+                                       double timeout_s);
 
 // Registration. Each returns the option so callers can add ->type_name() etc. `help` is the sentence(s)
 // explaining the flag; the helper appends the range and "Default: ...".

@@ -13,6 +13,7 @@
 #include <span>
 #include <type_traits>
 
+#include "afd/transport.h"
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
 #include "runtime/engine/npy.h"
@@ -37,8 +38,7 @@ std::filesystem::path cache_root() {
 // check their paths. Open MPI names the world rank in the environment before MPI_Init.
 bool writes_outputs(RunMode mode) {
   if (mode != RunMode::kAfdMpi) return true;
-  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
-  return r == nullptr || std::string_view(r) == "0";
+  return afd::launcher_world_rank() <= 0;
 }
 
 }  // namespace
@@ -46,30 +46,7 @@ bool writes_outputs(RunMode mode) {
 const char* run_command_name(RunMode mode) { return mode == RunMode::kAfdMpi ? "afd-worker" : "run"; }
 
 Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode) {
-  afd::AfdConfig cfg;
-  // "<A>A<F>F", e.g. "2A1F".
-  {
-    const std::string_view t = o.afd;
-    int a = 0, f = 0;
-    const char* end = t.data() + t.size();
-    auto r1 = std::from_chars(t.data(), end, a);
-    bool ok = r1.ec == std::errc() && r1.ptr != end && (*r1.ptr == 'A' || *r1.ptr == 'a');
-    if (ok) {
-      auto r2 = std::from_chars(r1.ptr + 1, end, f);
-      ok = r2.ec == std::errc() && r2.ptr + 1 == end && (*r2.ptr == 'F' || *r2.ptr == 'f');
-    }
-    if (!ok || a < 1 || a > afd::kMaxAttentionRanks || f < 1 || f > afd::kMaxFfnRanks) {
-      return invalid_argument(fmt::format(
-          "--afd {}: expected <A>A<F>F with A attention ranks in [1, {}] and F FFN ranks in [1, {}], e.g. 2A1F",
-          o.afd.empty() ? "''" : o.afd, afd::kMaxAttentionRanks, afd::kMaxFfnRanks));
-    }
-    cfg.num_attention = a;
-    cfg.num_ffn = f;
-  }
-  cfg.connector = o.afd_connector == "async" ? afd::ConnectorKind::kAsync : afd::ConnectorKind::kSync;
-  cfg.async_dp = cfg.connector == afd::ConnectorKind::kAsync;
-  cfg.num_stages = o.afd_stages;
-  cfg.timeout_ms = static_cast<int64_t>(std::llround(o.afd_timeout_s * 1000.0));  // range-checked at parse: >= 1 ms
+  GB_ASSIGN_OR_RETURN(afd::AfdConfig cfg, parse_afd_flags(o.afd, o.afd_connector, o.afd_stages, o.afd_timeout_s));
   const bool mpi = mode == RunMode::kAfdMpi;
   if (mpi && o.afd_transport != "mpi") {
     return invalid_argument(fmt::format(

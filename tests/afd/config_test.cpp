@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace genbridge::afd {
 namespace {
@@ -125,6 +126,37 @@ TEST(AfdConfig, topology_string) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("must look like <A>A<F>F"), std::string::npos) << s.message();
   }
+}
+
+TEST(AfdConfig, topology_counts_leave_the_range_to_the_caller) {
+  const std::optional<TopologyCounts> t = parse_topology_counts("65a0F");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->num_attention, 65);
+  EXPECT_EQ(t->num_ffn, 0);
+  for (const char* bad : {"2A", "A1F", "2A1F ", "2B1F", "", "99999999999A1F"}) {
+    EXPECT_FALSE(parse_topology_counts(bad).has_value()) << bad;
+  }
+}
+
+TEST(AfdConfig, the_connector_decides_lockstep) {
+  AfdConfig c;
+  set_connector(ConnectorKind::kAsync, &c);
+  EXPECT_EQ(c.connector, ConnectorKind::kAsync);
+  EXPECT_TRUE(c.async_dp);
+  set_connector(ConnectorKind::kSync, &c);
+  EXPECT_EQ(c.connector, ConnectorKind::kSync);
+  EXPECT_FALSE(c.async_dp);
+}
+
+TEST(AfdConfig, valid_config_is_checked_once_at_creation) {
+  AfdConfig bad = parse_afd_config(kValid).value();
+  bad.num_stages = 4;
+  const Result<ValidAfdConfig> refused = ValidAfdConfig::create(bad);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), validate(bad).message());
+  const Result<ValidAfdConfig> valid = ValidAfdConfig::create(parse_afd_config(kValid).value());
+  ASSERT_TRUE(valid.ok());
+  EXPECT_EQ(canonical_settings(*valid), canonical_settings(parse_afd_config(kValid).value()));
 }
 
 TEST(AfdConfig, canonical_settings_name_the_first_difference) {

@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "afd/work_wait.h"
 #include "genbridge/core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/memory/kv_page_pool.h"
@@ -93,12 +94,8 @@ struct WorkerPools {
   int64_t pages_per_worker = 0, bytes_per_page = 0;
 };
 
-// What a worker's wait for work saw (see WorkerIdleFn).
-enum class WorkWait {
-  kTimeout,  // nothing happened before the timeout
-  kMine,     // something for this worker (a request, a cancel), or the service stopping or failing
-  kOther,    // something for another worker only
-};
+// What a worker's wait for work saw (see WorkerIdleFn): the AFD attention ranks' own vocabulary.
+using WorkWait = afd::WorkWait;
 // Called by run_worker whenever its engine has no work: `want_stop` says the service is shutting down and
 // holds nothing more for this worker; `wait(timeout, others)` blocks at most `timeout` for something to
 // happen (with `others`: returns kOther at once while another worker has an unfinished request, as a

@@ -165,14 +165,9 @@ class InprocTransport final : public Transport {
       return invalid_argument(
           fmt::format("inproc transport: send to world rank {} outside 0..{}", peer, world_->size_ - 1));
     }
-    const RequestId id = new_request_locked();
+    const RequestId id = new_request_locked(/*is_send=*/true, peer, ch, tag);
     Request& r = requests_[id];
-    r.is_send = true;
-    r.peer = peer;
-    r.channel = ch;
-    r.tag = tag;
     r.send_segments.assign(segments.begin(), segments.end());
-    r.bytes = 0;
     for (const ConstSegment& s : segments) r.bytes += s.bytes;
     // A receive posted by the destination for this (source, tag)?
     auto& q = world_->recvs_[peer * kNumChannels + static_cast<int>(ch)];
@@ -197,14 +192,9 @@ class InprocTransport final : public Transport {
       return invalid_argument(
           fmt::format("inproc transport: receive from world rank {} outside 0..{}", peer, world_->size_ - 1));
     }
-    const RequestId id = new_request_locked();
+    const RequestId id = new_request_locked(/*is_send=*/false, peer, ch, tag);
     Request& r = requests_[id];
-    r.is_send = false;
-    r.peer = peer;
-    r.channel = ch;
-    r.tag = tag;
     r.recv_segments.assign(segments.begin(), segments.end());
-    r.bytes = 0;
     for (const MutSegment& s : segments) r.bytes += s.bytes;
     auto& q = world_->sends_[rank_ * kNumChannels + static_cast<int>(ch)];
     for (auto it = q.begin(); it != q.end(); ++it) {
@@ -305,7 +295,8 @@ class InprocTransport final : public Transport {
     return ok_status();
   }
 
-  RequestId new_request_locked() {
+  // A posted request with no segments yet (bytes 0).
+  RequestId new_request_locked(bool is_send, int peer, Channel ch, int tag) {
     if (free_ids_.empty()) {
       requests_.emplace_back();
       free_ids_.push_back(static_cast<RequestId>(requests_.size() - 1));
@@ -314,6 +305,11 @@ class InprocTransport final : public Transport {
     free_ids_.pop_back();
     Request& r = requests_[id];
     r.state = ReqState::kPosted;
+    r.is_send = is_send;
+    r.peer = peer;
+    r.channel = ch;
+    r.tag = tag;
+    r.bytes = 0;
     r.completion = Completion{};
     r.error = Status();
     return id;

@@ -33,14 +33,6 @@ std::string mpi_error_string(int code) {
 // Tag of the join handshake on MPI_COMM_WORLD (before the channel communicators exist).
 constexpr int kJoinTag = 0x4a4e;
 
-// The launcher's rank of this process before MPI_Init (for messages), or -1.
-int launcher_rank() {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
-    if (const char* s = std::getenv(v)) return std::atoi(s);
-  }
-  return -1;
-}
-
 // Bounds a blocking MPI call that has no deadline of its own (MPI_Init, MPI_Finalize wait for every rank):
 // when the call has not returned by the deadline, prints `message` and ends this process with exit status
 // 1, and mpirun then ends the job. The watchdog thread makes no MPI call.
@@ -103,7 +95,7 @@ class MpiTransport final : public Transport {
           options_.init_timeout_ms,
           fmt::format("mpi transport: world rank {} waited {} ms in MPI_Init for the other ranks of the job to start "
                       "MPI (a rank that never does was not started, crashed or is stopped); ending the job",
-                      launcher_rank(), options_.init_timeout_ms));
+                      launcher_world_rank(), options_.init_timeout_ms));
       const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
       if (rc != MPI_SUCCESS) return unavailable("mpi transport: MPI_Init_thread failed: " + mpi_error_string(rc));
       owns_mpi_ = true;
