@@ -257,13 +257,7 @@ class MpiTransport final : public Transport {
   }
 
   Result<int> wait_any(std::span<const RequestId> ids, Deadline deadline, Completion* c) override {
-    bool any = false;
-    for (RequestId id : ids) {
-      if (id == kNoRequest) continue;
-      GB_RETURN_IF_ERROR(check_id(id));
-      any = true;
-    }
-    if (!any) return invalid_argument("mpi transport: wait_any on no request");
+    GB_RETURN_IF_ERROR(check_wait_any_ids(ids, "mpi transport", [&](RequestId id) { return check_id(id); }));
     // One MPI_Testany per poll (one progress call for all of them). Spin briefly for latency, then yield
     // the core on every poll (ranks may share cores).
     poll_.clear();
