@@ -8,6 +8,7 @@
 
 #include "text/bpe.h"
 #include "text/byte_level.h"
+#include "text/json_text.h"
 #include "text/regex.h"
 #include "text/utf8.h"
 
@@ -570,12 +571,7 @@ Status Tokenizer::Impl::pre_tokenize_and_merge(size_t step, std::string_view s, 
 }
 
 Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, std::string_view source) {
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {
-    return invalid_argument(std::string(source) + ": malformed JSON: " + e.what());
-  }
+  GB_ASSIGN_OR_RETURN(json root, parse_json_text<json>(json_text, source));
   auto impl = std::make_shared<Impl>();
   impl->source = std::string(source);
   GB_RETURN_IF_ERROR(impl->load(root));
