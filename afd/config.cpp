@@ -98,6 +98,21 @@ Status validate(const AfdConfig& c) {
   return ok_status();
 }
 
+Status check_stage_tokens(const AfdConfig& cfg, std::span<const int> stage_tokens, std::string_view who) {
+  const int S = cfg.num_stages;
+  if (static_cast<int>(stage_tokens.size()) != S) {
+    return invalid_argument(
+        fmt::format("{}: {} stage token counts given but 'stages' is {}", who, stage_tokens.size(), S));
+  }
+  for (int s = 0; s < S; ++s) {
+    if (stage_tokens[s] < 0 || stage_tokens[s] > cfg.max_tokens_per_stage) {
+      return invalid_argument(fmt::format("{}: stage {} has {} tokens but must have 0..{} ('max_tokens_per_stage')",
+                                          who, s, stage_tokens[s], cfg.max_tokens_per_stage));
+    }
+  }
+  return ok_status();
+}
+
 Result<ValidAfdConfig> ValidAfdConfig::create(AfdConfig cfg) {
   GB_RETURN_IF_ERROR(validate(cfg));
   return ValidAfdConfig(std::move(cfg));

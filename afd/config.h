@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,6 +64,9 @@ struct AfdConfig {
 // Checks every rule; the error names the key and the rule, e.g.
 // "afd config: 'stages' is 4 but must be in 1..3".
 Status validate(const AfdConfig& cfg);
+// One step's per-stage token counts: exactly num_stages entries, each in 0..max_tokens_per_stage. `who`
+// leads the message ("afd send_step").
+Status check_stage_tokens(const AfdConfig& cfg, std::span<const int> stage_tokens, std::string_view who);
 
 // An AfdConfig that validate() accepted. Only create() makes one and nothing changes it afterwards, so
 // whatever takes a ValidAfdConfig (a connector, a job) does not check it again.

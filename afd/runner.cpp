@@ -125,19 +125,8 @@ Status AttentionRunner::collect(int layer, int stage, int n, const AttentionLaye
 Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bool warmup, const AttentionLayerFns& fns,
                              StepPhase phase) {
   const AfdConfig& cfg = connector_.config();
+  GB_RETURN_IF_ERROR(check_stage_tokens(cfg, stage_tokens, "afd attention runner"));
   const int S = cfg.num_stages;
-  if (static_cast<int>(stage_tokens.size()) != S) {
-    return invalid_argument(
-        fmt::format("afd attention runner: {} stage token counts given but 'stages' is {}", stage_tokens.size(), S));
-  }
-  for (int s = 0; s < S; ++s) {
-    if (stage_tokens[s] < 0 || stage_tokens[s] > cfg.max_tokens_per_stage) {
-      return invalid_argument(
-          fmt::format("afd attention runner: stage {} has {} tokens but must have 0..{} "
-                      "('max_tokens_per_stage')",
-                      s, stage_tokens[s], cfg.max_tokens_per_stage));
-    }
-  }
   step_ = step;
   warmup_ = warmup;
   if (metrics_) metrics_->set_recording(!warmup);

@@ -25,19 +25,7 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
   Status send_step(int64_t step, std::span<const int> stage_tokens, bool warmup) override {
     GB_RETURN_IF_ERROR(require_role(Role::kAttention, "send_step"));
     if (finished_) return invalid_argument("afd sync connector: send_step() after finish()");
-    const int S = cfg_.num_stages;
-    if (static_cast<int>(stage_tokens.size()) != S) {
-      return invalid_argument(
-          fmt::format("afd send_step: {} stage token counts given but 'stages' is {}", stage_tokens.size(), S));
-    }
-    for (int s = 0; s < S; ++s) {
-      if (stage_tokens[s] < 0 || stage_tokens[s] > cfg_.max_tokens_per_stage) {
-        return invalid_argument(
-            fmt::format("afd send_step: stage {} has {} tokens but must have 0..{} "
-                        "('max_tokens_per_stage')",
-                        s, stage_tokens[s], cfg_.max_tokens_per_stage));
-      }
-    }
+    GB_RETURN_IF_ERROR(check_stage_tokens(cfg_, stage_tokens, "afd send_step"));
     if (announced_ && step <= step_) {
       return invalid_argument(
           fmt::format("afd send_step: step {} must be numbered above the previous step {}", step, step_));
@@ -47,7 +35,7 @@ class SyncConnector final : public ConnectorBase, public ControlPlane {
     announced_ = true;
     step_ = step;
     warmup_ = warmup;
-    for (int s = 0; s < S; ++s) counts_[s] = stage_tokens[s];
+    for (int s = 0; s < cfg_.num_stages; ++s) counts_[s] = stage_tokens[s];
     return ok_status();
   }
 

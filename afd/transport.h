@@ -64,6 +64,20 @@ struct MutSegment {
 using RequestId = int32_t;
 inline constexpr RequestId kNoRequest = -1;
 
+// wait_any's argument check, shared by the transports: `check(id)` for every entry other than kNoRequest,
+// and InvalidArgument "<who>: wait_any on no request" when every entry is kNoRequest.
+template <class CheckId>
+Status check_wait_any_ids(std::span<const RequestId> ids, std::string_view who, CheckId&& check) {
+  bool any = false;
+  for (RequestId id : ids) {
+    if (id == kNoRequest) continue;
+    GB_RETURN_IF_ERROR(check(id));
+    any = true;
+  }
+  if (!any) return invalid_argument(std::string(who) + ": wait_any on no request");
+  return ok_status();
+}
+
 struct Completion {
   int64_t done_ns = 0;  // CLOCK_MONOTONIC (not the deadline clock) when the transport saw the operation complete
   int source = -1;      // world rank of the sender (receives)

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "text/jinja/template.h"
+#include "text/json_text.h"
 
 namespace genbridge::text {
 
@@ -23,12 +24,7 @@ Result<std::string> ChatTemplate::render(const ojson& context, const RenderLimit
 }
 
 Result<TokenizerConfig> TokenizerConfig::from_json_text(std::string_view json_text, std::string_view source) {
-  ojson root;
-  try {
-    root = ojson::parse(json_text.begin(), json_text.end());
-  } catch (const ojson::exception& e) {
-    return invalid_argument(std::string(source) + ": malformed JSON: " + e.what());
-  }
+  GB_ASSIGN_OR_RETURN(ojson root, parse_json_text<ojson>(json_text, source));
   const std::string src(source);
   if (!root.is_object()) return invalid_argument(src + ": $ must be a JSON object");
   TokenizerConfig c;

@@ -8,6 +8,7 @@
 
 #include "text/bpe.h"
 #include "text/byte_level.h"
+#include "text/json_text.h"
 #include "text/regex.h"
 #include "text/utf8.h"
 
@@ -111,6 +112,9 @@ struct Tokenizer::Impl {
   Status load_decoder(const json& j, const std::string& path);
   Status load_post_processor(const json& j, const std::string& path);
   Status load_model(const json& j, const std::string& path);
+  // A "Sequence" step: every element of j[key] loaded in order by `load` at path.key[i].
+  Status load_sequence(const json& j, const std::string& path, const char* key,
+                       Status (Impl::*load)(const json&, const std::string&));
 
   Status err(const std::string& path, const std::string& what) const {
     return invalid_argument(source + ": " + path + " " + what);
@@ -236,16 +240,21 @@ Status Tokenizer::Impl::load(const json& root) {
   return ok_status();
 }
 
+Status Tokenizer::Impl::load_sequence(const json& j, const std::string& path, const char* key,
+                                      Status (Impl::*load)(const json&, const std::string&)) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) return err(path + "." + key, "must be an array");
+  for (size_t i = 0; i < it->size(); ++i) {
+    GB_RETURN_IF_ERROR((this->*load)((*it)[i], path + "." + key + "[" + std::to_string(i) + "]"));
+  }
+  return ok_status();
+}
+
 Status Tokenizer::Impl::load_normalizer(const json& j, const std::string& path) {
   if (j.is_null()) return ok_status();
   GB_ASSIGN_OR_RETURN(std::string type, get_type(j, path));
   if (type == "Sequence") {
-    const auto it = j.find("normalizers");
-    if (it == j.end() || !it->is_array()) return err(path + ".normalizers", "must be an array");
-    for (size_t i = 0; i < it->size(); ++i) {
-      GB_RETURN_IF_ERROR(load_normalizer((*it)[i], path + ".normalizers[" + std::to_string(i) + "]"));
-    }
-    return ok_status();
+    return load_sequence(j, path, "normalizers", &Impl::load_normalizer);
   }
   static const std::pair<const char*, NormalForm> kForms[] = {
       {"NFC", NormalForm::kNFC}, {"NFD", NormalForm::kNFD}, {"NFKC", NormalForm::kNFKC}, {"NFKD", NormalForm::kNFKD}};
@@ -263,12 +272,7 @@ Status Tokenizer::Impl::load_pre_tokenizer(const json& j, const std::string& pat
   if (j.is_null()) return ok_status();
   GB_ASSIGN_OR_RETURN(std::string type, get_type(j, path));
   if (type == "Sequence") {
-    const auto it = j.find("pretokenizers");
-    if (it == j.end() || !it->is_array()) return err(path + ".pretokenizers", "must be an array");
-    for (size_t i = 0; i < it->size(); ++i) {
-      GB_RETURN_IF_ERROR(load_pre_tokenizer((*it)[i], path + ".pretokenizers[" + std::to_string(i) + "]"));
-    }
-    return ok_status();
+    return load_sequence(j, path, "pretokenizers", &Impl::load_pre_tokenizer);
   }
   if (type == "ByteLevel") {
     ByteLevelStep s;
@@ -336,12 +340,7 @@ Status Tokenizer::Impl::load_post_processor(const json& j, const std::string& pa
   GB_ASSIGN_OR_RETURN(std::string type, get_type(j, path));
   if (type == "ByteLevel") return ok_status();
   if (type == "Sequence") {
-    const auto it = j.find("processors");
-    if (it == j.end() || !it->is_array()) return err(path + ".processors", "must be an array");
-    for (size_t i = 0; i < it->size(); ++i) {
-      GB_RETURN_IF_ERROR(load_post_processor((*it)[i], path + ".processors[" + std::to_string(i) + "]"));
-    }
-    return ok_status();
+    return load_sequence(j, path, "processors", &Impl::load_post_processor);
   }
   return err(path + ".type", "'" + type + "' is not a supported post-processor (supported: ByteLevel, Sequence)");
 }
@@ -572,12 +571,7 @@ Status Tokenizer::Impl::pre_tokenize_and_merge(size_t step, std::string_view s, 
 }
 
 Result<Tokenizer> Tokenizer::from_json_text(std::string_view json_text, std::string_view source) {
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {
-    return invalid_argument(std::string(source) + ": malformed JSON: " + e.what());
-  }
+  GB_ASSIGN_OR_RETURN(json root, parse_json_text<json>(json_text, source));
   auto impl = std::make_shared<Impl>();
   impl->source = std::string(source);
   GB_RETURN_IF_ERROR(impl->load(root));

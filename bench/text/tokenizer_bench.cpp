@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/bench_util.h"
 #include "text/chat_template.h"
 #include "text/stream_decoder.h"
 #include "text/tokenizer.h"
@@ -88,15 +89,6 @@ const Tokenizer* tokenizer(const std::string& model) {
   return cache.emplace(model, std::move(p)).first->second.get();
 }
 
-std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
 void encode(benchmark::State& state, const std::string& model, const std::string& corpus_name, bool cold) {
   const Tokenizer* t = tokenizer(model);
   if (!t) return state.SkipWithError("tokenizer files missing");
@@ -161,7 +153,7 @@ void chat(benchmark::State& state) {
 }
 
 void register_all() {
-  benchmark::AddCustomContext("cpu", cpu_name());
+  benchmark::AddCustomContext("cpu", bench::cpu_model_name());
   for (const char* model : {"qwen3", "deepseek_v3"}) {
     for (const char* c : {"docs_code", "multilingual"}) {
       for (bool cold : {true, false}) {

@@ -136,8 +136,9 @@ Status parse_deepseek_config(const ConfigReader& r, ModelConfig* c) {
   return ok_status();
 }
 
-Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
-  const DeepseekConfig& d = c.deepseek;
+namespace {
+// The vocabulary, hidden and attention widths, norm epsilon, rope theta and context length.
+Status check_dense_widths(const ModelConfig& c, std::string_view src) {
   const std::string_view arch = architecture_name(c.architecture);
   GB_RETURN_IF_ERROR(check_config_size(src, "vocab_size", c.vocab_size, 1));
   GB_RETURN_IF_ERROR(check_config_size(src, "hidden_size", c.hidden_size, 1));
@@ -160,6 +161,12 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
     return bad_config_value(src, "max_position_embeddings", std::to_string(c.max_position_embeddings),
                             "must be a positive integer no larger than 2147483648");
   }
+  return ok_status();
+}
+
+// The MLA widths: the latent ranks and the query/key/value head splits.
+Status check_mla_widths(const ModelConfig& c, std::string_view src) {
+  const DeepseekConfig& d = c.deepseek;
   GB_RETURN_IF_ERROR(check_config_size(src, "q_lora_rank", d.q_lora_rank, 0));
   GB_RETURN_IF_ERROR(check_config_size(src, "kv_lora_rank", d.kv_lora_rank, 1));
   GB_RETURN_IF_ERROR(check_config_size(src, "qk_nope_head_dim", d.qk_nope_head_dim, 1));
@@ -173,6 +180,12 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
     return bad_config_value(src, "head_dim", std::to_string(c.head_dim),
                             fmt::format("must be qk_nope_head_dim + qk_rope_head_dim = {}", d.qk_head_dim()));
   }
+  return ok_status();
+}
+
+// The routed experts and their groups, which layers are dense, and the multi-token-prediction layers.
+Status check_routing(const ModelConfig& c, std::string_view src) {
+  const DeepseekConfig& d = c.deepseek;
   GB_RETURN_IF_ERROR(check_config_size(src, "n_routed_experts", c.num_experts, 1));
   if (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts) {
     return bad_config_value(src, "num_experts_per_tok", std::to_string(c.num_experts_per_tok),
@@ -239,6 +252,12 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
     }
   }
   GB_RETURN_IF_ERROR(check_config_size(src, "num_nextn_predict_layers", d.num_nextn_predict_layers, 0));
+  return ok_status();
+}
+
+// YaRN rope scaling (when rope_scaling is yarn).
+Status check_yarn(const ModelConfig& c, std::string_view src) {
+  const DeepseekConfig& d = c.deepseek;
   if (d.yarn) {
     const YarnRopeScaling& s = d.rope_scaling;
     if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) {
@@ -271,6 +290,13 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
                       s.mscale_all_dim));
     }
   }
+  return ok_status();
+}
+
+// The lightning indexer: present exactly for V3.2, with widths RoPE can rotate.
+Status check_indexer(const ModelConfig& c, std::string_view src) {
+  const DeepseekConfig& d = c.deepseek;
+  const std::string_view arch = architecture_name(c.architecture);
   if (c.has_indexer()) {
     if (d.q_lora_rank < 1) {
       return bad_config_value(
@@ -290,6 +316,12 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
     return bad_config_value(src, "index_topk", std::to_string(d.index_topk),
                             fmt::format("only {} has the lightning indexer", kDeepseekV32Architecture));
   }
+  return ok_status();
+}
+
+// Keys DeepSeek does not take (norm type, Qwen's MoE layout) and the checkpoint dtype.
+Status check_no_qwen_keys(const ModelConfig& c, std::string_view src) {
+  const std::string_view arch = architecture_name(c.architecture);
   if (c.norm_type != NormType::kRms) {
     return bad_config_value(src, kNormTypeKey, std::string(norm_type_name(c.norm_type)),
                             fmt::format("must be \"rms\" for {}", arch));
@@ -305,6 +337,16 @@ Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
                             "must be bfloat16, float16 or float32");
   }
   return ok_status();
+}
+}  // namespace
+
+Status validate_deepseek_config(const ModelConfig& c, std::string_view src) {
+  GB_RETURN_IF_ERROR(check_dense_widths(c, src));
+  GB_RETURN_IF_ERROR(check_mla_widths(c, src));
+  GB_RETURN_IF_ERROR(check_routing(c, src));
+  GB_RETURN_IF_ERROR(check_yarn(c, src));
+  GB_RETURN_IF_ERROR(check_indexer(c, src));
+  return check_no_qwen_keys(c, src);
 }
 
 std::string deepseek_config_json(const ModelConfig& c, std::string_view torch_dtype) {

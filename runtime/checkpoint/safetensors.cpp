@@ -156,15 +156,16 @@ size_t safetensors_dtype_size(std::string_view name) {
   return d ? d->size : 0;
 }
 
-Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path, const MapOptions& options) {
-  const std::string p = path.string();
-  GB_ASSIGN_OR_RETURN(MappedFile map, MappedFile::open(path, options));
+namespace {
+// The 8-byte header length and the JSON header it announces (an object), checked against the file's size.
+Result<json> parse_header(const MappedFile& map, const std::string& p, uint64_t* header_len_out) {
   const uint64_t size = map.size();
   if (size < 8) {
     return invalid_argument(
         fmt::format("{}: truncated: the file has {} bytes, fewer than the 8-byte header length", p, size));
   }
   const uint64_t header_len = read_le64(map.data());
+  *header_len_out = header_len;
   if (header_len > size - 8) {
     return invalid_argument(fmt::format(
         "{}: header length {} runs past the end of the file ({} bytes after the 8-byte length; truncated file?)", p,
@@ -184,80 +185,74 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
                                                          {.file_offset = 8, .padding = detail::JsonPadding::kSpaces});
   if (!parsed) return invalid_argument(fmt::format("{}: header: {}", p, error));
   if (!parsed->is_object()) return invalid_argument(fmt::format("{}: header: must be a JSON object", p));
+  return std::move(*parsed);
+}
 
-  const uint64_t data_begin = 8 + header_len;
-  const uint64_t data_size = size - data_begin;
-  SafetensorsFile file;
-  file.path_ = p;
-  for (const auto& [name, entry] : parsed->items()) {
-    if (name == "__metadata__") {
-      if (!entry.is_object()) return invalid_argument(fmt::format("{}: __metadata__ must be an object of strings", p));
-      for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) {
-          return invalid_argument(
-              fmt::format("{}: __metadata__ '{}' = {}: values must be strings", p, k, detail::json_excerpt(v)));
-        }
-        file.metadata_[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    const auto bad = [&](const std::string& rule) {
-      return invalid_argument(fmt::format("{}: tensor '{}': {}", p, name, rule));
-    };
-    if (!entry.is_object()) return bad("the header entry must be an object with dtype, shape and data_offsets");
-    SafetensorsTensor t;
-    t.name = name;
-    const auto dt = entry.find("dtype");
-    if (dt == entry.end() || !dt->is_string()) return bad("dtype must be a string");
-    t.dtype = dt->get<std::string>();
-    const DTypeInfo* info = find_dtype(t.dtype);
-    if (!info) return bad(fmt::format("unknown or sub-byte dtype '{}'", t.dtype));
-    const auto sh = entry.find("shape");
-    if (sh == entry.end() || !sh->is_array()) return bad("shape must be a list of non-negative integers");
-    if (sh->size() > static_cast<size_t>(kMaxRank)) {
-      return bad(fmt::format("shape has rank {}; at most {} dimensions are supported", sh->size(), kMaxRank));
-    }
-    // numel * element size must not overflow: bound the running product of the non-zero dimensions by 2^62,
-    // also when some dimension is 0 (views compute strides from the other dimensions).
-    uint64_t bytes = info->size;
-    bool overflow = false, empty = false;
-    for (const json& d : *sh) {
-      uint64_t v = 0;
-      if (!as_u64(d, &v) || v > (uint64_t{1} << 62)) return bad("shape must be a list of non-negative integers");
-      t.shape.push_back(static_cast<int64_t>(v));
-      if (v == 0) {
-        empty = true;
-      } else if (bytes > (uint64_t{1} << 62) / v) {
-        overflow = true;
-      } else {
-        bytes *= v;
-      }
-    }
-    if (overflow) return bad(fmt::format("shape {} is too large", shape_string(t.shape)));
-    if (empty) bytes = 0;
-    const auto off = entry.find("data_offsets");
-    uint64_t begin = 0, end = 0;
-    if (off == entry.end() || !off->is_array() || off->size() != 2 || !as_u64((*off)[0], &begin) ||
-        !as_u64((*off)[1], &end)) {
-      return bad("data_offsets must be two non-negative integers [begin, end]");
-    }
-    if (end < begin) return bad(fmt::format("data_offsets [{}, {}] end before they begin", begin, end));
-    if (end - begin != bytes) {
-      return bad(fmt::format("data_offsets [{}, {}] span {} bytes but dtype {} and shape {} need {}", begin, end,
-                             end - begin, t.dtype, shape_string(t.shape), bytes));
-    }
-    if (end > data_size) {
-      return bad(fmt::format("data_offsets [{}, {}] run past the end of the data section ({} bytes; truncated file?)",
-                             begin, end, data_size));
-    }
-    t.offset = data_begin + begin;
-    t.nbytes = bytes;
-    file.tensors_.push_back(std::move(t));
+// One tensor's header entry: dtype, shape and data_offsets, with the offsets inside the data section
+// [data_begin, data_begin + data_size) and spanning exactly the bytes dtype and shape need.
+Result<SafetensorsTensor> parse_tensor_entry(const std::string& p, const std::string& name, const json& entry,
+                                             uint64_t data_begin, uint64_t data_size) {
+  const auto bad = [&](const std::string& rule) {
+    return invalid_argument(fmt::format("{}: tensor '{}': {}", p, name, rule));
+  };
+  if (!entry.is_object()) return bad("the header entry must be an object with dtype, shape and data_offsets");
+  SafetensorsTensor t;
+  t.name = name;
+  const auto dt = entry.find("dtype");
+  if (dt == entry.end() || !dt->is_string()) return bad("dtype must be a string");
+  t.dtype = dt->get<std::string>();
+  const DTypeInfo* info = find_dtype(t.dtype);
+  if (!info) return bad(fmt::format("unknown or sub-byte dtype '{}'", t.dtype));
+  const auto sh = entry.find("shape");
+  if (sh == entry.end() || !sh->is_array()) return bad("shape must be a list of non-negative integers");
+  if (sh->size() > static_cast<size_t>(kMaxRank)) {
+    return bad(fmt::format("shape has rank {}; at most {} dimensions are supported", sh->size(), kMaxRank));
   }
+  // numel * element size must not overflow: bound the running product of the non-zero dimensions by 2^62,
+  // also when some dimension is 0 (views compute strides from the other dimensions).
+  uint64_t bytes = info->size;
+  bool overflow = false, empty = false;
+  for (const json& d : *sh) {
+    uint64_t v = 0;
+    if (!as_u64(d, &v) || v > (uint64_t{1} << 62)) return bad("shape must be a list of non-negative integers");
+    t.shape.push_back(static_cast<int64_t>(v));
+    if (v == 0) {
+      empty = true;
+    } else if (bytes > (uint64_t{1} << 62) / v) {
+      overflow = true;
+    } else {
+      bytes *= v;
+    }
+  }
+  if (overflow) return bad(fmt::format("shape {} is too large", shape_string(t.shape)));
+  if (empty) bytes = 0;
+  const auto off = entry.find("data_offsets");
+  uint64_t begin = 0, end = 0;
+  if (off == entry.end() || !off->is_array() || off->size() != 2 || !as_u64((*off)[0], &begin) ||
+      !as_u64((*off)[1], &end)) {
+    return bad("data_offsets must be two non-negative integers [begin, end]");
+  }
+  if (end < begin) return bad(fmt::format("data_offsets [{}, {}] end before they begin", begin, end));
+  if (end - begin != bytes) {
+    return bad(fmt::format("data_offsets [{}, {}] span {} bytes but dtype {} and shape {} need {}", begin, end,
+                           end - begin, t.dtype, shape_string(t.shape), bytes));
+  }
+  if (end > data_size) {
+    return bad(fmt::format("data_offsets [{}, {}] run past the end of the data section ({} bytes; truncated file?)",
+                           begin, end, data_size));
+  }
+  t.offset = data_begin + begin;
+  t.nbytes = bytes;
+  return t;
+}
 
-  // The byte ranges must tile the data section: sorted by offset, each starts where the previous ended.
+// The byte ranges must tile the data section [data_begin, size): sorted by offset, each starts where the
+// previous ended.
+Status check_tiling(const std::string& p, const std::vector<SafetensorsTensor>& tensors, uint64_t data_begin,
+                    uint64_t size) {
+  const uint64_t data_size = size - data_begin;
   std::vector<const SafetensorsTensor*> by_offset;
-  for (const SafetensorsTensor& t : file.tensors_) by_offset.push_back(&t);
+  for (const SafetensorsTensor& t : tensors) by_offset.push_back(&t);
   std::sort(by_offset.begin(), by_offset.end(), [](const SafetensorsTensor* a, const SafetensorsTensor* b) {
     return a->offset != b->offset ? a->offset < b->offset : a->nbytes < b->nbytes;
   });
@@ -281,6 +276,37 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path,
     return invalid_argument(fmt::format("{}: the data section has {} bytes but the tensors cover only {}", p, data_size,
                                         cursor - data_begin));
   }
+  return ok_status();
+}
+}  // namespace
+
+Result<SafetensorsFile> SafetensorsFile::open(const std::filesystem::path& path, const MapOptions& options) {
+  const std::string p = path.string();
+  GB_ASSIGN_OR_RETURN(MappedFile map, MappedFile::open(path, options));
+  uint64_t header_len = 0;
+  GB_ASSIGN_OR_RETURN(json header, parse_header(map, p, &header_len));
+  const uint64_t size = map.size();
+  const uint64_t data_begin = 8 + header_len;
+  const uint64_t data_size = size - data_begin;
+  SafetensorsFile file;
+  file.path_ = p;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) return invalid_argument(fmt::format("{}: __metadata__ must be an object of strings", p));
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) {
+          return invalid_argument(
+              fmt::format("{}: __metadata__ '{}' = {}: values must be strings", p, k, detail::json_excerpt(v)));
+        }
+        file.metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    GB_ASSIGN_OR_RETURN(SafetensorsTensor t, parse_tensor_entry(p, name, entry, data_begin, data_size));
+    file.tensors_.push_back(std::move(t));
+  }
+
+  GB_RETURN_IF_ERROR(check_tiling(p, file.tensors_, data_begin, size));
   // nlohmann's object keeps keys sorted, so tensors_ is already sorted by name.
   file.map_ = std::make_unique<MappedFile>(std::move(map));
   return file;

@@ -15,10 +15,10 @@
 #include "genbridge/ops/kv_cache/bf16_kv_write.h"
 #include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
-#include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
-#include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
+#include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
+#include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
 
 namespace genbridge::runtime {
 namespace {
@@ -27,15 +27,19 @@ using ops::KvCacheFormat;
 
 // ---- Quantized weights: one representation per scheme, offered per generation below ----
 using ops::WeightQuantScheme;
-constexpr WeightQuantRepresentation kW8A8{WeightQuantScheme::kW8A8,          DType::kI8,  DType::kF32,
-                                          WeightScaleGranularity::kPerOutputChannel, 0, MxScaleLayout::kNone,
+constexpr WeightQuantRepresentation kW8A8{WeightQuantScheme::kW8A8,
+                                          DType::kI8,
+                                          DType::kF32,
+                                          WeightScaleGranularity::kPerOutputChannel,
+                                          0,
+                                          MxScaleLayout::kNone,
                                           ActivationQuant::kPerTokenInt8};
-constexpr WeightQuantRepresentation kMxfp8{WeightQuantScheme::kMxfp8, DType::kFp8E4M3FN, DType::kE8M0,
-                                           WeightScaleGranularity::kPerBlockAlongK, ops::kMxWeightBlock,
-                                           MxScaleLayout::kPair, ActivationQuant::kNone};
-constexpr WeightQuantRepresentation kMxfp4{WeightQuantScheme::kMxfp4, DType::kFp4E2M1x2, DType::kE8M0,
-                                           WeightScaleGranularity::kPerBlockAlongK, ops::kMxWeightBlock,
-                                           MxScaleLayout::kPair, ActivationQuant::kNone};
+constexpr WeightQuantRepresentation kMxfp8{
+    WeightQuantScheme::kMxfp8, DType::kFp8E4M3FN,    DType::kE8M0,          WeightScaleGranularity::kPerBlockAlongK,
+    ops::kMxWeightBlock,       MxScaleLayout::kPair, ActivationQuant::kNone};
+constexpr WeightQuantRepresentation kMxfp4{
+    WeightQuantScheme::kMxfp4, DType::kFp4E2M1x2,    DType::kE8M0,          WeightScaleGranularity::kPerBlockAlongK,
+    ops::kMxWeightBlock,       MxScaleLayout::kPair, ActivationQuant::kNone};
 // Attention projections (GQA and MLA) and every expert MLP; router and LM head stay bf16 (their outputs
 // pick tokens and experts, and they are a small share of the bytes), and so do the DSA indexer's
 // projections (their scores pick the attended positions, whose near-ties a quantized score flips; ~7% of
@@ -46,8 +50,8 @@ constexpr WeightQuantContract kAscend910WeightQuant{WeightQuantScheme::kW8A8, {k
 // A5: MXFP8 preferred (per-32 scales: smaller error than W8A8's per-channel scale at the same bytes),
 // MXFP4 for the bytes; W8A8 is kept (A5 keeps the INT8 data path, and a W8A8 deployment moved from A2/A3
 // keeps its representation and bits).
-constexpr WeightQuantContract kAscend950WeightQuant{WeightQuantScheme::kMxfp8, {kMxfp8, kMxfp4, kW8A8}, 3,
-                                                    kQuantizedLayers};
+constexpr WeightQuantContract kAscend950WeightQuant{
+    WeightQuantScheme::kMxfp8, {kMxfp8, kMxfp4, kW8A8}, 3, kQuantizedLayers};
 // ---- end quantized weights ----
 
 // docs/design.md#deviceoperator-contract, one row per generation.
@@ -92,10 +96,12 @@ std::string describe_weight_quant(const WeightQuantRepresentation* r) {
   switch (r->scheme) {
     case WeightQuantScheme::kW8A8:
       return "w8a8 (int8 weights + fp32 scale per output channel, int8 activations per token)";
-    case WeightQuantScheme::kMxfp8: return "mxfp8 (fp8 e4m3fn weights + e8m0 scale per 32 along K, pair layout)";
+    case WeightQuantScheme::kMxfp8:
+      return "mxfp8 (fp8 e4m3fn weights + e8m0 scale per 32 along K, pair layout)";
     case WeightQuantScheme::kMxfp4:
       return "mxfp4 (fp4 e2m1 weights, two per byte, + e8m0 scale per 32 along K, pair layout)";
-    case WeightQuantScheme::kNone: break;
+    case WeightQuantScheme::kNone:
+      break;
   }
   return "none (bf16 weights)";
 }
@@ -107,7 +113,8 @@ std::string_view element_option(const GenerationContract& c) {
 
 std::string describe_kv(KvCacheFormat f) {
   switch (f) {
-    case KvCacheFormat::kBf16: return "bf16 (head_dim * 2 B per (token, kv head))";
+    case KvCacheFormat::kBf16:
+      return "bf16 (head_dim * 2 B per (token, kv head))";
     case KvCacheFormat::kInt8Fp16Scale:
       return "int8 + fp16 scale per (token, kv head) in a separate scale cache (head_dim + 2 B per (token, kv head))";
     case KvCacheFormat::kFp8Fp32PackedScale:
@@ -150,11 +157,19 @@ Status for_slot_chunks(const char* op, ops::SlotMapping format, int64_t page, st
   return ok_status();
 }
 
+// The write ops take one slot per token: `a` and `b` each have slots.size() rows.
+Status check_one_slot_per_token(const char* op, std::span<const int64_t> slots, const char* a_name, const TensorView& a,
+                                const char* b_name, const TensorView& b) {
+  const int64_t total = static_cast<int64_t>(slots.size());
+  if (a.rank() < 1 || a.dim(0) != total || b.rank() < 1 || b.dim(0) != total) {
+    return invalid_argument(fmt::format("{}: {} slots for {} of shape {} and {} of shape {}; one slot per token", op,
+                                        total, a_name, a.shape_string(), b_name, b.shape_string()));
+  }
+  return ok_status();
+}
 }  // namespace
 
-const GenerationContract& contract_for(Generation g) {
-  return g == Generation::kAscend910 ? kAscend910 : kAscend950;
-}
+const GenerationContract& contract_for(Generation g) { return g == Generation::kAscend910 ? kAscend910 : kAscend950; }
 
 int64_t kv_row_bytes(KvCacheFormat f, int64_t d) { return ops::gqa_kv_row_bytes(f, d).main; }
 
@@ -165,11 +180,11 @@ Result<KvCacheFormat> resolve_kv_cache_dtype(const GenerationContract& c, std::s
   if (v == "quantized" || v == element_option(c)) return c.quantized_kv;
   const bool other_element = v == "int8" || v == "fp8" || v == "fp8_e4m3fn";
   if (other_element) {
-    return invalid_argument(fmt::format(
-        "kv_cache_dtype={}: {} ({}) has no {} KV representation; its quantized KV cache is {}; use "
-        "kv_cache_dtype=quantized (or {}), bf16 or auto",
-        v, generation_name(c.generation), generation_family(c.generation), v == "int8" ? "int8" : "fp8",
-        ops::kv_cache_format_name(c.quantized_kv), element_option(c)));
+    return invalid_argument(
+        fmt::format("kv_cache_dtype={}: {} ({}) has no {} KV representation; its quantized KV cache is {}; use "
+                    "kv_cache_dtype=quantized (or {}), bf16 or auto",
+                    v, generation_name(c.generation), generation_family(c.generation), v == "int8" ? "int8" : "fp8",
+                    ops::kv_cache_format_name(c.quantized_kv), element_option(c)));
   }
   return invalid_argument(fmt::format("kv_cache_dtype={} is not one of auto, bf16, quantized ({} also accepts {})", v,
                                       generation_name(c.generation), element_option(c)));
@@ -195,14 +210,15 @@ Result<const WeightQuantRepresentation*> resolve_weight_quant(const GenerationCo
         generation_name(c.generation), generation_family(c.generation), v, offered_weight_quant(w),
         ops::weight_quant_scheme_name(w.preferred)));
   }
-  return invalid_argument(fmt::format(
-      "--weight-quant={} is not one of none, auto, w8a8, mxfp8, mxfp4 ({} offers {}; auto = {})", v,
-      generation_name(c.generation), offered_weight_quant(w), ops::weight_quant_scheme_name(w.preferred)));
+  return invalid_argument(
+      fmt::format("--weight-quant={} is not one of none, auto, w8a8, mxfp8, mxfp4 ({} offers {}; auto = {})", v,
+                  generation_name(c.generation), offered_weight_quant(w), ops::weight_quant_scheme_name(w.preferred)));
 }
 
 Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected) {
-  const std::string build_text = fmt::format("this build targets {} ({}; built for {})", generation_name(build.generation),
-                                             generation_family(build.generation), build.soc);
+  const std::string build_text =
+      fmt::format("this build targets {} ({}; built for {})", generation_name(build.generation),
+                  generation_family(build.generation), build.soc);
   if (!selector.empty()) {
     auto configured = normalize_soc_selector(selector);
     if (!configured.ok()) {
@@ -212,8 +228,8 @@ Status check_soc(const SocInfo& build, std::string_view selector, const std::opt
       return invalid_argument(fmt::format(
           "DeviceOperator: the configured SoC {} (selector '{}', generation {}, {}) does not match: {}; use a build "
           "configured with -DGENBRIDGE_SOC={} or configure a {} SoC",
-          configured->soc, selector, generation_name(configured->generation),
-          generation_family(configured->generation), build_text, selector, generation_name(build.generation)));
+          configured->soc, selector, generation_name(configured->generation), generation_family(configured->generation),
+          build_text, selector, generation_name(build.generation)));
     }
   }
   if (detected && detected->generation != build.generation) {
@@ -221,8 +237,8 @@ Status check_soc(const SocInfo& build, std::string_view selector, const std::opt
     return invalid_argument(fmt::format(
         "DeviceOperator: the device's SoC {} (detected by npu-smi{}, generation {}, {}) does not match: {}; run a "
         "build for {} on this machine",
-        detected->soc, code, generation_name(detected->generation), generation_family(detected->generation),
-        build_text, generation_name(detected->generation)));
+        detected->soc, code, generation_name(detected->generation), generation_family(detected->generation), build_text,
+        generation_name(detected->generation)));
   }
   return ok_status();
 }
@@ -249,9 +265,10 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   if (smi) {
     auto parsed = parse_npu_smi(*smi);
     if (!parsed.ok()) {
-      return unavailable(fmt::format("DeviceOperator: npu-smi is on the path but its output cannot be checked "
-                                     "against this build ({}): {}",
-                                     generation_name(gen), parsed.status().message()));
+      return unavailable(
+          fmt::format("DeviceOperator: npu-smi is on the path but its output cannot be checked "
+                      "against this build ({}): {}",
+                      generation_name(gen), parsed.status().message()));
     }
     detected = *parsed;
   }
@@ -260,12 +277,11 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   DeviceOperator d;
   d.contract_ = &contract_for(gen);
   GB_ASSIGN_OR_RETURN(d.kv_format_, resolve_kv_cache_dtype(*d.contract_, config.kv_cache_dtype));
-  d.mla_kv_format_ =
-      d.kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : d.contract_->quantized_mla_kv;
+  d.mla_kv_format_ = d.kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : d.contract_->quantized_mla_kv;
   GB_ASSIGN_OR_RETURN(d.weight_quant_, resolve_weight_quant(*d.contract_, config.weight_quant));
   const GenerationContract& c = *d.contract_;
-  const std::string soc_text = config.soc.empty() ? std::string("no SoC configured")
-                                                  : fmt::format("configured SoC '{}'", config.soc);
+  const std::string soc_text =
+      config.soc.empty() ? std::string("no SoC configured") : fmt::format("configured SoC '{}'", config.soc);
   const std::string device_text = detected ? fmt::format("device {} (npu-smi)", detected->soc)
                                            : std::string("npu-smi not found, device not checked");
   d.log_line_ = fmt::format(
@@ -321,9 +337,10 @@ std::string geometry_text(const KvPageGeometry& g) {
 Status check_pool(const KvPagePool& pool, const KvPageGeometry& want, std::string_view what, int64_t layer) {
   const KvPageGeometry& g = pool.geometry();
   if (!same_geometry(g, want)) {
-    return invalid_argument(fmt::format("DeviceOperator: the pool's geometry ({}) is not the {} KV cache's for this "
-                                        "model ({}); size the pool with kv_page_geometry()",
-                                        geometry_text(g), what, geometry_text(want)));
+    return invalid_argument(
+        fmt::format("DeviceOperator: the pool's geometry ({}) is not the {} KV cache's for this "
+                    "model ({}); size the pool with kv_page_geometry()",
+                    geometry_text(g), what, geometry_text(want)));
   }
   if (layer < 0 || layer >= g.num_layers) {
     return invalid_argument(fmt::format("DeviceOperator: layer {} is not in [0, {})", layer, g.num_layers));
@@ -336,10 +353,10 @@ Status check_pool(const KvPagePool& pool, const KvPageGeometry& want, std::strin
 Status DeviceOperator::check_kv_shape(const KvModelShape& s) const {
   if (s.kv_lora_rank > 0) {
     if (Status st = ops::check_mla_kv_dims(mla_kv_format_, s.kv_lora_rank, s.rope_dim); !st.ok()) {
-      return invalid_argument(fmt::format("{} ({} ({}), kv_cache_dtype resolved to {}){}", st.message(),
-                                          generation_name(contract_->generation),
-                                          generation_family(contract_->generation), ops::mla_kv_format_name(mla_kv_format_),
-                                          mla_kv_format_ == ops::MlaKvFormat::kBf16 ? "" : "; use kv_cache_dtype=bf16"));
+      return invalid_argument(fmt::format(
+          "{} ({} ({}), kv_cache_dtype resolved to {}){}", st.message(), generation_name(contract_->generation),
+          generation_family(contract_->generation), ops::mla_kv_format_name(mla_kv_format_),
+          mla_kv_format_ == ops::MlaKvFormat::kBf16 ? "" : "; use kv_cache_dtype=bf16"));
     }
   }
   if (s.index_head_dim > 0) {
@@ -387,8 +404,8 @@ Result<ops::IndexerKeyCache> DeviceOperator::indexer_layer_view(const KvPagePool
     return invalid_argument("DeviceOperator::indexer_layer_view: the model has no indexer (index_head_dim is 0)");
   }
   GB_RETURN_IF_ERROR(check_kv_shape(shape));
-  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::indexer_key_format_name(contract_->indexer_keys),
-                                layer));
+  GB_RETURN_IF_ERROR(
+      check_pool(pool, kv_page_geometry(shape), ops::indexer_key_format_name(contract_->indexer_keys), layer));
   const KvPageGeometry& g = pool.geometry();
   const KvLayerMemory m = pool.layer(layer);
   ops::IndexerKeyCache v;
@@ -404,8 +421,9 @@ Result<ops::IndexerKeyCache> DeviceOperator::indexer_layer_view(const KvPagePool
 Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, const KvModelShape& shape,
                                                         int64_t layer) const {
   if (shape.kv_lora_rank > 0) {
-    return invalid_argument("DeviceOperator::kv_layer_view: the model keeps MLA latent rows (kv_lora_rank > 0), not "
-                            "K/V rows; use mla_layer_view()");
+    return invalid_argument(
+        "DeviceOperator::kv_layer_view: the model keeps MLA latent rows (kv_lora_rank > 0), not "
+        "K/V rows; use mla_layer_view()");
   }
   GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::kv_cache_format_name(kv_format_), layer));
   const KvPageGeometry& g = pool.geometry();
@@ -436,15 +454,11 @@ Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, 
 Status DeviceOperator::write_kv(const ops::PagedKvCache& cache, const TensorView& key, const TensorView& value,
                                 std::span<const int64_t> slots) const {
   if (cache.format != kv_format_) {
-    return invalid_argument(fmt::format("DeviceOperator::write_kv: the cache is {} but the representation in force is {}",
-                                        ops::kv_cache_format_name(cache.format), ops::kv_cache_format_name(kv_format_)));
+    return invalid_argument(
+        fmt::format("DeviceOperator::write_kv: the cache is {} but the representation in force is {}",
+                    ops::kv_cache_format_name(cache.format), ops::kv_cache_format_name(kv_format_)));
   }
-  const int64_t total = static_cast<int64_t>(slots.size());
-  if (key.rank() < 1 || key.dim(0) != total || value.rank() < 1 || value.dim(0) != total) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::write_kv: {} slots for key of shape {} and value of shape {}; one slot per token", total,
-        key.shape_string(), value.shape_string()));
-  }
+  GB_RETURN_IF_ERROR(check_one_slot_per_token("DeviceOperator::write_kv", slots, "key", key, "value", value));
   const int64_t page = cache.key_cache.rank() == 4 ? cache.key_cache.dim(2) : 1;
   return for_slot_chunks("DeviceOperator::write_kv", contract_->slot_mapping, page, slots,
                          [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
@@ -465,8 +479,9 @@ Status DeviceOperator::write_kv(const ops::PagedKvCache& cache, const TensorView
 Status DeviceOperator::attention(const TensorView& query, const ops::PagedKvCache& cache, const AttentionBatch& batch,
                                  float softmax_scale, const TensorView& out) const {
   if (cache.format != kv_format_) {
-    return invalid_argument(fmt::format("DeviceOperator::attention: the cache is {} but the representation in force is {}",
-                                        ops::kv_cache_format_name(cache.format), ops::kv_cache_format_name(kv_format_)));
+    return invalid_argument(
+        fmt::format("DeviceOperator::attention: the cache is {} but the representation in force is {}",
+                    ops::kv_cache_format_name(cache.format), ops::kv_cache_format_name(kv_format_)));
   }
   return ops::paged_decode(query, cache, batch.block_tables, batch.context_lens, batch.query_start_loc, softmax_scale,
                            out);
@@ -497,25 +512,22 @@ std::string DeviceOperator::mla_contract_line() const {
 Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorView& latent, const TensorView& rope,
                                     std::span<const int64_t> slots) const {
   if (cache.format != mla_kv_format_) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::write_mla_kv: the cache is {} but the MLA representation in force is {}",
-        ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
+    return invalid_argument(
+        fmt::format("DeviceOperator::write_mla_kv: the cache is {} but the MLA representation in force is {}",
+                    ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
   }
-  const int64_t total = static_cast<int64_t>(slots.size());
-  if (latent.rank() < 1 || latent.dim(0) != total || rope.rank() < 1 || rope.dim(0) != total) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::write_mla_kv: {} slots for latent of shape {} and rope of shape {}; one slot per token", total,
-        latent.shape_string(), rope.shape_string()));
-  }
+  GB_RETURN_IF_ERROR(check_one_slot_per_token("DeviceOperator::write_mla_kv", slots, "latent", latent, "rope", rope));
   const int64_t page = cache.kv_cache.rank() == 3 ? cache.kv_cache.dim(1) : 1;
   return for_slot_chunks("DeviceOperator::write_mla_kv", contract_->slot_mapping, page, slots,
                          [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
                            const TensorView l = latent.slice0(t0, t0 + n), r = rope.slice0(t0, t0 + n);
                            switch (mla_kv_format_) {
-                             case ops::MlaKvFormat::kBf16: return ops::bf16_mla_kv_write(l, r, sm, cache);
+                             case ops::MlaKvFormat::kBf16:
+                               return ops::bf16_mla_kv_write(l, r, sm, cache);
                              case ops::MlaKvFormat::kInt8Fp16ScaleSplitRope:
                                return ops::int8_mla_kv_write(l, r, sm, cache);
-                             case ops::MlaKvFormat::kFp8TileScalePacked: return ops::fp8_mla_kv_write(l, r, sm, cache);
+                             case ops::MlaKvFormat::kFp8TileScalePacked:
+                               return ops::fp8_mla_kv_write(l, r, sm, cache);
                            }
                            return ok_status();
                          });
@@ -524,22 +536,23 @@ Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorVi
 Status DeviceOperator::write_indexer_keys(const ops::IndexerKeyCache& cache, const TensorView& key,
                                           std::span<const int64_t> slots) const {
   if (cache.format != contract_->indexer_keys) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::write_indexer_keys: the cache is {} but the generation's indexer keys are {}",
-        ops::indexer_key_format_name(cache.format), ops::indexer_key_format_name(contract_->indexer_keys)));
+    return invalid_argument(
+        fmt::format("DeviceOperator::write_indexer_keys: the cache is {} but the generation's indexer keys are {}",
+                    ops::indexer_key_format_name(cache.format), ops::indexer_key_format_name(contract_->indexer_keys)));
   }
   const int64_t total = static_cast<int64_t>(slots.size());
   if (key.rank() < 1 || key.dim(0) != total) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::write_indexer_keys: {} slots for key of shape {}; one slot per token", total,
-        key.shape_string()));
+    return invalid_argument(
+        fmt::format("DeviceOperator::write_indexer_keys: {} slots for key of shape {}; one slot per token", total,
+                    key.shape_string()));
   }
   const int64_t page = cache.key_cache.rank() == 3 ? cache.key_cache.dim(1) : 1;
   return for_slot_chunks("DeviceOperator::write_indexer_keys", contract_->slot_mapping, page, slots,
                          [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
                            const TensorView k = key.slice0(t0, t0 + n);
                            switch (contract_->indexer_keys) {
-                             case ops::IndexerKeyFormat::kBf16: return ops::bf16_indexer_key_write(k, sm, cache);
+                             case ops::IndexerKeyFormat::kBf16:
+                               return ops::bf16_indexer_key_write(k, sm, cache);
                              case ops::IndexerKeyFormat::kFp8HadamardPackedScale:
                                return ops::fp8_indexer_key_write(k, sm, cache);
                            }
@@ -550,9 +563,9 @@ Status DeviceOperator::write_indexer_keys(const ops::IndexerKeyCache& cache, con
 Status DeviceOperator::mla_attention(const TensorView& q_latent, const TensorView& q_rope, const ops::MlaKvCache& cache,
                                      const AttentionBatch& batch, float softmax_scale, const TensorView& out) const {
   if (cache.format != mla_kv_format_) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::mla_attention: the cache is {} but the MLA representation in force is {}",
-        ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
+    return invalid_argument(
+        fmt::format("DeviceOperator::mla_attention: the cache is {} but the MLA representation in force is {}",
+                    ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
   }
   return ops::mla_decode(q_latent, q_rope, cache, batch.block_tables, batch.context_lens, batch.query_start_loc,
                          softmax_scale, out);
@@ -561,9 +574,9 @@ Status DeviceOperator::mla_attention(const TensorView& q_latent, const TensorVie
 Status DeviceOperator::index_topk(const TensorView& q, const TensorView& weights, const ops::IndexerKeyCache& keys,
                                   const AttentionBatch& batch, const TensorView& topk_indices) const {
   if (keys.format != contract_->indexer_keys) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::index_topk: the key cache is {} but the generation's indexer keys are {}",
-        ops::indexer_key_format_name(keys.format), ops::indexer_key_format_name(contract_->indexer_keys)));
+    return invalid_argument(
+        fmt::format("DeviceOperator::index_topk: the key cache is {} but the generation's indexer keys are {}",
+                    ops::indexer_key_format_name(keys.format), ops::indexer_key_format_name(contract_->indexer_keys)));
   }
   return ops::lightning_indexer(q, weights, keys, batch.block_tables, batch.context_lens, batch.query_start_loc,
                                 contract_->topk_indices, topk_indices, TensorView());
@@ -573,9 +586,9 @@ Status DeviceOperator::sparse_attention(const TensorView& q_latent, const Tensor
                                         const ops::MlaKvCache& cache, const TensorView& topk_indices,
                                         const AttentionBatch& batch, float softmax_scale, const TensorView& out) const {
   if (cache.format != mla_kv_format_) {
-    return invalid_argument(fmt::format(
-        "DeviceOperator::sparse_attention: the cache is {} but the MLA representation in force is {}",
-        ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
+    return invalid_argument(
+        fmt::format("DeviceOperator::sparse_attention: the cache is {} but the MLA representation in force is {}",
+                    ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
   }
   return ops::sparse_mla_decode(q_latent, q_rope, cache, topk_indices, contract_->topk_indices, batch.block_tables,
                                 batch.context_lens, batch.query_start_loc, softmax_scale, out);

@@ -3,6 +3,7 @@
 // no C++ Jinja2 implementation is packaged by Debian (inja implements a different language).
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
 #include <map>
 #include <set>
 
@@ -361,26 +362,8 @@ class ExprParser {
     return e;
   }
 
-  Result<ExprPtr> or_expr() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, and_expr());
-    while (is_name("or")) {
-      const int line = next().line;
-      GB_ASSIGN_OR_RETURN(ExprPtr r, and_expr());
-      e = binary("or", std::move(e), std::move(r), line);
-      GB_RETURN_IF_ERROR(taller(*e));
-    }
-    return e;
-  }
-  Result<ExprPtr> and_expr() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, not_expr());
-    while (is_name("and")) {
-      const int line = next().line;
-      GB_ASSIGN_OR_RETURN(ExprPtr r, not_expr());
-      e = binary("and", std::move(e), std::move(r), line);
-      GB_RETURN_IF_ERROR(taller(*e));
-    }
-    return e;
-  }
+  Result<ExprPtr> or_expr() { return left_assoc(Token::Kind::kName, {"or"}, &ExprParser::and_expr); }
+  Result<ExprPtr> and_expr() { return left_assoc(Token::Kind::kName, {"and"}, &ExprParser::not_expr); }
   Result<ExprPtr> not_expr() {
     if (is_name("not")) {
       const int line = next().line;
@@ -419,46 +402,26 @@ class ExprParser {
       GB_RETURN_IF_ERROR(taller(*e));
     }
   }
-  Result<ExprPtr> math1() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, concat());
-    while (is_op("+") || is_op("-")) {
+  // One left-associative level of binary operators: operands parsed by `operand`, joined by any of `ops`
+  // (operator tokens, or names for the keyword operators).
+  Result<ExprPtr> left_assoc(Token::Kind kind, std::initializer_list<std::string_view> ops,
+                             Result<ExprPtr> (ExprParser::*operand)()) {
+    const auto at_op = [&] {
+      return peek().kind == kind && std::find(ops.begin(), ops.end(), std::string_view(peek().text)) != ops.end();
+    };
+    GB_ASSIGN_OR_RETURN(ExprPtr e, (this->*operand)());
+    while (at_op()) {
       const Token op = next();
-      GB_ASSIGN_OR_RETURN(ExprPtr r, concat());
+      GB_ASSIGN_OR_RETURN(ExprPtr r, (this->*operand)());
       e = binary(op.text, std::move(e), std::move(r), op.line);
       GB_RETURN_IF_ERROR(taller(*e));
     }
     return e;
   }
-  Result<ExprPtr> concat() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, math2());
-    while (is_op("~")) {
-      const Token op = next();
-      GB_ASSIGN_OR_RETURN(ExprPtr r, math2());
-      e = binary("~", std::move(e), std::move(r), op.line);
-      GB_RETURN_IF_ERROR(taller(*e));
-    }
-    return e;
-  }
-  Result<ExprPtr> math2() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, power());
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token op = next();
-      GB_ASSIGN_OR_RETURN(ExprPtr r, power());
-      e = binary(op.text, std::move(e), std::move(r), op.line);
-      GB_RETURN_IF_ERROR(taller(*e));
-    }
-    return e;
-  }
-  Result<ExprPtr> power() {
-    GB_ASSIGN_OR_RETURN(ExprPtr e, unary());
-    while (is_op("**")) {
-      const Token op = next();
-      GB_ASSIGN_OR_RETURN(ExprPtr r, unary());
-      e = binary("**", std::move(e), std::move(r), op.line);
-      GB_RETURN_IF_ERROR(taller(*e));
-    }
-    return e;
-  }
+  Result<ExprPtr> math1() { return left_assoc(Token::Kind::kOp, {"+", "-"}, &ExprParser::concat); }
+  Result<ExprPtr> concat() { return left_assoc(Token::Kind::kOp, {"~"}, &ExprParser::math2); }
+  Result<ExprPtr> math2() { return left_assoc(Token::Kind::kOp, {"*", "/", "//", "%"}, &ExprParser::power); }
+  Result<ExprPtr> power() { return left_assoc(Token::Kind::kOp, {"**"}, &ExprParser::unary); }
   Result<ExprPtr> unary() {
     if (is_op("-") || is_op("+")) {
       const Token op = next();

@@ -171,30 +171,60 @@ struct Preset {
   ModelConfig config;
 };
 
-std::vector<Preset> presets() {
-  ModelConfig tiny;
-  tiny.vocab_size = 512;
-  tiny.hidden_size = 128;
-  tiny.num_hidden_layers = 4;
-  tiny.num_attention_heads = 4;
-  tiny.num_key_value_heads = 2;
-  tiny.head_dim = 64;
-  tiny.rms_norm_eps = 1e-6;
-  tiny.rope_theta = 1e6;
-  tiny.max_position_embeddings = 4096;
-  tiny.num_experts = 8;
-  tiny.num_experts_per_tok = 2;
-  tiny.moe_intermediate_size = 64;
-  tiny.intermediate_size = 256;
-  tiny.norm_topk_prob = true;
-  tiny.decoder_sparse_step = 1;
-  tiny.mlp_only_layers = {1};
-  tiny.tie_word_embeddings = false;
-  tiny.shared_expert_intermediate_size = 128;
-  tiny.torch_dtype = DType::kBF16;
-  tiny.norm_type = NormType::kRms;
+// The widths every preset chooses for itself.
+struct Dims {
+  int64_t vocab_size, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+      max_position_embeddings, num_experts, num_experts_per_tok, moe_intermediate_size, intermediate_size;
+};
 
-  ModelConfig gemma = tiny;  // layers 1 and 3 MoE (sparse step 2), 0 and 2 dense
+void set_dims(const Dims& d, ModelConfig* c) {
+  c->vocab_size = d.vocab_size;
+  c->hidden_size = d.hidden_size;
+  c->num_hidden_layers = d.num_hidden_layers;
+  c->num_attention_heads = d.num_attention_heads;
+  c->num_key_value_heads = d.num_key_value_heads;
+  c->head_dim = d.head_dim;
+  c->max_position_embeddings = d.max_position_embeddings;
+  c->num_experts = d.num_experts;
+  c->num_experts_per_tok = d.num_experts_per_tok;
+  c->moe_intermediate_size = d.moe_intermediate_size;
+  c->intermediate_size = d.intermediate_size;
+}
+
+// A Qwen3-MoE model: every layer MoE, bf16, untied embeddings, top-k renormalised.
+ModelConfig qwen3_moe(const Dims& d) {
+  ModelConfig c;
+  set_dims(d, &c);
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e6;
+  c.norm_topk_prob = true;
+  c.decoder_sparse_step = 1;
+  c.tie_word_embeddings = false;
+  c.shared_expert_intermediate_size = 0;
+  c.torch_dtype = DType::kBF16;
+  return c;
+}
+
+ModelConfig tiny_preset() {
+  ModelConfig tiny = qwen3_moe({.vocab_size = 512,
+                                .hidden_size = 128,
+                                .num_hidden_layers = 4,
+                                .num_attention_heads = 4,
+                                .num_key_value_heads = 2,
+                                .head_dim = 64,
+                                .max_position_embeddings = 4096,
+                                .num_experts = 8,
+                                .num_experts_per_tok = 2,
+                                .moe_intermediate_size = 64,
+                                .intermediate_size = 256});
+  tiny.mlp_only_layers = {1};
+  tiny.shared_expert_intermediate_size = 128;
+  tiny.norm_type = NormType::kRms;
+  return tiny;
+}
+
+ModelConfig tiny_gemma_preset() {
+  ModelConfig gemma = tiny_preset();  // layers 1 and 3 MoE (sparse step 2), 0 and 2 dense
   gemma.norm_type = NormType::kGemma;
   gemma.tie_word_embeddings = true;
   gemma.shared_expert_intermediate_size = 0;
@@ -202,43 +232,44 @@ std::vector<Preset> presets() {
   gemma.decoder_sparse_step = 2;
   gemma.mlp_only_layers = {};
   gemma.rope_theta = 10000.0;
+  return gemma;
+}
 
-  ModelConfig small;
-  small.vocab_size = 8192;
-  small.hidden_size = 1024;
-  small.num_hidden_layers = 8;
-  small.num_attention_heads = 16;
-  small.num_key_value_heads = 4;
-  small.head_dim = 128;
-  small.rms_norm_eps = 1e-6;
-  small.rope_theta = 1e6;
-  small.max_position_embeddings = 32768;
-  small.num_experts = 32;
-  small.num_experts_per_tok = 4;
-  small.moe_intermediate_size = 512;
-  small.intermediate_size = 3072;  // no dense layer uses it; kept so mlp_only_layers can be edited
-  small.norm_topk_prob = true;
-  small.decoder_sparse_step = 1;
-  small.tie_word_embeddings = false;
-  small.shared_expert_intermediate_size = 0;
-  small.torch_dtype = DType::kBF16;
-  // DeepSeek-V3.2 (MLA + DSA): dense first layer, grouped sigmoid routing with a correction bias, a shared
-  // expert, YaRN (original context 1024, so the ramp sits inside the rope dimensions), q_lora, and an
-  // index_topk of 64 so that sparse selection is exercised from 65 tokens of context on.
+ModelConfig small_preset() {
+  // intermediate_size: no dense layer uses it; kept so mlp_only_layers can be edited.
+  return qwen3_moe({.vocab_size = 8192,
+                    .hidden_size = 1024,
+                    .num_hidden_layers = 8,
+                    .num_attention_heads = 16,
+                    .num_key_value_heads = 4,
+                    .head_dim = 128,
+                    .max_position_embeddings = 32768,
+                    .num_experts = 32,
+                    .num_experts_per_tok = 4,
+                    .moe_intermediate_size = 512,
+                    .intermediate_size = 3072});
+}
+
+// DeepSeek-V3.2 (MLA + DSA): dense first layer, grouped sigmoid routing with a correction bias, a shared
+// expert, YaRN (original context 1024, so the ramp sits inside the rope dimensions), q_lora, and an
+// index_topk of 64 so that sparse selection is exercised from 65 tokens of context on.
+ModelConfig tiny_dsa_preset() {
   ModelConfig tiny_dsa;
   tiny_dsa.architecture = Architecture::kDeepseekV32;
-  tiny_dsa.vocab_size = 512;
-  tiny_dsa.hidden_size = 128;
-  tiny_dsa.num_hidden_layers = 3;
-  tiny_dsa.num_attention_heads = 4;
-  tiny_dsa.num_key_value_heads = 4;
+  set_dims({.vocab_size = 512,
+            .hidden_size = 128,
+            .num_hidden_layers = 3,
+            .num_attention_heads = 4,
+            .num_key_value_heads = 4,
+            .head_dim = 0,
+            .max_position_embeddings = 4096,
+            .num_experts = 16,
+            .num_experts_per_tok = 4,
+            .moe_intermediate_size = 64,
+            .intermediate_size = 256},
+           &tiny_dsa);
   tiny_dsa.rms_norm_eps = 1e-6;
   tiny_dsa.rope_theta = 10000.0;
-  tiny_dsa.max_position_embeddings = 4096;
-  tiny_dsa.num_experts = 16;
-  tiny_dsa.num_experts_per_tok = 4;
-  tiny_dsa.moe_intermediate_size = 64;
-  tiny_dsa.intermediate_size = 256;
   tiny_dsa.norm_topk_prob = true;
   tiny_dsa.tie_word_embeddings = false;
   tiny_dsa.torch_dtype = DType::kBF16;
@@ -255,17 +286,29 @@ std::vector<Preset> presets() {
   td.first_k_dense_replace = 1;
   td.moe_layer_freq = 1;
   td.yarn = true;
-  td.rope_scaling = {.factor = 4.0, .original_max_position_embeddings = 1024, .beta_fast = 32.0,
-                     .beta_slow = 1.0, .mscale = 1.0, .mscale_all_dim = 1.0};
+  td.rope_scaling = {.factor = 4.0,
+                     .original_max_position_embeddings = 1024,
+                     .beta_fast = 32.0,
+                     .beta_slow = 1.0,
+                     .mscale = 1.0,
+                     .mscale_all_dim = 1.0};
   td.index_n_heads = 4;
   td.index_head_dim = 128;
   td.index_topk = 64;
   tiny_dsa.head_dim = td.qk_head_dim();
+  return tiny_dsa;
+}
 
-  ModelConfig tiny_v3 = tiny_dsa;  // DeepSeek-V3: no indexer
+ModelConfig tiny_dsv3_preset() {
+  ModelConfig tiny_v3 = tiny_dsa_preset();  // DeepSeek-V3: no indexer
   tiny_v3.architecture = Architecture::kDeepseekV3;
   tiny_v3.deepseek.index_n_heads = tiny_v3.deepseek.index_head_dim = tiny_v3.deepseek.index_topk = 0;
-  ModelConfig tiny_v3_noq = tiny_v3;  // V3 without q_lora (q_proj), no YaRN, every layer MoE, no shared expert
+  return tiny_v3;
+}
+
+ModelConfig tiny_dsv3_noq_preset() {
+  ModelConfig tiny_v3_noq =
+      tiny_dsv3_preset();  // V3 without q_lora (q_proj), no YaRN, every layer MoE, no shared expert
   tiny_v3_noq.deepseek.q_lora_rank = 0;
   tiny_v3_noq.deepseek.yarn = false;
   tiny_v3_noq.deepseek.rope_scaling = {};
@@ -275,20 +318,25 @@ std::vector<Preset> presets() {
   tiny_v3_noq.deepseek.topk_group = 1;
   tiny_v3_noq.norm_topk_prob = false;
   tiny_v3_noq.deepseek.routed_scaling_factor = 1.0;
+  return tiny_v3_noq;
+}
 
-  // The benchmark size of the DSA model: DeepSeek-V3.2's MLA and indexer widths (kv_lora_rank 512,
-  // rope 64, nope 128, v 128; 16 heads, 16 indexer heads of 128), ~0.42 GB in bf16.
-  ModelConfig small_dsa = tiny_dsa;
-  small_dsa.vocab_size = 8192;
-  small_dsa.hidden_size = 1024;
-  small_dsa.num_hidden_layers = 4;
-  small_dsa.num_attention_heads = 16;
-  small_dsa.num_key_value_heads = 16;
-  small_dsa.max_position_embeddings = 163840;
-  small_dsa.num_experts = 32;
-  small_dsa.num_experts_per_tok = 4;
-  small_dsa.moe_intermediate_size = 512;
-  small_dsa.intermediate_size = 3072;
+// The benchmark size of the DSA model: DeepSeek-V3.2's MLA and indexer widths (kv_lora_rank 512,
+// rope 64, nope 128, v 128; 16 heads, 16 indexer heads of 128), ~0.42 GB in bf16.
+ModelConfig small_dsa_preset() {
+  ModelConfig small_dsa = tiny_dsa_preset();
+  set_dims({.vocab_size = 8192,
+            .hidden_size = 1024,
+            .num_hidden_layers = 4,
+            .num_attention_heads = 16,
+            .num_key_value_heads = 16,
+            .head_dim = 0,
+            .max_position_embeddings = 163840,
+            .num_experts = 32,
+            .num_experts_per_tok = 4,
+            .moe_intermediate_size = 512,
+            .intermediate_size = 3072},
+           &small_dsa);
   DeepseekConfig& sd = small_dsa.deepseek;
   sd.q_lora_rank = 384;
   sd.kv_lora_rank = 512;
@@ -301,8 +349,14 @@ std::vector<Preset> presets() {
   sd.index_head_dim = 128;
   sd.index_topk = 256;
   small_dsa.head_dim = sd.qk_head_dim();
-  return {{"tiny", tiny},         {"tiny-gemma", gemma},           {"small", small},        {"tiny-dsa", tiny_dsa},
-          {"tiny-dsv3", tiny_v3}, {"tiny-dsv3-noq", tiny_v3_noq}, {"small-dsa", small_dsa}};
+  return small_dsa;
+}
+
+std::vector<Preset> presets() {
+  return {{"tiny", tiny_preset()},           {"tiny-gemma", tiny_gemma_preset()},
+          {"small", small_preset()},         {"tiny-dsa", tiny_dsa_preset()},
+          {"tiny-dsv3", tiny_dsv3_preset()}, {"tiny-dsv3-noq", tiny_dsv3_noq_preset()},
+          {"small-dsa", small_dsa_preset()}};
 }
 
 // "model-<digits>-of-<digits>.safetensors"

@@ -584,48 +584,48 @@ json usage_json(const Usage& u) {
 
 namespace {
 json reason_json(const char* r) { return r ? json(r) : json(nullptr); }
+
+// One choice of a response or chunk: the chat body (`message` or `delta`) under `chat_key`, or the
+// completion's text.
+json choice_json(const ParsedRequest& r, const char* chat_key, json chat_body, const std::string& text,
+                 const char* finish_reason, const std::vector<int32_t>& token_ids, const json& logprobs) {
+  json choice = json{{"index", 0}, {"logprobs", logprobs}, {"finish_reason", reason_json(finish_reason)}};
+  if (r.chat) {
+    choice[chat_key] = std::move(chat_body);
+  } else {
+    choice["text"] = text;
+  }
+  if (r.return_token_ids) choice["token_ids"] = token_ids;
+  return choice;
+}
+
+json envelope_json(const std::string& id, const char* object, int64_t created, const std::string& model, json choice) {
+  return json{{"id", id},
+              {"object", object},
+              {"created", created},
+              {"model", model},
+              {"choices", json::array({std::move(choice)})}};
+}
 }  // namespace
 
 json completion_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
                      const std::string& text, const char* finish_reason, const Usage& usage,
                      const std::vector<int32_t>& token_ids, const json& logprobs) {
-  json choice;
-  if (r.chat) {
-    choice = json{{"index", 0},
-                  {"message", {{"role", "assistant"}, {"content", text}}},
-                  {"logprobs", logprobs},
-                  {"finish_reason", reason_json(finish_reason)}};
-  } else {
-    choice = json{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", reason_json(finish_reason)}};
-  }
-  if (r.return_token_ids) choice["token_ids"] = token_ids;
-  return json{{"id", id},
-              {"object", r.chat ? "chat.completion" : "text_completion"},
-              {"created", created},
-              {"model", model},
-              {"choices", json::array({choice})},
-              {"usage", usage_json(usage)}};
+  json message = r.chat ? json{{"role", "assistant"}, {"content", text}} : json();
+  json j = envelope_json(id, r.chat ? "chat.completion" : "text_completion", created, model,
+                         choice_json(r, "message", std::move(message), text, finish_reason, token_ids, logprobs));
+  j["usage"] = usage_json(usage);
+  return j;
 }
 
 json chunk_json(const ParsedRequest& r, const std::string& id, int64_t created, const std::string& model,
                 const std::string& text, const char* finish_reason, const std::optional<Usage>& usage,
                 bool first_chat_chunk, const std::vector<int32_t>& token_ids, const json& logprobs) {
-  json choice;
-  if (r.chat) {
-    json delta = json::object();
-    if (first_chat_chunk) delta["role"] = "assistant";
-    if (!text.empty() || (first_chat_chunk && !finish_reason)) delta["content"] = text;
-    choice =
-        json{{"index", 0}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", reason_json(finish_reason)}};
-  } else {
-    choice = json{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", reason_json(finish_reason)}};
-  }
-  if (r.return_token_ids) choice["token_ids"] = token_ids;
-  json j{{"id", id},
-         {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-         {"created", created},
-         {"model", model},
-         {"choices", json::array({choice})}};
+  json delta = json::object();
+  if (first_chat_chunk) delta["role"] = "assistant";
+  if (!text.empty() || (first_chat_chunk && !finish_reason)) delta["content"] = text;
+  json j = envelope_json(id, r.chat ? "chat.completion.chunk" : "text_completion", created, model,
+                         choice_json(r, "delta", std::move(delta), text, finish_reason, token_ids, logprobs));
   if (usage) j["usage"] = usage_json(*usage);
   return j;
 }

@@ -225,13 +225,7 @@ class InprocTransport final : public Transport {
 
   Result<int> wait_any(std::span<const RequestId> ids, Deadline deadline, Completion* c) override {
     std::unique_lock lock(world_->mu);
-    bool any = false;
-    for (RequestId id : ids) {
-      if (id == kNoRequest) continue;
-      GB_RETURN_IF_ERROR(check_id_locked(id));
-      any = true;
-    }
-    if (!any) return invalid_argument("inproc transport: wait_any on no request");
+    GB_RETURN_IF_ERROR(check_wait_any_ids(ids, "inproc transport", [&](RequestId id) { return check_id_locked(id); }));
     for (;;) {
       for (size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] == kNoRequest) continue;

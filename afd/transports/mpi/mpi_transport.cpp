@@ -194,18 +194,9 @@ class MpiTransport final : public Transport {
   Result<RequestId> isend(int peer, Channel ch, int tag, std::span<const ConstSegment> segments) override {
     GB_RETURN_IF_ERROR(check_usable("send"));
     const RequestId id = new_request(false);
-    int rc;
-    if (segments.size() <= 1) {
-      rc = MPI_Isend(segments.empty() ? nullptr : segments[0].data,
-                     segments.empty() ? 0 : static_cast<int>(segments[0].bytes), MPI_BYTE, peer, tag, comm(ch),
-                     &requests_[id]);
-    } else {
-      MPI_Datatype t;
-      GB_RETURN_IF_ERROR(make_type(
-          segments.size(), [&](size_t i) { return std::pair(segments[i].data, segments[i].bytes); }, &t));
-      rc = MPI_Isend(MPI_BOTTOM, 1, t, peer, tag, comm(ch), &requests_[id]);
-      MPI_Type_free(&t);
-    }
+    GB_ASSIGN_OR_RETURN(const int rc, post(segments, [&](auto* buf, int count, MPI_Datatype t) {
+                          return MPI_Isend(buf, count, t, peer, tag, comm(ch), &requests_[id]);
+                        }));
     if (rc != MPI_SUCCESS) {
       release(id);
       return internal_error(
@@ -219,19 +210,9 @@ class MpiTransport final : public Transport {
     const RequestId id = new_request(true);
     const int src = peer == kAnySource ? MPI_ANY_SOURCE : peer;
     const int mtag = tag == kAnyTag ? MPI_ANY_TAG : tag;
-    int rc;
-    if (segments.size() <= 1) {
-      rc = MPI_Irecv(segments.empty() ? nullptr : segments[0].data,
-                     segments.empty() ? 0 : static_cast<int>(segments[0].bytes), MPI_BYTE, src, mtag, comm(ch),
-                     &requests_[id]);
-    } else {
-      MPI_Datatype t;
-      GB_RETURN_IF_ERROR(make_type(
-          segments.size(),
-          [&](size_t i) { return std::pair<const void*, size_t>(segments[i].data, segments[i].bytes); }, &t));
-      rc = MPI_Irecv(MPI_BOTTOM, 1, t, src, mtag, comm(ch), &requests_[id]);
-      MPI_Type_free(&t);
-    }
+    GB_ASSIGN_OR_RETURN(const int rc, post(segments, [&](auto* buf, int count, MPI_Datatype t) {
+                          return MPI_Irecv(buf, count, t, src, mtag, comm(ch), &requests_[id]);
+                        }));
     if (rc != MPI_SUCCESS) {
       release(id);
       return internal_error(fmt::format("mpi transport: MPI_Irecv failed: {}", mpi_error_string(rc)));
@@ -257,13 +238,7 @@ class MpiTransport final : public Transport {
   }
 
   Result<int> wait_any(std::span<const RequestId> ids, Deadline deadline, Completion* c) override {
-    bool any = false;
-    for (RequestId id : ids) {
-      if (id == kNoRequest) continue;
-      GB_RETURN_IF_ERROR(check_id(id));
-      any = true;
-    }
-    if (!any) return invalid_argument("mpi transport: wait_any on no request");
+    GB_RETURN_IF_ERROR(check_wait_any_ids(ids, "mpi transport", [&](RequestId id) { return check_id(id); }));
     // One MPI_Testany per poll (one progress call for all of them). Spin briefly for latency, then yield
     // the core on every poll (ranks may share cores).
     poll_.clear();
@@ -405,6 +380,24 @@ class MpiTransport final : public Transport {
       return internal_error(fmt::format("mpi transport: request id {} is not in flight", id));
     }
     return ok_status();
+  }
+
+  // Posts one nonblocking send or receive of `segments`: one byte buffer for 0 or 1 segment, a datatype
+  // over the segments' absolute addresses otherwise. `op(buf, count, type)` makes the MPI call and
+  // returns its code.
+  template <typename Segment, typename Op>
+  Result<int> post(std::span<const Segment> segments, Op&& op) {
+    if (segments.size() <= 1) {
+      return op(segments.empty() ? nullptr : segments[0].data,
+                segments.empty() ? 0 : static_cast<int>(segments[0].bytes), MPI_BYTE);
+    }
+    MPI_Datatype t;
+    GB_RETURN_IF_ERROR(make_type(
+        segments.size(), [&](size_t i) { return std::pair<const void*, size_t>(segments[i].data, segments[i].bytes); },
+        &t));
+    const int rc = op(MPI_BOTTOM, 1, t);
+    MPI_Type_free(&t);
+    return rc;
   }
 
   template <typename SegAt>
