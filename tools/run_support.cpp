@@ -333,28 +333,8 @@ Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, cons
 }
 
 std::string describe_model(const model::Checkpoint& ckpt) {
-  const model::ModelConfig& c = ckpt.config();
-  if (c.is_deepseek()) {
-    const model::DeepseekConfig& d = c.deepseek;
-    return fmt::format(
-        "model {}: {} {} layers ({} MoE: {} experts in {} groups, top-{} of {} groups{}), hidden {}, MLA {} heads "
-        "(kv_lora_rank {}, q_lora_rank {}, nope/rope/v {}/{}/{}){}{}, vocab {}, {:.1f} MiB of weights",
-        ckpt.dir().string(), model::architecture_name(c.architecture), c.num_hidden_layers, c.num_moe_layers(),
-        c.num_experts, d.n_group, c.num_experts_per_tok, d.topk_group,
-        d.n_shared_experts > 0 ? fmt::format(" + {} shared", d.n_shared_experts) : "", c.hidden_size,
-        c.num_attention_heads, d.kv_lora_rank, d.q_lora_rank, d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim,
-        d.yarn ? fmt::format(", YaRN x{}", d.rope_scaling.factor) : "",
-        c.has_indexer() ? fmt::format(", DSA indexer {} x {} top-{}", d.index_n_heads, d.index_head_dim, d.index_topk)
-                        : "",
-        c.vocab_size, static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
-  }
-  return fmt::format(
-      "model {}: {} layers ({} MoE: {} experts, top-{}{}), hidden {}, heads {}/{} x {}, vocab {}, {} norm, {:.1f} MiB "
-      "of weights",
-      ckpt.dir().string(), c.num_hidden_layers, c.num_moe_layers(), c.num_experts, c.num_experts_per_tok,
-      c.has_shared_expert() ? " + shared expert" : "", c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
-      c.head_dim, c.vocab_size, model::norm_type_name(c.norm_type),
-      static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
+  return fmt::format("model {}: {}, {:.1f} MiB of weights", ckpt.dir().string(), model::describe(ckpt.config()),
+                     static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
 }
 
 engine::KvPoolOptions kv_pool_options(const RunOptions& o, int num_pools, int pools_in_process,
@@ -445,17 +425,7 @@ void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator
              1e3 * engine::percentile(m.ttft_seconds, 99));
   fmt::print("{:<34} {:.2f} / {:.2f}\n", "TPOT p50 / p99 (ms)", 1e3 * engine::percentile(m.tpot_seconds, 50),
              1e3 * engine::percentile(m.tpot_seconds, 99));
-  if (cfg.is_deepseek()) {  // MLA latent rows (+ indexer keys): the representation in force, per layer
-    const std::string keys =
-        cfg.has_indexer() ? fmt::format(" + indexer keys {}", ops::indexer_key_format_name(dev.indexer_key_format()))
-                          : "";
-    fmt::print("{:<34} MLA {}{} ({} bytes per token per layer, {} bytes per token, all {} layers)\n",
-               "KV representation", ops::mla_kv_format_name(dev.mla_kv_format()), keys,
-               m.kv_bytes_per_token / cfg.num_hidden_layers, m.kv_bytes_per_token, cfg.num_hidden_layers);
-  } else {
-    fmt::print("{:<34} {} ({} bytes per token, all {} layers)\n", "KV representation",
-               ops::kv_cache_format_name(dev.kv_format()), m.kv_bytes_per_token, cfg.num_hidden_layers);
-  }
+  fmt::print("{:<34} {}\n", "KV representation", engine::describe_kv_representation(dev, cfg, m.kv_bytes_per_token));
   fmt::print("{:<34} {} prefill + {} decode\n", "tokens", m.prefill_tokens, m.decode_tokens);
   fmt::print("{:<34} {} finished, {} refused, {} failed\n", "requests",
              num_requests - m.requests_refused - m.requests_failed, m.requests_refused, m.requests_failed);

@@ -88,8 +88,9 @@ Status check_head_dim_supported(const ModelConfig& c, std::string_view source, b
   }
   const std::string rule = fmt::format("must be {} (the head dimensions attention implements)", list);
   if (derived) {
-    return invalid_argument(fmt::format("{}: head_dim is absent and hidden_size / num_attention_heads = {} / {} = {}: {}",
-                                        source, c.hidden_size, c.num_attention_heads, c.head_dim, rule));
+    return invalid_argument(
+        fmt::format("{}: head_dim is absent and hidden_size / num_attention_heads = {} / {} = {}: {}", source,
+                    c.hidden_size, c.num_attention_heads, c.head_dim, rule));
   }
   return bad_value(source, "head_dim", std::to_string(c.head_dim), rule);
 }
@@ -128,8 +129,8 @@ int64_t ModelConfig::num_moe_layers() const {
 Status validate_model_config(const ModelConfig& c, std::string_view src) {
   if (c.is_deepseek()) return detail::validate_deepseek_config(c, src);
   if (c.deepseek != DeepseekConfig{}) {
-    return invalid_argument(fmt::format("{}: the DeepSeek keys are set but the architecture is {}", src,
-                                        kQwen3MoeArchitecture));
+    return invalid_argument(
+        fmt::format("{}: the DeepSeek keys are set but the architecture is {}", src, kQwen3MoeArchitecture));
   }
   GB_RETURN_IF_ERROR(check_size(src, "vocab_size", c.vocab_size, 1));
   GB_RETURN_IF_ERROR(check_size(src, "hidden_size", c.hidden_size, 1));
@@ -218,8 +219,7 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   bool known = false;
   if (arch->is_array()) {
     for (const json& a : *arch) {
-      for (Architecture candidate :
-           {Architecture::kQwen3Moe, Architecture::kDeepseekV3, Architecture::kDeepseekV32}) {
+      for (Architecture candidate : {Architecture::kQwen3Moe, Architecture::kDeepseekV3, Architecture::kDeepseekV32}) {
         if (!known && a.is_string() && a.get<std::string>() == architecture_name(candidate)) {
           known = true;
           c.architecture = candidate;
@@ -358,6 +358,27 @@ std::string to_config_json(const ModelConfig& c) {
   j["torch_dtype"] = std::string(torch_dtype_name(c.torch_dtype));
   j[std::string(kNormTypeKey)] = std::string(norm_type_name(c.norm_type));
   return j.dump(2) + "\n";
+}
+
+std::string describe(const ModelConfig& c) {
+  if (c.is_deepseek()) {
+    const DeepseekConfig& d = c.deepseek;
+    return fmt::format(
+        "{} {} layers ({} MoE: {} experts in {} groups, top-{} of {} groups{}), hidden {}, MLA {} heads "
+        "(kv_lora_rank {}, q_lora_rank {}, nope/rope/v {}/{}/{}){}{}, vocab {}",
+        architecture_name(c.architecture), c.num_hidden_layers, c.num_moe_layers(), c.num_experts, d.n_group,
+        c.num_experts_per_tok, d.topk_group,
+        d.n_shared_experts > 0 ? fmt::format(" + {} shared", d.n_shared_experts) : "", c.hidden_size,
+        c.num_attention_heads, d.kv_lora_rank, d.q_lora_rank, d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim,
+        d.yarn ? fmt::format(", YaRN x{}", d.rope_scaling.factor) : "",
+        c.has_indexer() ? fmt::format(", DSA indexer {} x {} top-{}", d.index_n_heads, d.index_head_dim, d.index_topk)
+                        : "",
+        c.vocab_size);
+  }
+  return fmt::format("{} layers ({} MoE: {} experts, top-{}{}), hidden {}, heads {}/{} x {}, vocab {}, {} norm",
+                     c.num_hidden_layers, c.num_moe_layers(), c.num_experts, c.num_experts_per_tok,
+                     c.has_shared_expert() ? " + shared expert" : "", c.hidden_size, c.num_attention_heads,
+                     c.num_key_value_heads, c.head_dim, c.vocab_size, norm_type_name(c.norm_type));
 }
 
 }  // namespace genbridge::model

@@ -124,4 +124,9 @@ Status validate_model_config(const ModelConfig& config, std::string_view source)
 // returns `config`.
 std::string to_config_json(const ModelConfig& config);
 
+// The model as the run and serve logs describe it: architecture, layers, experts and routing, attention
+// shape (MLA ranks, YaRN, the DSA indexer for DeepSeek), vocabulary ("48 layers (48 MoE: 128 experts,
+// top-8), hidden 2048, heads 32/4 x 128, vocab 151936, rms norm").
+std::string describe(const ModelConfig& config);
+
 }  // namespace genbridge::model

@@ -123,4 +123,18 @@ Result<std::unique_ptr<AssembledEngine>> assemble_engine(const model::Checkpoint
   return out;
 }
 
+std::string describe_kv_representation(const runtime::DeviceOperator& dev, const model::ModelConfig& config,
+                                       int64_t kv_bytes_per_token) {
+  if (config.is_deepseek()) {  // MLA latent rows (+ indexer keys), per layer
+    const std::string keys =
+        config.has_indexer() ? fmt::format(" + indexer keys {}", ops::indexer_key_format_name(dev.indexer_key_format()))
+                             : "";
+    return fmt::format("MLA {}{} ({} bytes per token per layer, {} bytes per token, all {} layers)",
+                       ops::mla_kv_format_name(dev.mla_kv_format()), keys,
+                       kv_bytes_per_token / config.num_hidden_layers, kv_bytes_per_token, config.num_hidden_layers);
+  }
+  return fmt::format("{} ({} bytes per token, all {} layers)", ops::kv_cache_format_name(dev.kv_format()),
+                     kv_bytes_per_token, config.num_hidden_layers);
+}
+
 }  // namespace genbridge::engine

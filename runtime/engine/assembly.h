@@ -99,4 +99,10 @@ Result<std::unique_ptr<AssembledEngine>> assemble_engine(const model::Checkpoint
                                                          const AssemblyOptions& options,
                                                          const ExecutorFactory& make_executor = {});
 
+// The KV representation in force for `config` on `dev`, as the run summary prints it: the MLA latent-row
+// format (and the indexer keys' where the model has an indexer), or the KV cache format, with
+// `kv_bytes_per_token` (all layers) and the layer count.
+std::string describe_kv_representation(const runtime::DeviceOperator& dev, const model::ModelConfig& config,
+                                       int64_t kv_bytes_per_token);
+
 }  // namespace genbridge::engine
