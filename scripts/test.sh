@@ -3,8 +3,10 @@
 # and the sanitizer build, and runs every test (including the cross-target check); on an x86-64 host it
 # also cross-compiles the aarch64 build and runs its op and cross-CPU tests under qemu-aarch64, comparing
 # their digests with the ascend950 build's (GENBRIDGE_SKIP_AARCH64=1 skips it). Fails when a build
-# runs fewer tests than tests/EXPECTED_MIN_TESTS records. Prints each phase's time, ends with its wall
-# time and then ctest's summary line for all builds together (the last line).
+# runs fewer tests than tests/EXPECTED_MIN_TESTS records. Prints each phase's wall and CPU time, ends with
+# its wall time and then ctest's summary line for all builds together (the last line). GENBRIDGE_JOBS sets
+# the parallelism of the builds and of ctest (default: nproc), GENBRIDGE_TEST_JOBS that of ctest alone.
+# Timings and what each build covers: docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -12,41 +14,61 @@ source scripts/deps.sh
 gb_install_deps
 
 jobs=${GENBRIDGE_JOBS:-$(nproc)}
+test_jobs=${GENBRIDGE_TEST_JOBS:-$jobs}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 
 took() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
+# CPU seconds (user + system) of this shell's finished children, from the second line of the builtin `times`,
+# which must run in this shell (a $(...) subshell has no children of its own). On a shared machine a
+# phase's CPU time stays comparable where its wall time does not.
+cpu_file=$(mktemp)
+trap 'rm -f "$cpu_file"' EXIT
+cpu_now() {
+  times >"$cpu_file"
+  cpu=$(awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%d", s }' "$cpu_file")
+}
+phase_start() { phase_t=$SECONDS; cpu_now; phase_cpu=$cpu; }
+# Prints "== NAME took 3m05s (CPU 341 s)".
+phase_end() {
+  cpu_now
+  echo "== $1 took $(took $phase_t) (CPU $((cpu - phase_cpu)) s)"
+}
 
-t=$SECONDS
+phase_start
 echo "== configure + build: ascend910"
 cmake --preset ascend910 -DGENBRIDGE_BUILD_BENCH=OFF >/dev/null  # benchmarks build in ascend950
 cmake --build --preset ascend910 -j "$jobs"
+phase_end "build ascend910"
+phase_start
 echo "== configure + build: ascend950 (with the cross-target check against ascend910)"
 cmake --preset ascend950 -DGENBRIDGE_PEER_PROBE="$PWD/build/ascend910/tests/cross_target/gemma_probe" >/dev/null
 cmake --build --preset ascend950 -j "$jobs"
+phase_end "build ascend950"
+phase_start
 echo "== configure + build: asan (ascend950 with AddressSanitizer + UBSan)"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
-echo "== builds took $(took $t)"
+phase_end "build asan"
 
 presets=(ascend910 asan ascend950)
 # aarch64: cross-compiled (cmake/toolchains/aarch64-linux-gnu.cmake); the op contract tests and the cross-CPU
 # check run under qemu-aarch64 and its digests must equal the ascend950 build's.
 if [ "$(uname -m)" = x86_64 ] && [ "${GENBRIDGE_SKIP_AARCH64:-0}" != 1 ]; then
-  t=$SECONDS
+  phase_start
   echo "== configure + build: aarch64 (cross-compiled; tests under qemu-aarch64 against ascend950's digests)"
   cmake --preset aarch64 -DGENBRIDGE_CROSS_CPU_PEER="$PWD/build/ascend950/tests" >/dev/null
   cmake --build --preset aarch64 -j "$jobs"
-  echo "== aarch64 build took $(took $t)"
+  phase_end "build aarch64"
   presets+=(aarch64)
 fi
 failed=0
 for preset in "${presets[@]}"; do
-  t=$SECONDS
+  phase_start
   echo "== ctest: $preset"
-  ctest --preset "$preset" -j "$jobs" --timeout 900 | tee "build/$preset/ctest.log" | grep -vE '^ *(Start|[0-9]+/[0-9]+ Test) ' || true
+  ctest --preset "$preset" -j "$test_jobs" --timeout 900 | tee "build/$preset/ctest.log" | grep -vE '^ *(Start|[0-9]+/[0-9]+ Test) ' || true
   grep -q '100% tests passed' "build/$preset/ctest.log" || failed=1
-  echo "== ctest $preset took $(took $t)"
+  phase_end "ctest $preset"
 done
 
 # Tests run per build against the minimum recorded in tests/EXPECTED_MIN_TESTS ("<build> <count>" lines),
@@ -75,7 +97,8 @@ for preset in "${presets[@]}"; do
   fi
 done
 echo "== tests run per build:${counts%;}"
-echo "== wall time: $(took $start)"
+cpu_now
+echo "== wall time: $(took $start) (CPU $cpu s)"
 
 # One summary line for all three builds, in ctest's own words.
 pct=$(( total > 0 ? (100 * (total - bad)) / total : 0 ))
