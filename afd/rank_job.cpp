@@ -9,7 +9,6 @@
 #include "afd/wire.h"
 #include "runtime/checkpoint/config.h"
 #include "runtime/engine/assembly.h"
-#include "runtime/forward/deepseek_attention.h"
 #include "runtime/forward/runner.h"
 
 namespace genbridge::afd {

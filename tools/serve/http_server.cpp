@@ -105,21 +105,22 @@ class PeerWatch {
     return gone_now();
   }
   // True when the client has shut its sending side or closed the connection (one poll).
-  bool fin_seen() const {
-    if (fd_ < 0) return false;
-    pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & POLLRDHUP) != 0;
-  }
+  bool fin_seen() const { return (revents() & POLLRDHUP) != 0; }
   // True once the client has gone (one poll).
   bool gone_now() const {
-    if (fd_ < 0) return false;
-    pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
-    if (::poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
-    return fin_is_leaving_ && (p.revents & POLLRDHUP) != 0;
+    const short r = revents();
+    if (r & (POLLHUP | POLLERR | POLLNVAL)) return true;
+    return fin_is_leaving_ && (r & POLLRDHUP) != 0;
   }
 
  private:
+  // The socket's poll events now (0 without a connection or when none is pending).
+  short revents() const {
+    if (fd_ < 0) return 0;
+    pollfd p{.fd = fd_, .events = POLLIN | POLLRDHUP, .revents = 0};
+    return ::poll(&p, 1, 0) > 0 ? p.revents : 0;
+  }
+
   int fd_ = -1;
   bool fin_is_leaving_ = false;
   Clock::time_point next_;
