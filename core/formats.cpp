@@ -3,7 +3,6 @@
 #include "core/simd/dispatch.h"
 
 // ---- per CPU target: the bulk conversions (the same bits as the scalar codecs on every target) ----
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "core/formats.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>

@@ -61,3 +61,14 @@ gb_install_aarch64_deps() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
   fi
 }
+
+# What both test scripts start with: the dependencies, the build and ctest parallelism (GB_JOBS,
+# GB_TEST_JOBS from GENBRIDGE_JOBS / GENBRIDGE_TEST_JOBS, default nproc) and the environment the MPI
+# tests need (Open MPI as root, oversubscribed, on loopback only).
+gb_prepare_tests() {
+  gb_install_deps
+  GB_JOBS=${GENBRIDGE_JOBS:-$(nproc)}
+  GB_TEST_JOBS=${GENBRIDGE_TEST_JOBS:-$GB_JOBS}
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: installs missing Debian dependencies, configures and builds both targets
-# and the sanitizer build, and runs every test (including the cross-target check); on an x86-64 host it
-# also cross-compiles the aarch64 build and runs its op and cross-CPU tests under qemu-aarch64, comparing
-# their digests with the ascend950 build's (GENBRIDGE_SKIP_AARCH64=1 skips it). Fails when a build
+# and the sanitizer build and runs their tests: every test in ascend950 (including the cross-target check),
+# those whose results depend on the generation in ascend910, those of the code the sanitizers check in asan
+# (docs/testing.md says which). On an x86-64 host it also cross-compiles the aarch64 build and runs its op
+# and cross-CPU tests under qemu-aarch64, comparing their digests with the ascend950 build's
+# (GENBRIDGE_SKIP_AARCH64=1 skips it). Fails when a build
 # runs fewer tests than tests/EXPECTED_MIN_TESTS records. Prints each phase's wall and CPU time, ends with
 # its wall time and then ctest's summary line for all builds together (the last line). GENBRIDGE_JOBS sets
 # the parallelism of the builds and of ctest (default: nproc), GENBRIDGE_TEST_JOBS that of ctest alone.
@@ -11,12 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 source scripts/deps.sh
-gb_install_deps
-
-jobs=${GENBRIDGE_JOBS:-$(nproc)}
-test_jobs=${GENBRIDGE_TEST_JOBS:-$jobs}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+gb_prepare_tests
 
 took() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
 # CPU seconds (user + system) of this shell's finished children, from the second line of the builtin `times`,
@@ -35,30 +32,35 @@ phase_end() {
   echo "== $1 took $(took $phase_t) (CPU $((cpu - phase_cpu)) s)"
 }
 
-phase_start
-echo "== configure + build: ascend910"
-cmake --preset ascend910 -DGENBRIDGE_BUILD_BENCH=OFF >/dev/null  # benchmarks build in ascend950
-cmake --build --preset ascend910 -j "$jobs"
-phase_end "build ascend910"
+# ascend950 first: it builds everything, and the builds after it find in ccache what they share with it (the
+# generation-independent sources of ascend910, the kernels of asan).
 phase_start
 echo "== configure + build: ascend950 (with the cross-target check against ascend910)"
 cmake --preset ascend950 -DGENBRIDGE_PEER_PROBE="$PWD/build/ascend910/tests/cross_target/gemma_probe" >/dev/null
-cmake --build --preset ascend950 -j "$jobs"
+cmake --build --preset ascend950 -j "$GB_JOBS"
 phase_end "build ascend950"
+phase_start
+echo "== configure + build: ascend910 (the tests whose results depend on the generation)"
+# The generation-independent tests (text, core, the CLI and server, the lint checks) run in ascend950
+# and asan only; benchmarks build in ascend950.
+cmake --preset ascend910 -DGENBRIDGE_BUILD_BENCH=OFF \
+  -DGENBRIDGE_TEST_SUBSET="afd;build;cross_cpu;cross_target;generation;ops;runtime" >/dev/null
+cmake --build --preset ascend910 -j "$GB_JOBS"
+phase_end "build ascend910"
 phase_start
 echo "== configure + build: asan (ascend950 with AddressSanitizer + UBSan)"
 cmake --preset asan >/dev/null
-cmake --build --preset asan -j "$jobs"
+cmake --build --preset asan -j "$GB_JOBS"
 phase_end "build asan"
 
-presets=(ascend910 asan ascend950)
+presets=(ascend950 ascend910 asan)
 # aarch64: cross-compiled (cmake/toolchains/aarch64-linux-gnu.cmake); the op contract tests and the cross-CPU
 # check run under qemu-aarch64 and its digests must equal the ascend950 build's.
 if [ "$(uname -m)" = x86_64 ] && [ "${GENBRIDGE_SKIP_AARCH64:-0}" != 1 ]; then
   phase_start
   echo "== configure + build: aarch64 (cross-compiled; tests under qemu-aarch64 against ascend950's digests)"
   cmake --preset aarch64 -DGENBRIDGE_CROSS_CPU_PEER="$PWD/build/ascend950/tests" >/dev/null
-  cmake --build --preset aarch64 -j "$jobs"
+  cmake --build --preset aarch64 -j "$GB_JOBS"
   phase_end "build aarch64"
   presets+=(aarch64)
 fi
@@ -66,7 +68,7 @@ failed=0
 for preset in "${presets[@]}"; do
   phase_start
   echo "== ctest: $preset"
-  ctest --preset "$preset" -j "$test_jobs" --timeout 900 | tee "build/$preset/ctest.log" | grep -vE '^ *(Start|[0-9]+/[0-9]+ Test) ' || true
+  ctest --preset "$preset" -j "$GB_TEST_JOBS" --timeout 900 | tee "build/$preset/ctest.log" | grep -vE '^ *(Start|[0-9]+/[0-9]+ Test) ' || true
   grep -q '100% tests passed' "build/$preset/ctest.log" || failed=1
   phase_end "ctest $preset"
 done

@@ -10,13 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 source scripts/deps.sh
-gb_install_deps
-jobs=${GENBRIDGE_JOBS:-$(nproc)}
+gb_prepare_tests
 cmake --preset ascend950 >/dev/null
-cmake --build --preset ascend950 -j "$jobs" --target cross_cpu.ops_bit_identity_test cross_cpu.engine_bit_identity_test
+cmake --build --preset ascend950 -j "$GB_JOBS" --target cross_cpu.ops_bit_identity_test cross_cpu.engine_bit_identity_test
 cmake --preset aarch64 -DGENBRIDGE_CROSS_CPU_PEER="$PWD/build/ascend950/tests" >/dev/null
-cmake --build --preset aarch64 -j "$jobs"
-ctest --test-dir build/aarch64 -j "$jobs" --timeout 3600 --output-on-failure | tee build/aarch64/ctest_full.log |
+cmake --build --preset aarch64 -j "$GB_JOBS"
+ctest --test-dir build/aarch64 -j "$GB_JOBS" --timeout 3600 --output-on-failure | tee build/aarch64/ctest_full.log |
   grep -vE '^ *(Start|[0-9]+/[0-9]+ Test) ' || true
 echo "== wall time: $(( (SECONDS - start) / 60 ))m$(( (SECONDS - start) % 60 ))s"
 grep -q '100% tests passed' build/aarch64/ctest_full.log

@@ -15,7 +15,6 @@
 #include "core/simd/dispatch.h"
 #include "genbridge/core/cpu_target.h"
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/support/bench_util.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>

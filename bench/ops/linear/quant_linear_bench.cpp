@@ -39,7 +39,6 @@
 #include <immintrin.h>
 #endif
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/ops/linear/quant_linear_bench.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>

@@ -14,7 +14,6 @@
 #include "ops/common/tensor/tensor_checks.h"
 #endif  // GENBRIDGE_OPS_COMMON_ACTIVATION_SILU_AND_MUL_SHARED_
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/activation/silu_and_mul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>

@@ -18,6 +18,7 @@
 #include "ops/common/attention/hadamard.h"
 #include "ops/common/kv_cache/kv_layout.h"
 #include "ops/common/kv_cache/mla_layout.h"
+#include "ops/common/tensor/messages.h"
 #include "ops/common/tensor/rows.h"
 
 namespace genbridge::ops::detail::indexer {
@@ -43,7 +44,6 @@ struct Item {
 }  // namespace genbridge::ops::detail::indexer
 #endif  // GENBRIDGE_OPS_ATTENTION_LIGHTNING_INDEXER_SHARED_
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/attention/lightning_indexer_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -53,11 +53,8 @@ struct Item {
 
 GB_OPS_KERNELS_BEGIN();
 namespace {
-namespace hn = hwy::HWY_NAMESPACE;
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 using indexer::Item;
 using indexer::Plan;
-
 
 // Key of flat slot `slot` as fp32 in dst[0, dp) (zero padded).
 HWY_INLINE void DecodeKey(const Plan& p, int64_t slot, float* dst) {
@@ -121,21 +118,7 @@ void ScoreItem(const Plan& p, const Item& it, float* scratch) {
     V16 score = Zero16();
     for (int64_t h = 0; h < H; ++h) {
       const float* qh = q + h * dp;
-      for (int j = 0; j < 16; j += 4) {  // four keys per pass over the query; each its own accumulator
-        const float* k0 = keys + j * dp;
-        V16 d0 = Zero16(), d1 = Zero16(), d2 = Zero16(), d3 = Zero16();
-        for (int64_t i = 0; i < dp; i += kLanes) {
-          const V16 qv = Load16(qh + i);
-          d0 = Fma16(qv, Load16(k0 + i), d0);
-          d1 = Fma16(qv, Load16(k0 + dp + i), d1);
-          d2 = Fma16(qv, Load16(k0 + 2 * dp + i), d2);
-          d3 = Fma16(qv, Load16(k0 + 3 * dp + i), d3);
-        }
-        Store16(part + 16 * j, d0);
-        Store16(part + 16 * (j + 1), d1);
-        Store16(part + 16 * (j + 2), d2);
-        Store16(part + 16 * (j + 3), d3);
-      }
+      for (int j = 0; j < 16; j += 4) DotFourKeys16(qh, keys + j * dp, dp, dp, part + 16 * j);
       ReduceKeys16(part, sums);
       const V16 relu = MaxGt16(Load16(sums), Zero16());
       score = score + Set16(w[h]) * relu;
@@ -154,9 +137,6 @@ namespace genbridge::ops::detail {
 HWY_EXPORT(ScoreItem);
 
 namespace {
-
-std::string s(std::string_view v) { return std::string(v); }
-std::string n(int64_t v) { return std::to_string(v); }
 
 Status validate(const LightningIndexerCall& c, TokenCacheGeometry& g) {
   const char* op = c.op;

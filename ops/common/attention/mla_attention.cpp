@@ -19,6 +19,7 @@
 #include "genbridge/core/threading.h"
 #include "ops/common/kv_cache/kv_layout.h"
 #include "ops/common/kv_cache/mla_layout.h"
+#include "ops/common/tensor/messages.h"
 #include "ops/common/tensor/rows.h"
 
 namespace genbridge::ops::detail::mla {
@@ -52,7 +53,6 @@ inline size_t scratch_floats(const Plan& p) {
 }  // namespace genbridge::ops::detail::mla
 #endif  // GENBRIDGE_OPS_ATTENTION_MLA_ATTENTION_SHARED_
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/attention/mla_attention.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -62,8 +62,6 @@ inline size_t scratch_floats(const Plan& p) {
 
 GB_OPS_KERNELS_BEGIN();
 namespace {
-namespace hn = hwy::HWY_NAMESPACE;
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 using mla::Item;
 using mla::kHeads;
 using mla::kNegInf;
@@ -183,23 +181,7 @@ void AttendItem(const Plan& p, const Item& it, float* scratch) {
       const float* qh = q + h * w;
       // 16-lane fused dots, four keys at a time (each key's own accumulator: the same operations as one
       // at a time), then the 16 sums in the contract's pairwise order (ReduceKeys16 = ReduceAdd16 per key).
-      for (int j = 0; j < kTile; j += 4) {
-        V16 d0 = Zero16(), d1 = Zero16(), d2 = Zero16(), d3 = Zero16();
-        const float* k0 = kv + j * w;
-        if (j < n) {
-          for (int64_t i = 0; i < w; i += kLanes) {
-            const V16 qv = Load16(qh + i);
-            d0 = Fma16(qv, Load16(k0 + i), d0);
-            d1 = Fma16(qv, Load16(k0 + w + i), d1);
-            d2 = Fma16(qv, Load16(k0 + 2 * w + i), d2);
-            d3 = Fma16(qv, Load16(k0 + 3 * w + i), d3);
-          }
-        }
-        Store16(part + 16 * j, d0);
-        Store16(part + 16 * (j + 1), d1);
-        Store16(part + 16 * (j + 2), d2);
-        Store16(part + 16 * (j + 3), d3);
-      }
+      for (int j = 0; j < kTile; j += 4) DotFourKeys16(qh, kv + j * w, w, j < n ? w : 0, part + 16 * j);
       ReduceKeys16(part, scores);
       for (int j = n; j < kTile; ++j) scores[j] = kNegInf;
       const V16 s = Load16(scores) * vscale;
@@ -251,9 +233,6 @@ namespace genbridge::ops::detail {
 HWY_EXPORT(AttendItem);
 
 namespace {
-
-std::string s(std::string_view v) { return std::string(v); }
-std::string n(int64_t v) { return std::to_string(v); }
 
 Status check_q(const char* op, const char* name, const TensorView& t, int64_t width, const char* width_name) {
   GB_RETURN_IF_ERROR(check_float_input(op, name, t));

@@ -19,6 +19,7 @@
 #include "genbridge/core/formats.h"
 #include "genbridge/core/threading.h"
 #include "ops/common/kv_cache/kv_layout.h"
+#include "ops/common/tensor/messages.h"
 #include "ops/common/tensor/rows.h"
 
 namespace genbridge::ops::detail::paged {
@@ -61,7 +62,6 @@ inline size_t scratch_floats(int64_t d) {
 
 #endif  // GENBRIDGE_OPS_ATTENTION_PAGED_ATTENTION_SHARED_
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/attention/paged_attention.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -481,8 +481,6 @@ using paged::Item;
 using paged::kMaxRows;
 using paged::Plan;
 
-std::string s(std::string_view v) { return std::string(v); }
-std::string n(int64_t v) { return std::to_string(v); }
 std::string fmt_float(float v) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", static_cast<double>(v));

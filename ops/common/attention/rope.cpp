@@ -14,7 +14,6 @@
 #include "ops/common/tensor/rows.h"
 #endif  // GENBRIDGE_OPS_COMMON_ATTENTION_ROPE_SHARED_
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/attention/rope.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>

@@ -63,6 +63,26 @@ HWY_INLINE float ReduceMaxSeq16(V16 v) {
   return m;
 }
 
+// Four keys' 16-lane dot-product partials with one query row (len a multiple of 16): for key t < 4 and lane
+// l < 16, part[16 * t + l] = the sum of q[i] * keys[t * stride + i] over i < len with i % 16 == l; each key
+// its own accumulator, fused multiply-adds in index order (the same operations as one key at a time).
+// len 0 stores zeros.
+HWY_INLINE void DotFourKeys16(const float* HWY_RESTRICT q, const float* HWY_RESTRICT keys, int64_t stride, int64_t len,
+                              float* HWY_RESTRICT part) {
+  V16 d0 = Zero16(), d1 = Zero16(), d2 = Zero16(), d3 = Zero16();
+  for (int64_t i = 0; i < len; i += kLanes) {
+    const V16 qv = Load16(q + i);
+    d0 = Fma16(qv, Load16(keys + i), d0);
+    d1 = Fma16(qv, Load16(keys + stride + i), d1);
+    d2 = Fma16(qv, Load16(keys + 2 * stride + i), d2);
+    d3 = Fma16(qv, Load16(keys + 3 * stride + i), d3);
+  }
+  Store16(part, d0);
+  Store16(part + 16, d1);
+  Store16(part + 32, d2);
+  Store16(part + 48, d3);
+}
+
 // out[k] = the sum of the 16 lanes of part[16 * k .. 16 * k + 16), for 16 vectors k at once, in the
 // contract's fixed pairwise order: s8[i] = v[i] + v[i + 8], s4[i] = s8[i] + s8[i + 4],
 // s2[i] = s4[i] + s4[i + 2], sum = s2[0] + s2[1]. Each level is one vector add over several keys; only the

@@ -2,12 +2,11 @@
 
 #include <string>
 
+#include "ops/common/tensor/messages.h"
 #include "ops/common/tensor/rows.h"
 
 namespace genbridge::ops::detail {
 namespace {
-
-std::string s(std::string_view v) { return std::string(v); }
 
 struct FormatInfo {
   DType dtype;

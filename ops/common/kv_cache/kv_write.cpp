@@ -10,14 +10,13 @@
 #include "genbridge/core/formats.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 #include "ops/common/kv_cache/kv_layout.h"
+#include "ops/common/tensor/messages.h"
 #include "ops/common/tensor/rows.h"
 
 #ifndef GENBRIDGE_KV_WRITE_ONCE_
 #define GENBRIDGE_KV_WRITE_ONCE_
 namespace genbridge::ops::detail {
 namespace {
-
-std::string s(std::string_view v) { return std::string(v); }
 
 Status check_slots(const KvWriteCall& c, const KvGeometry& g, int64_t num_tokens) {
   const TensorView& sm = c.slot_mapping;
@@ -61,7 +60,6 @@ Status check_slots(const KvWriteCall& c, const KvGeometry& g, int64_t num_tokens
 #endif  // GENBRIDGE_KV_WRITE_ONCE_
 
 // ---- per CPU target: the rows of a range of kv heads (every target gives the same bits) ----
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/kv_cache/kv_write.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -71,7 +69,6 @@ Status check_slots(const KvWriteCall& c, const KvGeometry& g, int64_t num_tokens
 #include "ops/common/tensor/rows-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 // Writes one fp32 row into row `r` of `cache` (and its scale) in the cache's representation.
 HWY_INLINE void StoreRow(const KvWriteCall& c, const float* x, int64_t d, const TensorView& cache,

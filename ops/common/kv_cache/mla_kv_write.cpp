@@ -7,13 +7,12 @@
 #include "genbridge/core/formats.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 #include "ops/common/kv_cache/mla_layout.h"
+#include "ops/common/tensor/messages.h"
 #include "ops/common/tensor/rows.h"
 
 #ifndef GENBRIDGE_MLA_KV_WRITE_ONCE_
 #define GENBRIDGE_MLA_KV_WRITE_ONCE_
 namespace genbridge::ops::detail::mla_write {
-
-inline std::string s(std::string_view v) { return std::string(v); }
 
 // A [num_tokens, width] float input (width may be 0 only for `rope`).
 inline Status check_rows(const char* op, const char* name, const TensorView& t, int64_t num_tokens, int64_t width,
@@ -30,7 +29,6 @@ inline Status check_rows(const char* op, const char* name, const TensorView& t, 
 }  // namespace genbridge::ops::detail::mla_write
 #endif  // GENBRIDGE_MLA_KV_WRITE_ONCE_
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/kv_cache/mla_kv_write.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -40,7 +38,6 @@ inline Status check_rows(const char* op, const char* name, const TensorView& t, 
 #include "ops/common/tensor/rows-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 // Row `t` of a rank-2 float tensor as fp32.
 HWY_INLINE void LoadTokenRow(const TensorView& x, int64_t t, int64_t n, float* out) {
@@ -115,7 +112,6 @@ HWY_EXPORT(WriteMlaRows);
 HWY_EXPORT(WriteIndexerRows);
 
 using mla_write::check_rows;
-using mla_write::s;
 
 Status run_mla_kv_write(const MlaKvWriteCall& c) {
   if (c.cache.format != c.format) {

@@ -2,14 +2,12 @@
 
 #include <string>
 
-#include "ops/common/tensor/rows.h"
 #include "ops/common/kv_cache/kv_layout.h"
+#include "ops/common/tensor/messages.h"
+#include "ops/common/tensor/rows.h"
 
 namespace genbridge::ops::detail {
 namespace {
-
-std::string s(std::string_view v) { return std::string(v); }
-std::string n(int64_t v) { return std::to_string(v); }
 
 // A contiguous host view of `dtype` with shape [nb, bs] + tail (tail < 0: rank 2).
 Status check_view(const char* op, const char* name, const TensorView& t, DType dtype, int64_t nb, int64_t bs,

@@ -26,15 +26,12 @@
 #include "genbridge/core/formats.h"
 #include "genbridge/core/status.h"
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/linear/dot_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include "ops/common/tensor/kernels-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-namespace hn = hwy::HWY_NAMESPACE;
-using namespace genbridge::simd::HWY_NAMESPACE;
 
 template <typename T>
 HWY_INLINE void PrefetchL2(const T* base, int64_t i) {

@@ -42,14 +42,12 @@ inline constexpr int64_t kInt8RowBlock = 64;
 }  // namespace genbridge::ops::detail
 #endif
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/linear/int8_dot_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include "ops/common/tensor/kernels-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-namespace hn = hwy::HWY_NAMESPACE;
 
 // ---- Every target: int16 widening, pairwise multiply-add into int32 lanes --------------------------------
 

@@ -9,7 +9,6 @@
 #include "ops/common/tensor/rows.h"
 #include "ops/common/tensor/tensor_checks.h"
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/moe/moe_combine.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
@@ -18,7 +17,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace genbridge::ops::HWY_NAMESPACE {
-using namespace genbridge::simd::HWY_NAMESPACE;
+using namespace ::genbridge::simd::HWY_NAMESPACE;
 
 // acc[0:H] = acc + s * v, each product and sum rounded once (no fused multiply-add).
 void AddScaled(float* acc, float s, const float* v, int64_t H) {

@@ -6,8 +6,7 @@ namespace genbridge::ops {
 
 Status add_rms_norm(const TensorView& x, const TensorView& gamma, const TensorView& residual, float eps,
                     const TensorView& y, const TensorView& residual_sum) {
-  return detail::run_norm_op("add_rms_norm", x, gamma, &residual, eps, y, nullptr, &residual_sum,
-                             detail::NormWeight::kGamma);
+  return detail::run_add_norm_op(__func__, x, gamma, residual, eps, y, residual_sum, detail::NormWeight::kGamma);
 }
 
 }  // namespace genbridge::ops

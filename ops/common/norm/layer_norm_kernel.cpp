@@ -17,14 +17,12 @@
 
 #endif  // GENBRIDGE_OPS_NORM_LAYER_NORM_SHARED_
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/norm/layer_norm_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include "ops/common/tensor/kernels-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 // Rows [r0, r1) of x (as rows over the last dim). g, b: gamma and beta as fp32, padded to dp with zeros.
 void LayerNormRows(const TensorView& x, const float* g, const float* b, float eps, const TensorView& y, int64_t r0,

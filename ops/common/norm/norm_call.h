@@ -19,4 +19,11 @@ enum class NormWeight {
 Status run_norm_op(const char* op, const TensorView& x, const TensorView& weight, const TensorView* residual, float eps,
                    const TensorView& y, const TensorView* rstd, const TensorView* residual_sum, NormWeight form);
 
+// The fused-add ops' call: y = norm(x + residual) * weight and residual_sum = x + residual. An entry passes
+// __func__ as `op` (the entry is named as its operator).
+inline Status run_add_norm_op(const char* op, const TensorView& x, const TensorView& weight, const TensorView& residual,
+                              float eps, const TensorView& y, const TensorView& residual_sum, NormWeight form) {
+  return run_norm_op(op, x, weight, &residual, eps, y, nullptr, &residual_sum, form);
+}
+
 }  // namespace genbridge::ops::detail

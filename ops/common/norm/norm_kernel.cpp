@@ -77,7 +77,6 @@ Status validate_impl(const NormCall& c) {
 #endif  // GENBRIDGE_NORM_KERNEL_ONCE_
 
 // ---- per CPU target: the row loops (every target gives the same bits: same lanes, same operation order) ----
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/norm/norm_kernel.cpp"
 #include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -85,7 +84,6 @@ Status validate_impl(const NormCall& c) {
 #include "ops/common/tensor/kernels-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 HWY_INLINE float RstdOf(float sumsq, int64_t cols, float eps) {
   return 1.0f / std::sqrt(sumsq / static_cast<float>(cols) + eps);

@@ -18,7 +18,6 @@ using namespace quant_checks;  // NOLINT: the quant ops' argument checks
 }  // namespace genbridge::ops::detail
 
 // ---- per CPU target: one row's int8 codes and scale (every target gives the same bits) ----
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/quant/quant_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -27,7 +26,6 @@ using namespace quant_checks;  // NOLINT: the quant ops' argument checks
 #include "ops/common/tensor/kernels-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 // EncodeInt8_16 + StoreBytes16 in fewer instructions (the row loop is bound by its instruction count, not
 // by memory or the divider): the clamp as Min / Max (a NaN lane's clamped value is discarded by the final
@@ -148,7 +146,6 @@ Status run_dynamic_quant_per_token(const TensorView& x, float eps, const TensorV
   });
   return ok_status();
 }
-
 
 }  // namespace genbridge::ops::detail
 #endif  // HWY_ONCE

@@ -42,7 +42,6 @@ int64_t col_offset(const TensorView& t, int k, int64_t c) {
 #endif  // GENBRIDGE_ROWS_ONCE_
 
 // ---- per CPU target: contiguous row conversions (exact widening; RNE narrowing as the scalar codecs) ----
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/common/tensor/rows.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -50,7 +49,6 @@ int64_t col_offset(const TensorView& t, int k, int64_t c) {
 #include "ops/common/tensor/rows-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 void LoadRowF32(DType d, const void* src, int64_t n, float* out) { LoadRowF32Contiguous(d, src, n, out); }
 void StoreRowF32(DType d, void* dst, int64_t n, const float* in) { StoreRowF32Contiguous(d, dst, n, in); }

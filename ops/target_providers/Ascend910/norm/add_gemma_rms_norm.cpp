@@ -7,8 +7,7 @@ namespace genbridge::ops {
 
 Status add_gemma_rms_norm(const TensorView& x, const TensorView& w, const TensorView& residual, float eps,
                           const TensorView& y, const TensorView& residual_sum) {
-  return detail::run_norm_op("add_gemma_rms_norm", x, w, &residual, eps, y, nullptr, &residual_sum,
-                             detail::NormWeight::kOnePlusFp32);
+  return detail::run_add_norm_op(__func__, x, w, residual, eps, y, residual_sum, detail::NormWeight::kOnePlusFp32);
 }
 
 }  // namespace genbridge::ops

@@ -10,7 +10,6 @@
 #include "ops/common/attention/hadamard.h"
 
 // ---- per CPU target (every target gives the same bits) ----
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/target_providers/Ascend950/kv_cache/fp8_rows.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -20,7 +19,6 @@
 #include "ops/common/tensor/rows-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 // codes of x[0, n) / scale, scale = max(amax, tiny) / 448; returns the scale.
 HWY_NOINLINE float EncodeFp8Group(const float* x, int64_t n, uint8_t* codes) {

@@ -15,15 +15,12 @@
 #include "genbridge/core/formats.h"
 #include "ops/common/linear/dot_kernel.h"
 
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/target_providers/Ascend950/linear/mx_dot_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
 #include "ops/common/tensor/kernels-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-namespace hn = hwy::HWY_NAMESPACE;
-using namespace genbridge::simd::HWY_NAMESPACE;
 
 // The fp32 bits the scalar decode table gives the e4m3fn NaN codes (0x7F and 0xFF alike).
 HWY_INLINE uint32_t E4m3NanBits() {

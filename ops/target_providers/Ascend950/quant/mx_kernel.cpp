@@ -123,7 +123,6 @@ Status validate_normalize(const TensorView& scale, const TensorView& out) {
   return check_host_data(op, "out", out);
 }
 
-
 // 2^(127 - code) for an e8m0 code in [0, 254]: the multiplier that divides by the block scale.
 inline float inverse_scale(uint8_t code) {
   if (code == 254) return std::bit_cast<float>(0x00400000u);  // 2^-127, an fp32 subnormal
@@ -135,7 +134,6 @@ inline float inverse_scale(uint8_t code) {
 #endif  // GENBRIDGE_MX_KERNEL_ONCE_
 
 // ---- per CPU target: one row's scales and codes (every target gives the same bits) ----
-#undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/target_providers/Ascend950/quant/mx_kernel.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
@@ -144,7 +142,6 @@ inline float inverse_scale(uint8_t code) {
 #include "ops/common/tensor/kernels-inl.h"
 
 GB_OPS_KERNELS_BEGIN();
-using namespace ::genbridge::simd::HWY_NAMESPACE;  // NOLINT
 
 // mx_scale_code on 16 lanes of amax bit patterns (same rules; see the scalar version in mx_kernel.h).
 template <DType D, MxScaleAlg A>
