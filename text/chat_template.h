@@ -66,10 +66,11 @@ struct RenderLimits {
   int max_value_depth = 256;
   // Nested evaluations at once: blocks, expressions and macro calls together (bounds the stack).
   int max_render_depth = 512;
-  // Checked every kPollSteps steps, as is `cancelled` (which may be empty; called on the render's thread).
+  // Checked every kPollSteps steps, as is `cancelled` (which may be empty; called on the render's thread). A step
+  // may scan a string as long as max_output_bytes (`'y' in s`: milliseconds), so few steps go between checks.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   std::function<bool()> cancelled;
-  static constexpr int64_t kPollSteps = 256;
+  static constexpr int64_t kPollSteps = 16;
 };
 
 class ChatTemplate {
