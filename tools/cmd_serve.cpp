@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -384,6 +385,9 @@ void ServeLoop::signal_loop() {
                                                     std::chrono::duration<double>(so_.shutdown_timeout_s));
     const int64_t aborted = service_.shutdown(deadline);
     fmt::print(stderr, "genbridge serve: {} request(s) cancelled at the deadline; closing the listener\n", aborted);
+    // Closing the listener ends the replies still being written (cpp-httplib stops their content providers):
+    // the handlers finish writing first (a drained stream's last events, a cancelled one's error event).
+    service_.wait_streams_released(std::max(deadline, serve::Clock::now() + std::chrono::seconds(5)));
     if (!wait_job()) fmt::print(stderr, "genbridge serve: the AFD job did not end after the drain\n");
     close_listener();
     return;
