@@ -291,7 +291,7 @@ class ServeLoop {
   void start_job();
   void exit_if_mpi_job_failed();
   bool wait_job();
-  void close_listener();
+  void close_listener(serve::Clock::time_point replies_by);
   void signal_loop();
   // Ends what started before the listener opened (a failed port file, or the job ending first).
   void stop_before_listening();
@@ -353,8 +353,11 @@ bool ServeLoop::wait_job() {
   return !setup_.afd_mode || job_done_.load();
 }
 
-// Closes the listener; stop() before listen() started is lost, so it is repeated until listen() returns.
-void ServeLoop::close_listener() {
+// Closes the listener once every reply still being written is done (or `replies_by` passes): closing it ends them
+// (cpp-httplib stops their content providers), e.g. a drained stream's last events or a failed job's error event.
+// stop() before listen() started is lost, so it is repeated until listen() returns.
+void ServeLoop::close_listener(serve::Clock::time_point replies_by) {
+  service_.wait_streams_released(replies_by);
   const auto deadline = serve::Clock::now() + std::chrono::seconds(30);
   while (!listener_done_.load()) {
     http_.stop();
@@ -373,8 +376,7 @@ void ServeLoop::signal_loop() {
     if (job_done_.load() && !job_status_.ok()) {
       fmt::print(stderr,
                  "genbridge serve: the AFD job failed; answering in-flight requests and closing the listener\n");
-      service_.wait_streams_released(serve::Clock::now() + std::chrono::seconds(5));
-      close_listener();
+      close_listener(serve::Clock::now() + std::chrono::seconds(5));
       return;
     }
     const int sig = sigtimedwait(&signals_, nullptr, &slice);
@@ -385,11 +387,8 @@ void ServeLoop::signal_loop() {
                                                     std::chrono::duration<double>(so_.shutdown_timeout_s));
     const int64_t aborted = service_.shutdown(deadline);
     fmt::print(stderr, "genbridge serve: {} request(s) cancelled at the deadline; closing the listener\n", aborted);
-    // Closing the listener ends the replies still being written (cpp-httplib stops their content providers):
-    // the handlers finish writing first (a drained stream's last events, a cancelled one's error event).
-    service_.wait_streams_released(std::max(deadline, serve::Clock::now() + std::chrono::seconds(5)));
     if (!wait_job()) fmt::print(stderr, "genbridge serve: the AFD job did not end after the drain\n");
-    close_listener();
+    close_listener(std::max(deadline, serve::Clock::now() + std::chrono::seconds(5)));
     return;
   }
 }
