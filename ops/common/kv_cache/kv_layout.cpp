@@ -87,6 +87,30 @@ Status check_int32(const char* op, const char* name, const TensorView& t, int ra
   return check_host_data(op, name, t);
 }
 
+Status check_query_start_loc(const char* op, const TensorView& query_start_loc, int64_t num_seqs,
+                             int64_t num_tokens) {
+  GB_RETURN_IF_ERROR(check_int32(op, "query_start_loc", query_start_loc, 1, "[num_seqs + 1]"));
+  if (query_start_loc.dim(0) != num_seqs + 1) {
+    return invalid_argument(s(op) + ": query_start_loc has shape " + query_start_loc.shape_string() +
+                            " but must be [" + n(num_seqs + 1) + "] (num_seqs + 1)");
+  }
+  if (at_i32(query_start_loc, 0) != 0) {
+    return invalid_argument(s(op) + ": query_start_loc[0] is " + n(at_i32(query_start_loc, 0)) + " but must be 0");
+  }
+  for (int64_t q = 0; q < num_seqs; ++q) {
+    const int64_t b = at_i32(query_start_loc, q), e = at_i32(query_start_loc, q + 1);
+    if (e < b) {
+      return invalid_argument(s(op) + ": query_start_loc[" + n(q + 1) + "] = " + n(e) + " is less than query_start_loc[" +
+                              n(q) + "] = " + n(b) + "; it must be non-decreasing");
+    }
+  }
+  if (at_i32(query_start_loc, num_seqs) != num_tokens) {
+    return invalid_argument(s(op) + ": query_start_loc[" + n(num_seqs) + "] is " + n(at_i32(query_start_loc, num_seqs)) +
+                            " but must equal the number of query tokens " + n(num_tokens));
+  }
+  return ok_status();
+}
+
 Status check_mla_dims(MlaKvFormat f, int64_t kv_lora_rank, int64_t rope_dim) {
   const KvRepresentation& r = kv_representation(f);
   if (kv_lora_rank < 1) {

@@ -38,6 +38,11 @@ Status check_indexer_dims(IndexerKeyFormat f, int64_t index_head_dim);
 // Checks an int32 tensor of the given rank (named in messages) and host data.
 Status check_int32(const char* op, const char* name, const TensorView& t, int rank, const char* layout);
 
+// query_start_loc: int32 [num_seqs + 1], 0 first, non-decreasing, num_tokens last (each sequence's query
+// rows are [query_start_loc[s], query_start_loc[s + 1])).
+Status check_query_start_loc(const char* op, const TensorView& query_start_loc, int64_t num_seqs,
+                             int64_t num_tokens);
+
 // Element i (logical, row-major) of an int32 tensor of rank 1 or 2.
 inline int32_t at_i32(const TensorView& t, int64_t i) { return t.data_as<const int32_t>()[i * t.stride(0)]; }
 inline int32_t at_i32(const TensorView& t, int64_t i, int64_t j) {

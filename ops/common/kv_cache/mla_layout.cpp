@@ -93,25 +93,7 @@ Status check_attention_batch(const char* op, const TensorView& block_tables, con
     return invalid_argument(s(op) + ": context_lens has shape " + context_lens.shape_string() + " but must be [" +
                             n(num_seqs) + "] (num_seqs, the rows of block_tables)");
   }
-  GB_RETURN_IF_ERROR(check_int32(op, "query_start_loc", query_start_loc, 1, "[num_seqs + 1]"));
-  if (query_start_loc.dim(0) != num_seqs + 1) {
-    return invalid_argument(s(op) + ": query_start_loc has shape " + query_start_loc.shape_string() +
-                            " but must be [" + n(num_seqs + 1) + "] (num_seqs + 1)");
-  }
-  if (at_i32(query_start_loc, 0) != 0) {
-    return invalid_argument(s(op) + ": query_start_loc[0] is " + n(at_i32(query_start_loc, 0)) + " but must be 0");
-  }
-  for (int64_t q = 0; q < num_seqs; ++q) {
-    const int64_t b = at_i32(query_start_loc, q), e = at_i32(query_start_loc, q + 1);
-    if (e < b) {
-      return invalid_argument(s(op) + ": query_start_loc[" + n(q + 1) + "] = " + n(e) + " is less than query_start_loc[" +
-                              n(q) + "] = " + n(b) + "; it must be non-decreasing");
-    }
-  }
-  if (at_i32(query_start_loc, num_seqs) != num_tokens) {
-    return invalid_argument(s(op) + ": query_start_loc[" + n(num_seqs) + "] is " + n(at_i32(query_start_loc, num_seqs)) +
-                            " but must equal the number of query tokens " + n(num_tokens));
-  }
+  GB_RETURN_IF_ERROR(check_query_start_loc(op, query_start_loc, num_seqs, num_tokens));
   for (int64_t q = 0; q < num_seqs; ++q) {
     const int64_t q_len = at_i32(query_start_loc, q + 1) - at_i32(query_start_loc, q);
     const int64_t ctx = at_i32(context_lens, q);

@@ -16,6 +16,13 @@ Status check_float_tensor(const char* op, const char* name, const TensorView& t)
   return check_float_input(op, name, t);
 }
 
+Status check_f32_or_bf16(const char* op, const char* name, const TensorView& t) {
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16) {
+    return invalid_argument(std::string(op) + ": " + name + " has dtype " + std::string(dtype_name(t.dtype())) + " but must be fp32 or bf16");
+  }
+  return check_host_data(op, name, t);
+}
+
 Status check_dtype(const char* op, const char* name, const TensorView& t, DType d) {
   if (t.dtype() != d) {
     return invalid_argument(std::string(op) + ": " + name + " has dtype " + std::string(dtype_name(t.dtype())) +

@@ -18,6 +18,8 @@ std::vector<int64_t> shape_of(const TensorView& t);
 
 // `t` is fp32, fp16 or bf16, in host memory, with sane sizes, strides and data pointer.
 Status check_float_tensor(const char* op, const char* name, const TensorView& t);
+// `t` is fp32 or bf16 (host memory, sane sizes, strides and data pointer).
+Status check_f32_or_bf16(const char* op, const char* name, const TensorView& t);
 // `t` has exactly dtype `d` (and is a sane host tensor).
 Status check_dtype(const char* op, const char* name, const TensorView& t, DType d);
 // `t` has rank `rank`; `layout` describes the expected dims, e.g. "[T, k]".
