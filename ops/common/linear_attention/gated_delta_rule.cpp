@@ -82,12 +82,124 @@ void DeltaRuleToken(float* S, int64_t dk, int64_t dv, const float* kn, const flo
   }
 }
 
+
+// ---- the chunked form (q_len > 1) ----
+// Every sum below is one chain of fused multiply-adds (Fma16: one rounding on every target) over its inner
+// index in increasing order, starting from the value the output held; the register tiles only choose which
+// chains run side by side, so the tile shape may differ per target without changing a bit.
+constexpr int kTileRows = kParts == 1 ? 4 : kParts == 2 ? 3 : 2;
+constexpr int kTileVecs = kParts == 1 ? 4 : 2;
+
+// C[r][c] += sum_p A[r * lda + p] * B[p * ldb + c] for r < R, c in [c0, c0 + 16 NV).
+template <int R, int NV>
+HWY_INLINE void TileAcc(const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t P,
+                        int64_t c0) {
+  V16 acc[R][NV];
+  GB_UNROLL for (int r = 0; r < R; ++r) {
+    GB_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = Load16(C + r * ldc + c0 + v * kLanes);
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    V16 b[NV];
+    GB_UNROLL for (int v = 0; v < NV; ++v) b[v] = Load16(B + p * ldb + c0 + v * kLanes);
+    GB_UNROLL for (int r = 0; r < R; ++r) {
+      const V16 a = Set16(A[r * lda + p]);
+      GB_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = Fma16(a, b[v], acc[r][v]);
+    }
+  }
+  GB_UNROLL for (int r = 0; r < R; ++r) {
+    GB_UNROLL for (int v = 0; v < NV; ++v) Store16(C + r * ldc + c0 + v * kLanes, acc[r][v]);
+  }
+}
+
+// C[M][N] += A[M][P] B[P][N] (row strides lda, ldb, ldc), each element one fused chain over p.
+void MatAcc(const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, int64_t M, int64_t P,
+            int64_t N) {
+  int64_t c = 0;
+  for (; c + kTileVecs * kLanes <= N; c += kTileVecs * kLanes) {
+    int64_t r = 0;
+    for (; r + kTileRows <= M; r += kTileRows) TileAcc<kTileRows, kTileVecs>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, P, c);
+    for (; r < M; ++r) TileAcc<1, kTileVecs>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, P, c);
+  }
+  for (; c + kLanes <= N; c += kLanes) {
+    int64_t r = 0;
+    for (; r + kTileRows <= M; r += kTileRows) TileAcc<kTileRows, 1>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, P, c);
+    for (; r < M; ++r) TileAcc<1, 1>(A + r * lda, lda, B, ldb, C + r * ldc, ldc, P, c);
+  }
+  for (; c < N; ++c)
+    for (int64_t r = 0; r < M; ++r) {
+      float acc = C[r * ldc + c];
+      for (int64_t p = 0; p < P; ++p) acc = std::fma(A[r * lda + p], B[p * ldb + c], acc);
+      C[r * ldc + c] = acc;
+    }
+}
+
+// One chunk of n tokens on S [dk][dv]. In: kn, qn [n][dk] (normalised, qn scaled), v [n][dv], g, beta [n].
+// Out: o [n][dv]; S holds the state after the chunk. `w` is scratch of ChunkScratch(n, dk, dv) floats.
+//   Γ_t = expf(g_0 + ... + g_t), D[t][s] = expf(g_{s+1} + ... + g_t) (s <= t; sums in order)
+//   X = (I + L)^-1 [beta v | beta Γ kn] with L[t][s] = beta_t D[t][s] kn_t.kn_s (s < t), by forward substitution
+//   v_new = X_v - X_k S;  o = (Γ qn) S + (D ⊙ qn kn^T)_{s<=t} v_new;  S <- Γ_{n-1} S + (D_{n-1,s} kn_s)^T v_new
+void DeltaRuleChunk(float* S, int64_t dk, int64_t dv, int64_t n, const float* kn, const float* qn, const float* v,
+                    const float* g, const float* beta, float* o, float* w) {
+  const int64_t nx = dv + dk;  // columns of X: [v part | k part]
+  float* kt = w;               // [dk][n]: kn transposed
+  float* kk = kt + dk * n;     // [n][n]: kn kn^T, then -L
+  float* qk = kk + n * n;      // [n][n]: qn kn^T, then the masked, decayed intra-chunk weights
+  float* x = qk + n * n;       // [n][nx]
+  float* qg = x + n * nx;      // [n][dk]: Γ qn, then -X_k
+  float* kd = qg + n * dk;     // [dk][n]: (D_{n-1,s} kn_s) transposed
+  float* gc = kd + dk * n;     // [n]: D[n-1][s]
+  float* gam = gc + n;         // [n]
+  float acc = 0.0f;
+  for (int64_t t = 0; t < n; ++t) acc = acc + g[t], gam[t] = std::exp(acc);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < dk; ++i) kt[i * n + t] = kn[t * dk + i];
+  for (int64_t i = 0; i < n * n; ++i) kk[i] = 0.0f, qk[i] = 0.0f;
+  MatAcc(kn, dk, kt, n, kk, n, n, dk, n);
+  MatAcc(qn, dk, kt, n, qk, n, n, dk, n);
+  // D[t][s] = expf(g_{s+1} + ... + g_t), the sum taken in order from g_{s+1} (not gc_t - gc_s: the difference
+  // of two long sums loses the digits of a short one), kept in kd's first column block until used.
+  for (int64_t s = 0; s < n; ++s) {
+    float sum = 0.0f;
+    for (int64_t t = s; t < n; ++t) {
+      if (t > s) sum = sum + g[t];
+      const float d = std::exp(sum);
+      kk[t * n + s] = t > s ? -(beta[t] * (kk[t * n + s] * d)) : 0.0f;
+      qk[t * n + s] = qk[t * n + s] * d;
+      if (t == n - 1) gc[s] = d;  // D[n-1][s], for the state update
+    }
+    for (int64_t t = 0; t < s; ++t) kk[t * n + s] = 0.0f, qk[t * n + s] = 0.0f;
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t c = 0; c < dv; ++c) x[t * nx + c] = beta[t] * v[t * dv + c];
+    const float bg = beta[t] * gam[t];
+    for (int64_t i = 0; i < dk; ++i) x[t * nx + dv + i] = bg * kn[t * dk + i];
+    for (int64_t i = 0; i < dk; ++i) qg[t * dk + i] = gam[t] * qn[t * dk + i];
+  }
+  // Forward substitution, row by row: X_t += sum_{s<t} (-L[t][s]) X_s.
+  for (int64_t t = 1; t < n; ++t) MatAcc(kk + t * n, n, x, nx, x + t * nx, nx, 1, t, nx);
+  // v_new (in X's v part) = X_v - X_k S.
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < dk; ++i) x[t * nx + dv + i] = -x[t * nx + dv + i];
+  MatAcc(x + dv, nx, S, dv, x, nx, n, dk, dv);
+  // o = (Γ qn) S, then the intra-chunk part row by row (s <= t).
+  for (int64_t i = 0; i < n * dv; ++i) o[i] = 0.0f;
+  MatAcc(qg, dk, S, dv, o, dv, n, dk, dv);
+  for (int64_t t = 0; t < n; ++t) MatAcc(qk + t * n, n, x, nx, o + t * dv, dv, 1, t + 1, dv);
+  // S <- Γ_{n-1} S + sum_s (D_{n-1,s} kn_s) v_new_s^T.
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t i = 0; i < dk; ++i) kd[i * n + s] = gc[s] * kn[s * dk + i];
+  const float last = gam[n - 1];
+  for (int64_t i = 0; i < dk * dv; ++i) S[i] = last * S[i];
+  MatAcc(kd, n, x, nx, S, dv, dk, n, dv);
+}
+
 GB_OPS_KERNELS_END();
 
 #if HWY_ONCE
 namespace genbridge::ops {
 namespace detail {
 HWY_EXPORT(DeltaRuleToken);
+HWY_EXPORT(DeltaRuleChunk);
 }  // namespace detail
 namespace {
 
@@ -150,6 +262,11 @@ void l2_normalise(float* x, int64_t d, float scale) {
   }
 }
 
+// Scratch floats of DeltaRuleChunk for n tokens.
+size_t chunk_scratch_floats(int64_t n, int64_t dk, int64_t dv) {
+  return static_cast<size_t>(2 * dk * n + 2 * n * n + n * (dv + dk) + n * dk + 2 * n);
+}
+
 }  // namespace
 
 Status gated_delta_rule(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
@@ -161,26 +278,39 @@ Status gated_delta_rule(const TensorView& q, const TensorView& k, const TensorVi
   const int64_t items = batch.num_seqs() * nv;
   if (items == 0) return ok_status();
   const auto token_kernel = GB_DISPATCH(detail::DeltaRuleToken);
+  const auto chunk_kernel = GB_DISPATCH(detail::DeltaRuleChunk);
   float* const state0 = state.data_as<float>();
   const float* const g0 = g.data_as<const float>();
   const float* const beta0 = beta.data_as<const float>();
+  constexpr int64_t kC = kGatedDeltaRuleChunk;
   genbridge::detail::parallel_for_dynamic(items, [&](int64_t item) {
     const int64_t sq = item / nv, h = item % nv, j = h / group;
     const int64_t q_len = batch.q_len(sq), row0 = batch.begin[sq];
     if (q_len == 0) return;
     float* S = state0 + (batch.slot[sq] * nv + h) * dk * dv;
-    std::vector<float> kn(static_cast<size_t>(dk)), qn(static_cast<size_t>(dk)), vr(static_cast<size_t>(dv)),
-        o(static_cast<size_t>(dv));
-    for (int64_t t = row0; t < row0 + q_len; ++t) {
-      detail::load_row_f32(k, 1, t * nk + j, dk, kn.data());
-      detail::load_row_f32(q, 1, t * nk + j, dk, qn.data());
-      detail::load_row_f32(v, 1, t * nv + h, dv, vr.data());
-      l2_normalise(kn.data(), dk, 1.0f);
-      l2_normalise(qn.data(), dk, scale);
-      const float a = std::exp(g0[t * g.stride(0) + h * g.stride(1)]);
-      const float b = beta0[t * beta.stride(0) + h * beta.stride(1)];
-      token_kernel(S, dk, dv, kn.data(), qn.data(), vr.data(), a, b, o.data());
-      detail::store_row_f32(out, 1, t * nv + h, dv, o.data());
+    const int64_t rows = q_len == 1 ? 1 : std::min(q_len, kC);
+    std::vector<float> kn(static_cast<size_t>(rows * dk)), qn(static_cast<size_t>(rows * dk)),
+        vr(static_cast<size_t>(rows * dv)), o(static_cast<size_t>(rows * dv)), gr(static_cast<size_t>(rows)),
+        br(static_cast<size_t>(rows));
+    std::vector<float> scratch(q_len == 1 ? 0 : chunk_scratch_floats(rows, dk, dv));
+    for (int64_t t0 = row0; t0 < row0 + q_len; t0 += rows) {
+      const int64_t nt = std::min(rows, row0 + q_len - t0);
+      for (int64_t r = 0; r < nt; ++r) {
+        const int64_t t = t0 + r;
+        detail::load_row_f32(k, 1, t * nk + j, dk, &kn[r * dk]);
+        detail::load_row_f32(q, 1, t * nk + j, dk, &qn[r * dk]);
+        detail::load_row_f32(v, 1, t * nv + h, dv, &vr[r * dv]);
+        l2_normalise(&kn[r * dk], dk, 1.0f);
+        l2_normalise(&qn[r * dk], dk, scale);
+        gr[r] = g0[t * g.stride(0) + h * g.stride(1)];
+        br[r] = beta0[t * beta.stride(0) + h * beta.stride(1)];
+      }
+      if (q_len == 1) {
+        token_kernel(S, dk, dv, kn.data(), qn.data(), vr.data(), std::exp(gr[0]), br[0], o.data());
+      } else {
+        chunk_kernel(S, dk, dv, nt, kn.data(), qn.data(), vr.data(), gr.data(), br.data(), o.data(), scratch.data());
+      }
+      for (int64_t r = 0; r < nt; ++r) detail::store_row_f32(out, 1, (t0 + r) * nv + h, dv, &o[r * dv]);
     }
   });
   return ok_status();

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,10 +19,14 @@
 namespace genbridge::testing {
 namespace {
 
-// Rel-L2 bound of each output row block (one token, one value head) and of each final state head against
-// the fp64 per-token recurrence, for fp32 outputs (bf16 outputs add their rounding, 2^-8 relative).
-constexpr double kBoundF32 = 2e-5;
-constexpr double kBoundBf16Out = 2e-5 + 0x1p-8;
+// The header's rel-L2 bound of each output row block (one token, one value head) and of each final state
+// head against the fp64 per-token recurrence, for fp32 outputs (bf16 outputs add their rounding, 2^-8
+// relative). accuracy_at_qwen35_head_size measures the worst row (8.8e-5 at T = 1024) and the mean.
+constexpr double kBoundF32 = 3e-4;
+constexpr double kBoundBf16Out = 3e-4 + 0x1p-8;
+// The mean row rel-L2 at Qwen3.5's head size (measured 6.0e-7 at T = 1024): catches a systematic error
+// that the worst-row bound, sized for rows whose output nearly cancels, would let through.
+constexpr double kMeanBound = 3e-6;
 
 struct Problem {
   int64_t nk = 2, nv = 4, dk = 32, dv = 32;
@@ -221,6 +227,41 @@ std::vector<double> run_in_parts(const Problem& whole_problem, const std::vector
   out = to_doubles(whole.out.view());
   state = to_doubles(whole.state.view());
   return out;
+}
+
+// Worst rel-L2 of an output row block (one token, one value head) at Qwen3.5's head size, for the chunked
+// form (one call of T tokens) and for the per-token form (T calls of one token), printed for the header's bound.
+TEST(GatedDeltaRule, accuracy_at_qwen35_head_size) {
+  for (int T : {64, 256, 1024}) {
+    for (bool fresh : {true, false}) {
+      Problem p;
+      p.nk = 1, p.nv = 4, p.dk = 128, p.dv = 128;
+      p.q_lens = {T};
+      p.fresh = fresh;
+      p.seed = 100 + T;
+      Data d(p);
+      const std::vector<double> before = to_doubles(d.state.view());
+      ASSERT_TRUE(d.run().ok());
+      std::vector<double> want, want_state;
+      reference(d, before, want, want_state);
+      const auto chunked = to_doubles(d.out.view());
+      std::vector<double> state_after;
+      std::vector<int> ones(T, 1);
+      const auto per_token = run_in_parts(p, ones, state_after);
+      double worst_chunked = 0, worst_token = 0, sum_chunked = 0;
+      for (int64_t r = 0; r < T * p.nv; ++r) {
+        const double e = rel_l2(chunked, want, r * p.dv, (r + 1) * p.dv);
+        worst_chunked = std::max(worst_chunked, e);
+        sum_chunked += e;
+        worst_token = std::max(worst_token, rel_l2(per_token, want, r * p.dv, (r + 1) * p.dv));
+      }
+      std::printf("gated_delta_rule accuracy T=%d %s state: chunked worst %.3g mean %.3g, per-token worst %.3g\n", T,
+                  fresh ? "fresh" : "random", worst_chunked, sum_chunked / (T * p.nv), worst_token);
+      EXPECT_LE(worst_chunked, kBoundF32);
+      EXPECT_LE(worst_token, kBoundF32);
+      EXPECT_LE(sum_chunked / (T * p.nv), kMeanBound);
+    }
+  }
 }
 
 TEST(GatedDeltaRule, continues_state_across_calls) {
