@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cross_cpu/cases.h"
+#include "genbridge/ops/activation/sigmoid_mul.h"
 #include "genbridge/ops/activation/silu_and_mul.h"
 #include "genbridge/ops/attention/lightning_indexer.h"
 #include "genbridge/ops/attention/mla_decode.h"
@@ -20,6 +21,10 @@
 #include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
+#include "genbridge/ops/linear_attention/causal_conv1d.h"
+#include "genbridge/ops/linear_attention/gated_delta_rule.h"
+#include "genbridge/ops/linear_attention/gdn_gating.h"
+#include "genbridge/ops/norm/gated_rms_norm.h"
 #include "genbridge/ops/norm/layer_norm.h"
 #include "genbridge/ops/attention/rope.h"
 #include "genbridge/ops/kv_cache/bf16_kv_write.h"
@@ -609,6 +614,128 @@ TEST(CrossCpu, layer_norm) {
       fill(b, 163, -1.f, 1.f, Edges::kNone);
       CaseResult r;
       if (op_ok(ops::layer_norm(x.view(), g.view(), b.view(), 1e-6f, y.view()), r)) r.outputs.push_back(output_of(y));
+      return r;
+    });
+  }
+}
+
+// ---- Gated DeltaNet (Qwen3.5 linear attention) ----
+// Three sequences (q_len 1, 5 and 70: decode, a short chunked prefill and one past a 64-token chunk) in
+// slots 2, 0, 1 of 3.
+constexpr int32_t kGdnStarts[4] = {0, 1, 6, 76};
+constexpr int32_t kGdnSlots[3] = {2, 0, 1};
+constexpr int64_t kGdnTokens = 76;
+
+void gdn_batch(Buf& si, Buf& qsl) {
+  for (int i = 0; i < 3; ++i) si.as<int32_t>()[i] = kGdnSlots[i];
+  for (int i = 0; i < 4; ++i) qsl.as<int32_t>()[i] = kGdnStarts[i];
+}
+
+// C = 300 (a 256-channel block, then 44: a 16-lane tail of 12), K = 4; edge values in x and the state.
+TEST(CrossCpu, causal_conv1d) {
+  for (DType xd : {DType::kF32, DType::kBF16}) {
+    for (DType sd : {DType::kF32, DType::kBF16}) {
+      check_case("causal_conv1d.x_" + dt(xd) + ".state_" + dt(sd), [&] {
+        const int64_t C = 300, K = 4;
+        Buf x(xd, {kGdnTokens, C}), w(xd, {C, K}), st(sd, {3, K - 1, C}), y(xd, {kGdnTokens, C}),
+            si(DType::kI32, {3}), qsl(DType::kI32, {4});
+        fill(x, 171, -4.f, 4.f);
+        fill(w, 172, -1.f, 1.f, Edges::kNone);
+        fill(st, 173, -4.f, 4.f);
+        gdn_batch(si, qsl);
+        CaseResult r;
+        if (op_ok(ops::causal_conv1d(x.view(), w.view(), st.view(), si.view(), qsl.view(), y.view()), r)) {
+          r.outputs.push_back(output_of(y));
+          r.outputs.push_back(output_of(st));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// nv = 37; a and b across softplus's threshold (20) and exp's over- and underflow.
+TEST(CrossCpu, gdn_gating) {
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    check_case("gdn_gating." + dt(d), [&] {
+      const int64_t T = 7, nv = 37;
+      Buf a(d, {T, nv}), b(d, {T, nv}), A(d, {nv}), bias(d, {nv}), g(DType::kF32, {T, nv}), beta(DType::kF32, {T, nv});
+      fill(a, 181, -30.f, 30.f);
+      fill(b, 182, -100.f, 100.f);
+      fill(A, 183, 0.f, 2.8f, Edges::kNone);
+      fill(bias, 184, -0.5f, 0.5f, Edges::kNone);
+      CaseResult r;
+      if (op_ok(ops::gdn_gating(a.view(), b.view(), A.view(), bias.view(), g.view(), beta.view()), r)) {
+        r.outputs.push_back(output_of(g));
+        r.outputs.push_back(output_of(beta));
+      }
+      return r;
+    });
+  }
+}
+
+// D = 131 (8 lane blocks and a tail of 3) and 128; one all-zero row.
+TEST(CrossCpu, gated_rms_norm) {
+  for (DType xd : {DType::kF32, DType::kBF16}) {
+    for (int64_t d : {131, 128}) {
+      check_case("gated_rms_norm.x_" + dt(xd) + ".d" + std::to_string(d), [&] {
+        const int64_t rows = 5;
+        Buf x(xd, {rows, d}), z(xd, {rows, d}), w(DType::kF32, {d}), y(xd, {rows, d});
+        fill(x, 191, -3.f, 3.f);
+        for (int64_t j = 0; j < d; ++j) set_float(x, 2 * d + j, 0.f);
+        fill(z, 192, -9.f, 9.f);
+        fill(w, 193, 0.5f, 1.5f, Edges::kNone);
+        CaseResult r;
+        if (op_ok(ops::gated_rms_norm(x.view(), z.view(), w.view(), 1e-6f, y.view()), r)) r.outputs.push_back(output_of(y));
+        return r;
+      });
+    }
+  }
+}
+
+// d = 53 (tail 5); gates with edge values (NaN and infinities included), in place in one case.
+TEST(CrossCpu, sigmoid_mul) {
+  for (DType xd : {DType::kF32, DType::kBF16}) {
+    for (DType yd : {DType::kF32, DType::kBF16}) {
+      check_case("sigmoid_mul.x_" + dt(xd) + ".y_" + dt(yd), [&] {
+        const int64_t t = 5, d = 53;
+        Buf x(xd, {t, d}), g(DType::kBF16, {t, d}), y(yd, {t, d});
+        fill(x, 201, -9.f, 9.f);
+        fill(g, 202, -90.f, 90.f, Edges::kNonFinite);
+        CaseResult r;
+        const bool in_place = xd == yd;
+        if (op_ok(ops::sigmoid_mul(x.view(), g.view(), in_place ? x.view() : y.view()), r)) {
+          r.outputs.push_back(output_of(in_place ? x : y));
+        }
+        return r;
+      });
+    }
+  }
+}
+
+// nk = 2, nv = 4 (grouped values), dk = 40 and dv = 37 (tails of the 16-lane column blocks and of the
+// register tiles); random states; the per-token form (q_len 1) and the chunked form (5 and 70 tokens).
+TEST(CrossCpu, gated_delta_rule) {
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    check_case("gated_delta_rule." + dt(d), [&] {
+      const int64_t nk = 2, nv = 4, dk = 40, dv = 37;
+      Buf q(d, {kGdnTokens, nk, dk}), k(d, {kGdnTokens, nk, dk}), v(d, {kGdnTokens, nv, dv}),
+          g(DType::kF32, {kGdnTokens, nv}), beta(DType::kF32, {kGdnTokens, nv}), st(DType::kF32, {3, nv, dk, dv}),
+          out(d, {kGdnTokens, nv, dv}), si(DType::kI32, {3}), qsl(DType::kI32, {4});
+      fill(q, 211, -1.f, 1.f);
+      fill(k, 212, -1.f, 1.f);
+      fill(v, 213, -1.f, 1.f);
+      fill(g, 214, -3.f, 0.f, Edges::kNone);
+      fill(beta, 215, 0.f, 1.f, Edges::kNone);
+      fill(st, 216, -0.5f, 0.5f, Edges::kNone);
+      gdn_batch(si, qsl);
+      CaseResult r;
+      if (op_ok(ops::gated_delta_rule(q.view(), k.view(), v.view(), g.view(), beta.view(), st.view(), si.view(),
+                                      qsl.view(), 1.0f / std::sqrt(40.0f), out.view()),
+                r)) {
+        r.outputs.push_back(output_of(out));
+        r.outputs.push_back(output_of(st));
+      }
       return r;
     });
   }
