@@ -3,7 +3,7 @@
 // a small shape:
 //   causal_conv1d, gated_rms_norm, sigmoid_mul    memory roof (mem_frac): bytes read + written per call.
 //   gated_delta_rule prefill (one sequence of T)  fp32 compute roof (fma_frac): the FLOPs of the form it
-//                                                runs (chunked: per chunk of n and head, 2 x (2 n^2 dk +
+//                                                runs (chunked: per chunk of n and head, 2 x (n (n + 1) dk +
 //                                                n(n-1)/2 (dk + dv) + 3 n dk dv + n(n+1)/2 dv) + dk dv), and
 //                                                the per-token form on the same tokens (T calls of one
 //                                                token, 8 dk dv FLOPs per token and head) for comparison.
@@ -108,7 +108,7 @@ double chunked_flops(int64_t T, int64_t dk, int64_t dv) {
   double f = 0;
   for (int64_t t0 = 0; t0 < T; t0 += ops::kGatedDeltaRuleChunk) {
     const double n = static_cast<double>(std::min(ops::kGatedDeltaRuleChunk, T - t0));
-    f += 2 * (2 * n * n * dk + n * (n - 1) / 2 * (dk + dv) + 3 * n * dk * dv + n * (n + 1) / 2 * dv) + dk * dv;
+    f += 2 * (n * (n + 1) * dk + n * (n - 1) / 2 * (dk + dv) + 3 * n * dk * dv + n * (n + 1) / 2 * dv) + dk * dv;
   }
   return f;
 }

@@ -154,8 +154,14 @@ void DeltaRuleChunk(float* S, int64_t dk, int64_t dv, int64_t n, const float* kn
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < dk; ++i) kt[i * n + t] = kn[t * dk + i];
   for (int64_t i = 0; i < n * n; ++i) kk[i] = 0.0f, qk[i] = 0.0f;
-  MatAcc(kn, dk, kt, n, kk, n, n, dk, n);
-  MatAcc(qn, dk, kt, n, qk, n, n, dk, n);
+  // Only the lower triangle (s <= t) is used: each block of rows stops at its last row's column, rounded up
+  // to whole 16-lane blocks.
+  for (int64_t t0 = 0; t0 < n; t0 += kTileRows) {
+    const int64_t rows = std::min<int64_t>(kTileRows, n - t0);
+    const int64_t cols = std::min(n, (t0 + rows + kLanes - 1) / kLanes * kLanes);
+    MatAcc(kn + t0 * dk, dk, kt, n, kk + t0 * n, n, rows, dk, cols);
+    MatAcc(qn + t0 * dk, dk, kt, n, qk + t0 * n, n, rows, dk, cols);
+  }
   // D[t][s] = expf(g_{s+1} + ... + g_t), the sum taken in order from g_{s+1} (not gc_t - gc_s: the difference
   // of two long sums loses the digits of a short one), kept in kd's first column block until used.
   for (int64_t s = 0; s < n; ++s) {
@@ -175,8 +181,13 @@ void DeltaRuleChunk(float* S, int64_t dk, int64_t dv, int64_t n, const float* kn
     for (int64_t i = 0; i < dk; ++i) x[t * nx + dv + i] = bg * kn[t * dk + i];
     for (int64_t i = 0; i < dk; ++i) qg[t * dk + i] = gam[t] * qn[t * dk + i];
   }
-  // Forward substitution, row by row: X_t += sum_{s<t} (-L[t][s]) X_s.
-  for (int64_t t = 1; t < n; ++t) MatAcc(kk + t * n, n, x, nx, x + t * nx, nx, 1, t, nx);
+  // Forward substitution: X_t += sum_{s<t} (-L[t][s]) X_s, s increasing. Per block of rows [t0, t0 + R):
+  // the terms s < t0 (rows already final) in one tile, then each row's own s in [t0, t).
+  for (int64_t t0 = 0; t0 < n; t0 += kTileRows) {
+    const int64_t rows = std::min<int64_t>(kTileRows, n - t0);
+    if (t0 > 0) MatAcc(kk + t0 * n, n, x, nx, x + t0 * nx, nx, rows, t0, nx);
+    for (int64_t t = t0 + 1; t < t0 + rows; ++t) MatAcc(kk + t * n + t0, n, x + t0 * nx, nx, x + t * nx, nx, 1, t - t0, nx);
+  }
   // v_new (in X's v part) = X_v - X_k S.
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < dk; ++i) x[t * nx + dv + i] = -x[t * nx + dv + i];
@@ -184,7 +195,11 @@ void DeltaRuleChunk(float* S, int64_t dk, int64_t dv, int64_t n, const float* kn
   // o = (Γ qn) S, then the intra-chunk part row by row (s <= t).
   for (int64_t i = 0; i < n * dv; ++i) o[i] = 0.0f;
   MatAcc(qg, dk, S, dv, o, dv, n, dk, dv);
-  for (int64_t t = 0; t < n; ++t) MatAcc(qk + t * n, n, x, nx, o + t * dv, dv, 1, t + 1, dv);
+  for (int64_t t0 = 0; t0 < n; t0 += kTileRows) {  // s < t0 in one tile, then each row's s in [t0, t]
+    const int64_t rows = std::min<int64_t>(kTileRows, n - t0);
+    if (t0 > 0) MatAcc(qk + t0 * n, n, x, nx, o + t0 * dv, dv, rows, t0, dv);
+    for (int64_t t = t0; t < t0 + rows; ++t) MatAcc(qk + t * n + t0, n, x + t0 * nx, nx, o + t * dv, dv, 1, t - t0 + 1, dv);
+  }
   // S <- Γ_{n-1} S + sum_s (D_{n-1,s} kn_s) v_new_s^T.
   for (int64_t s = 0; s < n; ++s)
     for (int64_t i = 0; i < dk; ++i) kd[i * n + s] = gc[s] * kn[s * dk + i];
