@@ -342,7 +342,8 @@ engine::KvPoolOptions kv_pool_options(const RunOptions& o, int num_pools, int po
   return {.memory_mb = o.kv_memory_mb,
           .num_pools = num_pools,
           .pools_in_process = pools_in_process,
-          .whole_context_seqs = whole_context_seqs};
+          .whole_context_seqs = whole_context_seqs,
+          .state_slots = o.max_batch};
 }
 
 engine::AssemblyOptions assembly_options(const RunOptions& o, const engine::KvPoolOptions& kv_pool,

@@ -12,11 +12,12 @@
 #include "runtime/checkpoint/deepseek_weights.h"
 #include "runtime/checkpoint/file_access.h"
 #include "runtime/checkpoint/fp8_checkpoint.h"
+#include "runtime/checkpoint/qwen35_config.h"
 
 namespace genbridge::model {
 
-std::string layer_tensor_name(int64_t layer, std::string_view suffix) {
-  return fmt::format("model.layers.{}.{}", layer, suffix);
+std::string layer_tensor_name(int64_t layer, std::string_view suffix, std::string_view prefix) {
+  return fmt::format("{}layers.{}.{}", prefix, layer, suffix);
 }
 
 std::string expert_tensor_name(int64_t layer, int64_t expert, std::string_view proj) {
@@ -37,8 +38,9 @@ class WeightBinder {
   // `shape_rule` spells the expected shape in config terms, e.g. "[num_experts, hidden_size]";
   // `why` says why the config needs the tensor.
   // `keep_dtype`: bind the file's tensor as it is even when bf16 weights are asked for.
+  // `keep_f32`: bind an F32 tensor as it is (other dtypes convert to bf16 as usual).
   Result<TensorView> bind(const std::string& name, std::vector<int64_t> shape, std::string_view shape_rule,
-                          std::string_view why, bool keep_dtype = false) {
+                          std::string_view why, bool keep_dtype = false, bool keep_f32 = false) {
     const TensorStore& store = *ckpt_.store_;
     const TensorStore::Entry* e = store.find(name);
     if (!e) {
@@ -69,7 +71,8 @@ class WeightBinder {
           kConfigFileName, TensorView(nullptr, v.dtype(), shape.data(), static_cast<int>(shape.size())).shape_string(),
           shape_rule));
     }
-    if (keep_dtype || options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16) {
+    if (keep_dtype || options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16 ||
+        (keep_f32 && v.dtype() == DType::kF32)) {
       ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;
       ckpt_.bound_.push_back({name, e->file->path(), v, false});
       return v;
@@ -152,16 +155,76 @@ class WeightBinder {
     return m;
   }
 
+  // Qwen3.5's Gated DeltaNet weights (linear_attn.*).
+  Status bind_linear_attention(int64_t l, const std::string& why, LinearAttentionWeights* g) {
+    const ModelConfig& c = ckpt_.config_;
+    const Qwen35Config& q = c.qwen35;
+    const int64_t h = c.hidden_size, C = q.conv_dim(), nv = q.linear_num_value_heads, K = q.linear_conv_kernel_dim;
+    const auto name = [&](std::string_view s) { return layer_tensor_name(l, s, c.tensor_prefix()); };
+    const std::string conv_rule = "[2 * linear_num_key_heads * linear_key_head_dim + linear_num_value_heads * "
+                                  "linear_value_head_dim";
+    GB_ASSIGN_OR_RETURN(g->in_proj_qkv,
+                        bind(name("linear_attn.in_proj_qkv.weight"), {C, h}, conv_rule + ", hidden_size]", why));
+    GB_ASSIGN_OR_RETURN(g->in_proj_z, bind(name("linear_attn.in_proj_z.weight"), {q.value_dim(), h},
+                                           "[linear_num_value_heads * linear_value_head_dim, hidden_size]", why));
+    GB_ASSIGN_OR_RETURN(g->in_proj_b, bind(name("linear_attn.in_proj_b.weight"), {nv, h},
+                                           "[linear_num_value_heads, hidden_size]", why));
+    GB_ASSIGN_OR_RETURN(g->in_proj_a, bind(name("linear_attn.in_proj_a.weight"), {nv, h},
+                                           "[linear_num_value_heads, hidden_size]", why));
+    GB_ASSIGN_OR_RETURN(TensorView conv, bind(name("linear_attn.conv1d.weight"), {C, 1, K},
+                                              conv_rule + ", 1, linear_conv_kernel_dim]", why));
+    g->conv1d = TensorView(conv.data(), conv.dtype(), {C, K});
+    GB_ASSIGN_OR_RETURN(g->dt_bias,
+                        bind(name("linear_attn.dt_bias"), {nv}, "[linear_num_value_heads]", why, false, true));
+    GB_ASSIGN_OR_RETURN(g->A_log, bind(name("linear_attn.A_log"), {nv}, "[linear_num_value_heads]", why, false, true));
+    GB_ASSIGN_OR_RETURN(g->norm, bind(name("linear_attn.norm.weight"), {q.linear_value_head_dim},
+                                      "[linear_value_head_dim]", why, false, true));
+    GB_ASSIGN_OR_RETURN(g->out_proj, bind(name("linear_attn.out_proj.weight"), {h, q.value_dim()},
+                                          "[hidden_size, linear_num_value_heads * linear_value_head_dim]", why));
+    return ok_status();
+  }
+
+  // Routed experts, one tensor per expert or (Qwen3.5) fused: mlp.experts.gate_up_proj [E, 2I, H] (gate rows
+  // first) and mlp.experts.down_proj [E, H, I], each expert a view into them.
+  Status bind_experts(int64_t l, const std::string& why, std::vector<MlpWeights>* experts) {
+    const ModelConfig& c = ckpt_.config_;
+    const int64_t h = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+    const std::string fused = layer_tensor_name(l, "mlp.experts.gate_up_proj", c.tensor_prefix());
+    if (c.is_qwen35() && ckpt_.store_->find(fused)) {
+      GB_ASSIGN_OR_RETURN(TensorView gu,
+                          bind(fused, {E, 2 * I, h}, "[num_experts, 2 * moe_intermediate_size, hidden_size]", why));
+      GB_ASSIGN_OR_RETURN(TensorView dn, bind(layer_tensor_name(l, "mlp.experts.down_proj", c.tensor_prefix()),
+                                              {E, h, I}, "[num_experts, hidden_size, moe_intermediate_size]", why));
+      const size_t es = dtype_size(gu.dtype());
+      for (int64_t e = 0; e < E; ++e) {
+        std::byte* g0 = static_cast<std::byte*>(gu.data()) + static_cast<size_t>(e * 2 * I * h) * es;
+        std::byte* d0 = static_cast<std::byte*>(dn.data()) + static_cast<size_t>(e * h * I) * dtype_size(dn.dtype());
+        experts->push_back(MlpWeights{TensorView(g0, gu.dtype(), {I, h}),
+                                      TensorView(g0 + static_cast<size_t>(I * h) * es, gu.dtype(), {I, h}),
+                                      TensorView(d0, dn.dtype(), {h, I})});
+      }
+      return ok_status();
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      GB_ASSIGN_OR_RETURN(MlpWeights m,
+                          bind_mlp(fmt::format("{}layers.{}.mlp.experts.{}.", c.tensor_prefix(), l, e), h, I,
+                                   "moe_intermediate_size", why));
+      experts->push_back(m);
+    }
+    return ok_status();
+  }
+
   Status bind_all() {
     const ModelConfig& c = ckpt_.config_;
     ModelWeights& w = ckpt_.weights_;
     const int64_t h = c.hidden_size;
-    GB_ASSIGN_OR_RETURN(w.embed_tokens, bind("model.embed_tokens.weight", {c.vocab_size, h},
+    const std::string prefix = c.tensor_prefix();
+    GB_ASSIGN_OR_RETURN(w.embed_tokens, bind(prefix + "embed_tokens.weight", {c.vocab_size, h},
                                              "[vocab_size, hidden_size]", "the token embedding"));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       LayerWeights lw;
       const std::string why_layer = fmt::format("num_hidden_layers = {}", c.num_hidden_layers);
-      const auto name = [&](std::string_view s) { return layer_tensor_name(l, s); };
+      const auto name = [&](std::string_view s) { return layer_tensor_name(l, s, prefix); };
       GB_ASSIGN_OR_RETURN(lw.input_layernorm, bind(name("input_layernorm.weight"), {h}, "[hidden_size]", why_layer));
       GB_ASSIGN_OR_RETURN(lw.post_attention_layernorm,
                           bind(name("post_attention_layernorm.weight"), {h}, "[hidden_size]", why_layer));
@@ -174,27 +237,33 @@ class WeightBinder {
         w.layers.push_back(std::move(lw));
         continue;
       }
-      AttentionWeights& a = lw.attn;
-      GB_ASSIGN_OR_RETURN(a.q_proj, bind(name("self_attn.q_proj.weight"), {c.q_size(), h},
-                                         "[num_attention_heads * head_dim, hidden_size]", why_layer));
-      GB_ASSIGN_OR_RETURN(a.k_proj, bind(name("self_attn.k_proj.weight"), {c.kv_size(), h},
-                                         "[num_key_value_heads * head_dim, hidden_size]", why_layer));
-      GB_ASSIGN_OR_RETURN(a.v_proj, bind(name("self_attn.v_proj.weight"), {c.kv_size(), h},
-                                         "[num_key_value_heads * head_dim, hidden_size]", why_layer));
-      GB_ASSIGN_OR_RETURN(a.o_proj, bind(name("self_attn.o_proj.weight"), {h, c.q_size()},
-                                         "[hidden_size, num_attention_heads * head_dim]", why_layer));
-      GB_ASSIGN_OR_RETURN(a.q_norm, bind(name("self_attn.q_norm.weight"), {c.head_dim}, "[head_dim]", why_layer));
-      GB_ASSIGN_OR_RETURN(a.k_norm, bind(name("self_attn.k_norm.weight"), {c.head_dim}, "[head_dim]", why_layer));
+      lw.linear = c.is_linear_layer(l);
+      if (lw.linear) {
+        GB_RETURN_IF_ERROR(bind_linear_attention(
+            l, fmt::format("layer_types[{}] is \"linear_attention\"", l), &lw.gdn));
+      } else {
+        const std::string why_attn =
+            c.is_qwen35() ? fmt::format("layer_types[{}] is \"full_attention\"", l) : why_layer;
+        AttentionWeights& a = lw.attn;
+        GB_ASSIGN_OR_RETURN(a.q_proj, bind(name("self_attn.q_proj.weight"), {c.q_proj_size(), h},
+                                           c.is_qwen35() ? "[num_attention_heads * head_dim * 2 (query and gate), hidden_size]"
+                                                         : "[num_attention_heads * head_dim, hidden_size]",
+                                           why_attn));
+        GB_ASSIGN_OR_RETURN(a.k_proj, bind(name("self_attn.k_proj.weight"), {c.kv_size(), h},
+                                           "[num_key_value_heads * head_dim, hidden_size]", why_attn));
+        GB_ASSIGN_OR_RETURN(a.v_proj, bind(name("self_attn.v_proj.weight"), {c.kv_size(), h},
+                                           "[num_key_value_heads * head_dim, hidden_size]", why_attn));
+        GB_ASSIGN_OR_RETURN(a.o_proj, bind(name("self_attn.o_proj.weight"), {h, c.q_size()},
+                                           "[hidden_size, num_attention_heads * head_dim]", why_attn));
+        GB_ASSIGN_OR_RETURN(a.q_norm, bind(name("self_attn.q_norm.weight"), {c.head_dim}, "[head_dim]", why_attn));
+        GB_ASSIGN_OR_RETURN(a.k_norm, bind(name("self_attn.k_norm.weight"), {c.head_dim}, "[head_dim]", why_attn));
+      }
       lw.is_moe = c.is_moe_layer(l);
       if (lw.is_moe) {
         const std::string why = fmt::format("layer {} is an MoE layer with num_experts = {}", l, c.num_experts);
         GB_ASSIGN_OR_RETURN(lw.moe.router,
                             bind(name("mlp.gate.weight"), {c.num_experts, h}, "[num_experts, hidden_size]", why));
-        for (int64_t e = 0; e < c.num_experts; ++e) {
-          GB_ASSIGN_OR_RETURN(MlpWeights m, bind_mlp(fmt::format("model.layers.{}.mlp.experts.{}.", l, e), h,
-                                                     c.moe_intermediate_size, "moe_intermediate_size", why));
-          lw.moe.experts.push_back(m);
-        }
+        GB_RETURN_IF_ERROR(bind_experts(l, why, &lw.moe.experts));
         if (c.has_shared_expert()) {
           const std::string why_shared =
               fmt::format("shared_expert_intermediate_size = {}", c.shared_expert_intermediate_size);
@@ -210,7 +279,7 @@ class WeightBinder {
       }
       w.layers.push_back(std::move(lw));
     }
-    GB_ASSIGN_OR_RETURN(w.final_norm, bind("model.norm.weight", {h}, "[hidden_size]", "the final norm"));
+    GB_ASSIGN_OR_RETURN(w.final_norm, bind(prefix + "norm.weight", {h}, "[hidden_size]", "the final norm"));
     if (c.tie_word_embeddings) {
       w.lm_head = w.embed_tokens;
       used_.insert("lm_head.weight");  // a tied checkpoint may still carry a copy; it is ignored
@@ -223,9 +292,12 @@ class WeightBinder {
     std::string first;
     const TensorStore& store = *ckpt_.store_;
     for (const std::string& n : store.names()) {
-      if (!used_.count(n) && !detail::is_ignored_deepseek_tensor(c, n)) {
-        if (unused++ == 0) first = n;
+      if (used_.count(n) || detail::is_ignored_deepseek_tensor(c, n)) continue;
+      if (detail::is_ignored_qwen35_tensor(c, n)) {
+        ++ckpt_.ignored_tensors_;
+        continue;
       }
+      if (unused++ == 0) first = n;
     }
     if (unused > 0) {
       return invalid_argument(fmt::format(

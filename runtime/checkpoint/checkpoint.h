@@ -29,7 +29,7 @@ struct MlpWeights {
 };
 
 struct AttentionWeights {
-  TensorView q_proj;  // [num_attention_heads * head_dim, hidden]
+  TensorView q_proj;  // [num_attention_heads * head_dim, hidden]; Qwen3.5: [heads * 2 * head_dim]: [q | gate] per head
   TensorView k_proj;  // [num_key_value_heads * head_dim, hidden]
   TensorView v_proj;  // [num_key_value_heads * head_dim, hidden]
   TensorView o_proj;  // [hidden, num_attention_heads * head_dim]
@@ -73,10 +73,25 @@ struct MoeWeights {
   TensorView e_score_correction_bias;
 };
 
+// A Gated DeltaNet layer (Qwen3.5 linear attention), HF names under linear_attn. Kd = nk * dk, Vd = nv * dv.
+struct LinearAttentionWeights {
+  TensorView in_proj_qkv;  // [2 Kd + Vd, hidden]: q, k, v contiguous, head-major within each
+  TensorView in_proj_z;    // [Vd, hidden]: the output gate
+  TensorView in_proj_b;    // [nv, hidden]: beta = sigmoid(b)
+  TensorView in_proj_a;    // [nv, hidden]: the decay's input
+  TensorView conv1d;       // conv1d.weight [2 Kd + Vd, 1, K] viewed as [2 Kd + Vd, K]
+  TensorView dt_bias;      // [nv]     } kept in the file's dtype when it is F32 (official checkpoints
+  TensorView A_log;        // [nv]     } store A_log and norm.weight as F32): they shape every decay
+  TensorView norm;         // [dv]: the gated RMSNorm's plain weight
+  TensorView out_proj;     // [hidden, Vd]
+};
+
 struct LayerWeights {
   TensorView input_layernorm;           // [hidden]
   TensorView post_attention_layernorm;  // [hidden]
-  AttentionWeights attn;  // Qwen
+  AttentionWeights attn;  // Qwen (full-attention layers)
+  bool linear = false;           // Qwen3.5: a Gated DeltaNet layer (linear_attn) instead of self_attn
+  LinearAttentionWeights gdn;    // when linear
   MlaWeights mla;         // DeepSeek
   IndexerWeights indexer;  // DeepSeek-V3.2
   bool is_moe = false;
@@ -126,6 +141,9 @@ class Checkpoint {
   // file, the tensor and the rule; a tensor the model does not use is also an error (it means config and weights
   // disagree), except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
   static Result<Checkpoint> open(const std::filesystem::path& dir, const LoadOptions& options = {});
+  // Tensors the checkpoint ships that text serving does not read (Qwen3.5's model.visual.* and mtp.*), for
+  // the log to say once; 0 for other models.
+  int64_t ignored_tensors() const { return ignored_tensors_; }
 
   Checkpoint(Checkpoint&&) noexcept = default;
   Checkpoint& operator=(Checkpoint&&) noexcept = default;
@@ -177,10 +195,11 @@ class Checkpoint {
   WeightPrecision precision_ = WeightPrecision::kBF16;
   uint64_t mapped_weight_bytes_ = 0;
   uint64_t converted_weight_bytes_ = 0;
+  int64_t ignored_tensors_ = 0;
 };
 
-// The HF names: "model.layers.3.mlp.experts.7.down_proj.weight" etc.
-std::string layer_tensor_name(int64_t layer, std::string_view suffix);
+// The HF names: "model.layers.3.mlp.experts.7.down_proj.weight" etc. (`prefix`: ModelConfig::tensor_prefix()).
+std::string layer_tensor_name(int64_t layer, std::string_view suffix, std::string_view prefix = "model.");
 std::string expert_tensor_name(int64_t layer, int64_t expert, std::string_view proj);
 
 }  // namespace genbridge::model

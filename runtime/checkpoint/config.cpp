@@ -13,6 +13,7 @@
 #include "runtime/checkpoint/deepseek_config.h"
 #include "runtime/checkpoint/file_access.h"
 #include "runtime/checkpoint/json_util.h"
+#include "runtime/checkpoint/qwen35_config.h"
 
 namespace genbridge::model {
 namespace {
@@ -105,6 +106,8 @@ std::string_view architecture_name(Architecture arch) {
       return kDeepseekV3Architecture;
     case Architecture::kDeepseekV32:
       return kDeepseekV32Architecture;
+    case Architecture::kQwen35Moe:
+      return kQwen35MoeArchitecture;
     default:
       return kQwen3MoeArchitecture;
   }
@@ -120,6 +123,17 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   return (layer + 1) % decoder_sparse_step == 0;
 }
 
+int64_t ModelConfig::num_kv_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_hidden_layers; ++l) n += is_linear_layer(l) ? 0 : 1;
+  return n;
+}
+
+int64_t ModelConfig::rotary_dim() const {
+  if (!is_qwen35()) return head_dim;
+  return static_cast<int64_t>(static_cast<double>(head_dim) * qwen35.partial_rotary_factor);
+}
+
 int64_t ModelConfig::num_moe_layers() const {
   int64_t n = 0;
   for (int64_t l = 0; l < num_hidden_layers; ++l) n += is_moe_layer(l) ? 1 : 0;
@@ -129,8 +143,12 @@ int64_t ModelConfig::num_moe_layers() const {
 Status validate_model_config(const ModelConfig& c, std::string_view src) {
   if (c.is_deepseek()) return detail::validate_deepseek_config(c, src);
   if (c.deepseek != DeepseekConfig{}) {
+    return invalid_argument(fmt::format("{}: the DeepSeek keys are set but the architecture is {}", src,
+                                        architecture_name(c.architecture)));
+  }
+  if (!c.is_qwen35() && c.qwen35 != Qwen35Config{}) {
     return invalid_argument(
-        fmt::format("{}: the DeepSeek keys are set but the architecture is {}", src, kQwen3MoeArchitecture));
+        fmt::format("{}: the Qwen3.5 keys are set but the architecture is {}", src, kQwen3MoeArchitecture));
   }
   GB_RETURN_IF_ERROR(check_size(src, "vocab_size", c.vocab_size, 1));
   GB_RETURN_IF_ERROR(check_size(src, "hidden_size", c.hidden_size, 1));
@@ -199,6 +217,7 @@ Status validate_model_config(const ModelConfig& c, std::string_view src) {
     return bad_value(src, "torch_dtype", std::string(dtype_name(c.torch_dtype)),
                      "must be bfloat16, float16 or float32");
   }
+  if (c.is_qwen35()) return detail::validate_qwen35_config(c, src);
   return ok_status();
 }
 
@@ -219,18 +238,37 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   bool known = false;
   if (arch->is_array()) {
     for (const json& a : *arch) {
-      for (Architecture candidate : {Architecture::kQwen3Moe, Architecture::kDeepseekV3, Architecture::kDeepseekV32}) {
+      for (Architecture candidate : {Architecture::kQwen3Moe, Architecture::kDeepseekV3, Architecture::kDeepseekV32,
+                                     Architecture::kQwen35Moe}) {
         if (!known && a.is_string() && a.get<std::string>() == architecture_name(candidate)) {
           known = true;
           c.architecture = candidate;
         }
       }
+      if (!known && a.is_string() && a.get<std::string>() == kQwen35MoeTextArchitecture) {
+        known = true;
+        c.architecture = Architecture::kQwen35Moe;
+      }
     }
   }
   if (!known) {
     return r.bad("architectures", *arch,
-                 fmt::format("unsupported architecture (genbridge supports [\"{}\", \"{}\", \"{}\"])",
-                             kQwen3MoeArchitecture, kDeepseekV3Architecture, kDeepseekV32Architecture));
+                 fmt::format("unsupported architecture (genbridge supports [\"{}\", \"{}\", \"{}\", \"{}\", \"{}\"])",
+                             kQwen3MoeArchitecture, kQwen35MoeArchitecture, kQwen35MoeTextArchitecture,
+                             kDeepseekV3Architecture, kDeepseekV32Architecture));
+  }
+  if (c.is_qwen35()) {
+    if (const json* mt = r.find("model_type");
+        mt && !(mt->is_string() && (mt->get<std::string>() == "qwen3_5_moe" || mt->get<std::string>() == "qwen3_5_moe_text"))) {
+      return r.bad("model_type", *mt, "must be \"qwen3_5_moe\" for Qwen3.5-MoE");
+    }
+    GB_RETURN_IF_ERROR(detail::parse_qwen35_config(r, &c));
+    GB_RETURN_IF_ERROR(parse_torch_dtype(r, &c));
+    if (const json* t = r.find("text_config"); t && t->is_object()) {
+      GB_RETURN_IF_ERROR(parse_torch_dtype(Reader(*t, source, "text_config."), &c));
+    }
+    GB_RETURN_IF_ERROR(validate_model_config(c, source));
+    return c;
   }
   if (c.is_deepseek()) {
     GB_RETURN_IF_ERROR(detail::parse_deepseek_config(r, &c));
@@ -330,6 +368,7 @@ Result<ModelConfig> load_model_config(const std::filesystem::path& path) {
 
 std::string to_config_json(const ModelConfig& c) {
   if (c.is_deepseek()) return detail::deepseek_config_json(c, torch_dtype_name(c.torch_dtype));
+  if (c.is_qwen35()) return detail::qwen35_config_json(c, torch_dtype_name(c.torch_dtype));
   nlohmann::ordered_json j;
   j["architectures"] = {std::string(kQwen3MoeArchitecture)};
   j["model_type"] = "qwen3_moe";
@@ -374,6 +413,16 @@ std::string describe(const ModelConfig& c) {
         c.has_indexer() ? fmt::format(", DSA indexer {} x {} top-{}", d.index_n_heads, d.index_head_dim, d.index_topk)
                         : "",
         c.vocab_size);
+  }
+  if (c.is_qwen35()) {
+    const Qwen35Config& q = c.qwen35;
+    return fmt::format(
+        "{} {} layers ({} Gated DeltaNet: {}/{} heads x {}/{}, conv {}; {} gated attention: heads {}/{} x {}, rotary "
+        "{}; all MoE: {} experts, top-{} + gated shared expert), hidden {}, vocab {}, gemma norm",
+        architecture_name(c.architecture), c.num_hidden_layers, c.num_linear_layers(), q.linear_num_key_heads,
+        q.linear_num_value_heads, q.linear_key_head_dim, q.linear_value_head_dim, q.linear_conv_kernel_dim,
+        c.num_kv_layers(), c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rotary_dim(), c.num_experts,
+        c.num_experts_per_tok, c.hidden_size, c.vocab_size);
   }
   return fmt::format("{} layers ({} MoE: {} experts, top-{}{}), hidden {}, heads {}/{} x {}, vocab {}, {} norm",
                      c.num_hidden_layers, c.num_moe_layers(), c.num_experts, c.num_experts_per_tok,

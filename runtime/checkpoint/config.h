@@ -1,7 +1,8 @@
 #pragma once
-// ModelConfig: the Qwen3-MoE family (Hugging Face architecture Qwen3MoeForCausalLM) and the DeepSeek-V3 /
-// V3.2 family (DeepseekV3ForCausalLM, DeepseekV32ForCausalLM: MLA attention, DeepSeek routing, and for V3.2
-// the DSA lightning indexer) as described by a config.json, validated once at load. Sizes are element
+// ModelConfig: the Qwen3-MoE family (Hugging Face architecture Qwen3MoeForCausalLM), Qwen3.5-MoE
+// (Qwen3_5MoeForConditionalGeneration / Qwen3_5MoeForCausalLM: Gated DeltaNet and gated full-attention layers,
+// Gemma norms) and the DeepSeek-V3 / V3.2 family (DeepseekV3ForCausalLM, DeepseekV32ForCausalLM: MLA attention,
+// DeepSeek routing, and for V3.2 the DSA lightning indexer) as described by a config.json, validated once at load. Sizes are element
 // counts; layer and expert indices start at 0.
 
 #include <cstdint>
@@ -19,8 +20,12 @@ namespace genbridge::model {
 inline constexpr std::string_view kQwen3MoeArchitecture = "Qwen3MoeForCausalLM";
 inline constexpr std::string_view kDeepseekV3Architecture = "DeepseekV3ForCausalLM";
 inline constexpr std::string_view kDeepseekV32Architecture = "DeepseekV32ForCausalLM";
+// Qwen3.5-MoE as the Hub ships it (the language model's keys under text_config, tensors under
+// model.language_model.), and its text-only class (keys at the top level, tensors under model.).
+inline constexpr std::string_view kQwen35MoeArchitecture = "Qwen3_5MoeForConditionalGeneration";
+inline constexpr std::string_view kQwen35MoeTextArchitecture = "Qwen3_5MoeForCausalLM";
 
-enum class Architecture : uint8_t { kQwen3Moe, kDeepseekV3, kDeepseekV32 };
+enum class Architecture : uint8_t { kQwen3Moe, kDeepseekV3, kDeepseekV32, kQwen35Moe };
 // The HF architecture name ("Qwen3MoeForCausalLM", ...).
 std::string_view architecture_name(Architecture arch);
 
@@ -59,7 +64,31 @@ struct DeepseekConfig {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   friend bool operator==(const DeepseekConfig&, const DeepseekConfig&) = default;
 };
-// genbridge's extension key selecting the norm type: "rms" (default) or "gemma".
+// The Qwen3.5-MoE keys (runtime/checkpoint/qwen35_config.cpp parses and validates them).
+struct Qwen35Config {
+  // Per layer: true for a Gated DeltaNet (linear-attention) layer, false for a full-attention layer
+  // (layer_types, or full_attention_interval: layer i is full iff (i + 1) % interval == 0).
+  std::vector<bool> linear_layers;
+  int64_t linear_num_key_heads = 0;    // nk
+  int64_t linear_num_value_heads = 0;  // nv, a multiple of nk (grouped values)
+  int64_t linear_key_head_dim = 0;     // dk
+  int64_t linear_value_head_dim = 0;   // dv
+  int64_t linear_conv_kernel_dim = 0;  // the causal conv1d's kernel K
+  double partial_rotary_factor = 1.0;  // RoPE rotates the first head_dim * factor dims of each head
+  std::vector<int64_t> mrope_section;  // M-RoPE sections (empty: none); text positions reduce it to 1-D RoPE
+  bool mrope_interleaved = false;
+  bool text_config = false;          // the keys were read from text_config (tensors under model.language_model.)
+  int64_t mtp_num_hidden_layers = 0;  // multi-token-prediction layers: their mtp.* tensors are ignored
+
+  int64_t key_dim() const { return linear_num_key_heads * linear_key_head_dim; }      // q and k widths
+  int64_t value_dim() const { return linear_num_value_heads * linear_value_head_dim; }  // v and z widths
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }                      // in_proj_qkv's width
+  friend bool operator==(const Qwen35Config&, const Qwen35Config&) = default;
+};
+
+// genbridge's extension key selecting the norm type of a Qwen3-MoE checkpoint: "rms" (default) or "gemma". A
+// test-only knob (docs/models.md): it lets the Qwen3-MoE tests run the Gemma norm providers on a Qwen3-MoE
+// layout; Qwen3.5-MoE uses Gemma norms as its own and refuses the key.
 inline constexpr std::string_view kNormTypeKey = "genbridge_norm_type";
 
 // rms: y = x * rstd * w.  gemma: y = x * rstd * (1 + w) (weights stored as offsets from 1).
@@ -93,8 +122,29 @@ struct ModelConfig {
   // DeepSeek keys; meaningful when is_deepseek(). For DeepSeek, num_experts = n_routed_experts and
   // head_dim = qk_nope_head_dim + qk_rope_head_dim (the query/key head width of the non-absorbed form).
   DeepseekConfig deepseek;
+  // Qwen3.5 keys; meaningful when is_qwen35() (norm_type is then kGemma, every layer MoE).
+  Qwen35Config qwen35;
 
-  bool is_deepseek() const { return architecture != Architecture::kQwen3Moe; }
+  bool is_deepseek() const {
+    return architecture == Architecture::kDeepseekV3 || architecture == Architecture::kDeepseekV32;
+  }
+  bool is_qwen35() const { return architecture == Architecture::kQwen35Moe; }
+  // Layer `layer` is a Gated DeltaNet (linear-attention) layer (Qwen3.5 only).
+  bool is_linear_layer(int64_t layer) const {
+    return is_qwen35() && layer >= 0 && layer < static_cast<int64_t>(qwen35.linear_layers.size()) &&
+           qwen35.linear_layers[static_cast<size_t>(layer)];
+  }
+  // Layers with a KV cache (every layer but the linear-attention ones).
+  int64_t num_kv_layers() const;
+  // Layers with recurrent state (the linear-attention ones).
+  int64_t num_linear_layers() const { return num_hidden_layers - num_kv_layers(); }
+  // The name prefix of the language model's tensors: "model." (or "model.language_model." for a Qwen3.5
+  // checkpoint whose config nests the keys under text_config).
+  std::string tensor_prefix() const { return qwen35.text_config ? "model.language_model." : "model."; }
+  // q_proj's output width: q_size(), twice that with Qwen3.5's output gate ([q | gate] per head).
+  int64_t q_proj_size() const { return is_qwen35() ? 2 * q_size() : q_size(); }
+  // The dims RoPE rotates in each head (head_dim unless partial_rotary_factor says fewer).
+  int64_t rotary_dim() const;
   // MLA attention with the DSA lightning indexer (V3.2).
   bool has_indexer() const { return architecture == Architecture::kDeepseekV32; }
 

@@ -22,7 +22,9 @@ inline constexpr int64_t kMaxConfigSize = int64_t{1} << 24;
 class ConfigReader {
  public:
   using json = nlohmann::json;
-  ConfigReader(const json& j, std::string_view source) : j_(j), source_(source) {}
+  // `prefix` is put before every key a message names ("text_config." for a nested object).
+  ConfigReader(const json& j, std::string_view source, std::string prefix = "")
+      : j_(j), source_(source), prefix_(std::move(prefix)) {}
 
   std::string_view source() const { return source_; }
   const json* find(std::string_view key) const {
@@ -33,10 +35,10 @@ class ConfigReader {
   bool has(std::string_view key) const { return find(key) != nullptr; }
 
   Status missing(std::string_view key) const {
-    return invalid_argument(fmt::format("{}: missing required key '{}'", source_, key));
+    return invalid_argument(fmt::format("{}: missing required key '{}{}'", source_, prefix_, key));
   }
   Status bad(std::string_view key, const json& v, std::string_view rule) const {
-    return invalid_argument(fmt::format("{}: {} = {}: {}", source_, key, json_excerpt(v), rule));
+    return invalid_argument(fmt::format("{}: {}{} = {}: {}", source_, prefix_, key, json_excerpt(v), rule));
   }
 
   // An integer (JSON integer, not a float or bool); absent keys keep *out unless required.
@@ -72,6 +74,7 @@ class ConfigReader {
  private:
   const json& j_;
   std::string_view source_;
+  std::string prefix_;
 };
 
 inline Status bad_config_value(std::string_view source, std::string_view key, const std::string& value,

@@ -54,6 +54,10 @@ constexpr WeightQuantContract kAscend950WeightQuant{
     WeightQuantScheme::kMxfp8, {kMxfp8, kMxfp4, kW8A8}, 3, kQuantizedLayers};
 // ---- end quantized weights ----
 
+// Both generations keep the conv state in bf16 and the recurrent state in fp32 (A5's recurrent kernel
+// reading bf16 state while the pool held fp32 is the mismatch this entry exists to rule out).
+constexpr LinearStateFormat kLinearState{DType::kBF16, DType::kF32};
+
 // docs/design.md#deviceoperator-contract, one row per generation.
 constexpr GenerationContract kAscend910{
     .generation = Generation::kAscend910,
@@ -67,6 +71,7 @@ constexpr GenerationContract kAscend910{
     .topk_indices = ops::TopkIndexFormat::kSequencePositions,
     // ---- end MLA + DSA ----
     .weight_quant = kAscend910WeightQuant,
+    .linear_state = kLinearState,
 };
 constexpr GenerationContract kAscend950{
     .generation = Generation::kAscend950,
@@ -80,6 +85,7 @@ constexpr GenerationContract kAscend950{
     .topk_indices = ops::TopkIndexFormat::kFlatKvSlots,
     // ---- end MLA + DSA ----
     .weight_quant = kAscend950WeightQuant,
+    .linear_state = kLinearState,
 };
 
 std::string offered_weight_quant(const WeightQuantContract& w) {
@@ -312,6 +318,13 @@ KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
   if (s.index_head_dim > 0) {
     g.indexer_row_bytes = ops::indexer_key_row_bytes(contract_->indexer_keys, s.index_head_dim).main;
   }
+  if (s.state_layers > 0) {
+    const LinearStateFormat& f = contract_->linear_state;
+    g.state.num_layers = s.state_layers;
+    g.state.conv_bytes = (s.conv_kernel - 1) * s.conv_channels * static_cast<int64_t>(dtype_size(f.conv_dtype));
+    g.state.recurrent_bytes =
+        s.state_heads * s.state_key_dim * s.state_value_dim * static_cast<int64_t>(dtype_size(f.recurrent_dtype));
+  }
   return g;
 }
 
@@ -321,7 +334,7 @@ bool same_geometry(const KvPageGeometry& a, const KvPageGeometry& b) {
   return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads && a.page_size == b.page_size &&
          a.row_bytes == b.row_bytes && a.side_row_bytes == b.side_row_bytes && a.mla_row_bytes == b.mla_row_bytes &&
          a.mla_scale_bytes == b.mla_scale_bytes && a.mla_rope_bytes == b.mla_rope_bytes &&
-         a.indexer_row_bytes == b.indexer_row_bytes;
+         a.indexer_row_bytes == b.indexer_row_bytes && a.state == b.state;
 }
 
 std::string geometry_text(const KvPageGeometry& g) {
@@ -330,6 +343,10 @@ std::string geometry_text(const KvPageGeometry& g) {
   if (g.mla_row_bytes + g.mla_scale_bytes + g.mla_rope_bytes + g.indexer_row_bytes > 0) {
     t += fmt::format(", mla_row_bytes {}, mla_scale_bytes {}, mla_rope_bytes {}, indexer_row_bytes {}", g.mla_row_bytes,
                      g.mla_scale_bytes, g.mla_rope_bytes, g.indexer_row_bytes);
+  }
+  if (!g.state.empty()) {
+    t += fmt::format(", state layers {}, conv_bytes {}, recurrent_bytes {}", g.state.num_layers, g.state.conv_bytes,
+                     g.state.recurrent_bytes);
   }
   return t;
 }
@@ -416,6 +433,42 @@ Result<ops::IndexerKeyCache> DeviceOperator::indexer_layer_view(const KvPagePool
                        : TensorView(m.indexer, ops::kv_representation(v.format).element,
                                     {pool.num_pages(), g.page_size, shape.index_head_dim});
   return v;
+}
+
+Result<LinearStateCache> DeviceOperator::state_layer_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                         int64_t layer) const {
+  if (shape.state_layers <= 0) {
+    return invalid_argument("DeviceOperator::state_layer_view: the model has no linear-attention layers");
+  }
+  const KvPageGeometry want = kv_page_geometry(shape);
+  if (!same_geometry(pool.geometry(), want)) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator: the pool's geometry ({}) is not the linear-attention state's for this model ({}); size the "
+        "pool with kv_page_geometry()",
+        geometry_text(pool.geometry()), geometry_text(want)));
+  }
+  if (layer < 0 || layer >= shape.state_layers) {
+    return invalid_argument(
+        fmt::format("DeviceOperator: linear-attention layer {} is not in [0, {})", layer, shape.state_layers));
+  }
+  const LinearStateFormat& f = contract_->linear_state;
+  const StateLayerMemory m = pool.state_layer(layer);
+  const int64_t slots = pool.num_state_slots();
+  return LinearStateCache{
+      .conv = TensorView(m.conv, f.conv_dtype, {slots, shape.conv_kernel - 1, shape.conv_channels}),
+      .recurrent = TensorView(m.recurrent, f.recurrent_dtype,
+                              {slots, shape.state_heads, shape.state_key_dim, shape.state_value_dim}),
+  };
+}
+
+std::string DeviceOperator::state_contract_line(const KvModelShape& s) const {
+  const LinearStateFormat& f = contract_->linear_state;
+  const StateSlotGeometry g = kv_page_geometry(s).state;
+  return fmt::format(
+      "linear-attention state: conv {} [K-1 = {}, {}] time-major, recurrent {} [{}, {}, {}] key-major; {:.2f} MiB per "
+      "sequence ({} layers)",
+      dtype_name(f.conv_dtype), s.conv_kernel - 1, s.conv_channels, dtype_name(f.recurrent_dtype), s.state_heads,
+      s.state_key_dim, s.state_value_dim, static_cast<double>(g.bytes_per_slot()) / (1 << 20), s.state_layers);
 }
 
 Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, const KvModelShape& shape,

@@ -91,6 +91,25 @@ struct WeightQuantContract {
 int64_t quant_weight_bytes(const WeightQuantRepresentation& r, int64_t n, int64_t k);
 // ---- end quantized weights ---------------------------------------------------------------------------
 
+// ---- Linear-attention state (Qwen3.5 Gated DeltaNet) ----------------------------------------------------
+// How a generation keeps a sequence's linear-attention state in a state slot (KvPagePool's state pool): one
+// canonical layout, which linear_attention/causal_conv1d and gated_delta_rule assert at every call (they
+// refuse any other shape, dtype or stride: a layout silently changed between prefill and decode kernels is
+// this model family's known failure).
+//   conv:      [slots, K - 1, channels] conv_dtype, time-major (oldest input row first), channels = 2 nk dk + nv dv
+//   recurrent: [slots, nv, dk, dv] recurrent_dtype, key-major (S[i][c] at i * dv + c)
+struct LinearStateFormat {
+  DType conv_dtype;       // the pre-conv inputs are the bf16 in_proj_qkv outputs: bf16 keeps them exactly
+  DType recurrent_dtype;  // fp32: the recurrence accumulates over the whole context
+  friend constexpr bool operator==(const LinearStateFormat&, const LinearStateFormat&) = default;
+};
+// One linear-attention layer's state in a pool, typed (views only: the pool owns the bytes).
+struct LinearStateCache {
+  TensorView conv;       // [slots, K - 1, channels]
+  TensorView recurrent;  // [slots, nv, dk, dv]
+};
+// ---- end linear-attention state ---------------------------------------------------------------------------
+
 // The runtime-visible contract of one generation (docs/design.md#deviceoperator-contract). Immutable data; compare two
 // contracts' fields to see every difference the runtime has to know. Element types, scale types, scale placement and
 // row bytes of each representation come from the one table in genbridge/ops/kv_cache/kv_format.h.
@@ -108,6 +127,7 @@ struct GenerationContract {
   // ---- end MLA + DSA ----
 
   WeightQuantContract weight_quant;  // quantized weight representations
+  LinearStateFormat linear_state;    // linear-attention state slots
 };
 
 // The contract of generation `g`.
@@ -158,6 +178,15 @@ struct KvModelShape {
   int64_t rope_dim = 0;  // qk_rope_head_dim
   // DSA models (index_head_dim > 0): also one indexer key per token and layer.
   int64_t index_head_dim = 0;
+  // Models with linear-attention layers (state_layers > 0, Qwen3.5): per sequence and such layer, a conv
+  // state of conv_kernel - 1 rows x conv_channels and a recurrent state of state_heads x key_dim x value_dim.
+  // num_layers above counts the layers with a KV cache only.
+  int64_t state_layers = 0;
+  int64_t conv_kernel = 0;
+  int64_t conv_channels = 0;
+  int64_t state_heads = 0;
+  int64_t state_key_dim = 0;
+  int64_t state_value_dim = 0;
 };
 
 // Batch description for attention(): int32 views as attention/paged_decode takes them.
@@ -187,6 +216,13 @@ class DeviceOperator {
   // Typed views of layer `layer`'s memory in `pool` for a model of `shape`. InvalidArgument when the pool
   // was not sized by kv_page_geometry(shape) of this representation. Views stay valid for the pool's life.
   Result<ops::PagedKvCache> kv_layer_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
+
+  // Typed views of linear-attention layer `layer`'s state in `pool` (sized by kv_page_geometry(shape),
+  // with state slots), in the generation's LinearStateFormat. InvalidArgument when the pool does not match
+  // or the model has no linear-attention state.
+  Result<LinearStateCache> state_layer_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
+  // One line stating the linear-attention state contract in force, with the bytes per sequence of `shape`.
+  std::string state_contract_line(const KvModelShape& shape) const;
 
   // Writes K/V rows of new tokens: key/value [num_tokens, num_kv_heads, head_dim] (fp32/fp16/bf16) into
   // the flat slots `slots` (KvPagePool::slots), quantizing as the representation says and passing the

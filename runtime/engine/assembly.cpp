@@ -21,7 +21,7 @@ void cap_to_half_memory(const KvPoolOptions& o, const runtime::KvPageGeometry& g
   const int64_t phys = physical_memory_bytes();
   if (o.memory_mb != 0 || phys <= 0) return;
   const int pools = std::max(o.pools_in_process, 1);
-  const int64_t per_seq = g.pages_for(max_position) * g.bytes_per_page();
+  const int64_t per_seq = g.pages_for(max_position) * g.bytes_per_page() + g.state.bytes_per_slot();
   const __int128 whole = static_cast<__int128>(per_seq) * o.whole_context_seqs * pools;
   if (whole <= phys / 2) return;
   plan->memory_mb = std::max<int64_t>(1, (phys / 2 / pools) >> 20);
@@ -59,12 +59,29 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolOptions& o, const runtime::KvPageGeo
   KvPoolPlan plan{.geometry = g, .memory_mb = o.memory_mb};
   const int64_t page_bytes = g.bytes_per_page();
   if (page_bytes <= 0) return internal_error("kv pool sizing: a KV page of this model has no bytes");
+  if (!g.state.empty()) {
+    if (o.state_slots < 1 || o.state_slots > (int64_t{1} << 20)) {
+      return invalid_argument(fmt::format(
+          "kv pool sizing: the model keeps linear-attention state per sequence, so the pool needs between 1 and "
+          "1048576 state slots (--max-batch), not {}",
+          o.state_slots));
+    }
+    plan.state_slots = o.state_slots;
+    plan.state_bytes = o.state_slots * g.state.bytes_per_slot();
+  }
   if (o.whole_context_seqs > 0) cap_to_half_memory(o, g, max_position, &plan);
   // KvPagePool holds fewer than 2^31 pages.
   constexpr int64_t kMaxPages = std::numeric_limits<int32_t>::max() - 1;
   const int64_t mb = plan.memory_mb;
   if (mb > 0) {
-    plan.pages = std::min((mb << 20) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
+    if (plan.state_bytes >= (mb << 20)) {
+      return invalid_argument(fmt::format(
+          "--kv-memory-mb {}: the state pool alone takes {} MiB (--max-batch {} sequences x {:.2f} MiB of "
+          "linear-attention state each), leaving no room for KV pages; give at least {} or lower --max-batch",
+          mb, mib_ceil(plan.state_bytes), plan.state_slots,
+          static_cast<double>(g.state.bytes_per_slot()) / (1 << 20), mib_ceil(plan.state_bytes + page_bytes)));
+    }
+    plan.pages = std::min(((mb << 20) - plan.state_bytes) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
     if (plan.pages < 1) {
       return invalid_argument(fmt::format(
           "--kv-memory-mb {}: holds no KV page of this model ({} bytes: {} tokens x {} bytes per token); give at "
@@ -75,7 +92,8 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolOptions& o, const runtime::KvPageGeo
     plan.pages = demand_pages(o, g, requests, max_position);
   }
   const int64_t phys = physical_memory_bytes();
-  const __int128 total = static_cast<__int128>(plan.pages) * page_bytes * std::max(o.pools_in_process, 1);
+  const __int128 total =
+      (static_cast<__int128>(plan.pages) * page_bytes + plan.state_bytes) * std::max(o.pools_in_process, 1);
   if ((phys > 0 && total > phys) || plan.pages > kMaxPages) {
     const int64_t need_mib = total > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
                                                                          : mib_ceil(static_cast<int64_t>(total));
@@ -111,7 +129,8 @@ Result<std::unique_ptr<AssembledEngine>> assemble_engine(const model::Checkpoint
                                                          const AssemblyOptions& options,
                                                          const ExecutorFactory& make_executor) {
   const runtime::KvPageGeometry geometry = dev.kv_page_geometry(model::kv_model_shape(checkpoint.config()));
-  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool, runtime::KvPagePool::create(geometry, pages));
+  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
+                      runtime::KvPagePool::create(geometry, pages, geometry.state.empty() ? 0 : options.kv_pool.state_slots));
   auto out = std::make_unique<AssembledEngine>(std::move(pool));
   GB_ASSIGN_OR_RETURN(out->runner, model::ModelRunner::create(checkpoint, dev, out->pool, options.quantized));
   if (make_executor) {
@@ -132,6 +151,11 @@ std::string describe_kv_representation(const runtime::DeviceOperator& dev, const
     return fmt::format("MLA {}{} ({} bytes per token per layer, {} bytes per token, all {} layers)",
                        ops::mla_kv_format_name(dev.mla_kv_format()), keys,
                        kv_bytes_per_token / config.num_hidden_layers, kv_bytes_per_token, config.num_hidden_layers);
+  }
+  if (config.is_qwen35()) {
+    return fmt::format("{} ({} bytes per token, the {} full-attention layers of {}); {}",
+                       ops::kv_cache_format_name(dev.kv_format()), kv_bytes_per_token, config.num_kv_layers(),
+                       config.num_hidden_layers, dev.state_contract_line(model::kv_model_shape(config)));
   }
   return fmt::format("{} ({} bytes per token, all {} layers)", ops::kv_cache_format_name(dev.kv_format()),
                      kv_bytes_per_token, config.num_hidden_layers);

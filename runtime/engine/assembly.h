@@ -34,12 +34,17 @@ struct KvPoolOptions {
   // each pool, or half of this machine's memory split over the pools in process when that room would take
   // more. 0: room for every request given at once.
   int64_t whole_context_seqs = 0;
+  // Models with linear-attention state (Qwen3.5): each pool's state slots, one per sequence it runs at
+  // once (--max-batch). They are allocated beside the pages and counted in the budget.
+  int64_t state_slots = 0;
 };
 
 // The pages of each pool, and what the sizing chose on its own.
 struct KvPoolPlan {
   runtime::KvPageGeometry geometry;  // the DeviceOperator's, for the model
   int64_t pages = 0;
+  int64_t state_slots = 0;  // KvPoolOptions::state_slots when the model has state, else 0
+  int64_t state_bytes = 0;  // state_slots * the geometry's bytes per slot
   int64_t memory_mb = 0;  // the budget in force: KvPoolOptions::memory_mb, or the one the half-memory cap chose
   std::string note;       // a line for the log when the cap chose the budget; empty otherwise
 };
@@ -90,7 +95,8 @@ struct AssembledEngine {
   AssembledEngine& operator=(const AssembledEngine&) = delete;
 };
 
-// Assembles one engine over a pool of `pages` pages (plan_kv_pool's), with `options.quantized` weights and
+// Assembles one engine over a pool of `pages` pages (plan_kv_pool's) and options.kv_pool.state_slots state
+// slots (for a model with linear-attention state), with `options.quantized` weights and
 // `make_executor`'s executor (empty: a LocalExecutor running the whole model here). `checkpoint`, `dev` and
 // the weights must outlive it. Errors: the pool cannot be allocated, the runner refuses the checkpoint or the
 // weights, or `make_executor` fails.

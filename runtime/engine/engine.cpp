@@ -280,6 +280,11 @@ Status Engine::step() {
           "pages; raise --kv-memory-mb or lower --max-new-tokens",
           a.request.id, pool_.pages_for(a.kv_tokens_needed), prompt, a.request.max_new_tokens,
           pool_.geometry().page_size, pool_.num_pages());
+    } else if (const std::string why = pool_.never_fits(prompt, a.kv_tokens_needed); !why.empty()) {
+      a.result.reason = FinishReason::kRefused;
+      a.result.message = fmt::format("request {} {}; raise --max-batch or --kv-memory-mb", a.request.id, why);
+    }
+    if (a.result.reason == FinishReason::kRefused) {
       ++metrics_.requests_refused;
       ++metrics_.requests_finished;
       std::unique_ptr<Active> refused = std::move(waiting_.front());

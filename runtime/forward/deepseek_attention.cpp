@@ -17,6 +17,17 @@ namespace genbridge::model {
 inline constexpr float kIndexerKNormEps = 1e-6f;
 
 runtime::KvModelShape kv_model_shape(const ModelConfig& c) {
+  if (c.is_qwen35()) {  // KV for the full-attention layers, state for the Gated DeltaNet ones
+    const Qwen35Config& q = c.qwen35;
+    runtime::KvModelShape s{c.num_kv_layers(), c.num_key_value_heads, c.head_dim};
+    s.state_layers = c.num_linear_layers();
+    s.conv_kernel = q.linear_conv_kernel_dim;
+    s.conv_channels = q.conv_dim();
+    s.state_heads = q.linear_num_value_heads;
+    s.state_key_dim = q.linear_key_head_dim;
+    s.state_value_dim = q.linear_value_head_dim;
+    return s;
+  }
   if (!c.is_deepseek()) return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
   runtime::KvModelShape s;
   s.num_layers = c.num_hidden_layers;

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "genbridge/core/formats.h"
+#include "genbridge/ops/activation/sigmoid_mul.h"
 #include "genbridge/ops/attention/rope.h"
 #include "genbridge/ops/linear/linear.h"
 #include "genbridge/ops/linear/quant_linear.h"
@@ -29,7 +30,7 @@ struct ForwardBatch::Buffers {
   // fp32
   std::vector<float> router_logits, topk_weights, shared_gate, rstd;
   // int32 / int64 metadata
-  std::vector<int32_t> topk_ids, zero_ids, positions, context_lens, query_start, block_tables, last_rows;
+  std::vector<int32_t> topk_ids, zero_ids, positions, context_lens, query_start, block_tables, last_rows, state_slots;
   std::vector<int64_t> slots;
   std::vector<runtime::SeqId> seq_ids;
   std::vector<int32_t> row_seq;         // [T]: the sequence of each token row
@@ -40,8 +41,9 @@ struct ForwardBatch::Buffers {
   std::vector<float> choice_weights;
   std::vector<int32_t> choice_positions;       // scratch: one token's indexer positions
   std::shared_ptr<MlaAttention::Scratch> mla;  // DeepSeek models
+  std::shared_ptr<GatedDeltaNet::Scratch> gdn;  // Qwen3.5
   int64_t max_blocks = 0;
-  int64_t hidden = 0, q_size = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
+  int64_t hidden = 0, q_size = 0, q_proj = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
 };
 
 namespace {
@@ -208,15 +210,32 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
     GB_ASSIGN_OR_RETURN(r->mla_, MlaAttention::create(checkpoint, dev, pool, quantized));
     return r;
   }
-  if (pool.geometry().num_layers != c.num_hidden_layers || pool.geometry().num_kv_heads != c.num_key_value_heads) {
+  if (pool.geometry().num_layers != c.num_kv_layers() || pool.geometry().num_kv_heads != c.num_key_value_heads) {
     return invalid_argument(fmt::format(
-        "model runner: the KV pool holds {} layers x {} kv heads but the model has {} layers x {} kv heads",
-        pool.geometry().num_layers, pool.geometry().num_kv_heads, c.num_hidden_layers, c.num_key_value_heads));
+        "model runner: the KV pool holds {} layers x {} kv heads but the model has {} layers with a KV cache x {} kv "
+        "heads",
+        pool.geometry().num_layers, pool.geometry().num_kv_heads, c.num_kv_layers(), c.num_key_value_heads));
   }
+  const runtime::KvModelShape shape = kv_model_shape(c);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.is_linear_layer(l)) {
+      r->kv_index_.push_back(-1);
+      continue;
+    }
     GB_ASSIGN_OR_RETURN(ops::PagedKvCache view,
-                        dev.kv_layer_view(pool, {c.num_hidden_layers, c.num_key_value_heads, c.head_dim}, l));
+                        dev.kv_layer_view(pool, shape, static_cast<int64_t>(r->kv_.size())));
+    r->kv_index_.push_back(static_cast<int64_t>(r->kv_.size()));
     r->kv_.push_back(view);
+  }
+  if (c.is_qwen35()) {
+    if (quantized) {
+      return invalid_argument(
+          "model runner: --weight-quant is not implemented for Qwen3.5-MoE yet (its Gated DeltaNet projections have "
+          "no quantized path); run it with --weight-quant none");
+    }
+    if (c.num_linear_layers() > 0) {
+      GB_ASSIGN_OR_RETURN(r->gdn_, GatedDeltaNet::create(checkpoint, dev, pool));
+    }
   }
   return r;
 }
@@ -231,6 +250,7 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   ForwardBatch::Buffers& b = *fb.b_;
   b.hidden = c.hidden_size;
   b.q_size = c.q_size();
+  b.q_proj = c.q_proj_size();
   b.kv_size = c.kv_size();
   b.heads = c.num_attention_heads;
   b.kv_heads = c.num_key_value_heads;
@@ -239,7 +259,7 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   b.experts = c.num_experts;
   const auto T = static_cast<size_t>(max_tokens), H = static_cast<size_t>(c.hidden_size);
   for (auto* v : {&b.residual, &b.delta, &b.h, &b.mlp_in, &b.shared_out}) v->resize(T * H);
-  b.q.resize(T * b.q_size);
+  b.q.resize(T * b.q_proj);
   b.qn.resize(T * b.q_size);
   b.attn.resize(T * b.q_size);
   b.k.resize(T * b.kv_size);
@@ -252,6 +272,8 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   b.zero_ids.assign(T, 0);
   b.shared_gate.resize(T);
   if (mla_) b.mla = mla_->make_scratch(max_tokens);
+  if (gdn_) b.gdn = gdn_->make_scratch(max_tokens);
+  b.state_slots.resize(max_seqs);
   fb.mla_ = mla_.get();
   b.positions.resize(T);
   b.slots.resize(T);
@@ -314,6 +336,7 @@ Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
     for (int64_t i = 0; i < q; ++i) b.positions[row + i] = static_cast<int32_t>(L - q + i);
     for (int64_t i = 0; i < q; ++i) b.row_seq[row + i] = static_cast<int32_t>(s);
     b.seq_ids[s] = id;
+    b.state_slots[s] = pool_.state_slot(id);
     b.faults[s] = ActivationFault{};
     b.context_lens[s] = static_cast<int32_t>(L);
     row += q;
@@ -409,7 +432,15 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
                                     "attention", layer));
     return post_attention(fb, layer);
   }
-  const TensorView q = bf16_view(b.q, {T, b.q_size}), k = bf16_view(b.k, {T, b.kv_size}),
+  if (lw.linear) {  // Qwen3.5 Gated DeltaNet
+    const int64_t S = fb.num_seqs_;
+    GB_RETURN_IF_ERROR(with_context(gdn_->forward(*b.gdn, layer, h, i32_view(b.state_slots, {S}),
+                                                  i32_view(b.query_start, {S + 1}), bf16_view(b.delta, {T, H})),
+                                    "linear attention", layer));
+    return post_attention(fb, layer);
+  }
+  const ops::PagedKvCache& kv_cache = kv_[kv_index_[layer]];
+  const TensorView q = bf16_view(b.q, {T, b.q_proj}), k = bf16_view(b.k, {T, b.kv_size}),
                    v = bf16_view(b.v, {T, b.kv_size});
   const QuantizedWeights::Layer* ql =
       quantized_ && quantized_->layer(layer).attention ? &quantized_->layer(layer) : nullptr;
@@ -417,13 +448,21 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
   GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.k_proj, ql ? &ql->k_proj : nullptr, k), "k_proj", layer));
   GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.v_proj, ql ? &ql->v_proj : nullptr, v), "v_proj", layer));
   const TensorView qn = bf16_view(b.qn, {T, b.heads, D}), kn = bf16_view(b.kn, {T, b.kv_heads, D});
-  GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.q, {T, b.heads, D}), lw.attn.q_norm, qn), "q_norm", layer));
+  // Qwen3.5's q_proj rows hold [q | gate] per head: the query is the first head_dim of each 2 * head_dim.
+  const int64_t qh = b.q_proj / b.heads;
+  const TensorView q3 = TensorView::strided(b.q.data(), DType::kBF16, {T, b.heads, D}, {b.q_proj, qh, 1});
+  GB_RETURN_IF_ERROR(with_context(norm(q3, lw.attn.q_norm, qn), "q_norm", layer));
   GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.k, {T, b.kv_heads, D}), lw.attn.k_norm, kn), "k_norm", layer));
+  // Partial rotary (Qwen3.5): RoPE on the first rotary_dim dims of each head, the rest pass through.
+  const int64_t rot = config_.rotary_dim();
+  const TensorView qr = rot == D ? qn : TensorView::strided(b.qn.data(), DType::kBF16, {T, b.heads, rot}, {b.heads * D, D, 1});
+  const TensorView kr =
+      rot == D ? kn : TensorView::strided(b.kn.data(), DType::kBF16, {T, b.kv_heads, rot}, {b.kv_heads * D, D, 1});
   GB_RETURN_IF_ERROR(with_context(
-      ops::rope(i32_view(b.positions, {T}), qn, kn, static_cast<float>(config_.rope_theta)), "rope", layer));
+      ops::rope(i32_view(b.positions, {T}), qr, kr, static_cast<float>(config_.rope_theta)), "rope", layer));
   const TensorView v3 = bf16_view(b.v, {T, b.kv_heads, D});
   GB_RETURN_IF_ERROR(with_context(
-      dev_.write_kv(kv_[layer], kn, v3, std::span<const int64_t>(b.slots).first(T)), "kv write", layer));
+      dev_.write_kv(kv_cache, kn, v3, std::span<const int64_t>(b.slots).first(T)), "kv write", layer));
   const int64_t S = fb.num_seqs_;
   const runtime::AttentionBatch ab{
       .block_tables = i32_view(b.block_tables, {S, b.max_blocks}),
@@ -432,7 +471,11 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
   };
   const TensorView attn = bf16_view(b.attn, {T, b.heads, D});
   GB_RETURN_IF_ERROR(with_context(
-      dev_.attention(qn, kv_[layer], ab, 1.0f / std::sqrt(static_cast<float>(D)), attn), "attention", layer));
+      dev_.attention(qn, kv_cache, ab, 1.0f / std::sqrt(static_cast<float>(D)), attn), "attention", layer));
+  if (config_.is_qwen35()) {  // the output gate: attn * sigmoid(gate), gate = the second head_dim of each q_proj head
+    const TensorView gate = TensorView::strided(b.q.data() + D, DType::kBF16, {T, b.heads, D}, {b.q_proj, qh, 1});
+    GB_RETURN_IF_ERROR(with_context(ops::sigmoid_mul(attn, gate, attn), "output gate", layer));
+  }
   const TensorView delta = bf16_view(b.delta, {T, H});
   GB_RETURN_IF_ERROR(with_context(
       project(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));

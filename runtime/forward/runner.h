@@ -1,5 +1,6 @@
 #pragma once
-// ModelRunner: the Qwen3-MoE and DeepSeek-V3 / V3.2 forward pass over a paged KV cache, built from stable operators and
+// ModelRunner: the Qwen3-MoE, Qwen3.5-MoE and DeepSeek-V3 / V3.2 forward pass over a paged KV cache (and, for
+// Qwen3.5's Gated DeltaNet layers, the pool's per-sequence state slots), built from stable operators and
 // the DeviceOperator's adapters. It never asks which generation it runs on.
 //
 // A forward processes one micro-batch (ForwardBatch): sequences that each contribute q_len new tokens
@@ -22,6 +23,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/forward/deepseek_attention.h"
+#include "runtime/forward/gated_deltanet.h"
 #include "runtime/forward/quant_weights.h"
 #include "runtime/memory/kv_page_pool.h"
 
@@ -180,8 +182,10 @@ class ModelRunner {
   ModelConfig config_;
   const runtime::DeviceOperator& dev_;
   const runtime::KvPagePool& pool_;
-  std::vector<ops::PagedKvCache> kv_;     // GQA models
+  std::vector<ops::PagedKvCache> kv_;     // GQA models: one per layer with a KV cache
+  std::vector<int64_t> kv_index_;         // per layer: its entry of kv_, or -1 (a linear-attention layer)
   std::unique_ptr<MlaAttention> mla_;  // DeepSeek models (MLA / DSA attention)
+  std::unique_ptr<GatedDeltaNet> gdn_;  // Qwen3.5: the linear-attention layers
   const QuantizedWeights* quantized_ = nullptr;
   ExpertBank experts_;
   float saturation_floor_ = 0;  // a row whose largest |x| is below this cannot overflow fp32's sum of squares

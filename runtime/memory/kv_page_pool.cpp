@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <new>
 
@@ -16,6 +17,13 @@ std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<do
 Status check_geometry(const KvPageGeometry& g) {
   const bool gqa = g.num_kv_heads >= 1 && g.row_bytes >= 1;
   const bool mla = g.num_kv_heads == 0 && g.row_bytes == 0 && g.side_row_bytes == 0 && g.mla_row_bytes >= 1;
+  if (g.state.num_layers < 0 || g.state.conv_bytes < 0 || g.state.recurrent_bytes < 0 ||
+      (g.state.num_layers > 0 && g.state.conv_bytes + g.state.recurrent_bytes < 1)) {
+    return invalid_argument(fmt::format(
+        "kv page pool: state geometry (num_layers {}, conv_bytes {}, recurrent_bytes {}) is invalid; counts must be "
+        ">= 0 and a layer with state must have bytes",
+        g.state.num_layers, g.state.conv_bytes, g.state.recurrent_bytes));
+  }
   if (g.num_layers < 1 || g.page_size < 1 || g.side_row_bytes < 0 || (!gqa && !mla) || g.mla_row_bytes < 0 ||
       g.mla_scale_bytes < 0 || g.mla_rope_bytes < 0 || g.indexer_row_bytes < 0) {
     std::string mla_text;
@@ -37,8 +45,18 @@ constexpr size_t kBuffersPerLayer = 8;
 
 void KvPagePool::AlignedDelete::operator()(std::byte* p) const { ::operator delete[](p, kAlign); }
 
-Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages) {
+Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages, int64_t num_state_slots) {
   GB_RETURN_IF_ERROR(check_geometry(g));
+  if (g.state.empty()) num_state_slots = 0;
+  if (num_state_slots < 0 || num_state_slots > std::numeric_limits<int32_t>::max()) {
+    return invalid_argument(
+        fmt::format("kv page pool: num_state_slots is {} but must be in [0, 2^31)", num_state_slots));
+  }
+  if (num_state_slots > 0 &&
+      std::max(g.state.conv_bytes, g.state.recurrent_bytes) > std::numeric_limits<int64_t>::max() / 4 / num_state_slots) {
+    return resource_exhausted(fmt::format("kv page pool: {} state slots of {} bytes overflow the address space",
+                                          num_state_slots, g.state.bytes_per_slot()));
+  }
   if (num_pages < 0 || num_pages > std::numeric_limits<int32_t>::max()) {
     return invalid_argument(fmt::format("kv page pool: num_pages is {} but must be in [0, 2^31)", num_pages));
   }
@@ -71,6 +89,22 @@ Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages
       pool.buffers_.emplace_back(p);
     }
   }
+  pool.num_state_slots_ = num_state_slots;
+  pool.free_slots_.resize(static_cast<size_t>(num_state_slots));
+  for (int64_t i = 0; i < num_state_slots; ++i) pool.free_slots_[i] = static_cast<int32_t>(num_state_slots - 1 - i);
+  for (int64_t l = 0; l < g.state.num_layers && num_state_slots > 0; ++l) {
+    for (int64_t bytes : {num_state_slots * g.state.conv_bytes, num_state_slots * g.state.recurrent_bytes}) {
+      std::byte* p = nullptr;
+      if (bytes > 0) {
+        p = static_cast<std::byte*>(::operator new[](static_cast<size_t>(bytes), kAlign, std::nothrow));
+        if (p == nullptr) {
+          return resource_exhausted(fmt::format("kv page pool: cannot allocate {} for {} state slots ({} in all)",
+                                                mib(bytes), num_state_slots, mib(pool.state_bytes())));
+        }
+      }
+      pool.state_buffers_.emplace_back(p);
+    }
+  }
   return pool;
 }
 
@@ -90,7 +124,21 @@ KvPagePool& KvPagePool::operator=(KvPagePool&&) noexcept = default;
 KvPagePool::~KvPagePool() = default;
 
 bool KvPagePool::can_admit(int64_t num_tokens, int64_t reserve_tokens) const {
-  return num_tokens >= 0 && reserve_tokens >= 0 && pages_for(std::max(num_tokens, reserve_tokens)) <= free_pages();
+  return num_tokens >= 0 && reserve_tokens >= 0 && pages_for(std::max(num_tokens, reserve_tokens)) <= free_pages() &&
+         (!has_state() || free_state_slots() > 0);
+}
+
+std::string KvPagePool::never_fits(int64_t num_tokens, int64_t reserve_tokens) const {
+  const int64_t tokens = std::max(num_tokens, reserve_tokens), pages = pages_for(tokens);
+  if (pages > num_pages_) {
+    return fmt::format("needs {} KV pages ({} tokens at {} tokens per page) but the pool has only {} pages ({} short)",
+                       pages, tokens, geometry_.page_size, num_pages_, pages - num_pages_);
+  }
+  if (has_state() && num_state_slots_ == 0) {
+    return fmt::format("needs a state slot ({} per sequence) but the state pool has none (1 short)",
+                       mib(geometry_.state.bytes_per_slot()));
+  }
+  return "";
 }
 
 Status KvPagePool::take_pages(int64_t n, std::vector<int32_t>& into, const std::string& what) {
@@ -116,7 +164,25 @@ Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens) {
   Seq seq;
   seq.length = num_tokens;
   const int64_t tokens = std::max(num_tokens, reserve_tokens);
+  if (has_state() && free_slots_.empty()) {
+    return resource_exhausted(fmt::format("kv page pool: sequence {} needs a state slot but all {} slots of the state "
+                                          "pool are in use ({} per slot)",
+                                          id, num_state_slots_, mib(geometry_.state.bytes_per_slot())));
+  }
   GB_RETURN_IF_ERROR(take_pages(pages_for(tokens), seq.pages, fmt::format("sequence {} ({} tokens)", id, tokens)));
+  if (has_state()) {
+    seq.state_slot = free_slots_.back();
+    free_slots_.pop_back();
+    // A fresh sequence's state is zero (all-zero bytes: +0 in every state dtype).
+    const StateSlotGeometry& sg = geometry_.state;
+    for (int64_t l = 0; l < sg.num_layers; ++l) {
+      const StateLayerMemory m = state_layer(l);
+      if (m.conv) std::memset(m.conv + seq.state_slot * sg.conv_bytes, 0, static_cast<size_t>(sg.conv_bytes));
+      if (m.recurrent) {
+        std::memset(m.recurrent + seq.state_slot * sg.recurrent_bytes, 0, static_cast<size_t>(sg.recurrent_bytes));
+      }
+    }
+  }
   seqs_.emplace(id, std::move(seq));
   return ok_status();
 }
@@ -144,6 +210,7 @@ Status KvPagePool::release(SeqId id) {
   if (it == seqs_.end()) return invalid_argument(fmt::format("kv page pool: sequence {} is not admitted", id));
   // Returned in reverse so that a sequence admitted next reuses the same pages in the same order.
   for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p) free_.push_back(*p);
+  if (it->second.state_slot >= 0) free_slots_.push_back(it->second.state_slot);
   seqs_.erase(it);
   return ok_status();
 }
@@ -207,6 +274,17 @@ KvLayerMemory KvPagePool::layer(int64_t l) const {
   const size_t b = kBuffersPerLayer * static_cast<size_t>(l);
   return {buffers_[b].get(),     buffers_[b + 1].get(), buffers_[b + 2].get(), buffers_[b + 3].get(),
           buffers_[b + 4].get(), buffers_[b + 5].get(), buffers_[b + 6].get(), buffers_[b + 7].get()};
+}
+
+int32_t KvPagePool::state_slot(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? -1 : it->second.state_slot;
+}
+
+StateLayerMemory KvPagePool::state_layer(int64_t l) const {
+  GB_CHECK(l >= 0 && l < geometry_.state.num_layers, "KvPagePool::state_layer: layer out of range");
+  if (state_buffers_.empty()) return {};
+  return {state_buffers_[2 * static_cast<size_t>(l)].get(), state_buffers_[2 * static_cast<size_t>(l) + 1].get()};
 }
 
 }  // namespace genbridge::runtime

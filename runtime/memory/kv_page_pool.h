@@ -9,6 +9,11 @@
 //   mla, mla_scale, mla_rope, indexer: [num_pages, page_size, <their row bytes>] bytes (absent if 0): MLA
 //                         models keep one latent row (and separate scale / rope rows) per token instead of
 //                         K/V (num_kv_heads = 0), DSA models one indexer key row per token.
+// Beside the pages, a model with linear-attention layers (Qwen3.5's Gated DeltaNet) keeps a state pool: one
+// slot per running sequence, taken at admit() (zeroed: a fresh sequence's state) and returned with its pages
+// at release(). Layout of one layer's state (StateSlotGeometry; the DeviceOperator types it):
+//   conv:      [num_state_slots, conv_bytes]       bytes
+//   recurrent: [num_state_slots, recurrent_bytes]  bytes
 // Not thread-safe: one scheduler thread admits, grows and frees sequences.
 
 #include <cstddef>
@@ -23,6 +28,16 @@
 
 namespace genbridge::runtime {
 
+// Bytes of one sequence's linear-attention state per layer, as the DeviceOperator's state contract gives them.
+struct StateSlotGeometry {
+  int64_t num_layers = 0;       // layers with state (0: the model has none)
+  int64_t conv_bytes = 0;       // one slot's conv state in one layer
+  int64_t recurrent_bytes = 0;  // one slot's recurrent state in one layer
+  int64_t bytes_per_slot() const { return num_layers * (conv_bytes + recurrent_bytes); }
+  bool empty() const { return bytes_per_slot() == 0; }
+  friend bool operator==(const StateSlotGeometry&, const StateSlotGeometry&) = default;
+};
+
 // Bytes of the paged KV cache per (token, kv head), as the DeviceOperator's contract gives them.
 struct KvPageGeometry {
   int64_t num_layers = 0;
@@ -35,6 +50,9 @@ struct KvPageGeometry {
   int64_t mla_scale_bytes = 0;    // the separate MLA scale cache entry
   int64_t mla_rope_bytes = 0;     // the separate MLA rope cache row
   int64_t indexer_row_bytes = 0;  // the indexer key row (packed scale included)
+  // Linear-attention layers' per-sequence state (not per token: KvPagePool's state slots hold it). num_layers
+  // above counts the layers with a KV cache only.
+  StateSlotGeometry state;
 
   // Bytes one token occupies in one layer / over all layers: K and V rows plus their side entries, and
   // the per-token MLA and indexer rows.
@@ -50,6 +68,12 @@ struct KvPageGeometry {
 
 using SeqId = int64_t;
 
+// Raw memory of one layer's state (see the layout above). Pointers stay valid for the pool's lifetime.
+struct StateLayerMemory {
+  std::byte* conv = nullptr;
+  std::byte* recurrent = nullptr;
+};
+
 // Raw memory of one layer (see the layout above). Pointers stay valid for the pool's lifetime.
 struct KvLayerMemory {
   std::byte* key = nullptr;
@@ -64,10 +88,11 @@ struct KvLayerMemory {
 
 class KvPagePool {
  public:
-  // A pool of exactly `num_pages` pages (0 <= num_pages < 2^31). Allocates all memory now; the contents
-  // of slots nobody wrote are unspecified. InvalidArgument for a bad geometry, ResourceExhausted if the
-  // memory cannot be allocated.
-  static Result<KvPagePool> create(const KvPageGeometry& geometry, int64_t num_pages);
+  // A pool of exactly `num_pages` pages (0 <= num_pages < 2^31) and, when geometry.state is not empty,
+  // `num_state_slots` state slots (0 <= slots < 2^31; ignored without state). Allocates all memory now; the
+  // contents of slots nobody wrote are unspecified. InvalidArgument for a bad geometry, ResourceExhausted if
+  // the memory cannot be allocated.
+  static Result<KvPagePool> create(const KvPageGeometry& geometry, int64_t num_pages, int64_t num_state_slots = 0);
   // As many pages as fit in `max_bytes` (at least one, else ResourceExhausted naming the page size).
   static Result<KvPagePool> create_for_budget(const KvPageGeometry& geometry, int64_t max_bytes);
 
@@ -86,15 +111,27 @@ class KvPagePool {
   // Pages needed to hold `tokens` tokens.
   int64_t pages_for(int64_t tokens) const { return geometry_.pages_for(tokens); }
 
-  // Whether a new sequence of max(num_tokens, reserve_tokens) tokens fits now.
+  // State slots (0 without state), free ones, and the bytes they own.
+  int64_t num_state_slots() const { return num_state_slots_; }
+  int64_t free_state_slots() const { return static_cast<int64_t>(free_slots_.size()); }
+  int64_t state_bytes() const { return num_state_slots_ * geometry_.state.bytes_per_slot(); }
+  bool has_state() const { return !geometry_.state.empty(); }
+
+  // Whether a new sequence of max(num_tokens, reserve_tokens) tokens fits now (pages, and a state slot
+  // when the model has state).
   bool can_admit(int64_t num_tokens, int64_t reserve_tokens = 0) const;
+  // Why a sequence of max(num_tokens, reserve_tokens) tokens can never be admitted, even into an empty
+  // pool: which pool is too small and by how much ("needs 9 KV pages ... but the pool has 8", "needs a state
+  // slot but the state pool has none"); empty when it can.
+  std::string never_fits(int64_t num_tokens, int64_t reserve_tokens = 0) const;
   // Starts sequence `id` with `num_tokens` tokens and pages for max(num_tokens, reserve_tokens) (a
-  // reservation lets later appends never fail). All or nothing: ResourceExhausted (free and needed pages
-  // named) leaves the pool unchanged; InvalidArgument if `id` is already admitted or a count is negative.
+  // reservation lets later appends never fail), and a zeroed state slot when the model has state. All or
+  // nothing: ResourceExhausted (free and needed pages or slots named) leaves the pool unchanged;
+  // InvalidArgument if `id` is already admitted or a count is negative.
   Status admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens = 0);
   // Grows sequence `id` by `num_tokens`, taking pages beyond its reservation as needed. All or nothing.
   Status append(SeqId id, int64_t num_tokens);
-  // Returns every page of `id` to the pool. InvalidArgument if `id` is not admitted.
+  // Returns every page (and the state slot) of `id` to the pool. InvalidArgument if `id` is not admitted.
   Status release(SeqId id);
 
   bool contains(SeqId id) const { return seqs_.count(id) != 0; }
@@ -112,11 +149,16 @@ class KvPagePool {
 
   // Memory of layer `layer` (0 <= layer < num_layers).
   KvLayerMemory layer(int64_t layer) const;
+  // The state slot of sequence `id` (-1 if not admitted or the model has no state).
+  int32_t state_slot(SeqId id) const;
+  // State memory of linear-attention layer `layer` (0 <= layer < geometry().state.num_layers).
+  StateLayerMemory state_layer(int64_t layer) const;
 
  private:
   struct Seq {
     int64_t length = 0;
     std::vector<int32_t> pages;
+    int32_t state_slot = -1;
   };
   struct AlignedDelete {
     void operator()(std::byte* p) const;
@@ -130,6 +172,10 @@ class KvPagePool {
   std::unordered_map<SeqId, Seq> seqs_;
   // Per layer: key, value, key_side, value_side, mla, mla_scale, mla_rope, indexer.
   std::vector<std::unique_ptr<std::byte, AlignedDelete>> buffers_;
+  int64_t num_state_slots_ = 0;
+  std::vector<int32_t> free_slots_;  // a stack, lowest slot first
+  // Per state layer: conv, recurrent.
+  std::vector<std::unique_ptr<std::byte, AlignedDelete>> state_buffers_;
 };
 
 }  // namespace genbridge::runtime

@@ -10,6 +10,14 @@
 // norm_topk_prob, SwiGLU experts, weighted sum, plus sigmoid-gated shared expert) or the dense SwiGLU MLP ->
 // residual add. Then the final norm and the LM head. Norms are RMSNorm, or Gemma's (1 + w) for every norm
 // when the config says so.
+//
+// Qwen3.5-MoE (Hugging Face's qwen3_5_moe, written from its formulas): a linear-attention layer replaces
+// attention by the Gated DeltaNet, run as the naive per-token recurrence: in_proj_qkv -> causal depthwise
+// conv1d (kernel K, zero history) + SiLU -> q, k L2-normalised (eps 1e-6 inside the square root), q scaled by
+// 1/sqrt(dk); beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias); per value head (key head h / (nv/nk)):
+// S <- exp(g) S, delta = beta (v - S^T k), S <- S + k delta^T, o = S^T q; then RMSNorm(o) * w * silu(z) per
+// head and out_proj. A full-attention layer's q_proj gives [q | gate] per head; RoPE rotates the first
+// rotary_dim dims; the attention output is multiplied by sigmoid(gate) before o_proj.
 
 #include <algorithm>
 #include <cmath>
@@ -158,6 +166,77 @@ inline std::vector<double> ref_moe(const model::ModelConfig& c, const model::Moe
   return out;
 }
 
+// Qwen3.5's Gated DeltaNet mixer over one sequence's residual stream `h` [n][hidden] (input norm included),
+// added into it (see the file comment): the naive per-token recurrence from a zero state.
+inline void ref_gated_deltanet(const model::ModelConfig& c, const model::LayerWeights& lw,
+                               std::vector<std::vector<double>>& h) {
+  const model::Qwen35Config& q = c.qwen35;
+  const model::LinearAttentionWeights& g = lw.gdn;
+  const int64_t n = static_cast<int64_t>(h.size()), C = q.conv_dim(), Kd = q.key_dim(), nk = q.linear_num_key_heads,
+                nv = q.linear_num_value_heads, dk = q.linear_key_head_dim, dv = q.linear_value_head_dim,
+                K = q.linear_conv_kernel_dim, group = nv / nk;
+  std::vector<std::vector<double>> mixed, z, a, b;
+  for (int64_t t = 0; t < n; ++t) {
+    const std::vector<double> x = ref_norm(h[t], lw.input_layernorm, c.rms_norm_eps, c.norm_type);
+    mixed.push_back(ref_linear(g.in_proj_qkv, x));
+    z.push_back(ref_linear(g.in_proj_z, x));
+    a.push_back(ref_linear(g.in_proj_a, x));
+    b.push_back(ref_linear(g.in_proj_b, x));
+  }
+  std::vector<double> S(static_cast<size_t>(nv * dk * dv), 0.0);  // S[h][i][j]
+  const auto l2 = [](std::span<double> v, double scale) {
+    double ss = 0;
+    for (double e : v) ss += e * e;
+    const double inv = scale / std::sqrt(ss + 1e-6);
+    for (double& e : v) e *= inv;
+  };
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<double> x(static_cast<size_t>(C));
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double acc = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t src = t - (K - 1) + j;
+        if (src >= 0) acc += ref_weight(g.conv1d, ch, j) * mixed[src][ch];
+      }
+      x[ch] = ref_silu(acc);
+    }
+    std::vector<double> o(static_cast<size_t>(nv * dv));
+    for (int64_t hv = 0; hv < nv; ++hv) {
+      const int64_t hk = hv / group;
+      std::vector<double> qv(x.begin() + hk * dk, x.begin() + (hk + 1) * dk);
+      std::vector<double> kv(x.begin() + Kd + hk * dk, x.begin() + Kd + (hk + 1) * dk);
+      const double* vv = &x[2 * Kd + hv * dv];
+      l2(qv, 1.0 / std::sqrt(static_cast<double>(dk)));
+      l2(kv, 1.0);
+      const double beta = ref_sigmoid(b[t][hv]);
+      const double sp_in = a[t][hv] + ref_weight(g.dt_bias, 0, hv);
+      const double gt = -std::exp(ref_weight(g.A_log, 0, hv)) * std::log1p(std::exp(sp_in));
+      double* Sh = &S[hv * dk * dv];
+      const double decay = std::exp(gt);
+      for (int64_t i = 0; i < dk * dv; ++i) Sh[i] *= decay;
+      for (int64_t jv = 0; jv < dv; ++jv) {
+        double u = 0;
+        for (int64_t i = 0; i < dk; ++i) u += Sh[i * dv + jv] * kv[i];
+        const double delta = beta * (vv[jv] - u);
+        for (int64_t i = 0; i < dk; ++i) Sh[i * dv + jv] += kv[i] * delta;
+      }
+      double ss = 0;
+      for (int64_t jv = 0; jv < dv; ++jv) {
+        double acc = 0;
+        for (int64_t i = 0; i < dk; ++i) acc += Sh[i * dv + jv] * qv[i];
+        o[hv * dv + jv] = acc;
+        ss += acc * acc;
+      }
+      const double rstd = 1.0 / std::sqrt(ss / static_cast<double>(dv) + c.rms_norm_eps);
+      for (int64_t jv = 0; jv < dv; ++jv) {
+        o[hv * dv + jv] *= rstd * ref_weight(g.norm, 0, jv) * ref_silu(z[t][hv * dv + jv]);
+      }
+    }
+    const std::vector<double> out = ref_linear(g.out_proj, o);
+    for (size_t i = 0; i < out.size(); ++i) h[t][i] += out[i];
+  }
+}
+
 struct ReferenceForward {
   int64_t num_tokens = 0;
   int64_t vocab_size = 0;
@@ -206,33 +285,43 @@ inline ReferenceForward reference_forward(const model::ModelConfig& c, const mod
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    // Attention.
-    std::vector<double> q(static_cast<size_t>(n * nh * d)), k(static_cast<size_t>(n * nkv * d)),
-        v(static_cast<size_t>(n * nkv * d));
-    for (int64_t t = 0; t < n; ++t) {
-      const std::vector<double> x = ref_norm(h[t], lw.input_layernorm, c.rms_norm_eps, c.norm_type);
-      const std::vector<double> qt = ref_linear(lw.attn.q_proj, x);
-      const std::vector<double> kt = ref_linear(lw.attn.k_proj, x);
-      const std::vector<double> vt = ref_linear(lw.attn.v_proj, x);
-      for (int64_t hh = 0; hh < nh; ++hh) {
-        std::vector<double> head =
-            ref_norm(std::span(qt).subspan(hh * d, d), lw.attn.q_norm, c.rms_norm_eps, c.norm_type);
-        ref_rope_neox(head, t, c.rope_theta);
-        std::copy(head.begin(), head.end(), q.begin() + (t * nh + hh) * d);
+    if (lw.linear) {
+      ref_gated_deltanet(c, lw, h);
+    } else {
+      // Attention (Qwen3.5: [q | gate] per head, partial rotary, gated output).
+      const bool gated = c.is_qwen35();
+      const int64_t qh = gated ? 2 * d : d, rot = c.rotary_dim();
+      std::vector<double> q(static_cast<size_t>(n * nh * d)), k(static_cast<size_t>(n * nkv * d)),
+          v(static_cast<size_t>(n * nkv * d)), gate(static_cast<size_t>(n * nh * d), 0.0);
+      for (int64_t t = 0; t < n; ++t) {
+        const std::vector<double> x = ref_norm(h[t], lw.input_layernorm, c.rms_norm_eps, c.norm_type);
+        const std::vector<double> qt = ref_linear(lw.attn.q_proj, x);
+        const std::vector<double> kt = ref_linear(lw.attn.k_proj, x);
+        const std::vector<double> vt = ref_linear(lw.attn.v_proj, x);
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          std::vector<double> head =
+              ref_norm(std::span(qt).subspan(hh * qh, d), lw.attn.q_norm, c.rms_norm_eps, c.norm_type);
+          ref_rope_neox(std::span(head).first(rot), t, c.rope_theta);
+          std::copy(head.begin(), head.end(), q.begin() + (t * nh + hh) * d);
+          if (gated) std::copy(qt.begin() + hh * qh + d, qt.begin() + hh * qh + 2 * d, gate.begin() + (t * nh + hh) * d);
+        }
+        for (int64_t g = 0; g < nkv; ++g) {
+          std::vector<double> head =
+              ref_norm(std::span(kt).subspan(g * d, d), lw.attn.k_norm, c.rms_norm_eps, c.norm_type);
+          ref_rope_neox(std::span(head).first(rot), t, c.rope_theta);
+          std::copy(head.begin(), head.end(), k.begin() + (t * nkv + g) * d);
+          std::copy(vt.begin() + g * d, vt.begin() + (g + 1) * d, v.begin() + (t * nkv + g) * d);
+        }
       }
-      for (int64_t g = 0; g < nkv; ++g) {
-        std::vector<double> head =
-            ref_norm(std::span(kt).subspan(g * d, d), lw.attn.k_norm, c.rms_norm_eps, c.norm_type);
-        ref_rope_neox(head, t, c.rope_theta);
-        std::copy(head.begin(), head.end(), k.begin() + (t * nkv + g) * d);
-        std::copy(vt.begin() + g * d, vt.begin() + (g + 1) * d, v.begin() + (t * nkv + g) * d);
+      std::vector<double> attn = ref_attention(q, k, v, n, nh, nkv, d);
+      if (gated) {
+        for (size_t i = 0; i < attn.size(); ++i) attn[i] *= ref_sigmoid(gate[i]);
       }
-    }
-    const std::vector<double> attn = ref_attention(q, k, v, n, nh, nkv, d);
-    for (int64_t t = 0; t < n; ++t) {
-      const std::vector<double> o =
-          ref_linear(lw.attn.o_proj, std::vector<double>(attn.begin() + t * nh * d, attn.begin() + (t + 1) * nh * d));
-      for (int64_t i = 0; i < hs; ++i) h[t][i] += o[i];
+      for (int64_t t = 0; t < n; ++t) {
+        const std::vector<double> o = ref_linear(
+            lw.attn.o_proj, std::vector<double>(attn.begin() + t * nh * d, attn.begin() + (t + 1) * nh * d));
+        for (int64_t i = 0; i < hs; ++i) h[t][i] += o[i];
+      }
     }
     // MLP.
     for (int64_t t = 0; t < n; ++t) {

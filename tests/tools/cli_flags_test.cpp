@@ -235,10 +235,10 @@ const std::vector<Row> kRows = {
     {"model_empty", {"run", "--model", ""}, 2, "genbridge run: --model '': the value is empty"},
     // --preset, --model-seed: the synthetic model; an error with --model
     {"preset_empty", R({"--preset", ""}), 2, "genbridge run: --preset '': expected one of tiny | tiny-gemma | small | tiny-dsa | "
-     "tiny-dsv3 | tiny-dsv3-noq | small-dsa"},
+     "tiny-dsv3 | tiny-dsv3-noq | small-dsa | tiny-qwen35 | tiny-qwen35-split | small-qwen35"},
     {"preset_unknown", R({"--preset", "huge"}), 2,
      "genbridge run: --preset huge: expected one of tiny | tiny-gemma | small | tiny-dsa | "
-     "tiny-dsv3 | tiny-dsv3-noq | small-dsa"},
+     "tiny-dsv3 | tiny-dsv3-noq | small-dsa | tiny-qwen35 | tiny-qwen35-split | small-qwen35"},
     {"preset_with_model", R({"--preset", "tiny"}), 2,
      "genbridge run: --preset chooses the synthetic model, which is not used with --model $MODEL; drop one of them"},
     {"model_seed_negative", R({"--model-seed", "-1"}), 2, "genbridge run: --model-seed -1" + kU64},
@@ -642,12 +642,12 @@ const std::vector<Row> kRows = {
      {"make-model", "--preset", "huge", "$DIR/m"},
      2,
      "genbridge make-model: --preset huge: expected one of tiny | tiny-gemma | small | tiny-dsa | "
-     "tiny-dsv3 | tiny-dsv3-noq | small-dsa"},
+     "tiny-dsv3 | tiny-dsv3-noq | small-dsa | tiny-qwen35 | tiny-qwen35-split | small-qwen35"},
     {"make_preset_empty",
      {"make-model", "--preset", "", "$DIR/m"},
      2,
      "genbridge make-model: --preset '': expected one of tiny | tiny-gemma | small | tiny-dsa | "
-     "tiny-dsv3 | tiny-dsv3-noq | small-dsa"},
+     "tiny-dsv3 | tiny-dsv3-noq | small-dsa | tiny-qwen35 | tiny-qwen35-split | small-qwen35"},
     {"make_seed_negative", {"make-model", "--seed", "-1", "$DIR/m"}, 2, "genbridge make-model: --seed -1" + kU64},
     {"make_seed_huge",
      {"make-model", "--seed", "18446744073709551616", "$DIR/m"},

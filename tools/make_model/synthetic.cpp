@@ -22,6 +22,7 @@ struct TensorPlan {
   std::vector<int64_t> shape;
   double center = 0.0;
   double std = 0.0;
+  bool f32 = false;  // written as F32 whatever the checkpoint's dtype (Qwen3.5's A_log and linear_attn.norm.weight)
 };
 
 uint64_t splitmix64(uint64_t z) {
@@ -50,9 +51,49 @@ std::vector<TensorPlan> plan_tensors(const ModelConfig& c) {
     add(prefix + "up_proj.weight", {inter, h}, 0.0, proj(h));
     add(prefix + "down_proj.weight", {h, inter}, 0.0, proj(inter));
   };
-  add("model.embed_tokens.weight", {c.vocab_size, h}, 0.0, c.tie_word_embeddings ? proj(h) : 1.0);
+  const std::string prefix = c.tensor_prefix();
+  add(prefix + "embed_tokens.weight", {c.vocab_size, h}, 0.0, c.tie_word_embeddings ? proj(h) : 1.0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const auto name = [&](std::string_view s) { return layer_tensor_name(l, s); };
+    const auto name = [&](std::string_view s) { return layer_tensor_name(l, s, prefix); };
+    if (c.is_qwen35()) {  // Gated DeltaNet or gated attention, then MoE with a gated shared expert
+      const Qwen35Config& q = c.qwen35;
+      add(name("input_layernorm.weight"), {h}, norm_center, norm_std);
+      if (c.is_linear_layer(l)) {
+        const int64_t C = q.conv_dim(), nv = q.linear_num_value_heads, K = q.linear_conv_kernel_dim;
+        add(name("linear_attn.in_proj_qkv.weight"), {C, h}, 0.0, proj(h));
+        add(name("linear_attn.in_proj_z.weight"), {q.value_dim(), h}, 0.0, proj(h));
+        add(name("linear_attn.in_proj_b.weight"), {nv, h}, 0.0, proj(h));
+        add(name("linear_attn.in_proj_a.weight"), {nv, h}, 0.0, proj(h));
+        add(name("linear_attn.conv1d.weight"), {C, 1, K}, 0.0, proj(K));
+        // dt_bias ~ 1 and A = exp(A_log) in [0.1, 2]: per-token decays exp(g) from ~0.1 to ~0.9, so the
+        // recurrent state carries context over tens of tokens.
+        add(name("linear_attn.dt_bias"), {nv}, 1.0, 0.2);
+        add(name("linear_attn.A_log"), {nv}, -0.8, 1.5 / std::sqrt(3.0));
+        plan.back().f32 = true;
+        add(name("linear_attn.norm.weight"), {q.linear_value_head_dim}, 1.0, norm_std);
+        plan.back().f32 = true;
+        add(name("linear_attn.out_proj.weight"), {h, q.value_dim()}, 0.0, proj(q.value_dim()));
+      } else {
+        add(name("self_attn.q_proj.weight"), {c.q_proj_size(), h}, 0.0, proj(h));
+        add(name("self_attn.k_proj.weight"), {c.kv_size(), h}, 0.0, proj(h));
+        add(name("self_attn.v_proj.weight"), {c.kv_size(), h}, 0.0, proj(h));
+        add(name("self_attn.o_proj.weight"), {h, c.q_size()}, 0.0, proj(c.q_size()));
+        add(name("self_attn.q_norm.weight"), {c.head_dim}, norm_center, norm_std);
+        add(name("self_attn.k_norm.weight"), {c.head_dim}, norm_center, norm_std);
+      }
+      add(name("post_attention_layernorm.weight"), {h}, norm_center, norm_std);
+      add(name("mlp.gate.weight"), {c.num_experts, h}, 0.0, 2.0 * proj(h));
+      const int64_t I = c.moe_intermediate_size;
+      if (q.text_config) {  // the Hub's layout: fused experts (gate rows, then up rows, per expert)
+        add(name("mlp.experts.gate_up_proj"), {c.num_experts, 2 * I, h}, 0.0, proj(h));
+        add(name("mlp.experts.down_proj"), {c.num_experts, h, I}, 0.0, proj(I));
+      } else {
+        for (int64_t e = 0; e < c.num_experts; ++e) add_mlp(fmt::format("{}layers.{}.mlp.experts.{}.", prefix, l, e), I);
+      }
+      add_mlp(name("mlp.shared_expert."), c.shared_expert_intermediate_size);
+      add(name("mlp.shared_expert_gate.weight"), {1, h}, 0.0, proj(h));
+      continue;
+    }
     if (c.is_deepseek()) {  // MLA [+ indexer], DeepSeek MoE (HF names and order)
       const DeepseekConfig& d = c.deepseek;
       const int64_t nh = c.num_attention_heads;
@@ -112,8 +153,16 @@ std::vector<TensorPlan> plan_tensors(const ModelConfig& c) {
       add_mlp(name("mlp."), c.intermediate_size);
     }
   }
-  add("model.norm.weight", {h}, norm_center, norm_std);
+  add(prefix + "norm.weight", {h}, norm_center, norm_std);
   if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, 0.0, proj(h));
+  if (c.is_qwen35() && c.qwen35.text_config) {
+    // What the Hub's checkpoints also ship and text serving ignores: a (token) vision tower and the MTP head.
+    add("model.visual.patch_embed.proj.weight", {h, 3 * 2 * 16 * 16}, 0.0, proj(3 * 2 * 16 * 16));
+    for (int64_t m = 0; m < c.qwen35.mtp_num_hidden_layers; ++m) {
+      add(fmt::format("mtp.layers.{}.input_layernorm.weight", m), {h}, norm_center, norm_std);
+    }
+    if (c.qwen35.mtp_num_hidden_layers > 0) add("mtp.fc.weight", {h, 2 * h}, 0.0, proj(2 * h));
+  }
   return plan;
 }
 
@@ -125,6 +174,7 @@ int64_t numel(const std::vector<int64_t>& shape) {
 
 // Fills `out` (numel elements of `dtype`) for one tensor. Element i depends only on (seed, name, i).
 void generate(const TensorPlan& t, uint64_t seed, DType dtype, std::vector<std::byte>& out) {
+  if (t.f32) dtype = DType::kF32;
   const int64_t n = numel(t.shape);
   out.resize(static_cast<size_t>(n) * dtype_size(dtype));
   const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(t.name)));
@@ -352,11 +402,89 @@ ModelConfig small_dsa_preset() {
   return small_dsa;
 }
 
+// Qwen3.5-MoE as the Hub ships it (Qwen3_5MoeForConditionalGeneration: keys under text_config, tensors under
+// model.language_model., fused experts, a vision tower and an MTP head that text serving ignores): Gated
+// DeltaNet layers with full attention every second layer, partial rotary 0.25 with M-RoPE sections.
+ModelConfig tiny_qwen35_preset() {
+  ModelConfig c;
+  c.architecture = Architecture::kQwen35Moe;
+  set_dims({.vocab_size = 512,
+            .hidden_size = 128,
+            .num_hidden_layers = 4,
+            .num_attention_heads = 4,
+            .num_key_value_heads = 2,
+            .head_dim = 64,
+            .max_position_embeddings = 8192,
+            .num_experts = 8,
+            .num_experts_per_tok = 2,
+            .moe_intermediate_size = 64,
+            .intermediate_size = 0},
+           &c);
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 1e7;
+  c.norm_topk_prob = true;
+  c.norm_type = NormType::kGemma;
+  c.shared_expert_intermediate_size = 64;
+  c.tie_word_embeddings = false;
+  c.torch_dtype = DType::kBF16;
+  Qwen35Config& q = c.qwen35;
+  q.linear_layers = {true, false, true, false};
+  q.linear_num_key_heads = 2;
+  q.linear_num_value_heads = 4;
+  q.linear_key_head_dim = 32;
+  q.linear_value_head_dim = 32;
+  q.linear_conv_kernel_dim = 4;
+  q.partial_rotary_factor = 0.25;
+  q.mrope_section = {3, 3, 2};
+  q.mrope_interleaved = true;
+  q.text_config = true;
+  q.mtp_num_hidden_layers = 1;
+  return c;
+}
+
+// The text-only class (Qwen3_5MoeForCausalLM: keys at the top level, tensors under model.) with one tensor per
+// expert, as quantized derivatives ship them.
+ModelConfig tiny_qwen35_split_preset() {
+  ModelConfig c = tiny_qwen35_preset();
+  c.qwen35.text_config = false;
+  c.qwen35.mtp_num_hidden_layers = 0;
+  return c;
+}
+
+// Sized like "small" (hidden 1024, 8 layers, 32 experts top-4 of width 512) with Qwen3.5's blocks at the real
+// models' head widths: 6 Gated DeltaNet layers (8 key / 16 value heads of 128) and 2 full-attention layers
+// (8 / 2 heads of 256, rotary 64), so its speed compares with small's.
+ModelConfig small_qwen35_preset() {
+  ModelConfig c = tiny_qwen35_preset();
+  set_dims({.vocab_size = 8192,
+            .hidden_size = 1024,
+            .num_hidden_layers = 8,
+            .num_attention_heads = 8,
+            .num_key_value_heads = 2,
+            .head_dim = 256,
+            .max_position_embeddings = 32768,
+            .num_experts = 32,
+            .num_experts_per_tok = 4,
+            .moe_intermediate_size = 512,
+            .intermediate_size = 0},
+           &c);
+  c.shared_expert_intermediate_size = 512;
+  Qwen35Config& q = c.qwen35;
+  q.linear_layers = {true, true, true, false, true, true, true, false};
+  q.linear_num_key_heads = 8;
+  q.linear_num_value_heads = 16;
+  q.linear_key_head_dim = 128;
+  q.linear_value_head_dim = 128;
+  q.mrope_section = {11, 11, 10};
+  return c;
+}
+
 std::vector<Preset> presets() {
   return {{"tiny", tiny_preset()},           {"tiny-gemma", tiny_gemma_preset()},
           {"small", small_preset()},         {"tiny-dsa", tiny_dsa_preset()},
           {"tiny-dsv3", tiny_dsv3_preset()}, {"tiny-dsv3-noq", tiny_dsv3_noq_preset()},
-          {"small-dsa", small_dsa_preset()}};
+          {"small-dsa", small_dsa_preset()}, {"tiny-qwen35", tiny_qwen35_preset()},
+          {"tiny-qwen35-split", tiny_qwen35_split_preset()}, {"small-qwen35", small_qwen35_preset()}};
 }
 
 // "model-<digits>-of-<digits>.safetensors"
@@ -417,7 +545,7 @@ Status write_checkpoint(const ModelConfig& config, std::string_view label, uint6
     const size_t end = (static_cast<size_t>(s) + 1) * plan.size() / static_cast<size_t>(shards);
     const std::string file = shards == 1 ? std::string(kSingleFileName) : shard_file_name(s + 1, shards);
     std::vector<SafetensorsTensorSpec> specs;
-    for (size_t i = next; i < end; ++i) specs.push_back({plan[i].name, dtype, plan[i].shape});
+    for (size_t i = next; i < end; ++i) specs.push_back({plan[i].name, plan[i].f32 ? DType::kF32 : dtype, plan[i].shape});
     GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(out_dir / file, std::move(specs), metadata));
     for (size_t i = next; i < end; ++i) {
       generate(plan[i], seed, dtype, buffer);
@@ -467,8 +595,10 @@ Status write_synthetic_checkpoint(const ModelConfig& config, uint64_t seed, cons
 
 uint64_t model_weight_bytes(const ModelConfig& config, DType dtype) {
   uint64_t n = 0;
-  for (const TensorPlan& t : plan_tensors(config)) n += static_cast<uint64_t>(numel(t.shape));
-  return n * dtype_size(dtype);
+  for (const TensorPlan& t : plan_tensors(config)) {
+    n += static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.f32 ? DType::kF32 : dtype);
+  }
+  return n;
 }
 
 }  // namespace genbridge::model

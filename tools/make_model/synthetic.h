@@ -30,7 +30,12 @@ namespace genbridge::model {
 // "small" (benchmarks; ~0.84 GB in bf16), and the DeepSeek family: "tiny-dsa" (V3.2: MLA + DSA indexer with
 // index_topk 64, q_lora, YaRN, grouped routing, a shared expert, a dense first layer), "tiny-dsv3" (the same
 // without the indexer), "tiny-dsv3-noq" (V3 without q_lora and YaRN, ungrouped routing, every layer MoE),
-// "small-dsa" (V3.2 at DeepSeek's MLA widths, for benchmarks).
+// "small-dsa" (V3.2 at DeepSeek's MLA widths, for benchmarks), and Qwen3.5-MoE: "tiny-qwen35" (the Hub's
+// layout: text_config, model.language_model.*, fused experts, plus model.visual.* and mtp.* tensors serving
+// ignores), "tiny-qwen35-split" (Qwen3_5MoeForCausalLM, one tensor per expert), "small-qwen35" (sized like small).
+// Qwen3.5 weights: as above (norms are Gemma's), plus conv1d std 1/sqrt(K), dt_bias 1 +- 0.2, A_log
+// U(-2.3, 0.7) (F32, as the Hub stores it), linear_attn.norm.weight 1 + U(-0.1, 0.1) (F32). A config nesting
+// text_config gets fused experts; a top-level one gets one tensor per expert.
 // DeepSeek weights: as above, plus e_score_correction_bias std 0.05 and the indexer's LayerNorm bias
 // U(-0.1, 0.1); q_a_layernorm, kv_a_layernorm and the indexer's k_norm weight 1 + U(-0.1, 0.1).
 std::vector<std::string> synthetic_preset_names();

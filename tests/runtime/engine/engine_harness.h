@@ -80,7 +80,7 @@ inline std::vector<RequestResult> run_engine_on(const Checkpoint& ck, const RunC
   const model::ModelConfig& c = ck.config();
   auto dev = runtime::DeviceOperator::create({.kv_cache_dtype = rc.kv_cache_dtype});
   EXPECT_TRUE(dev.ok()) << dev.status().to_string();
-  auto pool = runtime::KvPagePool::create(dev->kv_page_geometry(model::kv_model_shape(c)), rc.pool_pages);
+  auto pool = runtime::KvPagePool::create(dev->kv_page_geometry(model::kv_model_shape(c)), rc.pool_pages, rc.max_batch);
   EXPECT_TRUE(pool.ok()) << pool.status().to_string();
   auto runner = model::ModelRunner::create(ck, *dev, *pool);
   EXPECT_TRUE(runner.ok()) << runner.status().to_string();

@@ -24,7 +24,8 @@ uint64_t fnv1a(const std::vector<char>& bytes) {
 
 TEST(Synthetic, presets_are_valid_and_kernel_friendly) {
   EXPECT_EQ(synthetic_preset_names(), (std::vector<std::string>{"tiny", "tiny-gemma", "small", "tiny-dsa", "tiny-dsv3",
-                                                          "tiny-dsv3-noq", "small-dsa"}));
+                                                          "tiny-dsv3-noq", "small-dsa", "tiny-qwen35",
+                                                          "tiny-qwen35-split", "small-qwen35"}));
   for (const std::string& name : synthetic_preset_names()) {
     const ModelConfig c = synthetic_preset_config(name).value();
     EXPECT_TRUE(validate_model_config(c, name).ok()) << name;
@@ -41,7 +42,7 @@ TEST(Synthetic, presets_are_valid_and_kernel_friendly) {
   EXPECT_TRUE(gemma.tie_word_embeddings);
   EXPECT_EQ(synthetic_preset_config("huge").status().message(),
             "unknown synthetic model preset 'huge' (known presets: tiny, tiny-gemma, small, tiny-dsa, tiny-dsv3, "
-            "tiny-dsv3-noq, small-dsa)");
+            "tiny-dsv3-noq, small-dsa, tiny-qwen35, tiny-qwen35-split, small-qwen35)");
 }
 
 TEST(Synthetic, weight_bytes_of_presets) {
@@ -134,7 +135,7 @@ TEST(Synthetic, bad_arguments) {
   TempDir dir;
   EXPECT_EQ(write_synthetic_checkpoint("nope", 0, dir.path()).message(),
             "unknown synthetic model preset 'nope' (known presets: tiny, tiny-gemma, small, tiny-dsa, tiny-dsv3, "
-            "tiny-dsv3-noq, small-dsa)");
+            "tiny-dsv3-noq, small-dsa, tiny-qwen35, tiny-qwen35-split, small-qwen35)");
   EXPECT_EQ(write_synthetic_checkpoint("tiny", 0, dir.path(), 0).message(),
             "write_synthetic_checkpoint: shards = 0 must be between 1 and the number of tensors (125)");
   ModelConfig c = synthetic_preset_config("tiny").value();
