@@ -206,9 +206,8 @@ class WeightBinder {
       return ok_status();
     }
     for (int64_t e = 0; e < E; ++e) {
-      GB_ASSIGN_OR_RETURN(MlpWeights m,
-                          bind_mlp(fmt::format("{}layers.{}.mlp.experts.{}.", c.tensor_prefix(), l, e), h, I,
-                                   "moe_intermediate_size", why));
+      GB_ASSIGN_OR_RETURN(MlpWeights m, bind_mlp(layer_tensor_name(l, fmt::format("mlp.experts.{}.", e), c.tensor_prefix()),
+                                                 h, I, "moe_intermediate_size", why));
       experts->push_back(m);
     }
     return ok_status();

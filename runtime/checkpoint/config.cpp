@@ -63,12 +63,6 @@ Status parse_torch_dtype(const Reader& r, ModelConfig* c) {
   return ok_status();
 }
 
-std::string list_string(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 // The first dense layer, or -1 when every layer is MoE.
 int64_t first_dense_layer(const ModelConfig& c) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -193,11 +187,11 @@ Status validate_model_config(const ModelConfig& c, std::string_view src) {
   std::set<int64_t> seen;
   for (int64_t l : c.mlp_only_layers) {
     if (l < 0 || l >= c.num_hidden_layers) {
-      return bad_value(src, "mlp_only_layers", list_string(c.mlp_only_layers),
+      return bad_value(src, "mlp_only_layers", detail::int_list_text(c.mlp_only_layers),
                        fmt::format("layer {} is outside [0, num_hidden_layers = {})", l, c.num_hidden_layers));
     }
     if (!seen.insert(l).second) {
-      return bad_value(src, "mlp_only_layers", list_string(c.mlp_only_layers),
+      return bad_value(src, "mlp_only_layers", detail::int_list_text(c.mlp_only_layers),
                        fmt::format("layer {} is listed twice", l));
     }
   }

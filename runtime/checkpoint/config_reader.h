@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "genbridge/core/status.h"
 #include "runtime/checkpoint/json_util.h"
@@ -76,6 +77,13 @@ class ConfigReader {
   std::string_view source_;
   std::string prefix_;
 };
+
+// "[1, 2, 3]": a list of integers as messages show it.
+inline std::string int_list_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
 
 inline Status bad_config_value(std::string_view source, std::string_view key, const std::string& value,
                                std::string_view rule) {

@@ -13,12 +13,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string list_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 // rope_parameters (HF's newer form) or the legacy top-level rope_theta / partial_rotary_factor / rope_scaling.
 Status parse_rope(const ConfigReader& r, ModelConfig* c) {
   Qwen35Config& q = c->qwen35;
@@ -108,7 +102,8 @@ Status parse_qwen35_config(const ConfigReader& top, ModelConfig* c) {
   if (text && !text->is_object()) return top.bad("text_config", *text, "must be an object (the language model's keys)");
   c->qwen35.text_config = text != nullptr;
   const ConfigReader r = text ? ConfigReader(*text, top.source(), "text_config.") : top;
-  if (const json* mt = r.find("model_type");
+  // (The top level's model_type is parse_model_config's to check; this is text_config's.)
+  if (const json* mt = text ? r.find("model_type") : nullptr;
       mt && !(mt->is_string() && (mt->get<std::string>() == "qwen3_5_moe_text" || mt->get<std::string>() == "qwen3_5_moe"))) {
     return r.bad("model_type", *mt, "must be \"qwen3_5_moe_text\" (or \"qwen3_5_moe\")");
   }
@@ -128,15 +123,13 @@ Status parse_qwen35_config(const ConfigReader& top, ModelConfig* c) {
     return r.bad("mamba_ssm_dtype", *v,
                "must be \"float32\" (the recurrent state's dtype is the DeviceOperator's state contract: fp32)");
   }
-  for (const char* removed : {"decoder_sparse_step", "mlp_only_layers", "intermediate_size"}) {
-    // Qwen3.5-MoE deleted these (every layer is MoE); a value that would make a layer dense is refused.
-    if (const json* v = r.find(removed)) {
-      const bool harmless = (std::string_view(removed) == "decoder_sparse_step" && v->is_number_integer() &&
-                             v->get<int64_t>() == 1) ||
-                            (std::string_view(removed) == "mlp_only_layers" && v->is_array() && v->empty()) ||
-                            std::string_view(removed) == "intermediate_size";
-      if (!harmless) return r.bad(removed, *v, "Qwen3.5-MoE has no dense layers (every layer is MoE)");
-    }
+  // Qwen3.5-MoE deleted the dense-layer keys (every layer is MoE): a value that would make a layer dense is
+  // refused (intermediate_size sizes nothing and is ignored).
+  if (const json* v = r.find("decoder_sparse_step"); v && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    return r.bad("decoder_sparse_step", *v, "Qwen3.5-MoE has no dense layers (every layer is MoE)");
+  }
+  if (const json* v = r.find("mlp_only_layers"); v && !(v->is_array() && v->empty())) {
+    return r.bad("mlp_only_layers", *v, "Qwen3.5-MoE has no dense layers (every layer is MoE)");
   }
   for (const ConfigReader* level : {&top, &r}) {
     if (const json* v = level->find(kNormTypeKey)) {
@@ -230,7 +223,7 @@ Status validate_qwen35_config(const ModelConfig& c, std::string_view src) {
     int64_t sum = 0;
     for (int64_t s : q.mrope_section) sum += s;
     if (sum * 2 != c.rotary_dim()) {
-      return bad("rope_parameters.mrope_section", list_text(q.mrope_section),
+      return bad("rope_parameters.mrope_section", int_list_text(q.mrope_section),
                  fmt::format("the sections must cover the rotary dims' {} frequencies (sum {}): genbridge serves text, "
                              "whose three position ids are equal, which reduces M-RoPE to 1-D RoPE only then",
                              c.rotary_dim() / 2, sum));
