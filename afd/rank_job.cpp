@@ -158,9 +158,14 @@ Status with_attention_engine(const RankJob& job, const AfdConfig& cfg, Connector
     executor = e.get();
     return std::unique_ptr<engine::ForwardExecutor>(std::move(e));
   };
-  GB_ASSIGN_OR_RETURN(std::unique_ptr<engine::AssembledEngine> assembled,
-                      engine::assemble_engine(*job.checkpoint, *job.dev, job.pool_pages,
-                                              {.engine = job.engine, .quantized = quantized}, make_executor));
+  GB_ASSIGN_OR_RETURN(
+      std::unique_ptr<engine::AssembledEngine> assembled,
+      engine::assemble_engine(
+          *job.checkpoint, *job.dev, job.pool_pages,
+          // One state slot per sequence the engine runs at once, as
+          // the monolithic assembly (kv_pool_options) gives it.
+          {.engine = job.engine, .kv_pool = {.state_slots = job.engine.max_batch}, .quantized = quantized},
+          make_executor));
   AttentionEngine e{.attention_rank = a, .engine = *assembled->engine, .pool = assembled->pool, .executor = *executor};
   return drive(e);
 }

@@ -19,11 +19,11 @@
 #include "afd/runner.h"
 #include "afd/transports/step_agreement.h"
 #include "genbridge/core/status.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/engine/engine.h"
-#include "runtime/memory/kv_page_pool.h"
-#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/forward/quant_weights.h"
+#include "runtime/memory/kv_page_pool.h"
 
 namespace genbridge::afd {
 
@@ -101,7 +101,8 @@ struct FfnDriver {
   std::function<Status(Connector& conn)> after;
 };
 
-// The one construction of an attention rank's engine: its KV pool (job.pool_pages pages), ModelRunner (on
+// The one construction of an attention rank's engine: its KV pool (job.pool_pages pages; job.engine.max_batch
+// state slots for a model with linear-attention state), ModelRunner (on
 // `quantized`), AfdExecutor (agreeing each step with `lockstep`, which may be null) and Engine, handed to
 // `drive` for as long as it runs.
 Status with_attention_engine(const RankJob& job, const AfdConfig& cfg, Connector& conn, Metrics& metrics,

@@ -333,8 +333,16 @@ Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, cons
 }
 
 std::string describe_model(const model::Checkpoint& ckpt) {
-  return fmt::format("model {}: {}, {:.1f} MiB of weights", ckpt.dir().string(), model::describe(ckpt.config()),
-                     static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
+  std::string line =
+      fmt::format("model {}: {}, {:.1f} MiB of weights", ckpt.dir().string(), model::describe(ckpt.config()),
+                  static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
+  if (const int64_t n = ckpt.ignored_tensors(); n > 0) {
+    line += fmt::format(
+        "\nmodel {}: {} tensor{} of the vision tower (model.visual.*) and the multi-token prediction "
+        "head (mtp.*) ignored: text-only serving",
+        ckpt.dir().string(), n, n == 1 ? "" : "s");
+  }
+  return line;
 }
 
 engine::KvPoolOptions kv_pool_options(const RunOptions& o, int num_pools, int pools_in_process,

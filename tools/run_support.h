@@ -76,7 +76,8 @@ std::vector<engine::Request> make_requests(const RunOptions& o, int64_t vocab);
 // Checkpoint::open of `dir` with --no-mmap; with --check-weights also scans every weight (refusing a
 // non-finite one) and prints the scan's cost to stderr. `populate`: LoadOptions::populate.
 Result<model::Checkpoint> open_checkpoint(const std::filesystem::path& dir, const RunOptions& o, bool populate = true);
-// One line: architecture, sizes, norm type, weights.
+// One line: architecture, sizes, norm type, weights; a second when the checkpoint has tensors text serving
+// ignores (Qwen3.5's vision tower and MTP head), with their count.
 std::string describe_model(const model::Checkpoint& ckpt);
 // --kv-memory-mb and the job's pools: `num_pools` pools share the requests (request r to pool r % num_pools),
 // `pools_in_process` of them in this process; `whole_context_seqs` > 0 (serve): room for that many sequences

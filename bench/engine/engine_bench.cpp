@@ -1,5 +1,6 @@
-// Engine throughput on the synthetic `small` preset (built once under $GENBRIDGE_CACHE_DIR or /tmp; bf16
-// weights; threads = GENBRIDGE_NUM_THREADS or the machine's cores), each row with its roofline
+// Engine throughput on the synthetic `small` preset and, in the *_qwen35 rows, on `small-qwen35` (6 Gated
+// DeltaNet + 2 full-attention layers, sized like small), each built once under $GENBRIDGE_CACHE_DIR or /tmp;
+// bf16 weights; threads = GENBRIDGE_NUM_THREADS or the machine's cores; each row with its roofline
 // (bench/support/bench_util.h) and the CPU target in the context:
 //   engine_prefill/prompt:L     one L-token prompt, one new token; prefill tok/s = prompt tokens / time in
 //                               prefill forwards. Figure: fma_frac (FLOPs from the model config below;
@@ -28,6 +29,7 @@
 #include "afd/engine_job.h"
 #include "runtime/engine/assembly.h"
 #include "runtime/engine/engine.h"
+#include "runtime/forward/deepseek_attention.h"
 #include "support/bench_util.h"
 #include "tools/make_model/synthetic.h"
 
@@ -39,21 +41,26 @@ struct Model {
   std::unique_ptr<runtime::DeviceOperator> dev;
 };
 
-Model& small_model() {
-  static Model m = [] {
-    const char* cache = std::getenv("GENBRIDGE_CACHE_DIR");
-    const std::filesystem::path dir =
-        std::filesystem::path(cache ? cache : "/tmp/genbridge-bench-cache") / "models" / "small-seed0";
-    if (!std::filesystem::exists(dir / "config.json")) {
-      const Status st = model::write_synthetic_checkpoint("small", 0, dir);
-      if (!st.ok()) std::abort();
-    }
-    Model out;
-    out.ckpt = std::make_unique<model::Checkpoint>(std::move(model::Checkpoint::open(dir)).value());
-    out.dev = std::make_unique<runtime::DeviceOperator>(std::move(runtime::DeviceOperator::create({})).value());
-    return out;
-  }();
-  return m;
+// The benchmarked presets: 0 small (Qwen3-MoE, the engine_* rows), 1 small-qwen35 (Qwen3.5-MoE, the
+// engine_*_qwen35 rows).
+constexpr const char* kPresets[] = {"small", "small-qwen35"};
+
+Model& bench_model(int64_t which) {
+  static std::map<int64_t, Model> models;
+  auto it = models.find(which);
+  if (it != models.end()) return it->second;
+  const char* preset = kPresets[which];
+  const char* cache = std::getenv("GENBRIDGE_CACHE_DIR");
+  const std::filesystem::path dir =
+      std::filesystem::path(cache ? cache : "/tmp/genbridge-bench-cache") / "models" / fmt::format("{}-seed0", preset);
+  if (!std::filesystem::exists(dir / "config.json")) {
+    const Status st = model::write_synthetic_checkpoint(preset, 0, dir);
+    if (!st.ok()) std::abort();
+  }
+  Model out;
+  out.ckpt = std::make_unique<model::Checkpoint>(std::move(model::Checkpoint::open(dir)).value());
+  out.dev = std::make_unique<runtime::DeviceOperator>(std::move(runtime::DeviceOperator::create({})).value());
+  return models.emplace(which, std::move(out)).first->second;
 }
 
 // The CLI's generated prompts (tools/run_support.cpp make_requests), greedy.
@@ -72,14 +79,25 @@ std::vector<engine::Request> requests(int n, int prompt_len, int new_tokens, int
   return reqs;
 }
 
+// Weight bytes of one layer's token mixer: GQA projections (Qwen3.5's q_proj holds [q | gate]) or, for a
+// Gated DeltaNet layer, in_proj_qkv / z / b / a, the conv weights and out_proj.
+double mixer_weights(const model::ModelConfig& c, int64_t l) {
+  const double H = c.hidden_size;
+  if (c.is_linear_layer(l)) {
+    const model::Qwen35Config& q = c.qwen35;
+    return H * (q.conv_dim() + q.value_dim() + 2.0 * q.linear_num_value_heads) +
+           static_cast<double>(q.conv_dim()) * q.linear_conv_kernel_dim + q.value_dim() * H;
+  }
+  return H * (c.q_proj_size() + 2 * c.kv_size()) + c.q_size() * H;
+}
+
 // Weight bytes a forward over `tokens` tokens reads: everything but the embedding, with the distinct
 // experts the tokens route to estimated as E (1 - (1 - k/E)^tokens) per MoE layer.
 double weight_bytes(const model::ModelConfig& c, double tokens) {
   const double H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts, k = c.num_experts_per_tok;
-  const double attn = H * (c.q_size() + 2 * c.kv_size()) + c.q_size() * H;
   double total = c.vocab_size * H;  // LM head
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    total += attn;
+    total += mixer_weights(c, l);
     if (c.is_moe_layer(l)) {
       const double used = E * (1.0 - std::pow(1.0 - k / E, tokens));
       total += E * H + used * 3 * H * I + (c.has_shared_expert() ? 3 * H * c.shared_expert_intermediate_size + H : 0);
@@ -91,13 +109,19 @@ double weight_bytes(const model::ModelConfig& c, double tokens) {
 }
 
 // FLOPs of one token at position `ctx` (attending to ctx + 1 positions), without the LM head: projections,
-// router, routed (+ shared) experts, scores and V accumulation.
+// router, routed (+ shared) experts, scores and V accumulation; a Gated DeltaNet layer's conv and its
+// recurrence (per value head: S k, the rank-1 update and S q, ~6 dk dv).
 double token_flops(const model::ModelConfig& c, double ctx) {
   const double H = c.hidden_size, I = c.moe_intermediate_size, E = c.num_experts, k = c.num_experts_per_tok;
   double f = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    f += 2 * (H * (c.q_size() + 2 * c.kv_size()) + c.q_size() * H);
-    f += 4.0 * c.num_attention_heads * c.head_dim * (ctx + 1);
+    f += 2 * mixer_weights(c, l);
+    if (c.is_linear_layer(l)) {
+      const model::Qwen35Config& q = c.qwen35;
+      f += 6.0 * q.linear_num_value_heads * q.linear_key_head_dim * q.linear_value_head_dim;
+    } else {
+      f += 4.0 * c.num_attention_heads * c.head_dim * (ctx + 1);
+    }
     if (c.is_moe_layer(l)) {
       f += 2 * H * E + 6 * H * I * k + (c.has_shared_expert() ? 6 * H * c.shared_expert_intermediate_size : 0);
     } else {
@@ -108,13 +132,13 @@ double token_flops(const model::ModelConfig& c, double ctx) {
 }
 double lm_head_flops(const model::ModelConfig& c) { return 2.0 * c.hidden_size * c.vocab_size; }
 
-Result<engine::EngineMetrics> run(int n, int prompt_len, int new_tokens, int afd_stages) {
-  Model& m = small_model();
+Result<engine::EngineMetrics> run(int64_t which, int n, int prompt_len, int new_tokens, int afd_stages) {
+  Model& m = bench_model(which);
   const model::ModelConfig& c = m.ckpt->config();
   auto reqs = requests(n, prompt_len, new_tokens, c.vocab_size);
   if (afd_stages == 0) {
     // The CLI's engine: room for every request at once, bf16 weights.
-    const engine::AssemblyOptions assembly{.engine = {.max_batch = n}};
+    const engine::AssemblyOptions assembly{.engine = {.max_batch = n}, .kv_pool = {.state_slots = n}};
     GB_ASSIGN_OR_RETURN(const engine::KvPoolPlan pool, engine::plan_kv_pool(assembly.kv_pool, *m.dev, c, reqs));
     GB_ASSIGN_OR_RETURN(auto job, engine::assemble_engine(*m.ckpt, *m.dev, pool.pages, assembly));
     engine::Engine& eng = *job->engine;
@@ -131,12 +155,13 @@ Result<engine::EngineMetrics> run(int n, int prompt_len, int new_tokens, int afd
   return job.metrics;
 }
 
+template <int64_t which>
 void BM_prefill(benchmark::State& state) {
   const int L = static_cast<int>(state.range(0));
-  const model::ModelConfig& c = small_model().ckpt->config();
+  const model::ModelConfig& c = bench_model(which).ckpt->config();
   double best = 1e30;
   for (auto _ : state) {
-    auto m = run(1, L, 1, 0);
+    auto m = run(which, 1, L, 1, 0);
     if (!m.ok()) return state.SkipWithError(m.status().to_string().c_str());
     state.SetIterationTime(m->prefill_seconds);
     best = std::min(best, m->prefill_seconds);
@@ -147,17 +172,22 @@ void BM_prefill(benchmark::State& state) {
   set_roofline_counters(state, work, best);
   state.counters["tok/s"] = L / best;
   state.counters["roof_tok/s"] = L / best / state.counters["roof_frac"];
+  state.SetLabel(kPresets[which]);
 }
 
+template <int64_t which>
 void BM_decode(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0)), prompt = static_cast<int>(state.range(1)),
             new_tokens = static_cast<int>(state.range(2)), afd_stages = static_cast<int>(state.range(3));
-  Model& model = small_model();
+  Model& model = bench_model(which);
   const model::ModelConfig& c = model.ckpt->config();
+  // Per sequence and step, a Gated DeltaNet model reads and writes its state slot.
+  const double state_bytes =
+      static_cast<double>(model.dev->kv_page_geometry(model::kv_model_shape(c)).state.bytes_per_slot());
   double best = 1e30;
   engine::EngineMetrics metrics;
   for (auto _ : state) {
-    auto m = run(batch, prompt, new_tokens, afd_stages);
+    auto m = run(which, batch, prompt, new_tokens, afd_stages);
     if (!m.ok()) return state.SkipWithError(m.status().to_string().c_str());
     state.SetIterationTime(m->decode_seconds);
     if (m->decode_seconds < best) {
@@ -169,7 +199,8 @@ void BM_decode(benchmark::State& state) {
   // average context of prompt + new_tokens / 2.
   const double steps = static_cast<double>(metrics.decode_tokens) / batch;
   const double ctx = prompt + new_tokens / 2.0;
-  const Work step{.bytes = weight_bytes(c, batch) + batch * ctx * static_cast<double>(metrics.kv_bytes_per_token),
+  const Work step{.bytes = weight_bytes(c, batch) + batch * ctx * static_cast<double>(metrics.kv_bytes_per_token) +
+                           2 * batch * state_bytes,
                   .flops = batch * (token_flops(c, ctx) + lm_head_flops(c)),
                   .cold = true,
                   .read_roof = batch == 1};
@@ -177,14 +208,15 @@ void BM_decode(benchmark::State& state) {
   const double tok_s = static_cast<double>(metrics.decode_tokens) / best;
   state.counters["tok/s"] = tok_s;
   state.counters["roof_tok/s"] = tok_s / state.counters["roof_frac"];
-  static std::map<std::tuple<int, int, int>, double> batch1;
-  if (batch == 1) batch1[{prompt, new_tokens, afd_stages}] = tok_s;
-  if (auto it = batch1.find({prompt, new_tokens, afd_stages}); it != batch1.end())
+  static std::map<std::tuple<int64_t, int, int, int>, double> batch1;
+  if (batch == 1) batch1[{which, prompt, new_tokens, afd_stages}] = tok_s;
+  if (auto it = batch1.find({which, prompt, new_tokens, afd_stages}); it != batch1.end())
     state.counters["x_batch1"] = tok_s / it->second;
-  state.SetLabel(afd_stages == 0 ? "monolithic" : fmt::format("AFD 1A1F sync S={}", afd_stages));
+  state.SetLabel(fmt::format("{} {}", kPresets[which],
+                             afd_stages == 0 ? "monolithic" : fmt::format("AFD 1A1F sync S={}", afd_stages)));
 }
 
-BENCHMARK(BM_prefill)
+BENCHMARK_TEMPLATE(BM_prefill, 0)
     ->Name("engine_prefill")
     ->ArgNames({"prompt"})
     ->Arg(32)
@@ -193,8 +225,17 @@ BENCHMARK(BM_prefill)
     ->UseManualTime()
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_prefill, 1)
+    ->Name("engine_prefill_qwen35")
+    ->ArgNames({"prompt"})
+    ->Arg(32)
+    ->Arg(256)
+    ->Arg(512)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
 
-BENCHMARK(BM_decode)
+BENCHMARK_TEMPLATE(BM_decode, 0)
     ->Name("engine_decode")
     ->ArgNames({"batch", "prompt", "new", "afd_stages"})
     ->Args({1, 32, 32, 0})
@@ -208,6 +249,15 @@ BENCHMARK(BM_decode)
     ->Args({32, 16, 8, 0})
     ->Args({32, 16, 8, 1})
     ->Args({32, 16, 8, 2})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_decode, 1)
+    ->Name("engine_decode_qwen35")
+    ->ArgNames({"batch", "prompt", "new", "afd_stages"})
+    ->Args({1, 32, 32, 0})
+    ->Args({8, 32, 32, 0})
+    ->Args({32, 32, 32, 0})
     ->UseManualTime()
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);

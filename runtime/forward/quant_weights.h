@@ -2,7 +2,8 @@
 // QuantizedWeights: a checkpoint's weights quantized at load into the representation the DeviceOperator put
 // in force (--weight-quant), for the roles its contract quantizes (attention projections, routed
 // experts, shared experts -- Qwen's gated shared_expert and DeepSeek's shared_experts -- and dense MLPs;
-// router, DSA indexer and LM head stay bf16). FP8 checkpoint weights convert from their codes and scales.
+// router, DSA indexer, Qwen3.5's Gated DeltaNet projections and LM head stay bf16). FP8 checkpoint weights
+// convert from their codes and scales.
 // Owns the quantized bytes; the ModelRunner and ExpertBank read them through ops::QuantWeight views.
 
 #include <cstdint>

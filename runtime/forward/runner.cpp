@@ -39,8 +39,8 @@ struct ForwardBatch::Buffers {
   const ChoiceSink* choice_sink = nullptr;
   std::vector<int32_t> choice_ids;
   std::vector<float> choice_weights;
-  std::vector<int32_t> choice_positions;       // scratch: one token's indexer positions
-  std::shared_ptr<MlaAttention::Scratch> mla;  // DeepSeek models
+  std::vector<int32_t> choice_positions;        // scratch: one token's indexer positions
+  std::shared_ptr<MlaAttention::Scratch> mla;   // DeepSeek models
   std::shared_ptr<GatedDeltaNet::Scratch> gdn;  // Qwen3.5
   int64_t max_blocks = 0;
   int64_t hidden = 0, q_size = 0, q_proj = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
@@ -222,20 +222,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
       r->kv_index_.push_back(-1);
       continue;
     }
-    GB_ASSIGN_OR_RETURN(ops::PagedKvCache view,
-                        dev.kv_layer_view(pool, shape, static_cast<int64_t>(r->kv_.size())));
+    GB_ASSIGN_OR_RETURN(ops::PagedKvCache view, dev.kv_layer_view(pool, shape, static_cast<int64_t>(r->kv_.size())));
     r->kv_index_.push_back(static_cast<int64_t>(r->kv_.size()));
     r->kv_.push_back(view);
   }
-  if (c.is_qwen35()) {
-    if (quantized) {
-      return invalid_argument(
-          "model runner: --weight-quant is not implemented for Qwen3.5-MoE yet (its Gated DeltaNet projections have "
-          "no quantized path); run it with --weight-quant none");
-    }
-    if (c.num_linear_layers() > 0) {
-      GB_ASSIGN_OR_RETURN(r->gdn_, GatedDeltaNet::create(checkpoint, dev, pool));
-    }
+  // Qwen3.5's Gated DeltaNet layers run on bf16 weights also under --weight-quant (QuantizedWeights keeps
+  // them: docs/quant_weights.md); its full-attention projections and experts take the quantized path above.
+  if (c.num_linear_layers() > 0) {
+    GB_ASSIGN_OR_RETURN(r->gdn_, GatedDeltaNet::create(checkpoint, dev, pool));
   }
   return r;
 }
@@ -313,9 +307,10 @@ Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
   const int64_t T = static_cast<int64_t>(in.tokens.size()), S = static_cast<int64_t>(in.seq_ids.size());
   if (S == 0 || T == 0) return invalid_argument("forward: the batch has no sequences or no tokens");
   if (T > fb.max_tokens_ || S > fb.max_seqs_) {
-    return invalid_argument(fmt::format("forward: {} tokens from {} sequences exceed the planned batch of {} tokens "
-                                        "from {} sequences",
-                                        T, S, fb.max_tokens_, fb.max_seqs_));
+    return invalid_argument(
+        fmt::format("forward: {} tokens from {} sequences exceed the planned batch of {} tokens "
+                    "from {} sequences",
+                    T, S, fb.max_tokens_, fb.max_seqs_));
   }
   if (static_cast<int64_t>(in.q_lens.size()) != S) {
     return invalid_argument(fmt::format("forward: {} q_lens for {} sequences", in.q_lens.size(), S));
@@ -349,8 +344,8 @@ Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
   if (row != T) return invalid_argument(fmt::format("forward: q_lens sum to {} but there are {} tokens", row, T));
   b.max_blocks = max_blocks;
   b.block_tables.resize(static_cast<size_t>(S * max_blocks));
-  GB_RETURN_IF_ERROR(pool_.fill_block_tables(std::span<const runtime::SeqId>(b.seq_ids).first(S), max_blocks,
-                                             b.block_tables));
+  GB_RETURN_IF_ERROR(
+      pool_.fill_block_tables(std::span<const runtime::SeqId>(b.seq_ids).first(S), max_blocks, b.block_tables));
   // Embeddings: rows of embed_tokens (bf16) copied into the residual stream.
   const int64_t H = b.hidden, V = config_.vocab_size;
   const auto* emb = w_.embed_tokens.data_as<const bf16_t>();
@@ -426,10 +421,10 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
         .context_lens = i32_view(b.context_lens, {S}),
         .query_start_loc = i32_view(b.query_start, {S + 1}),
     };
-    GB_RETURN_IF_ERROR(with_context(mla_->forward(*b.mla, layer, h, std::span<const int32_t>(b.positions).first(T),
-                                                  std::span<const int64_t>(b.slots).first(T), ab,
-                                                  bf16_view(b.delta, {T, H})),
-                                    "attention", layer));
+    GB_RETURN_IF_ERROR(
+        with_context(mla_->forward(*b.mla, layer, h, std::span<const int32_t>(b.positions).first(T),
+                                   std::span<const int64_t>(b.slots).first(T), ab, bf16_view(b.delta, {T, H})),
+                     "attention", layer));
     return post_attention(fb, layer);
   }
   if (lw.linear) {  // Qwen3.5 Gated DeltaNet
@@ -455,14 +450,15 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
   GB_RETURN_IF_ERROR(with_context(norm(bf16_view(b.k, {T, b.kv_heads, D}), lw.attn.k_norm, kn), "k_norm", layer));
   // Partial rotary (Qwen3.5): RoPE on the first rotary_dim dims of each head, the rest pass through.
   const int64_t rot = config_.rotary_dim();
-  const TensorView qr = rot == D ? qn : TensorView::strided(b.qn.data(), DType::kBF16, {T, b.heads, rot}, {b.heads * D, D, 1});
+  const TensorView qr =
+      rot == D ? qn : TensorView::strided(b.qn.data(), DType::kBF16, {T, b.heads, rot}, {b.heads * D, D, 1});
   const TensorView kr =
       rot == D ? kn : TensorView::strided(b.kn.data(), DType::kBF16, {T, b.kv_heads, rot}, {b.kv_heads * D, D, 1});
-  GB_RETURN_IF_ERROR(with_context(
-      ops::rope(i32_view(b.positions, {T}), qr, kr, static_cast<float>(config_.rope_theta)), "rope", layer));
+  GB_RETURN_IF_ERROR(with_context(ops::rope(i32_view(b.positions, {T}), qr, kr, static_cast<float>(config_.rope_theta)),
+                                  "rope", layer));
   const TensorView v3 = bf16_view(b.v, {T, b.kv_heads, D});
-  GB_RETURN_IF_ERROR(with_context(
-      dev_.write_kv(kv_cache, kn, v3, std::span<const int64_t>(b.slots).first(T)), "kv write", layer));
+  GB_RETURN_IF_ERROR(
+      with_context(dev_.write_kv(kv_cache, kn, v3, std::span<const int64_t>(b.slots).first(T)), "kv write", layer));
   const int64_t S = fb.num_seqs_;
   const runtime::AttentionBatch ab{
       .block_tables = i32_view(b.block_tables, {S, b.max_blocks}),
@@ -470,8 +466,8 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
       .query_start_loc = i32_view(b.query_start, {S + 1}),
   };
   const TensorView attn = bf16_view(b.attn, {T, b.heads, D});
-  GB_RETURN_IF_ERROR(with_context(
-      dev_.attention(qn, kv_cache, ab, 1.0f / std::sqrt(static_cast<float>(D)), attn), "attention", layer));
+  GB_RETURN_IF_ERROR(with_context(dev_.attention(qn, kv_cache, ab, 1.0f / std::sqrt(static_cast<float>(D)), attn),
+                                  "attention", layer));
   if (config_.is_qwen35()) {  // the output gate: attn * sigmoid(gate), gate = the second head_dim of each q_proj head
     const TensorView gate = TensorView::strided(b.q.data() + D, DType::kBF16, {T, b.heads, D}, {b.q_proj, qh, 1});
     GB_RETURN_IF_ERROR(with_context(ops::sigmoid_mul(attn, gate, attn), "output gate", layer));
@@ -492,10 +488,10 @@ Status ModelRunner::post_attention(ForwardBatch& fb, int64_t layer) const {
       with_context(add_norm(delta, lw.post_attention_layernorm, residual, mlp_in), "post-attention norm", layer));
   check_rows(fb, b.residual.data(), T, nullptr, ActivationFault::Where::kAttention, layer);
   if (!lw.is_moe && quantized_ && quantized_->layer(layer).dense) {
-    GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}),
-                                                          std::span(&quantized_->layer(layer).dense_mlp, 1), 0, 1,
-                                                          bf16_view(b.delta, {T, 1, H})),
-                                    "dense mlp", layer));
+    GB_RETURN_IF_ERROR(with_context(
+        ops::quant_expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}), std::span(&quantized_->layer(layer).dense_mlp, 1),
+                              0, 1, bf16_view(b.delta, {T, 1, H})),
+        "dense mlp", layer));
   } else if (!lw.is_moe) {
     const ops::ExpertWeights dense = as_expert(lw.dense);
     GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(mlp_in, i32_view(b.zero_ids, {T, 1}), std::span(&dense, 1), 0, 1,
@@ -586,8 +582,8 @@ Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView
     const TensorView shared_out = bf16_view(b.shared_out, {T, H});
     if (quantized_ && quantized_->layer(layer).shared) {
       GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
-                                                            std::span(&quantized_->layer(layer).shared_expert, 1), 0,
-                                                            1, bf16_view(b.shared_out, {T, 1, H})),
+                                                            std::span(&quantized_->layer(layer).shared_expert, 1), 0, 1,
+                                                            bf16_view(b.shared_out, {T, 1, H})),
                                       "shared experts", layer));
     } else {
       const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
@@ -608,8 +604,8 @@ Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView
                                                           bf16_view(b.shared_out, {T, 1, H})),
                                     "shared expert", layer));
   } else {
-    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
-                                                    std::span(&shared, 1), 0, 1, bf16_view(b.shared_out, {T, 1, H})),
+    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}), std::span(&shared, 1),
+                                                    0, 1, bf16_view(b.shared_out, {T, 1, H})),
                                     "shared expert", layer));
   }
   const TensorView gate = f32_view(b.shared_gate, {T, 1});
@@ -621,7 +617,8 @@ Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
   ForwardBatch::Buffers& b = *fb.b_;
   const int64_t S = fb.num_seqs_, H = b.hidden, V = config_.vocab_size;
   if (static_cast<int64_t>(out.size()) < S * V) {
-    return invalid_argument(fmt::format("forward: logits buffer holds {} values but {} x {} are needed", out.size(), S, V));
+    return invalid_argument(
+        fmt::format("forward: logits buffer holds {} values but {} x {} are needed", out.size(), S, V));
   }
   // Only the last position of each sequence is needed: gather its delta and residual rows, then the final
   // add+norm (row-wise, so identical to normalising every row) and the LM head.

@@ -1,20 +1,117 @@
 // Cross-target probe: runs gemma_rms_norm on fixed bf16 inputs, checks the contract tolerance against
 // the fp64 oracle, and writes the output bits to a file so two target builds can be compared.
-// Usage: gemma_probe OUT_FILE [PEER_FILE]. Exit 0 only when every element is within tolerance and,
+// With --qwen35 it runs a Qwen3.5-MoE checkpoint instead (make-model's tiny-qwen35, whose input, post-attention,
+// final and q/k norms are Gemma norms) through the engine and writes the prefill's last-position logits: the
+// two generations' Gemma providers must show in the model's outputs (some logits differ) while the outputs stay
+// close (each build's distance from the fp64 reference is runtime.engine.qwen35_engine_test's).
+// Usage: gemma_probe [--qwen35] OUT_FILE [PEER_FILE]. Exit 0 only when every element is within tolerance and,
 // given PEER_FILE (another build's OUT_FILE), when at least one output bit differs from it.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "genbridge/build_info.h"
 #include "genbridge/ops/norm/gemma_rms_norm.h"
 #include "ops/common/norm/norm_ref.h"
+#include "runtime/engine/assembly.h"
+#include "support/temp_dir.h"
 #include "support/tensor_util.h"
+#include "tools/make_model/synthetic.h"
+
+namespace {
+
+using namespace genbridge;
+
+bool write_bytes(const char* path, const void* data, size_t n) {
+  FILE* f = std::fopen(path, "wb");
+  const bool ok = f && std::fwrite(data, 1, n, f) == n;
+  if (f) std::fclose(f);
+  if (!ok) std::fprintf(stderr, "cannot write %s\n", path);
+  return ok;
+}
+
+bool read_bytes(const char* path, void* data, size_t n) {
+  FILE* f = std::fopen(path, "rb");
+  const bool ok = f && std::fread(data, 1, n, f) == n;
+  if (f) std::fclose(f);
+  if (!ok) std::fprintf(stderr, "cannot read %s\n", path);
+  return ok;
+}
+
+// The prefill logits of one 150-token prompt (past the gated delta rule's chunk and a KV page) on tiny-qwen35.
+int qwen35(const char* out, const char* peer) {
+  testing::TempDir dir;
+  if (Status st = model::write_synthetic_checkpoint("tiny-qwen35", 7, dir / "m"); !st.ok()) {
+    std::fprintf(stderr, "make-model failed: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  auto ckpt = model::Checkpoint::open(dir / "m");
+  auto dev = runtime::DeviceOperator::create({});
+  if (!ckpt.ok() || !dev.ok()) {
+    std::fprintf(stderr, "open failed: %s\n", (ckpt.ok() ? dev.status() : ckpt.status()).to_string().c_str());
+    return 1;
+  }
+  auto assembled = engine::assemble_engine(
+      *ckpt, *dev, 4, {.engine = {.max_batch = 1, .record_logits = true}, .kv_pool = {.state_slots = 1}}, {});
+  if (!assembled.ok()) {
+    std::fprintf(stderr, "assembly failed: %s\n", assembled.status().to_string().c_str());
+    return 1;
+  }
+  engine::Request r;
+  for (int i = 0; i < 150; ++i) {
+    r.prompt.push_back(
+        static_cast<int32_t>(engine::uniform_from(11, i) * static_cast<double>(ckpt->config().vocab_size)));
+  }
+  r.max_new_tokens = 1;
+  engine::Engine& eng = *(*assembled)->engine;
+  if (Status st = eng.submit(r); !st.ok() || !(st = eng.run_to_completion()).ok()) {
+    std::fprintf(stderr, "engine failed: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  const std::vector<float>& logits = eng.results().at(0).logits;
+  const size_t n = logits.size();
+  std::printf("target %.*s: tiny-qwen35 prefill, %zu logits\n", static_cast<int>(ops::build_target().size()),
+              ops::build_target().data(), n);
+  if (n == 0 || !write_bytes(out, logits.data(), n * sizeof(float))) return 1;
+  if (!peer) return 0;
+  std::vector<float> theirs(n);
+  if (!read_bytes(peer, theirs.data(), n * sizeof(float))) return 1;
+  size_t differ = 0;
+  double d2 = 0, n2 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    differ += std::memcmp(&logits[i], &theirs[i], sizeof(float)) != 0;
+    d2 += (static_cast<double>(logits[i]) - theirs[i]) * (static_cast<double>(logits[i]) - theirs[i]);
+    n2 += static_cast<double>(theirs[i]) * theirs[i];
+  }
+  const double rel = std::sqrt(d2 / std::max(n2, 1e-300));
+  std::printf("%zu of %zu logits differ from %s; rel-L2 between the builds %.4f%%\n", differ, n, peer, 100 * rel);
+  if (differ == 0) {
+    std::fprintf(stderr, "the two builds' logits are bit-identical; their Gemma providers must differ for bf16\n");
+    return 1;
+  }
+  // Each build is within 1.5% of fp64 (the engine test's bound): the two within twice that of each other.
+  if (rel > 0.03) {
+    std::fprintf(stderr, "the two builds' logits are %.2f%% apart, more than twice the engine's bound\n", 100 * rel);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace genbridge;
+  if (argc >= 2 && std::strcmp(argv[1], "--qwen35") == 0) {
+    if (argc != 3 && argc != 4) {
+      std::fprintf(stderr, "usage: gemma_probe [--qwen35] OUT_FILE [PEER_FILE]\n");
+      return 2;
+    }
+    return qwen35(argv[2], argc == 4 ? argv[3] : nullptr);
+  }
   if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: gemma_probe OUT_FILE [PEER_FILE]\n");
+    std::fprintf(stderr, "usage: gemma_probe [--qwen35] OUT_FILE [PEER_FILE]\n");
     return 2;
   }
   const int64_t rows = 64, cols = 4096;
@@ -35,8 +132,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < got.size(); ++i) {
     worst = std::max(worst, std::abs(got[i] - ref_y[i]) / (2e-2 + 2e-2 * std::abs(ref_y[i])));
   }
-  std::printf("target %.*s: %zu outputs, worst error / tolerance = %.4f\n", static_cast<int>(ops::build_target().size()),
-              ops::build_target().data(), got.size(), worst);
+  std::printf("target %.*s: %zu outputs, worst error / tolerance = %.4f\n",
+              static_cast<int>(ops::build_target().size()), ops::build_target().data(), got.size(), worst);
   const size_t nbytes = static_cast<size_t>(rows * cols) * sizeof(bf16_t);
   FILE* f = std::fopen(argv[1], "wb");
   if (!f || std::fwrite(y.bytes().data(), 1, nbytes, f) != nbytes) {

@@ -3,6 +3,7 @@
 # or `mpirun ... genbridge afd-worker ...`) that must dump its logits to WORK/afd.npy; passes only when
 # both exit 0, print the same result lines and dump byte-identical logits.
 # usage: afd_matches_run.sh GENBRIDGE WORK RUN_ARGS... -- AFD_COMMAND...
+# (AFD_TIMEOUT_S in the environment: seconds the AFD command may run, default 50.)
 set -u
 genbridge=$1 work=$2
 shift 2
@@ -12,7 +13,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do run_args+=("$1"); shift; done
 rm -rf "$work" && mkdir -p "$work" || exit 1
 "$genbridge" run "${run_args[@]}" --quiet --dump-logits "$work/mono.npy" > "$work/mono.txt" 2> "$work/mono.err" ||
   { cat "$work/mono.err"; echo "FAIL: genbridge run failed"; exit 1; }
-timeout -k 5 50 "$@" > "$work/afd.txt" 2> "$work/afd.err"
+timeout -k 5 "${AFD_TIMEOUT_S:-50}" "$@" > "$work/afd.txt" 2> "$work/afd.err"
 rc=$?
 tail -5 "$work/afd.err"
 [ $rc -eq 0 ] || { cat "$work/afd.txt"; echo "FAIL: the AFD command exited with $rc"; exit 1; }

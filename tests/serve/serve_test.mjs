@@ -370,8 +370,9 @@ const cases = {
     // Stop strings, matched across a token boundary and not emitted.
     // Token boundaries: the text of the first k tokens is a prefix of the text of 16 (greedy).
     const full = curl(s, "/v1/completions", { ...req, max_tokens: 16 }).json.choices[0].text;
-    let stop = null, at = -1;
+    let stop = null, at = -1, probes = 0;
     for (let k = 2; k < 16 && stop === null; ++k) {
+      ++probes;
       const p = curl(s, "/v1/completions", { ...req, max_tokens: k }).json.choices[0].text.length;
       const cand = full.slice(p - 1, p + 1);
       if (p >= 1 && cand.length === 2 && full.indexOf(cand) === p - 1 && !/\uFFFD/.test(cand)) { stop = cand; at = p - 1; }
@@ -395,8 +396,10 @@ const cases = {
                         "metrics: ended by stop in the engine, KV freed, far fewer than 4000 tokens generated");
       // The engine may have generated all 16 tokens (length) before the server saw the stop string; if not,
       // the request ends as "stop". Never as a cancellation (that counter means clients that went away).
+      // Every request so far: 5 above, the 16-token one, the probes for the stop string and the 3 with it.
+      const sent = 6 + probes + 3;
       await waitMetrics(s, (m) => m['genbridge_requests_finished_total{reason="stop"}'] +
-                                   m['genbridge_requests_finished_total{reason="length"}'] === 16 &&
+                                   m['genbridge_requests_finished_total{reason="length"}'] === sent &&
                                    m['genbridge_requests_finished_total{reason="cancelled"}'] === 0,
                         "metrics: the stop-string requests count as finished by stop or length, not cancelled");
     }

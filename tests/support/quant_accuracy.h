@@ -47,15 +47,15 @@ inline int32_t argmax(const std::vector<float>& v) {
 inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt, const std::string& weight_quant,
                                                    const std::vector<int32_t>& prompt, int64_t steps,
                                                    const std::vector<int32_t>& forced, std::vector<int32_t>* tokens,
-                                                   QuantAccuracy* acc, const runtime::QuantizedLayers* roles = nullptr) {
+                                                   QuantAccuracy* acc,
+                                                   const runtime::QuantizedLayers* roles = nullptr) {
   runtime::DeviceConfig dc;
   dc.weight_quant = weight_quant;
   GB_ASSIGN_OR_RETURN(runtime::DeviceOperator dev, runtime::DeviceOperator::create(dc));
   std::unique_ptr<model::QuantizedWeights> q;
   if (dev.weight_quant()) {
-    GB_ASSIGN_OR_RETURN(
-        q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(),
-                                             roles ? *roles : dev.contract().weight_quant.layers));
+    GB_ASSIGN_OR_RETURN(q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(),
+                                                             roles ? *roles : dev.contract().weight_quant.layers));
     if (acc) {
       acc->scheme = std::string(ops::weight_quant_scheme_name(dev.weight_quant()->scheme));
       acc->quantize_seconds = q->seconds();
@@ -65,9 +65,9 @@ inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt
   }
   const model::ModelConfig& c = ckpt.config();
   const int64_t P = static_cast<int64_t>(prompt.size()), V = c.vocab_size;
-  GB_ASSIGN_OR_RETURN(
-      runtime::KvPagePool pool,
-      runtime::KvPagePool::create(dev.kv_page_geometry(model::kv_model_shape(c)), (P + steps) / 128 + 2));
+  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
+                      runtime::KvPagePool::create(dev.kv_page_geometry(model::kv_model_shape(c)), (P + steps) / 128 + 2,
+                                                  /*num_state_slots=*/1));
   GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool, q.get()));
   model::ForwardBatch batch = runner->make_batch(P, 1);
   std::vector<float> logits(static_cast<size_t>(V));
@@ -100,7 +100,8 @@ inline Result<QuantAccuracy> measure_quant_accuracy(const model::Checkpoint& ckp
   QuantAccuracy acc;
   std::vector<int32_t> tokens;
   GB_ASSIGN_OR_RETURN(auto ref, quant_accuracy_detail::run(ckpt, "none", prompt, steps, {}, &tokens, nullptr));
-  GB_ASSIGN_OR_RETURN(auto got, quant_accuracy_detail::run(ckpt, weight_quant, prompt, steps, tokens, nullptr, &acc, roles));
+  GB_ASSIGN_OR_RETURN(auto got,
+                      quant_accuracy_detail::run(ckpt, weight_quant, prompt, steps, tokens, nullptr, &acc, roles));
   for (size_t s = 0; s < ref.size(); ++s) {
     double num = 0, den = 0;
     for (size_t i = 0; i < ref[s].size(); ++i) {

@@ -17,6 +17,7 @@
 
 #include "afd/engine_job.h"
 #include "afd/job.h"
+#include "runtime/engine/assembly.h"
 
 using namespace genbridge;
 using namespace genbridge::afd;
@@ -32,18 +33,20 @@ struct Options {
   int64_t timeout_ms = 20000;
   int64_t init_timeout_ms = 0;  // 0: the config's default
   bool extra_request = false;   // this process adds a 6th request (ranks disagree on the requests)
+  bool long_prompts = false;    // prompts of 60..140 tokens (past a gated-delta-rule chunk and a KV page)
   enum class Fault { kNone, kKill, kFail, kStop } fault = Fault::kNone;
   int fault_rank = 0;
   int fault_step = 1;
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "afd_engine_mpi: %s\nusage: afd_engine_mpi --model DIR [--role attention|ffn] [--afd 2A1F] "
-               "[--connector sync|async] [--stages N] [--timeout-ms N] [--init-timeout-ms N] [--extra-request] "
-               "[--kill|--fail FFN_RANK STEP] "
-               "[--stop ATTENTION_RANK STEP]\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "afd_engine_mpi: %s\nusage: afd_engine_mpi --model DIR [--role attention|ffn] [--afd 2A1F] "
+      "[--connector sync|async] [--stages N] [--timeout-ms N] [--init-timeout-ms N] [--extra-request] [--long-prompts] "
+      "[--kill|--fail FFN_RANK STEP] "
+      "[--stop ATTENTION_RANK STEP]\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -73,6 +76,8 @@ Options parse(int argc, char** argv) {
       o.timeout_ms = std::atoll(next().c_str());
     } else if (a == "--extra-request") {
       o.extra_request = true;
+    } else if (a == "--long-prompts") {
+      o.long_prompts = true;
     } else if (a == "--init-timeout-ms") {
       o.init_timeout_ms = std::atoll(next().c_str());
     } else if (a == "--kill" || a == "--fail" || a == "--stop") {
@@ -88,12 +93,12 @@ Options parse(int argc, char** argv) {
 }
 
 // Requests of different lengths that finish at different steps (so lockstep ranks idle at the end).
-std::vector<engine::Request> requests(int64_t vocab) {
+std::vector<engine::Request> requests(int64_t vocab, bool long_prompts) {
   std::vector<engine::Request> reqs;
   for (int r = 0; r < 5; ++r) {
     engine::Request q;
     q.id = r;
-    for (int i = 0; i < 4 + 3 * r; ++i) {
+    for (int i = 0; i < (long_prompts ? 60 + 20 * r : 4 + 3 * r); ++i) {
       q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(77 + r, i) * static_cast<double>(vocab)));
     }
     q.max_new_tokens = 3 + r % 3;
@@ -104,19 +109,16 @@ std::vector<engine::Request> requests(int64_t vocab) {
 
 constexpr int64_t kPagesPerRank = 16;
 
-Result<std::vector<engine::RequestResult>> monolithic(const model::Checkpoint& ckpt,
-                                                      const runtime::DeviceOperator& dev) {
-  const model::ModelConfig& c = ckpt.config();
-  GB_ASSIGN_OR_RETURN(
-      runtime::KvPagePool pool,
-      runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}),
-                                  kPagesPerRank));
-  GB_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, model::ModelRunner::create(ckpt, dev, pool));
-  engine::LocalExecutor ex(*runner);
-  engine::Engine eng(ex, pool, {.record_logits = true});
-  for (auto& r : requests(c.vocab_size)) GB_RETURN_IF_ERROR(eng.submit(r));
-  GB_RETURN_IF_ERROR(eng.run_to_completion());
-  return eng.results();
+Result<std::vector<engine::RequestResult>> monolithic(const model::Checkpoint& ckpt, const runtime::DeviceOperator& dev,
+                                                      const engine::EngineOptions& options, bool long_prompts) {
+  // The same assembly as an attention rank's: kPagesPerRank pages, one state slot per sequence run at once
+  // (for a model with linear-attention state).
+  GB_ASSIGN_OR_RETURN(std::unique_ptr<engine::AssembledEngine> assembled,
+                      engine::assemble_engine(ckpt, dev, kPagesPerRank,
+                                              {.engine = options, .kv_pool = {.state_slots = options.max_batch}}, {}));
+  for (auto& r : requests(ckpt.config().vocab_size, long_prompts)) GB_RETURN_IF_ERROR(assembled->engine->submit(r));
+  GB_RETURN_IF_ERROR(assembled->engine->run_to_completion());
+  return assembled->engine->results();
 }
 
 }  // namespace
@@ -171,7 +173,7 @@ int main(int argc, char** argv) {
     };
   }
 
-  std::vector<engine::Request> reqs = requests(ckpt->config().vocab_size);
+  std::vector<engine::Request> reqs = requests(ckpt->config().vocab_size, o.long_prompts);
   if (o.extra_request) {
     reqs.push_back(reqs.back());
     reqs.back().id = static_cast<int64_t>(reqs.size()) - 1;
@@ -180,7 +182,7 @@ int main(int argc, char** argv) {
   if (!job.ok()) return die(job.status());
   if (job->num_ranks == 0) return 0;  // not world rank 0
 
-  auto want = monolithic(*ckpt, *dev);
+  auto want = monolithic(*ckpt, *dev, jo.engine, o.long_prompts);
   if (!want.ok()) return die(want.status());
   if (want->size() != job->results.size()) {
     std::printf("MISMATCH: %zu AFD results, %zu monolithic\n", job->results.size(), want->size());

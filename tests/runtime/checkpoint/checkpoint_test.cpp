@@ -73,6 +73,65 @@ TEST(Checkpoint, binds_every_weight_of_tiny_zero_copy) {
   EXPECT_EQ(ck.mapped_weight_bytes(), model_weight_bytes(c));
 }
 
+// Qwen3.5 as the Hub ships it: each routed expert is a view into the fused mlp.experts.gate_up_proj [E, 2I, H]
+// (its gate rows, then its up rows) and mlp.experts.down_proj [E, H, I], byte for byte the file's rows and
+// zero-copy; A_log and the DeltaNet norm stay F32; the vision tower and MTP head are counted, not bound.
+TEST(Checkpoint, qwen35_fused_expert_views_are_the_files_rows) {
+  TempDir dir;
+  ASSERT_TRUE(write_synthetic_checkpoint("tiny-qwen35", 1, dir.path()).ok());
+  const Checkpoint ck = Checkpoint::open(dir.path()).value();
+  const ModelConfig& c = ck.config();
+  const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+  model::SafetensorsFile f = model::SafetensorsFile::open(dir / "model.safetensors").value();
+  auto raw = [&](const std::string& name) -> const std::byte* {
+    for (const model::SafetensorsTensor& t : f.tensors()) {
+      if (t.name == name) return reinterpret_cast<const std::byte*>(f.mapping().data() + t.offset);
+    }
+    ADD_FAILURE() << "no tensor " << name;
+    return nullptr;
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& lw = ck.weights().layers[static_cast<size_t>(l)];
+    const std::string p = fmt::format("model.language_model.layers.{}.mlp.experts.", l);
+    const std::byte* gu = raw(p + "gate_up_proj");
+    const std::byte* dn = raw(p + "down_proj");
+    ASSERT_TRUE(gu && dn);
+    ASSERT_EQ(lw.moe.experts.size(), static_cast<size_t>(E));
+    const size_t row = static_cast<size_t>(H) * 2, block = static_cast<size_t>(I) * row;  // bf16 rows of H
+    for (int64_t e = 0; e < E; ++e) {
+      const MlpWeights& m = lw.moe.experts[static_cast<size_t>(e)];
+      ASSERT_EQ(m.gate_proj.dim(0), I);
+      ASSERT_EQ(m.up_proj.dim(1), H);
+      ASSERT_EQ(m.down_proj.dim(0), H);
+      EXPECT_EQ(std::memcmp(m.gate_proj.data(), gu + 2 * e * block, block), 0) << "layer " << l << " expert " << e;
+      EXPECT_EQ(std::memcmp(m.up_proj.data(), gu + (2 * e + 1) * block, block), 0) << "layer " << l << " expert " << e;
+      EXPECT_EQ(std::memcmp(m.down_proj.data(), dn + e * block, block), 0) << "layer " << l << " expert " << e;
+      EXPECT_TRUE(points_into(m.gate_proj, ck) && points_into(m.up_proj, ck) && points_into(m.down_proj, ck));
+    }
+    if (lw.linear) {
+      EXPECT_EQ(lw.gdn.A_log.dtype(), DType::kF32);
+      EXPECT_EQ(lw.gdn.norm.dtype(), DType::kF32);
+      EXPECT_EQ(lw.gdn.conv1d.rank(), 2);
+    }
+  }
+  EXPECT_EQ(ck.ignored_tensors(), 3);  // model.visual.patch_embed.proj.weight, mtp.layers.0.*, mtp.fc.weight
+  EXPECT_EQ(ck.converted_weight_bytes(), 0u);
+}
+
+// A fused expert tensor of the wrong shape is refused naming it and the shape the config asks for.
+TEST(Checkpoint, qwen35_fused_experts_of_the_wrong_shape_are_refused) {
+  TempDir dir;
+  ASSERT_TRUE(write_synthetic_checkpoint("tiny-qwen35", 1, dir.path()).ok());
+  const std::string name = "model.language_model.layers.1.mlp.experts.gate_up_proj";
+  rewrite(dir.path(), [&](std::vector<RawTensor>& t) {
+    RawTensor* gu = find(t, name);
+    gu->spec.shape = {gu->spec.shape[0], gu->spec.shape[1] / 2, gu->spec.shape[2] * 2};
+  });
+  const std::string err = open_error(dir.path());
+  EXPECT_NE(err.find("'" + name + "'"), std::string::npos) << err;
+  EXPECT_NE(err.find("[num_experts, 2 * moe_intermediate_size, hidden_size]"), std::string::npos) << err;
+}
+
 TEST(Checkpoint, sharded_checkpoint_binds_the_same_values) {
   TempDir one, four;
   ASSERT_TRUE(write_synthetic_checkpoint("tiny", 2, one.path(), 1).ok());

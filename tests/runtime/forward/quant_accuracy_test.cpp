@@ -51,8 +51,8 @@ void check_bounds(const char* preset, std::span<const Bound> bounds) {
     EXPECT_GE(acc->quantile(0.5), 1e-3) << b.scheme << ": the logits did not change; were the weights quantized?";
     EXPECT_LE(acc->quantile(0.99), b.p99_max) << b.scheme;
     EXPECT_GE(acc->agreement(), b.agreement_min) << b.scheme;
-    std::printf("%s %s: rel L2 median %.3g, p99 %.3g, greedy agreement %.1f%%\n", preset, b.scheme,
-                acc->quantile(0.5), acc->quantile(0.99), 100 * acc->agreement());
+    std::printf("%s %s: rel L2 median %.3g, p99 %.3g, greedy agreement %.1f%%\n", preset, b.scheme, acc->quantile(0.5),
+                acc->quantile(0.99), 100 * acc->agreement());
     ++checked;
   }
   EXPECT_EQ(checked, c.weight_quant.num_offered);
@@ -67,6 +67,13 @@ TEST(QuantAccuracy, tiny_preset_within_documented_bounds) { check_bounds("tiny",
 constexpr Bound kDsaBounds[] = {{"w8a8", 0.05, 0.90, 0.80}, {"mxfp8", 0.15, 0.90, 0.70}, {"mxfp4", 0.50, 1.00, 0.30}};
 
 TEST(QuantAccuracy, tiny_dsa_preset_within_documented_bounds) { check_bounds("tiny-dsa", kDsaBounds); }
+
+// Qwen3.5-MoE (full-attention projections, routed and gated shared experts quantized; the Gated DeltaNet
+// projections, router and LM head bf16). docs/bench/quant_weights.md, "Qwen3.5 preset" (measured: MEASURED).
+constexpr Bound kQwen35Bounds[] = {
+    {"w8a8", 0.10, 0.90, 0.50}, {"mxfp8", 0.20, 0.90, 0.50}, {"mxfp4", 0.60, 1.00, 0.20}};
+
+TEST(QuantAccuracy, tiny_qwen35_preset_within_documented_bounds) { check_bounds("tiny-qwen35", kQwen35Bounds); }
 
 }  // namespace
 }  // namespace genbridge::testing

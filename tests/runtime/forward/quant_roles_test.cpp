@@ -1,9 +1,9 @@
 // Which matrices --weight-quant quantizes, counted per role for each architecture (Qwen3-MoE, DeepSeek-V3,
-// DeepSeek-V3.2) and each scheme the build's generation offers: attention projections (GQA q/k/v/o; MLA
-// q_a/q_b or q, kv_a, o and kv_b as W_UK^T + W_UV per head), routed experts, shared experts (Qwen's gated
-// shared_expert, DeepSeek's ungated shared_experts) and dense MLPs, as docs/quant_weights.md states. The
-// expected counts come from the config alone; the runner uses the quantized DeepSeek shared experts, and an
-// AFD attention rank's share holds them.
+// DeepSeek-V3.2, Qwen3.5-MoE: its full-attention layers' projections, not the Gated DeltaNet's) and each scheme the
+// build's generation offers: attention projections (GQA q/k/v/o; MLA q_a/q_b or q, kv_a, o and kv_b as W_UK^T + W_UV
+// per head), routed experts, shared experts (Qwen's gated shared_expert, DeepSeek's ungated shared_experts) and dense
+// MLPs, as docs/quant_weights.md states. The expected counts come from the config alone; the runner uses the quantized
+// DeepSeek shared experts, and an AFD attention rank's share holds them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,7 +30,7 @@ RoleCounts expected_counts(const ModelConfig& c, bool attention_side, bool exper
   const bool deepseek = c.is_deepseek();
   const bool has_shared = deepseek ? c.deepseek.n_shared_experts > 0 : c.shared_expert_intermediate_size > 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (attention_side) {
+    if (attention_side && !c.is_linear_layer(l)) {  // Qwen3.5's Gated DeltaNet projections stay bf16
       n.attention += deepseek ? (c.deepseek.q_lora_rank > 0 ? 2 : 1) + 2 + 2 * c.num_attention_heads : 4;
     }
     if (c.is_moe_layer(l)) {
@@ -148,7 +148,8 @@ TEST_P(QuantRoles, afd_shares_split_the_roles) {
   EXPECT_EQ((*a)->num_matrices() + (*f)->num_matrices(), expected_counts(c, true, true).total());
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, QuantRoles, ::testing::Values("tiny", "tiny-dsv3", "tiny-dsa", "tiny-dsv3-noq"),
+INSTANTIATE_TEST_SUITE_P(Architectures, QuantRoles,
+                         ::testing::Values("tiny", "tiny-dsv3", "tiny-dsa", "tiny-dsv3-noq", "tiny-qwen35"),
                          [](const auto& p) {
                            std::string s = p.param;
                            for (char& ch : s) ch = ch == '-' ? '_' : ch;
