@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 
 #include "afd/engine_job.h"
+#include "runtime/engine/assembly.h"
+#include "runtime/forward/deepseek_attention.h"
 #include "support/temp_dir.h"
 #include "tools/make_model/synthetic.h"
 
@@ -27,21 +30,23 @@ std::vector<engine::Request> requests(int64_t vocab) {
 
 std::vector<engine::RequestResult> monolithic(const model::Checkpoint& ckpt, const runtime::DeviceOperator& dev,
                                               const model::QuantizedWeights* q) {
-  const model::ModelConfig& c = ckpt.config();
-  auto pool =
-      runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 16);
-  auto runner = model::ModelRunner::create(ckpt, dev, *pool, q);
-  EXPECT_TRUE(runner.ok()) << runner.status().to_string();
-  engine::LocalExecutor ex(**runner);
-  engine::Engine eng(ex, *pool, {.record_logits = true});
-  for (auto& r : requests(c.vocab_size)) EXPECT_TRUE(eng.submit(r).ok());
+  auto assembled = engine::assemble_engine(
+      ckpt, dev, 16, {.engine = {.record_logits = true}, .kv_pool = {.state_slots = 32}, .quantized = q}, {});
+  EXPECT_TRUE(assembled.ok()) << assembled.status().to_string();
+  if (!assembled.ok()) return {};
+  engine::Engine& eng = *(*assembled)->engine;
+  for (auto& r : requests(ckpt.config().vocab_size)) EXPECT_TRUE(eng.submit(r).ok());
   EXPECT_TRUE(eng.run_to_completion().ok());
   return eng.results();
 }
 
-TEST(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
+// tiny: a dense layer and a shared expert; tiny-qwen35: Gated DeltaNet layers (bf16) beside quantized
+// full-attention layers, fused experts and the gated shared expert.
+class QuantWeightsAfd : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
   testing::TempDir dir;
-  ASSERT_TRUE(model::write_synthetic_checkpoint("tiny", 3, dir / "m").ok());  // a dense layer + a shared expert
+  ASSERT_TRUE(model::write_synthetic_checkpoint(GetParam(), 3, dir / "m").ok());
   auto ckpt = model::Checkpoint::open(dir / "m");
   ASSERT_TRUE(ckpt.ok());
   runtime::DeviceConfig dc;
@@ -53,9 +58,7 @@ TEST(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
 
   // Without the quantized weights the runner refuses to start under --weight-quant.
   {
-    const model::ModelConfig& c = ckpt->config();
-    auto pool =
-        runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 4);
+    auto pool = runtime::KvPagePool::create(dev.kv_page_geometry(model::kv_model_shape(ckpt->config())), 4, 1);
     auto r = model::ModelRunner::create(*ckpt, dev, *pool);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find("no quantized weights were given"), std::string::npos);
@@ -91,6 +94,12 @@ TEST(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, QuantWeightsAfd, ::testing::Values("tiny", "tiny-qwen35"), [](const auto& info) {
+  std::string name = info.param;
+  for (char& ch : name) ch = ch == '-' ? '_' : ch;
+  return name;
+});
 
 }  // namespace
 }  // namespace genbridge::afd
