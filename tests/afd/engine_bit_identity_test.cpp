@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "afd/engine_job.h"
+#include "afd/support/engine_job_case.h"
 #include "support/temp_dir.h"
 #include "tools/make_model/synthetic.h"
 
@@ -68,14 +69,7 @@ class EngineAfd : public ::testing::TestWithParam<Case> {};
 TEST_P(EngineAfd, tokens_and_logits_equal_the_monolithic_engine) {
   const Case k = GetParam();
   Fixture& f = fixture();
-  EngineJobOptions o;
-  o.afd.num_attention = k.a;
-  o.afd.num_ffn = k.f;
-  o.afd.num_stages = k.s;
-  o.afd.connector = k.connector;
-  o.afd.async_dp = k.connector == ConnectorKind::kAsync;
-  o.afd.timeout_ms = 20000;
-  o.engine.record_logits = true;
+  EngineJobOptions o = engine_job_case(k.connector, k.a, k.f, k.s);
   auto job = run_inproc_engine_job(*f.ckpt, *f.dev, requests(f.ckpt->config().vocab_size), 16, o);
   ASSERT_TRUE(job.ok()) << job.status().to_string();
   const auto& mono = monolithic();

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "afd/engine_job.h"
+#include "afd/support/engine_job_case.h"
 #include "runtime/engine/assembly.h"
 #include "support/temp_dir.h"
 #include "tools/make_model/synthetic.h"
@@ -75,13 +76,7 @@ class EngineModelsAfd : public ::testing::TestWithParam<Case> {};
 TEST_P(EngineModelsAfd, tokens_and_logits_equal_the_monolithic_engine) {
   const Case k = GetParam();
   Model& m = model(k.preset);
-  EngineJobOptions o;
-  o.afd.num_attention = k.a;
-  o.afd.num_ffn = k.f;
-  o.afd.num_stages = k.s;
-  o.afd.connector = k.connector;
-  o.afd.async_dp = k.connector == ConnectorKind::kAsync;
-  o.afd.timeout_ms = 20000;
+  EngineJobOptions o = engine_job_case(k.connector, k.a, k.f, k.s);
   o.engine = engine_options();
   auto job = run_inproc_engine_job(*m.ckpt, *m.dev, requests(m.ckpt->config().vocab_size), kPages, o);
   ASSERT_TRUE(job.ok()) << job.status().to_string();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "afd/engine_job.h"
+#include "afd/support/engine_job_case.h"
 #include "runtime/engine/assembly.h"
 #include "runtime/forward/deepseek_attention.h"
 #include "support/temp_dir.h"
@@ -76,14 +77,7 @@ TEST_P(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
     int a, f, s;
   };
   for (Case k : {Case{ConnectorKind::kSync, 2, 2, 2}, Case{ConnectorKind::kAsync, 1, 2, 1}}) {
-    EngineJobOptions o;
-    o.afd.num_attention = k.a;
-    o.afd.num_ffn = k.f;
-    o.afd.num_stages = k.s;
-    o.afd.connector = k.connector;
-    o.afd.async_dp = k.connector == ConnectorKind::kAsync;
-    o.afd.timeout_ms = 20000;
-    o.engine.record_logits = true;
+    EngineJobOptions o = engine_job_case(k.connector, k.a, k.f, k.s);
     o.quantized = q->get();
     auto job = run_inproc_engine_job(*ckpt, dev, requests(ckpt->config().vocab_size), 16, o);
     ASSERT_TRUE(job.ok()) << job.status().to_string();

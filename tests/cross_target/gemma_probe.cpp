@@ -151,21 +151,11 @@ int main(int argc, char** argv) {
   std::printf("target %.*s: %zu outputs, worst error / tolerance = %.4f\n",
               static_cast<int>(ops::build_target().size()), ops::build_target().data(), got.size(), worst);
   const size_t nbytes = static_cast<size_t>(rows * cols) * sizeof(bf16_t);
-  FILE* f = std::fopen(argv[1], "wb");
-  if (!f || std::fwrite(y.bytes().data(), 1, nbytes, f) != nbytes) {
-    std::fprintf(stderr, "cannot write %s\n", argv[1]);
-    return 1;
-  }
-  std::fclose(f);
+  if (!write_bytes(argv[1], y.bytes().data(), nbytes)) return 1;
   if (worst > 1.0) return 1;
   if (argc == 3) {
     std::vector<uint16_t> peer(static_cast<size_t>(rows * cols));
-    FILE* p = std::fopen(argv[2], "rb");
-    if (!p || std::fread(peer.data(), 1, nbytes, p) != nbytes) {
-      std::fprintf(stderr, "cannot read %s\n", argv[2]);
-      return 1;
-    }
-    std::fclose(p);
+    if (!read_bytes(argv[2], peer.data(), nbytes)) return 1;
     const bf16_t* mine = y.view().data_as<const bf16_t>();
     int64_t differ = 0;
     for (int64_t i = 0; i < rows * cols; ++i) differ += mine[i].bits != peer[i];
