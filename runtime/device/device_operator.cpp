@@ -17,6 +17,7 @@
 #include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/mxfp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
 
@@ -409,6 +410,7 @@ Result<ops::MlaKvCache> DeviceOperator::mla_layer_view(const KvPagePool& pool, c
       v.rope_cache = TensorView(m.mla_rope, DType::kBF16, {pages, ps, shape.rope_dim});
       break;
     case ops::MlaKvFormat::kFp8TileScalePacked:
+    case ops::MlaKvFormat::kMxfp8RopeFirstPacked:
       v.kv_cache = TensorView(m.mla, DType::kU8, {pages, ps, g.mla_row_bytes});
       break;
   }
@@ -581,6 +583,8 @@ Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorVi
                                return ops::int8_mla_kv_write(l, r, sm, cache);
                              case ops::MlaKvFormat::kFp8TileScalePacked:
                                return ops::fp8_mla_kv_write(l, r, sm, cache);
+                             case ops::MlaKvFormat::kMxfp8RopeFirstPacked:
+                               return ops::mxfp8_mla_kv_write(l, r, sm, cache);
                            }
                            return ok_status();
                          });

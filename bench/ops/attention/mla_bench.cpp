@@ -7,6 +7,11 @@
 // cold: calls rotate through copies of it. The indexer: 64 heads of 128, one key row per token (bf16 256
 // B, fp8 132 B), FLOPs = context * heads * 2 * 128. Rows are written once through the stable writers and
 // tiled over the cache (valid codes and scales in every representation).
+// attention/sharedkv_sparse_attention at DeepSeek-V4-Flash's dimensions: one shared K = V head of 448 + 64,
+// 64 query heads, a 128-token window plus 0 (sliding-window layers) or 512 compressed entries (the
+// indexer's top-k of a ratio-4 layer, or the 512 windows of a ratio-128 layer at 64 Ki tokens), per-head
+// sinks. Bytes = the rows read (bf16 1024 B, int8 + fp16 + bf16 rope 578 B, mxfp8 640 B); FLOPs = entries *
+// heads * (2 * 512 + 2 * 512) (scores and the value accumulation over the whole row).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -17,12 +22,14 @@
 #include "genbridge/build_info.h"
 #include "genbridge/ops/attention/lightning_indexer.h"
 #include "genbridge/ops/attention/mla_decode.h"
+#include "genbridge/ops/attention/sharedkv_sparse_attention.h"
 #include "genbridge/ops/attention/sparse_mla_decode.h"
 #include "genbridge/ops/kv_cache/bf16_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/mxfp8_mla_kv_write.h"
 #include "support/bench_util.h"
 #include "support/tensor_util.h"
 
@@ -42,8 +49,8 @@ bool fp8() { return ops::build_target() != "Ascend910"; }
 struct MlaStore {
   std::vector<std::byte> kv, scale, rope;
   ops::MlaKvCache cache;
-  MlaStore(MlaKvFormat f, int64_t tokens) {
-    const ops::KvRowBytes rb = ops::mla_kv_row_bytes(f, kL, kR);
+  explicit MlaStore(MlaKvFormat f, int64_t tokens, int64_t L = kL) {
+    const ops::KvRowBytes rb = ops::mla_kv_row_bytes(f, L, kR);
     kv.resize(static_cast<size_t>(tokens * rb.main));
     scale.resize(static_cast<size_t>(tokens * rb.scale) + 2);
     rope.resize(static_cast<size_t>(tokens * rb.rope) + 2);
@@ -51,12 +58,12 @@ struct MlaStore {
     const DType dt = f == MlaKvFormat::kBf16 ? DType::kBF16 : f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? DType::kI8
                                                                                                        : DType::kU8;
     cache.format = f;
-    cache.kv_lora_rank = kL;
+    cache.kv_lora_rank = L;
     cache.rope_dim = kR;
     cache.kv_cache = TensorView(kv.data(), dt, {pages, kPage, rb.main / static_cast<int64_t>(dtype_size(dt))});
     cache.scale_cache = TensorView(scale.data(), DType::kF16, {pages, kPage});
     cache.rope_cache = TensorView(rope.data(), DType::kBF16, {pages, kPage, kR});
-    OwnedTensor lat(DType::kF32, {kPattern, kL}), r(DType::kF32, {kPattern, kR});
+    OwnedTensor lat(DType::kF32, {kPattern, L}), r(DType::kF32, {kPattern, kR});
     testing::fill_uniform(lat.view(), 1);
     testing::fill_uniform(r.view(), 2);
     std::vector<int32_t> flat(kPattern), pairs(2 * kPattern);
@@ -68,6 +75,7 @@ struct MlaStore {
     const TensorView fl(flat.data(), DType::kI32, {kPattern}), pr(pairs.data(), DType::kI32, {kPattern, 2});
     Status st = f == MlaKvFormat::kBf16 ? ops::bf16_mla_kv_write(lat.view(), r.view(), fl, cache)
                 : f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? ops::int8_mla_kv_write(lat.view(), r.view(), pr, cache)
+                : f == MlaKvFormat::kMxfp8RopeFirstPacked   ? ops::mxfp8_mla_kv_write(lat.view(), r.view(), fl, cache)
                                                             : ops::fp8_mla_kv_write(lat.view(), r.view(), fl, cache);
     GB_CHECK(st.ok(), "mla bench: writer failed");
     auto tile = [&](std::vector<std::byte>& b, int64_t row) {
@@ -210,7 +218,66 @@ void indexer_shapes(benchmark::internal::Benchmark* b) {
   b->UseManualTime();
 }
 
+constexpr int64_t kV4Latent = 448, kV4Heads = 64, kV4Window = 128;
+
+// range: format, batch, compressed entries per query. Window and compressed rows share one cache (the
+// window's rows a contiguous run per sequence, the compressed rows scattered), rotated over cold copies.
+void BM_sharedkv(benchmark::State& state) {
+  const auto f = static_cast<MlaKvFormat>(state.range(0));
+  const int64_t batch = state.range(1), C = state.range(2), W = kV4Window, D = kV4Latent + kR;
+  const int64_t row = ops::mla_kv_row_bytes(f, kV4Latent, kR).total();
+  const int64_t per_copy = batch * (W + 4 * C);  // the rows the compressed entries are drawn from, too
+  const int copies = cold_copies(static_cast<size_t>(batch * (W + C) * row));
+  const int64_t pages = (per_copy * copies + kPage - 1) / kPage;
+  MlaStore store(f, pages * kPage, kV4Latent);
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<int32_t>> windows(static_cast<size_t>(copies)), compressed(static_cast<size_t>(copies));
+  for (int c = 0; c < copies; ++c) {
+    const int64_t base = c * per_copy;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < W; ++j) windows[c].push_back(static_cast<int32_t>(base + b * W + j));
+      for (int64_t j = 0; j < C; ++j) {
+        compressed[c].push_back(static_cast<int32_t>(base + batch * W + static_cast<int64_t>(rng() % (4 * C * batch))));
+      }
+    }
+    if (C == 0) compressed[c].push_back(0);
+  }
+  OwnedTensor q(DType::kBF16, {batch, kV4Heads, D}), out(DType::kBF16, {batch, kV4Heads, D}),
+      sinks(DType::kF32, {kV4Heads});
+  testing::fill_uniform(q.view(), 12);
+  testing::fill_uniform(sinks.view(), 13);
+  auto* qd = static_cast<bf16_t*>(q.data());
+  const TensorView qn = TensorView::strided(qd, DType::kBF16, {batch, kV4Heads, kV4Latent}, {kV4Heads * D, D, 1});
+  const TensorView qr = TensorView::strided(qd + kV4Latent, DType::kBF16, {batch, kV4Heads, kR}, {kV4Heads * D, D, 1});
+  const Work work{.bytes = static_cast<double>(batch * (W + C) * row),
+                  .flops = static_cast<double>(batch * (W + C) * kV4Heads) * 4.0 * static_cast<double>(D),
+                  .cold = true,
+                  .read_roof = true};
+  run_roofline(state, work, [&](int64_t i) {
+    const size_t c = static_cast<size_t>(i) % windows.size();
+    const Status st = ops::sharedkv_sparse_attention(
+        qn, qr, store.cache, TensorView(windows[c].data(), DType::kI32, {batch, W}), store.cache,
+        TensorView(compressed[c].data(), DType::kI32, {batch, C}), sinks.view(), 0.044f, out.view());
+    if (!st.ok()) state.SkipWithError(st.to_string().c_str());
+  });
+  state.counters["kv_copies"] = copies;
+  state.SetLabel(std::string(ops::mla_kv_format_name(f)));
+}
+
+void sharedkv_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"kv", "batch", "compressed"});
+  std::vector<int64_t> formats = {0, 1};
+  if (fp8()) formats.push_back(3);
+  for (int64_t f : formats) {
+    for (int64_t batch : {1, 8}) {
+      for (int64_t c : {0, 512}) b->Args({f, batch, c});
+    }
+  }
+  b->UseManualTime();
+}
+
 BENCHMARK(BM_mla)->Name("mla_decode")->Apply(mla_shapes);
+BENCHMARK(BM_sharedkv)->Name("sharedkv_sparse_attention")->Apply(sharedkv_shapes);
 BENCHMARK(BM_lightning_indexer)->Name("lightning_indexer")->Apply(indexer_shapes);
 
 }  // namespace

@@ -18,6 +18,14 @@ struct MlaAttentionCall {
   TopkIndexFormat index_format = TopkIndexFormat::kSequencePositions;
   float softmax_scale = 1.f;
   TensorView out;
+  // attention/sharedkv_sparse_attention: no block tables; every query token attends to its row of
+  // topk_indices (flat slots of `cache`) and then its row of indices2 (flat slots of cache2) as one list
+  // (sparse and kFlatKvSlots are implied); V is the whole row (latent and rope: out is [T, H, L + R]); an
+  // optional fp32 sink per head adds exp(sink) to the softmax's denominator.
+  bool shared_kv = false;
+  MlaKvCache cache2;
+  TensorView indices2;
+  TensorView sinks;  // fp32 [num_heads], or empty
 };
 
 // Validates every argument (InvalidArgument naming op, value and rule) and, only when all are valid,
@@ -25,5 +33,7 @@ struct MlaAttentionCall {
 // tiles of 16 list entries with an online softmax, so the same list gives the same bits. Work items are
 // (query token, 8 heads); results never depend on threads, the batch or the CPU target.
 Status run_mla_attention(const MlaAttentionCall& call);
+// The shared-KV form (call.shared_kv): validates its own arguments the same way, then runs the same kernel.
+Status run_sharedkv_attention(const MlaAttentionCall& call);
 
 }  // namespace genbridge::ops::detail

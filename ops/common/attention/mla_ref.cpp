@@ -21,6 +21,91 @@ void fp8_mla_latent_row(const std::vector<double>& x, std::vector<double>& scale
   }
 }
 
+void mxfp8_mla_latent_row(const std::vector<double>& x, std::vector<int>& scale_bytes,
+                          std::vector<double>& dequantized) {
+  constexpr size_t kGroup = 64;
+  scale_bytes.clear();
+  dequantized.resize(x.size());
+  for (size_t g = 0; g < x.size() / kGroup; ++g) {
+    double amax = 0;
+    for (size_t i = g * kGroup; i < (g + 1) * kGroup; ++i) {
+      if (!std::isnan(x[i])) amax = std::max(amax, std::fabs(x[i]));
+    }
+    // fp32 division of two fp32 values, correctly rounded (rounding the fp64 quotient once is exact here).
+    const double v = static_cast<float>(std::max(amax, static_cast<double>(1e-4f)) / 448.0);
+    int k = 0;
+    const double m = std::frexp(v, &k);  // v = m * 2^k, m in [0.5, 1)
+    int e = (m == 0.5 ? k - 1 : k) + 127;
+    if (std::isinf(v)) e = 254;
+    e = std::min(e, 254);
+    scale_bytes.push_back(e);
+    const double scale = std::ldexp(1.0, e - 127);
+    for (size_t i = g * kGroup; i < (g + 1) * kGroup; ++i) {
+      const double q = std::clamp(static_cast<double>(static_cast<float>(x[i] / scale)), -448.0, 448.0);
+      dequantized[i] = round_to_minifloat(q, 3, -6) * scale;
+    }
+  }
+}
+
+void sharedkv_attention(const std::vector<double>& q, int64_t heads, int64_t D, const std::vector<double>& rows,
+                        int64_t n, double scale, const std::vector<double>& sinks, std::vector<double>& out) {
+  out.assign(static_cast<size_t>(heads * D), 0.0);
+  if (n == 0) return;
+  std::vector<double> s(static_cast<size_t>(n));
+  for (int64_t h = 0; h < heads; ++h) {
+    double m = sinks.empty() ? -INFINITY : sinks[h];
+    for (int64_t j = 0; j < n; ++j) {
+      double d = 0;
+      for (int64_t i = 0; i < D; ++i) d += q[h * D + i] * rows[j * D + i];
+      s[j] = scale * d;
+      m = std::max(m, s[j]);
+    }
+    double z = sinks.empty() ? 0.0 : std::exp(sinks[h] - m);
+    for (int64_t j = 0; j < n; ++j) z += (s[j] = std::exp(s[j] - m));
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < D; ++i) out[h * D + i] += s[j] / z * rows[j * D + i];
+    }
+  }
+}
+
+std::vector<double> kv_compress(const std::vector<double>& kv, const std::vector<double>& gate,
+                                const std::vector<double>& ape, int64_t ratio, int64_t D, bool overlap,
+                                bool has_previous) {
+  const int64_t width = (overlap ? 2 : 1) * D;
+  const int64_t rows = static_cast<int64_t>(kv.size()) / width;
+  const int64_t windows = (rows - (overlap ? ratio : 0)) / ratio;
+  std::vector<double> out(static_cast<size_t>(windows * D), 0.0);
+  for (int64_t k = 0; k < windows; ++k) {
+    for (int64_t d = 0; d < D; ++d) {
+      std::vector<std::pair<double, double>> slots;  // (score, value)
+      if (!overlap) {
+        for (int64_t i = 0; i < ratio; ++i) {
+          const int64_t r = k * ratio + i;
+          slots.emplace_back(gate[r * width + d] + ape[i * width + d], kv[r * width + d]);
+        }
+      } else {
+        const int64_t b = (k + 1) * ratio;
+        for (int64_t i = 0; i < ratio && (k > 0 || has_previous); ++i) {
+          const int64_t r = b - ratio + i;
+          slots.emplace_back(gate[r * width + d] + ape[i * width + d], kv[r * width + d]);
+        }
+        for (int64_t i = 0; i < ratio; ++i) {
+          const int64_t r = b + i;
+          slots.emplace_back(gate[r * width + D + d] + ape[i * width + D + d], kv[r * width + D + d]);
+        }
+      }
+      double mx = -INFINITY, z = 0, acc = 0;
+      for (const auto& sv : slots) mx = std::max(mx, sv.first);
+      for (const auto& [sc, v] : slots) {
+        z += std::exp(sc - mx);
+        acc += std::exp(sc - mx) * v;
+      }
+      out[static_cast<size_t>(k * D + d)] = acc / z;
+    }
+  }
+  return out;
+}
+
 std::vector<double> hadamard(const std::vector<double>& x) {
   const size_t n = x.size();
   std::vector<double> y(n, 0.0);

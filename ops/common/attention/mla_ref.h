@@ -12,6 +12,24 @@ namespace genbridge::ref {
 // dequantized values, as fp8_kv_row does for a whole row.
 void fp8_mla_latent_row(const std::vector<double>& x, std::vector<double>& scales, std::vector<double>& dequantized);
 
+// The MXFP8 latent of one row (MlaKvFormat::kMxfp8RopeFirstPacked; x.size() a multiple of 64): per group
+// of 64 the E8M0 byte (2^(byte - 127) the smallest power of two >= fp32(max(amax, 1e-4) / 448), byte <= 254)
+// and the dequantized values code * 2^(byte - 127), the code e4m3fn round-to-nearest-even, saturated.
+void mxfp8_mla_latent_row(const std::vector<double>& x, std::vector<int>& scale_bytes,
+                          std::vector<double>& dequantized);
+
+// Attention over one shared key = value head with an optional sink. q [heads][D] of one query, rows [n][D]
+// in list order; s_j = scale * q_h . row_j; out [heads][D] = sum_j exp(s_j) row_j / (sum_j exp(s_j) +
+// exp(sinks[h])) (no sink term when `sinks` is empty). An empty list gives zeros.
+void sharedkv_attention(const std::vector<double>& q, int64_t heads, int64_t D, const std::vector<double>& rows,
+                        int64_t n, double scale, const std::vector<double>& sinks, std::vector<double>& out);
+
+// attention/kv_compress in fp64: kv, gate [rows][coff D] row-major (coff = 2 with overlap), ape
+// [ratio][coff D]; returns the [windows][D] softmax-gated pools of the contract's slots.
+std::vector<double> kv_compress(const std::vector<double>& kv, const std::vector<double>& gate,
+                                const std::vector<double>& ape, int64_t ratio, int64_t D, bool overlap,
+                                bool has_previous);
+
 // The normalized Walsh-Hadamard transform H x / sqrt(n) in fp64 (n a power of two).
 std::vector<double> hadamard(const std::vector<double>& x);
 

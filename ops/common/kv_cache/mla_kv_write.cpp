@@ -82,7 +82,8 @@ void WriteMlaRows(const MlaKvWriteCall& c, const TokenCacheGeometry& g) {
         c.cache.scale_cache.data_as<fp16_t>()[slot] = EncodeInt8Row(x, L, reinterpret_cast<int8_t*>(row));
         ConvertRow(r, c.cache.rope_cache.data_as<bf16_t>() + slot * R, R);
         break;
-      case MlaKvFormat::kFp8TileScalePacked: c.encode_row(x, L, r, R, row); break;
+      case MlaKvFormat::kFp8TileScalePacked:
+      case MlaKvFormat::kMxfp8RopeFirstPacked: c.encode_row(x, L, r, R, row); break;
     }
   }
 }
@@ -124,7 +125,8 @@ Status run_mla_kv_write(const MlaKvWriteCall& c) {
   const int64_t num_tokens = c.latent.dim(0);
   GB_RETURN_IF_ERROR(check_slot_mapping(c.op, c.slot_mapping, c.slots ? &*c.slots : nullptr, num_tokens, g.num_blocks,
                                         g.block_size));
-  if (c.format == MlaKvFormat::kFp8TileScalePacked && c.encode_row == nullptr) {
+  if ((c.format == MlaKvFormat::kFp8TileScalePacked || c.format == MlaKvFormat::kMxfp8RopeFirstPacked) &&
+      c.encode_row == nullptr) {
     return internal_error(s(c.op) + ": the provider supplied no row encoder for " + s(mla_kv_format_name(c.format)));
   }
   if (num_tokens == 0) return ok_status();

@@ -61,6 +61,7 @@ void expect_reference(const MlaCache& cache, const PagedBatch& b, const std::vec
 
 std::vector<Case> cases_for(MlaKvFormat f) {
   if (f == MlaKvFormat::kFp8TileScalePacked) return {{128, 16, 20}, {256, 64, 3}};
+  if (f == MlaKvFormat::kMxfp8RopeFirstPacked) return {{128, 16, 20}, {448, 64, 3}};
   return {{128, 16, 20}, {40, 8, 3}, {512, 64, 2}};
 }
 

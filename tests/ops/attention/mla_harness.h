@@ -18,6 +18,7 @@
 #include "genbridge/build_info.h"
 #include "genbridge/ops/attention/lightning_indexer.h"
 #include "genbridge/ops/attention/mla_decode.h"
+#include "genbridge/ops/attention/sharedkv_sparse_attention.h"
 #include "genbridge/ops/attention/sparse_mla_decode.h"
 #include "genbridge/ops/kv_cache/bf16_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
@@ -25,6 +26,7 @@
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/kv_format.h"
+#include "genbridge/ops/kv_cache/mxfp8_mla_kv_write.h"
 #include "ops/common/attention/attention_ref.h"
 #include "ops/common/attention/mla_ref.h"
 #include "support/tensor_util.h"
@@ -39,7 +41,10 @@ inline bool mla_fp8_supported() { return ops::build_target() != "Ascend910"; }
 
 inline std::vector<MlaKvFormat> mla_formats() {
   std::vector<MlaKvFormat> f = {MlaKvFormat::kBf16, MlaKvFormat::kInt8Fp16ScaleSplitRope};
-  if (mla_fp8_supported()) f.push_back(MlaKvFormat::kFp8TileScalePacked);
+  if (mla_fp8_supported()) {
+    f.push_back(MlaKvFormat::kFp8TileScalePacked);
+    f.push_back(MlaKvFormat::kMxfp8RopeFirstPacked);
+  }
   return f;
 }
 inline std::vector<IndexerKeyFormat> indexer_formats() {
@@ -114,6 +119,7 @@ class MlaCache {
       case MlaKvFormat::kBf16: st = ops::bf16_mla_kv_write(lv, rv, sm, cache()); break;
       case MlaKvFormat::kInt8Fp16ScaleSplitRope: st = ops::int8_mla_kv_write(lv, rv, sm, cache()); break;
       case MlaKvFormat::kFp8TileScalePacked: st = ops::fp8_mla_kv_write(lv, rv, sm, cache()); break;
+      case MlaKvFormat::kMxfp8RopeFirstPacked: st = ops::mxfp8_mla_kv_write(lv, rv, sm, cache()); break;
     }
     if (!st.ok()) return st;
     for (int64_t t = 0; t < n; ++t) {
@@ -124,9 +130,12 @@ class MlaCache {
       } else if (f_ == MlaKvFormat::kInt8Fp16ScaleSplitRope) {
         double scale;
         ref::int8_kv_row(x, scale, deq);
-      } else {
+      } else if (f_ == MlaKvFormat::kFp8TileScalePacked) {
         std::vector<double> scales;
         ref::fp8_mla_latent_row(x, scales, deq);
+      } else {
+        std::vector<int> bytes;
+        ref::mxfp8_mla_latent_row(x, bytes, deq);
       }
       std::copy(deq.begin(), deq.end(), ref_latent_.begin() + slots[t] * L_);
       for (int64_t i = 0; i < R_; ++i) ref_rope_[slots[t] * R_ + i] = bf16_round(rope[t * R_ + i]);

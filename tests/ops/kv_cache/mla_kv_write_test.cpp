@@ -33,15 +33,20 @@ TEST(MlaKvWrite, stored_rows_match_the_reference_every_format) {
           got = bf16_to_float(reinterpret_cast<const bf16_t*>(row)[i]);
         } else if (f == MlaKvFormat::kInt8Fp16ScaleSplitRope) {
           got = double{reinterpret_cast<const int8_t*>(row)[i]} * fp16_to_float(c.scale_cache.data_as<fp16_t>()[s]);
-        } else {
+        } else if (f == MlaKvFormat::kFp8TileScalePacked) {
           float scale;
           std::memcpy(&scale, row + kL + 4 * (i / 128), 4);
           got = double{fp8_e4m3fn_to_float(fp8_e4m3fn_t{row[i]})} * scale;
+        } else {  // rope first, then the codes, then one E8M0 byte per 64
+          const uint8_t* codes = row + 2 * kR;
+          got = double{fp8_e4m3fn_to_float(fp8_e4m3fn_t{codes[i]})} *
+                double{e8m0_to_float(e8m0_t{codes[kL + i / 64]})};
         }
         ASSERT_EQ(got, cache.ref_latent(s)[i]) << "slot " << s << " element " << i;
       }
-      const bf16_t* rope_row = f == MlaKvFormat::kInt8Fp16ScaleSplitRope
-                                   ? c.rope_cache.data_as<bf16_t>() + s * kR
+      const bf16_t* rope_row = f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? c.rope_cache.data_as<bf16_t>() + s * kR
+                               : f == MlaKvFormat::kMxfp8RopeFirstPacked
+                                   ? reinterpret_cast<const bf16_t*>(row)
                                    : reinterpret_cast<const bf16_t*>(row + rb.main - 2 * kR);
       for (int64_t i = 0; i < kR; ++i) ASSERT_EQ(double{bf16_to_float(rope_row[i])}, cache.ref_rope(s)[i]);
     }
@@ -55,7 +60,11 @@ TEST(MlaKvWrite, bytes_per_token_of_each_cache) {
     const int64_t main = c.kv_cache.dim(2) * static_cast<int64_t>(dtype_size(c.kv_cache.dtype()));
     int64_t total = main;
     if (f == MlaKvFormat::kInt8Fp16ScaleSplitRope) total += 2 + c.rope_cache.dim(2) * 2;
-    EXPECT_EQ(total, f == MlaKvFormat::kBf16 ? 1152 : f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? 642 : 656)
+    // mxfp8: 128 rope + 512 codes + 8 scale bytes = 648, padded to 768.
+    EXPECT_EQ(total, f == MlaKvFormat::kBf16                    ? 1152
+                     : f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? 642
+                     : f == MlaKvFormat::kFp8TileScalePacked     ? 656
+                                                                 : 768)
         << label(f);
     const std::vector<int64_t> slots = {3};
     ASSERT_TRUE(cache.write(random_floats(512, 3), random_floats(64, 4), slots).ok()) << label(f);
@@ -164,8 +173,9 @@ TEST(MlaKvWrite, same_bits_on_every_cpu_target) {
   for (MlaKvFormat f : mla_formats()) {
     std::vector<std::byte> first;
     for_each_cpu_target([&](const std::string&) {
-      MlaCache cache(f, kBlocks, kBs, 384 - (f == MlaKvFormat::kFp8TileScalePacked ? 0 : 13), 24);
-      const int64_t L = f == MlaKvFormat::kFp8TileScalePacked ? 384 : 371;
+      const bool grouped = f == MlaKvFormat::kFp8TileScalePacked || f == MlaKvFormat::kMxfp8RopeFirstPacked;
+      const int64_t L = grouped ? 384 : 371;
+      MlaCache cache(f, kBlocks, kBs, L, 24);
       const auto lat = random_floats(3 * L, 21, -9.f, 9.f), rope = random_floats(3 * 24, 22);
       ASSERT_TRUE(cache.write(lat, rope, {1, 30, 50}).ok());
       if (first.empty()) first = cache.all_bytes();

@@ -32,7 +32,13 @@ enum class KvCacheFormat { kBf16, kInt8Fp16Scale, kFp8Fp32PackedScale };
 //                             2 * rope_dim]: kv_lora_rank fp8 e4m3fn codes, then one little-endian fp32 scale per
 //                             tile of kMlaKvScaleTile latent elements (value = code * its tile's scale), then the
 //                             rope as bf16. kv_lora_rank must be a multiple of kMlaKvScaleTile.
-enum class MlaKvFormat { kBf16, kInt8Fp16ScaleSplitRope, kFp8TileScalePacked };
+//   kMxfp8RopeFirstPacked:    kv_cache uint8 [num_blocks, block_size, round_up(2 * rope_dim + kv_lora_rank +
+//                             kv_lora_rank / 64, 128)]: the rope as bf16 first, then kv_lora_rank fp8 e4m3fn
+//                             codes, then one E8M0 byte per group of kMxKvScaleGroup codes (value = code *
+//                             2^(byte - 127)), then zero bytes up to the next multiple of kKvRowAlign. The shared
+//                             K = V row of DeepSeek-V4 (448 codes + 64 rope: 583 bytes, 640 with the padding).
+//                             kv_lora_rank must be a multiple of kMxKvScaleGroup.
+enum class MlaKvFormat { kBf16, kInt8Fp16ScaleSplitRope, kFp8TileScalePacked, kMxfp8RopeFirstPacked };
 
 // DSA (lightning indexer) key rows, one per token, index_head_dim wide.
 //   kBf16:                    key_cache bf16 [num_blocks, block_size, index_head_dim].
@@ -50,6 +56,9 @@ enum class TopkIndexFormat {
 
 // Elements per fp32 scale of kFp8TileScalePacked.
 inline constexpr int64_t kMlaKvScaleTile = 128;
+// Elements per E8M0 scale byte of kMxfp8RopeFirstPacked, and the multiple its rows are padded to.
+inline constexpr int64_t kMxKvScaleGroup = 64;
+inline constexpr int64_t kKvRowAlign = 128;
 
 enum class KvScalePlacement {
   kNone,           // unscaled (bf16)
@@ -73,6 +82,8 @@ struct KvRepresentation {
   int64_t scale_group;              // elements per scale; 0 = one scale per row
   KvRopePlacement rope_placement;   // MLA only; the rope part is bf16 (kKvRopeElementBytes per element)
   bool hadamard_rotated;            // elements are of H k / sqrt(width) (indexer fp8 keys)
+  bool rope_first = false;          // kInRow rope at the start of the row instead of the end
+  int64_t row_align = 0;            // main rows padded with zero bytes to a multiple of this (0: none)
 };
 
 // Bytes per element of the MLA rope part (bf16 in every representation).
@@ -102,6 +113,9 @@ inline constexpr KvRepresentation kMlaInt8{"int8 latent+fp16 scale, bf16 rope ca
                                            P::kSeparateCache, 0, R::kSeparateCache, false};
 inline constexpr KvRepresentation kMlaFp8{"fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, packed", DType::kFp8E4M3FN, 1,
                                           DType::kF32, 4, P::kPackedInRow, kMlaKvScaleTile, R::kInRow, false};
+inline constexpr KvRepresentation kMlaMxfp8{"bf16 rope+fp8_e4m3fn latent+E8M0 scale per 64, packed",
+                                            DType::kFp8E4M3FN, 1, DType::kE8M0, 1, P::kPackedInRow, kMxKvScaleGroup,
+                                            R::kInRow, false, /*rope_first=*/true, /*row_align=*/kKvRowAlign};
 inline constexpr KvRepresentation kIndexerBf16{"bf16", DType::kBF16, 2, DType::kF32, 0, P::kNone, 0, R::kNone, false};
 inline constexpr KvRepresentation kIndexerFp8{"fp8_e4m3fn (Hadamard-rotated)+packed fp32 scale", DType::kFp8E4M3FN, 1,
                                               DType::kF32, 4, P::kPackedInRow, 0, R::kNone, true};
@@ -116,6 +130,7 @@ constexpr const KvRepresentation& kv_representation(KvCacheFormat f) {
 constexpr const KvRepresentation& kv_representation(MlaKvFormat f) {
   return f == MlaKvFormat::kInt8Fp16ScaleSplitRope ? kv_format_detail::kMlaInt8
          : f == MlaKvFormat::kFp8TileScalePacked   ? kv_format_detail::kMlaFp8
+         : f == MlaKvFormat::kMxfp8RopeFirstPacked ? kv_format_detail::kMlaMxfp8
                                                    : kv_format_detail::kMlaBf16;
 }
 constexpr const KvRepresentation& kv_representation(IndexerKeyFormat f) {
@@ -135,13 +150,15 @@ constexpr KvRowBytes kv_row_bytes(const KvRepresentation& r, int64_t width, int6
   if (r.rope_placement != KvRopePlacement::kNone) {
     (r.rope_placement == KvRopePlacement::kInRow ? b.main : b.rope) += rope_dim * kKvRopeElementBytes;
   }
+  if (r.row_align > 0) b.main = (b.main + r.row_align - 1) / r.row_align * r.row_align;
   return b;
 }
 // Per (token, kv head), K or V: bf16 2d; int8 d + side 2; fp8 d + 4.
 constexpr KvRowBytes gqa_kv_row_bytes(KvCacheFormat f, int64_t head_dim) {
   return kv_row_bytes(kv_representation(f), head_dim);
 }
-// Per token: bf16 2 (L + R); int8 L + scale 2 + rope 2R; fp8 L + 4 L / 128 + 2R (656 at L = 512, R = 64).
+// Per token: bf16 2 (L + R); int8 L + scale 2 + rope 2R; fp8 L + 4 L / 128 + 2R (656 at L = 512, R = 64); mxfp8
+// round_up(2R + L + L / 64, 128) (640 at L = 448, R = 64).
 constexpr KvRowBytes mla_kv_row_bytes(MlaKvFormat f, int64_t kv_lora_rank, int64_t rope_dim) {
   return kv_row_bytes(kv_representation(f), kv_lora_rank, rope_dim);
 }
@@ -151,6 +168,8 @@ constexpr KvRowBytes indexer_key_row_bytes(IndexerKeyFormat f, int64_t index_hea
 }
 static_assert(gqa_kv_row_bytes(KvCacheFormat::kFp8Fp32PackedScale, 128).total() == 132);
 static_assert(mla_kv_row_bytes(MlaKvFormat::kFp8TileScalePacked, 512, 64).total() == 656);
+static_assert(mla_kv_row_bytes(MlaKvFormat::kMxfp8RopeFirstPacked, 448, 64).total() == 640);
+static_assert(mla_kv_row_bytes(MlaKvFormat::kBf16, 448, 64).total() == 1024);
 static_assert(indexer_key_row_bytes(IndexerKeyFormat::kFp8HadamardPackedScale, 128).total() == 132);
 
 // Checks that representation `f` can hold rows of these dimensions (InvalidArgument naming `what`, the

@@ -15,6 +15,11 @@ Status check_kv_readable(const char* op, KvCacheFormat format) {
 }
 
 Status check_kv_readable(const char* op, MlaKvFormat format) {
+  if (format == MlaKvFormat::kMxfp8RopeFirstPacked) {
+    return unimplemented(std::string(op) +
+                         ": the MXFP8 (E8M0 per 64) KV cache is not supported on Ascend910 (A2/A3 has no FP8 data "
+                         "path; its KV rows are bf16 or int8 + fp16 scale)");
+  }
   if (format != MlaKvFormat::kFp8TileScalePacked) return ok_status();
   return unimplemented(std::string(op) +
                        ": the fp8 MLA KV cache is not supported on Ascend910 (A2/A3 has no FP8 data path; its "

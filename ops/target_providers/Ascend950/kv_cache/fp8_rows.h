@@ -19,6 +19,9 @@ Fp8KvRowEncoder fp8_kv_row_encoder();
 // MlaKvFormat::kFp8TileScalePacked: one scale per tile of 128 latent values; the row is codes, fp32
 // scales, bf16 rope.
 TokenRowEncoder fp8_mla_row_encoder();
+// MlaKvFormat::kMxfp8RopeFirstPacked: bf16 rope, then codes with one power-of-two E8M0 scale per 64
+// latent values (kv_cache/mxfp8_mla_kv_write.h), zero padding to the row's end.
+TokenRowEncoder mxfp8_mla_row_encoder();
 // IndexerKeyFormat::kFp8HadamardPackedScale: the key rotated (hadamard_rotate), then one scale for the
 // row; the row is codes then the fp32 scale.
 TokenRowEncoder fp8_indexer_row_encoder();
