@@ -12,6 +12,11 @@
 // indexer's top-k of a ratio-4 layer, or the 512 windows of a ratio-128 layer at 64 Ki tokens), per-head
 // sinks. Bytes = the rows read (bf16 1024 B, int8 + fp16 + bf16 rope 578 B, mxfp8 640 B); FLOPs = entries *
 // heads * (2 * 512 + 2 * 512) (scores and the value accumulation over the whole row).
+// attention/kv_compress at V4's three compressors (ratio 4 with overlap at 512 and at the indexer's 128,
+// ratio 128 at 512), over bf16 kv and gate rows of a 4096-token prefill or one window (decode). Bytes =
+// the kv and gate rows read (bf16) plus the entries written (fp32); FLOPs = 36 lane operations per slot and
+// channel, counted in the kernel: the score (gate + ape, twice), the max, the exp's range reduction,
+// degree-7 polynomial and 2^n (29), the sum and the fused multiply-add (2). The exp makes it compute-bound.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "genbridge/build_info.h"
+#include "genbridge/ops/attention/kv_compress.h"
 #include "genbridge/ops/attention/lightning_indexer.h"
 #include "genbridge/ops/attention/mla_decode.h"
 #include "genbridge/ops/attention/sharedkv_sparse_attention.h"
@@ -276,7 +282,48 @@ void sharedkv_shapes(benchmark::internal::Benchmark* b) {
   b->UseManualTime();
 }
 
+// range: ratio, D, overlap, tokens.
+void BM_kv_compress(benchmark::State& state) {
+  const int64_t ratio = state.range(0), D = state.range(1), tokens = state.range(3);
+  const bool overlap = state.range(2) != 0;
+  const int64_t coff = overlap ? 2 : 1, rows = tokens + (overlap ? ratio : 0), windows = tokens / ratio;
+  const int copies = cold_copies(static_cast<size_t>(2 * rows * coff * D * 2));
+  std::vector<OwnedTensor> kv, gate;
+  for (int c = 0; c < copies; ++c) {
+    kv.emplace_back(DType::kBF16, std::vector<int64_t>{rows, coff * D});
+    gate.emplace_back(DType::kBF16, std::vector<int64_t>{rows, coff * D});
+    testing::fill_uniform(kv.back().view(), 20 + c);
+    testing::fill_uniform(gate.back().view(), 40 + c);
+  }
+  OwnedTensor ape(DType::kF32, {ratio, coff * D}), out(DType::kF32, {windows, D});
+  testing::fill_uniform(ape.view(), 14);
+  const int64_t slots = (overlap ? 2 : 1) * ratio;
+  const Work work{.bytes = static_cast<double>(2 * rows * coff * D * 2 + windows * D * 4),
+                  .flops = static_cast<double>(windows * slots * D) * 36.0,
+                  .cold = true,
+                  .read_roof = true};
+  run_roofline(state, work, [&](int64_t i) {
+    const size_t c = static_cast<size_t>(i) % kv.size();
+    const Status st = ops::kv_compress(kv[c].view(), gate[c].view(), ape.view(), ratio, overlap, true, out.view());
+    if (!st.ok()) state.SkipWithError(st.to_string().c_str());
+  });
+  state.counters["kv_copies"] = copies;
+}
+
+void kv_compress_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"ratio", "D", "overlap", "tokens"});
+  for (int64_t tokens : {4096}) {
+    b->Args({4, 512, 1, tokens});
+    b->Args({4, 128, 1, tokens});
+    b->Args({128, 512, 0, tokens});
+  }
+  b->Args({4, 512, 1, 4});
+  b->Args({128, 512, 0, 128});
+  b->UseManualTime();
+}
+
 BENCHMARK(BM_mla)->Name("mla_decode")->Apply(mla_shapes);
+BENCHMARK(BM_kv_compress)->Name("kv_compress")->Apply(kv_compress_shapes);
 BENCHMARK(BM_sharedkv)->Name("sharedkv_sparse_attention")->Apply(sharedkv_shapes);
 BENCHMARK(BM_lightning_indexer)->Name("lightning_indexer")->Apply(indexer_shapes);
 

@@ -22,7 +22,7 @@ struct Call {
   const TensorView* kv;
   const TensorView* gate;
   const float* ape;
-  int64_t ratio, D, dp;  // dp: D rounded up to 16
+  int64_t ratio, D, unused;
   bool overlap, has_previous;
   const TensorView* out;
 };
@@ -41,54 +41,73 @@ GB_OPS_KERNELS_BEGIN();
 namespace {
 using kv_compress::Call;
 
-// Columns [c0, c0 + D) of row r of a rank-2 float tensor as fp32, zero-padded to dp.
-void LoadHalf(const TensorView& t, int64_t r, int64_t c0, int64_t D, int64_t dp, float* dst) {
-  const int64_t cols = t.dim(1);
-  thread_local std::vector<float> row;
-  if (row.size() < static_cast<size_t>(cols)) row.resize(static_cast<size_t>(cols));
-  load_row_f32(t, 1, r, cols, row.data());
-  std::memcpy(dst, row.data() + c0, static_cast<size_t>(D) * sizeof(float));
-  for (int64_t i = D; i < dp; ++i) dst[i] = 0.f;
+// One slot: its kv and gate rows' first element (of the slot's half) and its ape row.
+template <typename T>
+struct Slot {
+  const T* kv;
+  const T* gate;
+  const float* ape;
+};
+
+template <typename T>
+HWY_INLINE V16 LoadN(const T* p, int64_t n) {
+  return n >= kLanes ? Load16(p) : LoadTail16(p, n);
 }
 
-// Output window k. Scratch: 2 ratio slots of (v, z) rows of dp floats, and one output row.
-void CompressWindow(const Call& c, int64_t k, float* scratch) {
-  const int64_t m = c.ratio, D = c.D, dp = c.dp;
-  float* v = scratch;                  // [2m][dp]
-  float* z = v + 2 * m * dp;           // [2m][dp]
-  float* res = z + 2 * m * dp;         // [dp]
-  float* bias = res + dp;              // [dp]
+// Output window k over contiguous rows of T (channels in blocks of 16 lanes: per lane the max of the
+// slots' scores, then the exp-weighted sum in slot order).
+template <typename T>
+void CompressWindowT(const Call& c, int64_t k, Slot<T>* slots) {
+  const int64_t m = c.ratio, D = c.D;
+  const auto* kv = static_cast<const T*>(c.kv->data());
+  const auto* gate = static_cast<const T*>(c.gate->data());
+  const int64_t rs = c.kv->stride(0), gs = c.gate->stride(0), width = (c.overlap ? 2 : 1) * D;
   int64_t n = 0;
-  auto add_slot = [&](int64_t row, int64_t c0, const float* ape_row) {
-    LoadHalf(*c.kv, row, c0, D, dp, v + n * dp);
-    LoadHalf(*c.gate, row, c0, D, dp, z + n * dp);
-    std::memcpy(bias, ape_row, static_cast<size_t>(D) * sizeof(float));
-    for (int64_t i = D; i < dp; ++i) bias[i] = 0.f;
-    for (int64_t i = 0; i < dp; i += kLanes) Store16(z + n * dp + i, Load16(z + n * dp + i) + Load16(bias + i));
-    ++n;
+  auto add = [&](int64_t row, int64_t c0, const float* ape_row) {
+    slots[n++] = {kv + row * rs + c0, gate + row * gs + c0, ape_row};
   };
-  const int64_t width = (c.overlap ? 2 : 1) * D;
   if (!c.overlap) {
-    for (int64_t i = 0; i < m; ++i) add_slot(k * m + i, 0, c.ape + i * width);
+    for (int64_t i = 0; i < m; ++i) add(k * m + i, 0, c.ape + i * width);
   } else {
     const int64_t b = (k + 1) * m;
     if (k > 0 || c.has_previous) {
-      for (int64_t i = 0; i < m; ++i) add_slot(b - m + i, 0, c.ape + i * width);
+      for (int64_t i = 0; i < m; ++i) add(b - m + i, 0, c.ape + i * width);
     }
-    for (int64_t i = 0; i < m; ++i) add_slot(b + i, D, c.ape + i * width + D);
+    for (int64_t i = 0; i < m; ++i) add(b + i, D, c.ape + i * width + D);
   }
-  for (int64_t d = 0; d < dp; d += kLanes) {
-    V16 mx = Load16(z + d);
-    for (int64_t j = 1; j < n; ++j) mx = MaxGt16(mx, Load16(z + j * dp + d));
+  alignas(64) float res[kLanes];
+  for (int64_t d = 0; d < D; d += kLanes) {
+    const int64_t w = std::min<int64_t>(kLanes, D - d);
+    V16 mx = LoadN(slots[0].gate + d, w) + LoadN(slots[0].ape + d, w);
+    for (int64_t j = 1; j < n; ++j) mx = MaxGt16(mx, LoadN(slots[j].gate + d, w) + LoadN(slots[j].ape + d, w));
     V16 sum = Set16(0.f), acc = Set16(0.f);
     for (int64_t j = 0; j < n; ++j) {
-      const V16 p = ExpNonpositive16(Load16(z + j * dp + d) - mx);
+      const V16 p = ExpNonpositive16(LoadN(slots[j].gate + d, w) + LoadN(slots[j].ape + d, w) - mx);
       sum = sum + p;
-      acc = Fma16(p, Load16(v + j * dp + d), acc);
+      acc = Fma16(p, LoadN(slots[j].kv + d, w), acc);
     }
-    Store16(res + d, acc / sum);
+    Store16(res, acc / sum);
+    if (c.out->dtype() == DType::kF32 && c.out->stride(1) == 1) {
+      std::memcpy(c.out->data_as<float>() + k * c.out->stride(0) + d, res, static_cast<size_t>(w) * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < w; ++i) {
+        if (c.out->dtype() == DType::kF32) {
+          c.out->data_as<float>()[k * c.out->stride(0) + (d + i) * c.out->stride(1)] = res[i];
+        } else {
+          c.out->data_as<bf16_t>()[k * c.out->stride(0) + (d + i) * c.out->stride(1)] = float_to_bf16(res[i]);
+        }
+      }
+    }
   }
-  store_row_f32(*c.out, 1, k, D, res);
+}
+
+// Output window k. kv and gate are contiguous along channels (the entry point copies strided inputs).
+void CompressWindow(const Call& c, int64_t k, void* slots) {
+  switch (c.kv->dtype()) {
+    case DType::kBF16: CompressWindowT<bf16_t>(c, k, static_cast<Slot<bf16_t>*>(slots)); return;
+    case DType::kF16: CompressWindowT<fp16_t>(c, k, static_cast<Slot<fp16_t>*>(slots)); return;
+    default: CompressWindowT<float>(c, k, static_cast<Slot<float>*>(slots)); return;
+  }
 }
 
 }  // namespace
@@ -132,18 +151,29 @@ Status run_kv_compress(const TensorView& kv, const TensorView& gate, const Tenso
   }
   GB_RETURN_IF_ERROR(check_host_data(op, "out", out));
   if (windows == 0) return ok_status();
-  const int64_t dp = (D + 15) / 16 * 16;
-  const kv_compress::Call call{&kv, &gate, ape.data_as<const float>(), ratio, D, dp, overlap, has_previous,
-                                       &out};
-  const size_t floats = static_cast<size_t>(4 * ratio * dp + 2 * dp);
-  auto scratch = [&]() -> float* {
-    thread_local std::vector<float> buf;
-    if (buf.size() < floats) buf.resize(floats);
+  // Rows with strided channels are copied to contiguous fp32 first (the same values: the same bits).
+  std::vector<float> kv_copy, gate_copy;
+  TensorView kv_in = kv, gate_in = gate;
+  if (kv.stride(1) != 1 || gate.stride(1) != 1 || kv.dtype() != gate.dtype()) {
+    kv_copy.resize(static_cast<size_t>(rows * coff * D));
+    gate_copy.resize(kv_copy.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      load_row_f32(kv, 1, r, coff * D, kv_copy.data() + r * coff * D);
+      load_row_f32(gate, 1, r, coff * D, gate_copy.data() + r * coff * D);
+    }
+    kv_in = TensorView(kv_copy.data(), DType::kF32, {rows, coff * D});
+    gate_in = TensorView(gate_copy.data(), DType::kF32, {rows, coff * D});
+  }
+  const kv_compress::Call call{&kv_in, &gate_in, ape.data_as<const float>(), ratio, D, 0, overlap, has_previous, &out};
+  const size_t slot_bytes = static_cast<size_t>(2 * ratio) * 3 * sizeof(void*);
+  auto scratch = [&]() -> void* {
+    thread_local std::vector<std::byte> buf;
+    if (buf.size() < slot_bytes) buf.resize(slot_bytes);
     return buf.data();
   };
   const auto fn = GB_DISPATCH(CompressWindow);
   if (windows * ratio * D < (int64_t{1} << 16) || num_threads() <= 1) {
-    float* buf = scratch();
+    void* buf = scratch();
     for (int64_t k = 0; k < windows; ++k) fn(call, k, buf);
     return ok_status();
   }
