@@ -19,8 +19,9 @@ int info(const std::string& soc) {
     fmt::print(stderr, "genbridge info: {}\n", env.status().message());
     return kExitUsage;
   }
-  fmt::print("provider target: {}\nSoC: {}\n{}\n{}\n{}\nmanifest:\n{}", ops::build_target(), ops::build_soc(),
-             dev->log_line(), dev->mla_contract_line(), cpu_target_line(), ops::build_manifest());
+  fmt::print("provider target: {}\nSoC: {}\n{}\n{}\n{}\n{}\nmanifest:\n{}", ops::build_target(), ops::build_soc(),
+             dev->log_line(), dev->mla_contract_line(), dev->sharedkv_contract_line(), cpu_target_line(),
+             ops::build_manifest());
   return kExitOk;
 }
 

@@ -71,6 +71,8 @@ constexpr GenerationContract kAscend910{
     .indexer_keys = ops::IndexerKeyFormat::kBf16,
     .topk_indices = ops::TopkIndexFormat::kSequencePositions,
     // ---- end MLA + DSA ----
+    // No FP8 data path: int8 + fp16 scale per row (the MLA representation), the rope part bf16 beside it.
+    .quantized_sharedkv = ops::MlaKvFormat::kInt8Fp16ScaleSplitRope,
     .weight_quant = kAscend910WeightQuant,
     .linear_state = kLinearState,
 };
@@ -85,6 +87,8 @@ constexpr GenerationContract kAscend950{
     .indexer_keys = ops::IndexerKeyFormat::kFp8HadamardPackedScale,
     .topk_indices = ops::TopkIndexFormat::kFlatKvSlots,
     // ---- end MLA + DSA ----
+    // The CANN kv_compress_epilog row: bf16 rope, fp8 codes, E8M0 per 64, padded to 128 B (640 B).
+    .quantized_sharedkv = ops::MlaKvFormat::kMxfp8RopeFirstPacked,
     .weight_quant = kAscend950WeightQuant,
     .linear_state = kLinearState,
 };
@@ -562,6 +566,21 @@ std::string DeviceOperator::mla_contract_line() const {
       contract_->slot_mapping == ops::SlotMapping::kFlat ? "flat" : "[block, offset] pairs",
       ops::indexer_key_format_name(contract_->indexer_keys), idx.total(), kIndexDim,
       ops::topk_index_format_name(contract_->topk_indices));
+}
+
+ops::MlaKvFormat DeviceOperator::sharedkv_format() const {
+  return kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : contract_->quantized_sharedkv;
+}
+
+std::string DeviceOperator::sharedkv_contract_line() const {
+  constexpr int64_t kNope = 448, kRope = 64;  // DeepSeek-V4's shared K = V head: 448 + 64 rope
+  const ops::KvRowBytes in_force = ops::mla_kv_row_bytes(sharedkv_format(), kNope, kRope);
+  const ops::KvRowBytes quant = ops::mla_kv_row_bytes(contract_->quantized_sharedkv, kNope, kRope);
+  return fmt::format(
+      "genbridge DeepSeek-V4 contract (kernels only, no model yet): window and compressed K = V rows {} ({} B per "
+      "token and layer at {} + rope {}; kv_cache_dtype=quantized: {}, {} B) | compressor pooling fp32",
+      ops::mla_kv_format_name(sharedkv_format()), in_force.total(), kNope, kRope,
+      ops::mla_kv_format_name(contract_->quantized_sharedkv), quant.total());
 }
 
 Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorView& latent, const TensorView& rope,

@@ -173,5 +173,26 @@ TEST(MlaContract, info_line_states_the_contract) {
   }
 }
 
+TEST(MlaContract, deepseek_v4_rows_per_generation) {
+  // bf16 unless kv_cache_dtype=quantized: A2/A3 int8 + fp16 scale + bf16 rope beside (448 + 2 + 128 B), A5 the
+  // 640-byte MXFP8 row.
+  EXPECT_EQ(make("bf16").sharedkv_format(), ops::MlaKvFormat::kBf16);
+  const DeviceOperator quant = make("quantized");
+  EXPECT_EQ(quant.sharedkv_format(),
+            is910() ? ops::MlaKvFormat::kInt8Fp16ScaleSplitRope : ops::MlaKvFormat::kMxfp8RopeFirstPacked);
+  EXPECT_EQ(ops::mla_kv_row_bytes(quant.sharedkv_format(), 448, 64).total(), is910() ? 578 : 640);
+  if (is910()) {
+    EXPECT_EQ(quant.sharedkv_contract_line(),
+              "genbridge DeepSeek-V4 contract (kernels only, no model yet): window and compressed K = V rows int8 "
+              "latent+fp16 scale, bf16 rope cache (578 B per token and layer at 448 + rope 64; "
+              "kv_cache_dtype=quantized: int8 latent+fp16 scale, bf16 rope cache, 578 B) | compressor pooling fp32");
+  } else {
+    EXPECT_EQ(make("auto").sharedkv_contract_line(),
+              "genbridge DeepSeek-V4 contract (kernels only, no model yet): window and compressed K = V rows bf16 "
+              "latent+rope (1024 B per token and layer at 448 + rope 64; kv_cache_dtype=quantized: bf16 rope+"
+              "fp8_e4m3fn latent+E8M0 scale per 64, packed, 640 B) | compressor pooling fp32");
+  }
+}
+
 }  // namespace
 }  // namespace genbridge::runtime
