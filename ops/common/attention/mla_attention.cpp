@@ -288,23 +288,25 @@ Status check_q(const char* op, const char* name, const TensorView& t, int64_t wi
   return ok_status();
 }
 
-Status validate(const MlaAttentionCall& c, TokenCacheGeometry& g) {
+// The queries, out and softmax_scale of either form: q_name names q_latent ("q_latent" / "q_nope"); out is
+// [tokens, heads, out_width], `out_what` says what that width is.
+Status check_queries_and_out(const MlaAttentionCall& c, const TokenCacheGeometry& g, const char* q_name,
+                             int64_t out_width, const char* out_what) {
   const char* op = c.op;
-  GB_ASSIGN_OR_RETURN(g, check_mla_cache(op, c.cache));
-  GB_RETURN_IF_ERROR(check_q(op, "q_latent", c.q_latent, g.width, "kv_lora_rank"));
+  GB_RETURN_IF_ERROR(check_q(op, q_name, c.q_latent, g.width, "kv_lora_rank"));
   GB_RETURN_IF_ERROR(check_q(op, "q_rope", c.q_rope, g.rope_dim, "rope_dim"));
   const int64_t num_tokens = c.q_latent.dim(0), num_heads = c.q_latent.dim(1);
   if (c.q_rope.dim(0) != num_tokens || c.q_rope.dim(1) != num_heads) {
-    return invalid_argument(s(op) + ": q_rope has shape " + c.q_rope.shape_string() + " but q_latent has shape " +
-                            c.q_latent.shape_string() + "; they must agree in tokens and heads");
+    return invalid_argument(s(op) + ": q_rope has shape " + c.q_rope.shape_string() + " but " + q_name +
+                            " has shape " + c.q_latent.shape_string() + "; they must agree in tokens and heads");
   }
-  if (num_heads < 1) return invalid_argument(s(op) + ": q_latent has " + n(num_heads) + " heads; must be >= 1");
+  if (num_heads < 1) return invalid_argument(s(op) + ": " + q_name + " has " + n(num_heads) + " heads; must be >= 1");
   if (c.out.dtype() != DType::kF32 && c.out.dtype() != DType::kBF16) {
     return invalid_argument(s(op) + ": out has dtype " + s(dtype_name(c.out.dtype())) + " but must be fp32 or bf16");
   }
-  if (c.out.rank() != 3 || c.out.dim(0) != num_tokens || c.out.dim(1) != num_heads || c.out.dim(2) != g.width) {
+  if (c.out.rank() != 3 || c.out.dim(0) != num_tokens || c.out.dim(1) != num_heads || c.out.dim(2) != out_width) {
     return invalid_argument(s(op) + ": out has shape " + c.out.shape_string() + " but must be [" + n(num_tokens) + ", " +
-                            n(num_heads) + ", " + n(g.width) + "] (q_latent's shape)");
+                            n(num_heads) + ", " + n(out_width) + "] (" + out_what + ")");
   }
   GB_RETURN_IF_ERROR(check_host_data(op, "out", c.out));
   if (!(std::isfinite(c.softmax_scale) && c.softmax_scale > 0.f)) {
@@ -312,6 +314,14 @@ Status validate(const MlaAttentionCall& c, TokenCacheGeometry& g) {
     std::snprintf(text, sizeof text, "%g", static_cast<double>(c.softmax_scale));
     return invalid_argument(s(op) + ": softmax_scale is " + text + " but must be finite and > 0");
   }
+  return ok_status();
+}
+
+Status validate(const MlaAttentionCall& c, TokenCacheGeometry& g) {
+  const char* op = c.op;
+  GB_ASSIGN_OR_RETURN(g, check_mla_cache(op, c.cache));
+  GB_RETURN_IF_ERROR(check_queries_and_out(c, g, "q_latent", g.width, "q_latent's shape"));
+  const int64_t num_tokens = c.q_latent.dim(0);
   GB_RETURN_IF_ERROR(check_attention_batch(op, c.block_tables, c.context_lens, c.query_start_loc, num_tokens,
                                            g.num_blocks, g.block_size));
   if (!c.sparse) return ok_status();
@@ -371,28 +381,9 @@ Status check_slot_list(const char* op, const char* name, const TensorView& t, in
 Status validate_shared_kv(const MlaAttentionCall& c, TokenCacheGeometry& g, TokenCacheGeometry& g2) {
   const char* op = c.op;
   GB_ASSIGN_OR_RETURN(g, check_mla_cache(op, c.cache));
-  GB_RETURN_IF_ERROR(check_q(op, "q_nope", c.q_latent, g.width, "kv_lora_rank"));
-  GB_RETURN_IF_ERROR(check_q(op, "q_rope", c.q_rope, g.rope_dim, "rope_dim"));
+  GB_RETURN_IF_ERROR(
+      check_queries_and_out(c, g, "q_nope", g.width + g.rope_dim, "tokens, heads, kv_lora_rank + rope_dim"));
   const int64_t num_tokens = c.q_latent.dim(0), num_heads = c.q_latent.dim(1);
-  if (c.q_rope.dim(0) != num_tokens || c.q_rope.dim(1) != num_heads) {
-    return invalid_argument(s(op) + ": q_rope has shape " + c.q_rope.shape_string() + " but q_nope has shape " +
-                            c.q_latent.shape_string() + "; they must agree in tokens and heads");
-  }
-  if (num_heads < 1) return invalid_argument(s(op) + ": q_nope has " + n(num_heads) + " heads; must be >= 1");
-  const int64_t width = g.width + g.rope_dim;
-  if (c.out.dtype() != DType::kF32 && c.out.dtype() != DType::kBF16) {
-    return invalid_argument(s(op) + ": out has dtype " + s(dtype_name(c.out.dtype())) + " but must be fp32 or bf16");
-  }
-  if (c.out.rank() != 3 || c.out.dim(0) != num_tokens || c.out.dim(1) != num_heads || c.out.dim(2) != width) {
-    return invalid_argument(s(op) + ": out has shape " + c.out.shape_string() + " but must be [" + n(num_tokens) + ", " +
-                            n(num_heads) + ", " + n(width) + "] (tokens, heads, kv_lora_rank + rope_dim)");
-  }
-  GB_RETURN_IF_ERROR(check_host_data(op, "out", c.out));
-  if (!(std::isfinite(c.softmax_scale) && c.softmax_scale > 0.f)) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", static_cast<double>(c.softmax_scale));
-    return invalid_argument(s(op) + ": softmax_scale is " + text + " but must be finite and > 0");
-  }
   GB_RETURN_IF_ERROR(check_slot_list(op, "window_slots", c.topk_indices, num_tokens, g.num_slots(), "window_cache"));
   GB_RETURN_IF_ERROR(check_int32(op, "compressed_slots", c.indices2, 2, "[num_query_tokens, n]"));
   if (c.indices2.dim(1) > 0) {

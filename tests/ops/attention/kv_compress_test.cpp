@@ -1,28 +1,14 @@
 // Contract tests for attention/kv_compress (DeepSeek-V4's compressor) against the fp64 reference; runs
 // unchanged in every target build.
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <cstring>
-#include <random>
-#include <vector>
+#include "mla_harness.h"
 
 #include "genbridge/core/threading.h"
 #include "genbridge/ops/attention/kv_compress.h"
-#include "ops/common/attention/mla_ref.h"
 #include "support/each_cpu_target.h"
 #include "support/tensor_util.h"
 
 namespace genbridge::testing {
 namespace {
-
-std::vector<float> uniform(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 struct Inputs {
   int64_t ratio, D, rows;
@@ -34,9 +20,9 @@ struct Inputs {
 
 Inputs make(int64_t ratio, int64_t D, int64_t windows, bool overlap, uint32_t seed) {
   Inputs in{ratio, D, (windows + (overlap ? 1 : 0)) * ratio, overlap, {}, {}, {}};
-  in.kv = uniform(static_cast<size_t>(in.rows * in.width()), seed, -2.f, 2.f);
-  in.gate = uniform(static_cast<size_t>(in.rows * in.width()), seed + 1, -4.f, 4.f);
-  in.ape = uniform(static_cast<size_t>(ratio * in.width()), seed + 2, -1.f, 1.f);
+  in.kv = random_floats(static_cast<size_t>(in.rows * in.width()), seed, -2.f, 2.f);
+  in.gate = random_floats(static_cast<size_t>(in.rows * in.width()), seed + 1, -4.f, 4.f);
+  in.ape = random_floats(static_cast<size_t>(ratio * in.width()), seed + 2, -1.f, 1.f);
   return in;
 }
 
