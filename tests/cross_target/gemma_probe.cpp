@@ -3,16 +3,24 @@
 // With --qwen35 it runs a Qwen3.5-MoE checkpoint instead (make-model's tiny-qwen35, whose input, post-attention,
 // final and q/k norms are Gemma norms) through the engine: each build within tolerance of the fp64 reference,
 // and the two generations' Gemma providers visible in the model's outputs (some logits differ).
-// Usage: gemma_probe [--qwen35] OUT_FILE [PEER_FILE]. Exit 0 only when every element is within tolerance and,
-// given PEER_FILE (another build's OUT_FILE), when at least one output bit differs from it.
+// With --v4-kernels it runs DeepSeek-V4's kernels on the representation both generations share (bf16 K = V
+// rows: bf16_mla_kv_write, sharedkv_sparse_attention with sinks, kv_compress with and without overlap), whose
+// contract is common code: the two builds must give the same bits.
+// Usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]. Exit 0 only when every element is within
+// tolerance and, given PEER_FILE (another build's OUT_FILE), when at least one output bit differs from it
+// (--v4-kernels: when every bit equals it).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "genbridge/build_info.h"
+#include "genbridge/ops/attention/kv_compress.h"
+#include "genbridge/ops/attention/sharedkv_sparse_attention.h"
+#include "genbridge/ops/kv_cache/bf16_mla_kv_write.h"
 #include "genbridge/ops/norm/gemma_rms_norm.h"
 #include "ops/common/norm/norm_ref.h"
 #include "runtime/engine/assembly.h"
@@ -115,19 +123,84 @@ int qwen35(const char* out, const char* peer) {
   return 0;
 }
 
+// DeepSeek-V4's kernels on bf16 rows, fixed inputs: the attention's output rows (with sinks) and the three
+// compressors' entries, fp32, written back to back; with `peer`, every byte must equal the other build's.
+int v4_kernels(const char* out, const char* peer) {
+  constexpr int64_t L = 448, R = 64, D = L + R, H = 16, T = 3, kBlocks = 4, kBs = 32, W = 40, C = 24;
+  testing::OwnedTensor cache(DType::kBF16, {kBlocks, kBs, D}), lat(DType::kF32, {kBlocks * kBs, L}),
+      rope(DType::kF32, {kBlocks * kBs, R}), q(DType::kF32, {T, H, D}), sinks(DType::kF32, {H}),
+      o(DType::kF32, {T, H, D});
+  testing::fill_uniform(lat.view(), 31, -2.f, 2.f);
+  testing::fill_uniform(rope.view(), 32, -2.f, 2.f);
+  testing::fill_uniform(q.view(), 33, -1.f, 1.f);
+  testing::fill_uniform(sinks.view(), 34, -1.f, 2.f);
+  std::vector<int32_t> slots(kBlocks * kBs), win(T * W), cmp(T * C);
+  for (int32_t i = 0; i < kBlocks * kBs; ++i) slots[i] = (i * 37) % (kBlocks * kBs);
+  for (int64_t i = 0; i < T * W; ++i) win[i] = i % 11 == 0 ? -1 : static_cast<int32_t>((i * 13) % (kBlocks * kBs));
+  for (int64_t i = 0; i < T * C; ++i) cmp[i] = static_cast<int32_t>((i * 29 + 5) % (kBlocks * kBs));
+  const ops::MlaKvCache c{ops::MlaKvFormat::kBf16, L, R, cache.view(), {}, {}};
+  Status st = ops::bf16_mla_kv_write(lat.view(), rope.view(), TensorView(slots.data(), DType::kI32, {kBlocks * kBs}), c);
+  auto* qd = static_cast<float*>(q.data());
+  if (st.ok()) {
+    st = ops::sharedkv_sparse_attention(TensorView::strided(qd, DType::kF32, {T, H, L}, {H * D, D, 1}),
+                                        TensorView::strided(qd + L, DType::kF32, {T, H, R}, {H * D, D, 1}), c,
+                                        TensorView(win.data(), DType::kI32, {T, W}), c,
+                                        TensorView(cmp.data(), DType::kI32, {T, C}), sinks.view(), 0.044f, o.view());
+  }
+  std::vector<float> result(static_cast<const float*>(o.data()), static_cast<const float*>(o.data()) + T * H * D);
+  for (const auto& [ratio, width, overlap] : {std::tuple<int64_t, int64_t, bool>{4, 512, true}, {4, 128, true},
+                                              {128, 512, false}}) {
+    if (!st.ok()) break;
+    const int64_t coff = overlap ? 2 : 1, windows = 3, rows = (windows + (overlap ? 1 : 0)) * ratio;
+    testing::OwnedTensor kv(DType::kBF16, {rows, coff * width}), gate(DType::kBF16, {rows, coff * width}),
+        ape(DType::kF32, {ratio, coff * width}), e(DType::kF32, {windows, width});
+    testing::fill_uniform(kv.view(), 40 + static_cast<uint32_t>(ratio), -2.f, 2.f);
+    testing::fill_uniform(gate.view(), 50 + static_cast<uint32_t>(width), -3.f, 3.f);
+    testing::fill_uniform(ape.view(), 60, -1.f, 1.f);
+    st = ops::kv_compress(kv.view(), gate.view(), ape.view(), ratio, overlap, false, e.view());
+    result.insert(result.end(), static_cast<const float*>(e.data()), static_cast<const float*>(e.data()) + windows * width);
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "v4 kernels failed: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  const size_t nbytes = result.size() * sizeof(float);
+  std::printf("target %.*s: %zu V4 kernel outputs\n", static_cast<int>(ops::build_target().size()),
+              ops::build_target().data(), result.size());
+  if (!write_bytes(out, result.data(), nbytes)) return 1;
+  if (!peer) return 0;
+  std::vector<float> other(result.size());
+  if (!read_bytes(peer, other.data(), nbytes)) return 1;
+  int64_t differ = 0;
+  for (size_t i = 0; i < result.size(); ++i) differ += std::memcmp(&result[i], &other[i], sizeof(float)) != 0;
+  std::printf("%lld of %zu outputs differ from %s\n", static_cast<long long>(differ), result.size(), peer);
+  if (differ != 0) {
+    std::fprintf(stderr, "the shared bf16 contract must give the same bits in every generation's build\n");
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace genbridge;
+  if (argc >= 2 && std::strcmp(argv[1], "--v4-kernels") == 0) {
+    if (argc != 3 && argc != 4) {
+      std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]\n");
+      return 2;
+    }
+    return v4_kernels(argv[2], argc == 4 ? argv[3] : nullptr);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "--qwen35") == 0) {
     if (argc != 3 && argc != 4) {
-      std::fprintf(stderr, "usage: gemma_probe [--qwen35] OUT_FILE [PEER_FILE]\n");
+      std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]\n");
       return 2;
     }
     return qwen35(argv[2], argc == 4 ? argv[3] : nullptr);
   }
   if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: gemma_probe [--qwen35] OUT_FILE [PEER_FILE]\n");
+    std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]\n");
     return 2;
   }
   const int64_t rows = 64, cols = 4096;
