@@ -169,6 +169,59 @@ TEST(LightningIndexer, batch_invariant) {
   }
 }
 
+// DeepSeek-V4's indexer scores compressed keys (entry s = window s of 4 tokens) and a query at position p
+// sees the entries s < (p + 1) / 4: the op computes that selection when each query token is its own
+// sequence of context (p + 1) / 4 over the entries' block table, with V4's two scale factors (64^-1/2 on
+// the head weights, 128^-1/2 on the ReLU'd dots; both positive, so both fold into the weights). A query
+// with no complete window is not passed (the runner fills its row with -1).
+TEST(LightningIndexer, serves_deepseek_v4_compressed_keys_one_sequence_per_query) {
+  const int64_t D = 128, heads = 8, bs = 8, entries = 32, topk = 6;
+  for (IndexerKeyFormat f : indexer_formats()) {
+    SCOPED_TRACE(label(f));
+    IndexerCache cache(f, entries / bs, bs, D);
+    const std::vector<int32_t> pages = {2, 0, 3, 1};  // the entries' block table, shuffled
+    std::vector<int64_t> slots;
+    for (int64_t s = 0; s < entries; ++s) slots.push_back(int64_t{pages[s / bs]} * bs + s % bs);
+    ASSERT_TRUE(cache.write(random_floats(entries * D, 70, -1.f, 1.f), slots).ok());
+    const std::vector<int64_t> positions = {3, 4, 11, 30, 127, 90};  // visible: 1, 1, 3, 7, 32, 22
+    const int64_t T = static_cast<int64_t>(positions.size());
+    std::vector<int32_t> tables, ctx, qsl = {0};
+    for (int64_t p : positions) {
+      tables.insert(tables.end(), pages.begin(), pages.end());
+      ctx.push_back(static_cast<int32_t>((p + 1) / 4));
+      qsl.push_back(qsl.back() + 1);
+    }
+    const auto q = random_floats(T * heads * D, 71), w = random_floats(T * heads, 72, -1.f, 1.f);
+    std::vector<float> folded(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      folded[i] = static_cast<float>(w[i] / std::sqrt(static_cast<double>(heads)) / std::sqrt(static_cast<double>(D)));
+    }
+    std::vector<int32_t> idx(static_cast<size_t>(T * topk), -9);
+    std::vector<float> qq = q;
+    const Status st = ops::lightning_indexer(
+        TensorView(qq.data(), DType::kF32, {T, heads, D}), TensorView(folded.data(), DType::kF32, {T, heads}),
+        cache.cache(), TensorView(tables.data(), DType::kI32, {T, 4}), TensorView(ctx.data(), DType::kI32, {T}),
+        TensorView(qsl.data(), DType::kI32, {T + 1}), TopkIndexFormat::kSequencePositions,
+        TensorView(idx.data(), DType::kI32, {T, topk}), TensorView());
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t visible = (positions[t] + 1) / 4;
+      // V4's formula in fp64: sum_h (w_h 64^-1/2) ReLU(q_h . K_s) 128^-1/2 over s < visible.
+      std::vector<double> scores(static_cast<size_t>(visible), 0.0);
+      for (int64_t s = 0; s < visible; ++s) {
+        for (int64_t h = 0; h < heads; ++h) {
+          double dot = 0;
+          for (int64_t i = 0; i < D; ++i) dot += double{q[(t * heads + h) * D + i]} * cache.ref_key(slots[s])[i];
+          scores[s] += double{w[t * heads + h]} / std::sqrt(double(heads)) * std::max(dot, 0.0) / std::sqrt(double(D));
+        }
+      }
+      std::vector<int64_t> want = ref::topk_positions(scores, std::min(topk, visible));
+      want.resize(static_cast<size_t>(topk), -1);
+      for (int64_t j = 0; j < topk; ++j) EXPECT_EQ(idx[t * topk + j], want[j]) << "query " << t << " pick " << j;
+    }
+  }
+}
+
 TEST(LightningIndexer, invalid_arguments_and_unsupported_keys) {
   const int64_t D = 32, heads = 2, bs = 16;
   IndexerCache cache(IndexerKeyFormat::kBf16, 2, bs, D);
