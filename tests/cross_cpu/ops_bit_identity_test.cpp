@@ -21,6 +21,9 @@
 #include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/mxfp8_mla_kv_write.h"
+#include "genbridge/ops/attention/kv_compress.h"
+#include "genbridge/ops/attention/sharedkv_sparse_attention.h"
 #include "genbridge/ops/linear_attention/causal_conv1d.h"
 #include "genbridge/ops/linear_attention/gated_delta_rule.h"
 #include "genbridge/ops/linear_attention/gdn_gating.h"
@@ -452,11 +455,14 @@ TEST(CrossCpu, normalize_mx_scale_layout) {
 // layer_norm. The sequences and block tables of the KV cases above; kv_lora_rank 256 (fp8: two tiles; the
 // bf16 and int8 cases also at 200, a tail), rope 40, index_head_dim 64. ----
 
-constexpr std::array<ops::MlaKvFormat, 3> kMlaFormats = {ops::MlaKvFormat::kBf16,
-                                                         ops::MlaKvFormat::kInt8Fp16ScaleSplitRope,
-                                                         ops::MlaKvFormat::kFp8TileScalePacked};
+constexpr std::array<ops::MlaKvFormat, 4> kMlaFormats = {
+    ops::MlaKvFormat::kBf16, ops::MlaKvFormat::kInt8Fp16ScaleSplitRope, ops::MlaKvFormat::kFp8TileScalePacked,
+    ops::MlaKvFormat::kMxfp8RopeFirstPacked};
 std::string mla_tag(ops::MlaKvFormat f) {
-  return f == ops::MlaKvFormat::kBf16 ? "bf16" : f == ops::MlaKvFormat::kInt8Fp16ScaleSplitRope ? "int8" : "fp8";
+  return f == ops::MlaKvFormat::kBf16                    ? "bf16"
+         : f == ops::MlaKvFormat::kInt8Fp16ScaleSplitRope ? "int8"
+         : f == ops::MlaKvFormat::kFp8TileScalePacked     ? "fp8"
+                                                          : "mxfp8";
 }
 
 struct MlaBufs {
@@ -496,11 +502,14 @@ Status write_mla(ops::MlaKvFormat f, DType src, MlaBufs& c, int64_t L, int64_t R
       return ops::int8_mla_kv_write(latent.view(), rope.view(), pairs.view(), c.cache);
     case ops::MlaKvFormat::kFp8TileScalePacked:
       return ops::fp8_mla_kv_write(latent.view(), rope.view(), flat.view(), c.cache);
+    case ops::MlaKvFormat::kMxfp8RopeFirstPacked:
+      return ops::mxfp8_mla_kv_write(latent.view(), rope.view(), flat.view(), c.cache);
   }
   return ok_status();
 }
 
 std::vector<int64_t> mla_latents(ops::MlaKvFormat f) {
+  if (f == ops::MlaKvFormat::kMxfp8RopeFirstPacked) return {192};  // groups of 64
   return f == ops::MlaKvFormat::kFp8TileScalePacked ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 200};
 }
 
@@ -563,6 +572,63 @@ TEST(CrossCpu, mla_decode_and_sparse_mla_decode) {
           return r;
         });
       }
+    }
+  }
+}
+
+// DeepSeek-V4: window + compressed rows of the MLA caches above (one cache for both lists) with sinks, 20 heads;
+// the compressor at ratio 4 with overlap (D 40: a tail) and ratio 8 without, bf16 and strided fp32 inputs.
+TEST(CrossCpu, sharedkv_sparse_attention) {
+  for (ops::MlaKvFormat f : kMlaFormats) {
+    const int64_t L = mla_latents(f)[0], R = 40;
+    check_case("sharedkv_sparse_attention." + mla_tag(f) + ".L" + std::to_string(L), [&] {
+      CaseResult r;
+      const int64_t heads = 20, nq = 4, W = 9, C = 7;
+      MlaBufs c(f, L, R);
+      if (!op_ok(write_mla(f, DType::kF32, c, L, R), r)) return r;
+      Buf qn(DType::kBF16, {nq, heads, L}), qr(DType::kF32, {nq, heads, R}), out(DType::kF32, {nq, heads, L + R}),
+          win(DType::kI32, {nq, W}), cmp(DType::kI32, {nq, C}), sinks(DType::kF32, {heads});
+      fill(qn, 161, -2.f, 2.f, Edges::kNone);
+      fill(qr, 162, -2.f, 2.f, Edges::kNone);
+      fill(sinks, 163, -1.f, 3.f, Edges::kNone);
+      for (int64_t i = 0; i < nq * W; ++i) win.as<int32_t>()[i] = i % 4 == 3 ? -1 : static_cast<int32_t>((i * 5) % kTokens);
+      for (int64_t i = 0; i < nq * C; ++i) cmp.as<int32_t>()[i] = static_cast<int32_t>((i * 11 + 2) % kTokens);
+      // Flat slots of the written tokens: the first sequence's block table covers its tokens.
+      for (int64_t i = 0; i < nq * W; ++i) {
+        int32_t& v = win.as<int32_t>()[i];
+        if (v >= 0) v = kTable[0][v % kContext[0] / kBlockSize] * static_cast<int32_t>(kBlockSize) + v % kContext[0] % kBlockSize;
+      }
+      for (int64_t i = 0; i < nq * C; ++i) {
+        int32_t& v = cmp.as<int32_t>()[i];
+        v = kTable[0][v % kContext[0] / kBlockSize] * static_cast<int32_t>(kBlockSize) + v % kContext[0] % kBlockSize;
+      }
+      if (op_ok(ops::sharedkv_sparse_attention(qn.view(), qr.view(), c.cache, win.view(), c.cache, cmp.view(),
+                                               sinks.view(), 0.07f, out.view()),
+                r)) {
+        r.outputs.push_back(output_of(out));
+      }
+      return r;
+    });
+  }
+}
+
+TEST(CrossCpu, kv_compress) {
+  for (DType src : kFloatTypes) {
+    for (bool overlap : {true, false}) {
+      check_case(std::string("kv_compress.") + dt(src) + (overlap ? ".overlap" : ""), [&] {
+        CaseResult r;
+        const int64_t ratio = overlap ? 4 : 8, D = 40, coff = overlap ? 2 : 1, windows = 3;
+        const int64_t rows = (windows + (overlap ? 1 : 0)) * ratio;
+        Buf kv(src, {rows, coff * D}), gate(src, {rows, coff * D}, coff * D + 3), ape(DType::kF32, {ratio, coff * D}),
+            out(DType::kF32, {windows, D});
+        fill(kv, 171, -3.f, 3.f, Edges::kNone);
+        fill(gate, 172, -6.f, 6.f, Edges::kNone);
+        fill(ape, 173, -1.f, 1.f, Edges::kNone);
+        if (op_ok(ops::kv_compress(kv.view(), gate.view(), ape.view(), ratio, overlap, overlap, out.view()), r)) {
+          r.outputs.push_back(output_of(out));
+        }
+        return r;
+      });
     }
   }
 }
