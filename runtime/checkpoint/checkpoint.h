@@ -86,6 +86,41 @@ struct LinearAttentionWeights {
   TensorView out_proj;     // [hidden, Vd]
 };
 
+// DeepSeek-V4 (DeepSeek's tensor names). D = head_dim (512), n = hc_mult.
+// One site of manifold-constrained hyper-connections (layers.L.hc_attn_* / hc_ffn_*), fp32 in the file and
+// kept fp32: fn [(2 + n) n, n hidden], base [(2 + n) n], scale [3] (pre, post, comb).
+struct HyperConnectionWeights {
+  TensorView fn;
+  TensorView base;
+  TensorView scale;
+};
+
+// A compressor (attn.compressor.* or attn.indexer.compressor.*): coff = 2 with overlap (ratio 4), else 1;
+// W = D for the attention's, index_head_dim for the indexer's.
+struct V4CompressorWeights {
+  TensorView wkv;    // [coff W, hidden] bf16
+  TensorView wgate;  // [coff W, hidden] bf16
+  TensorView ape;    // [ratio, coff W], kept F32 (the learned position bias)
+  TensorView norm;   // [W]
+};
+
+// DeepSeek-V4 attention, layers.L.attn.*.
+struct V4AttentionWeights {
+  TensorView wq_a;       // [q_lora_rank, hidden]
+  TensorView q_norm;     // [q_lora_rank]
+  TensorView wq_b;       // [heads * D, q_lora_rank]
+  TensorView wkv;        // [D, hidden]: the one shared K = V head
+  TensorView kv_norm;    // [D]
+  TensorView wo_a;       // [o_groups * o_lora_rank, heads * D / o_groups]: group g's rows [g o_lora, (g+1) o_lora)
+  TensorView wo_b;       // [hidden, o_groups * o_lora_rank]
+  TensorView attn_sink;  // [heads], kept F32
+  V4CompressorWeights compressor;  // compress ratio > 0
+  // The lightning indexer (compress ratio 4).
+  TensorView index_wq_b;          // attn.indexer.wq_b [index_n_heads * index_head_dim, q_lora_rank]
+  TensorView index_weights_proj;  // attn.indexer.weights_proj [index_n_heads, hidden]
+  V4CompressorWeights index_compressor;
+};
+
 struct LayerWeights {
   TensorView input_layernorm;           // [hidden]
   TensorView post_attention_layernorm;  // [hidden]
@@ -94,6 +129,12 @@ struct LayerWeights {
   LinearAttentionWeights gdn;    // when linear
   MlaWeights mla;         // DeepSeek
   IndexerWeights indexer;  // DeepSeek-V3.2
+  // DeepSeek-V4: attn_norm / ffn_norm are bound as input_layernorm / post_attention_layernorm, the routed
+  // experts' w1 / w3 / w2 as gate_proj / up_proj / down_proj, ffn.gate.weight as moe.router, ffn.gate.bias
+  // as moe.e_score_correction_bias (kept F32), ffn.shared_experts.* as moe.shared_expert.
+  V4AttentionWeights v4;
+  HyperConnectionWeights hc_attn, hc_ffn;
+  TensorView tid2eid;  // hash-routed layers (< num_hash_layers): ffn.gate.tid2eid [vocab, num_experts_per_tok], I64 or I32
   bool is_moe = false;
   MoeWeights moe;    // when is_moe
   MlpWeights dense;  // when !is_moe: [intermediate_size, hidden] / [hidden, intermediate_size]
@@ -106,6 +147,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   TensorView final_norm;  // model.norm.weight [hidden]
   TensorView lm_head;     // [vocab, hidden]; the same view as embed_tokens when tie_word_embeddings
+  // DeepSeek-V4: the head's stream collapse (hc_head_fn [n, n hidden], hc_head_base [n], hc_head_scale [1],
+  // kept F32); embed.weight, norm.weight and head.weight are bound as embed_tokens, final_norm and lm_head.
+  HyperConnectionWeights hc_head;
 };
 
 // What dtype the bound views have.

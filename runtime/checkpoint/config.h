@@ -24,8 +24,11 @@ inline constexpr std::string_view kDeepseekV32Architecture = "DeepseekV32ForCaus
 // model.language_model.), and its text-only class (keys at the top level, tensors under model.).
 inline constexpr std::string_view kQwen35MoeArchitecture = "Qwen3_5MoeForConditionalGeneration";
 inline constexpr std::string_view kQwen35MoeTextArchitecture = "Qwen3_5MoeForCausalLM";
+// DeepSeek-V4 as DeepSeek ships it (its own config keys and tensor names: embed, layers.L.attn.*, ffn.*,
+// hc_*, head; docs/deepseek.md).
+inline constexpr std::string_view kDeepseekV4Architecture = "DeepseekV4ForCausalLM";
 
-enum class Architecture : uint8_t { kQwen3Moe, kDeepseekV3, kDeepseekV32, kQwen35Moe };
+enum class Architecture : uint8_t { kQwen3Moe, kDeepseekV3, kDeepseekV32, kQwen35Moe, kDeepseekV4 };
 // The HF architecture name ("Qwen3MoeForCausalLM", ...).
 std::string_view architecture_name(Architecture arch);
 
@@ -86,6 +89,48 @@ struct Qwen35Config {
   friend bool operator==(const Qwen35Config&, const Qwen35Config&) = default;
 };
 
+// What a DeepSeek-V4 layer attends to besides its sliding window (compress_ratios[layer]).
+enum class V4AttentionKind : uint8_t {
+  kSlidingWindow,         // ratio 0: the last sliding_window tokens only
+  kCompressedSparse,      // ratio 4 (CSA): + the lightning indexer's top-k of overlapping 4-token windows
+  kHeavilyCompressed,     // ratio 128 (HCA): + every complete 128-token window
+};
+
+// The DeepSeek-V4 keys (runtime/checkpoint/deepseek_v4_config.cpp parses and validates them). The shared
+// ones live in ModelConfig: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (1),
+// head_dim (512), rms_norm_eps, rope_theta (the sliding-window layers' plain RoPE), vocab_size,
+// num_experts (n_routed_experts), num_experts_per_tok, moe_intermediate_size, norm_topk_prob,
+// max_position_embeddings, tie_word_embeddings.
+struct DeepseekV4Config {
+  // compress_ratios as the file gives it (longer than num_hidden_layers: the tail is the MTP layers').
+  // Entry l < num_hidden_layers is layer l's ratio: 0, or a ratio > 1 dividing 128 (the KV page).
+  std::vector<int64_t> compress_ratios;
+  int64_t q_lora_rank = 0;
+  int64_t qk_rope_head_dim = 0;  // the trailing rope dims of each 512-wide head (interleaved pairs)
+  int64_t o_groups = 0;          // grouped output projection: groups of heads
+  int64_t o_lora_rank = 0;       // per group
+  int64_t sliding_window = 0;    // every layer attends to its last sliding_window tokens (the query's included)
+  double compress_rope_theta = 0;  // the compressed layers' RoPE base (with rope_scaling)
+  bool yarn = false;               // rope_scaling is yarn (applies to the compressed layers' RoPE only)
+  YarnRopeScaling rope_scaling;    // mscale does not scale cos/sin (attention factor 1)
+  int64_t index_n_heads = 0;       // the lightning indexer of the compressed-sparse layers
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+  int64_t n_shared_experts = 0;    // ungated shared expert of width n_shared_experts * moe_intermediate_size
+  double routed_scaling_factor = 1.0;
+  int64_t num_hash_layers = 0;     // layers [0, num_hash_layers) route by ffn.gate.tid2eid[token id]
+  double swiglu_limit = 0;         // SwiGLU clamp: gate <= limit, -limit <= up <= limit (0: none)
+  int64_t hc_mult = 0;             // residual streams (manifold-constrained hyper-connections)
+  int64_t hc_sinkhorn_iters = 0;
+  double hc_eps = 0;
+  int64_t num_nextn_predict_layers = 0;  // MTP layers: their mtp.* tensors are ignored
+
+  // The attention kind of layer `layer` (< num_hidden_layers).
+  V4AttentionKind attention_kind(int64_t layer) const;
+  int64_t compress_ratio(int64_t layer) const { return compress_ratios[static_cast<size_t>(layer)]; }
+  friend bool operator==(const DeepseekV4Config&, const DeepseekV4Config&) = default;
+};
+
 // genbridge's extension key selecting the norm type of a Qwen3-MoE checkpoint: "rms" (default) or "gemma". A
 // test-only knob (docs/models.md): it lets the Qwen3-MoE tests run the Gemma norm providers on a Qwen3-MoE
 // layout; Qwen3.5-MoE uses Gemma norms as its own and refuses the key.
@@ -124,11 +169,14 @@ struct ModelConfig {
   DeepseekConfig deepseek;
   // Qwen3.5 keys; meaningful when is_qwen35() (norm_type is then kGemma, every layer MoE).
   Qwen35Config qwen35;
+  // DeepSeek-V4 keys; meaningful when is_deepseek_v4() (every layer MoE, no dense layers).
+  DeepseekV4Config dsv4;
 
   bool is_deepseek() const {
     return architecture == Architecture::kDeepseekV3 || architecture == Architecture::kDeepseekV32;
   }
   bool is_qwen35() const { return architecture == Architecture::kQwen35Moe; }
+  bool is_deepseek_v4() const { return architecture == Architecture::kDeepseekV4; }
   // Layer `layer` is a Gated DeltaNet (linear-attention) layer (Qwen3.5 only).
   bool is_linear_layer(int64_t layer) const {
     return is_qwen35() && layer >= 0 && layer < static_cast<int64_t>(qwen35.linear_layers.size()) &&
