@@ -10,6 +10,7 @@
 #include "genbridge/build_info.h"
 #include "genbridge/ops/attention/lightning_indexer.h"
 #include "genbridge/ops/attention/mla_decode.h"
+#include "genbridge/ops/attention/sharedkv_sparse_attention.h"
 #include "genbridge/ops/attention/sparse_mla_decode.h"
 #include "genbridge/ops/kv_cache/bf16_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/bf16_kv_write.h"
@@ -17,9 +18,9 @@
 #include "genbridge/ops/kv_cache/fp8_indexer_key_write.h"
 #include "genbridge/ops/kv_cache/fp8_kv_write.h"
 #include "genbridge/ops/kv_cache/fp8_mla_kv_write.h"
-#include "genbridge/ops/kv_cache/mxfp8_mla_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_kv_write.h"
 #include "genbridge/ops/kv_cache/int8_mla_kv_write.h"
+#include "genbridge/ops/kv_cache/mxfp8_mla_kv_write.h"
 
 namespace genbridge::runtime {
 namespace {
@@ -310,6 +311,33 @@ KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
   KvPageGeometry g;
   g.num_layers = s.num_layers;
   g.page_size = contract_->kv_page_size;
+  if (s.sharedkv_dim > 0) {  // DeepSeek-V4: compressed entries in the pages, the window ring and compressors in state
+    const ops::KvRowBytes row = ops::mla_kv_row_bytes(sharedkv_format(), s.sharedkv_dim, s.rope_dim);
+    g.mla_row_bytes = row.main;
+    g.mla_scale_bytes = row.scale;
+    g.mla_rope_bytes = row.rope;
+    if (s.index_head_dim > 0) {
+      g.indexer_row_bytes = ops::indexer_key_row_bytes(contract_->indexer_keys, s.index_head_dim).main;
+    }
+    const int64_t width = s.sharedkv_dim + s.rope_dim;
+    for (int64_t l = 0; l < s.num_layers; ++l) {
+      const int64_t m = l < static_cast<int64_t>(s.compress_ratios.size()) ? s.compress_ratios[l] : 0;
+      g.mla_rows_per_page.push_back(m > 0 ? g.page_size / m : 0);
+      g.indexer_rows_per_page.push_back(m == 4 && s.index_head_dim > 0 ? g.page_size / m : 0);
+      StateRegionBytes r{};
+      r[kV4WindowRegion] = s.sliding_window * row.main;
+      r[kV4WindowScaleRegion] = s.sliding_window * row.scale;
+      r[kV4WindowRopeRegion] = s.sliding_window * row.rope;
+      if (m > 0) {
+        r[kV4CompressorRegion] = v4_compressor_state_rows(m) * 2 * v4_compressor_coff(m) * width * 4;
+      }
+      if (m == 4 && s.index_head_dim > 0) {
+        r[kV4IndexerCompressorRegion] = v4_compressor_state_rows(m) * 2 * v4_compressor_coff(m) * s.index_head_dim * 4;
+      }
+      g.state.layers.push_back(r);
+    }
+    return g;
+  }
   if (s.kv_lora_rank > 0) {
     const ops::KvRowBytes mla = ops::mla_kv_row_bytes(mla_kv_format_, s.kv_lora_rank, s.rope_dim);
     g.mla_row_bytes = mla.main;
@@ -325,10 +353,11 @@ KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
   }
   if (s.state_layers > 0) {
     const LinearStateFormat& f = contract_->linear_state;
-    g.state.num_layers = s.state_layers;
-    g.state.conv_bytes = (s.conv_kernel - 1) * s.conv_channels * static_cast<int64_t>(dtype_size(f.conv_dtype));
-    g.state.recurrent_bytes =
+    StateRegionBytes r{};
+    r[kConvRegion] = (s.conv_kernel - 1) * s.conv_channels * static_cast<int64_t>(dtype_size(f.conv_dtype));
+    r[kRecurrentRegion] =
         s.state_heads * s.state_key_dim * s.state_value_dim * static_cast<int64_t>(dtype_size(f.recurrent_dtype));
+    g.state.layers.assign(static_cast<size_t>(s.state_layers), r);
   }
   return g;
 }
@@ -339,7 +368,8 @@ bool same_geometry(const KvPageGeometry& a, const KvPageGeometry& b) {
   return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads && a.page_size == b.page_size &&
          a.row_bytes == b.row_bytes && a.side_row_bytes == b.side_row_bytes && a.mla_row_bytes == b.mla_row_bytes &&
          a.mla_scale_bytes == b.mla_scale_bytes && a.mla_rope_bytes == b.mla_rope_bytes &&
-         a.indexer_row_bytes == b.indexer_row_bytes && a.state == b.state;
+         a.indexer_row_bytes == b.indexer_row_bytes && a.mla_rows_per_page == b.mla_rows_per_page &&
+         a.indexer_rows_per_page == b.indexer_rows_per_page && a.state == b.state;
 }
 
 std::string geometry_text(const KvPageGeometry& g) {
@@ -350,8 +380,7 @@ std::string geometry_text(const KvPageGeometry& g) {
                      g.mla_scale_bytes, g.mla_rope_bytes, g.indexer_row_bytes);
   }
   if (!g.state.empty()) {
-    t += fmt::format(", state layers {}, conv_bytes {}, recurrent_bytes {}", g.state.num_layers, g.state.conv_bytes,
-                     g.state.recurrent_bytes);
+    t += fmt::format(", state layers {}, {} bytes per slot", g.state.num_layers(), g.state.bytes_per_slot());
   }
   return t;
 }
@@ -373,6 +402,28 @@ Status check_pool(const KvPagePool& pool, const KvPageGeometry& want, std::strin
 }  // namespace
 
 Status DeviceOperator::check_kv_shape(const KvModelShape& s) const {
+  if (s.sharedkv_dim > 0) {
+    const ops::MlaKvFormat f = sharedkv_format();
+    if (Status st = ops::check_mla_kv_dims(f, s.sharedkv_dim, s.rope_dim); !st.ok()) {
+      return invalid_argument(fmt::format(
+          "{} (DeepSeek-V4's shared K = V rows: head_dim - qk_rope_head_dim = {}; {} ({}), kv_cache_dtype resolved to "
+          "{}){}",
+          st.message(), s.sharedkv_dim, generation_name(contract_->generation),
+          generation_family(contract_->generation), ops::mla_kv_format_name(f),
+          f == ops::MlaKvFormat::kBf16 ? "" : "; use kv_cache_dtype=bf16"));
+    }
+    if (s.sliding_window < 1) {
+      return invalid_argument(fmt::format("DeviceOperator: sliding_window is {} but must be >= 1", s.sliding_window));
+    }
+    for (size_t l = 0; l < s.compress_ratios.size(); ++l) {
+      const int64_t m = s.compress_ratios[l];
+      if (m < 0 || (m > 0 && contract_->kv_page_size % m != 0)) {
+        return invalid_argument(
+            fmt::format("DeviceOperator: compress_ratios[{}] = {} must be 0 or divide the KV page of {} tokens", l, m,
+                        contract_->kv_page_size));
+      }
+    }
+  }
   if (s.kv_lora_rank > 0) {
     if (Status st = ops::check_mla_kv_dims(mla_kv_format_, s.kv_lora_rank, s.rope_dim); !st.ok()) {
       return invalid_argument(fmt::format(
@@ -390,6 +441,34 @@ Status DeviceOperator::check_kv_shape(const KvModelShape& s) const {
   return ok_status();
 }
 
+namespace {
+
+// An MLA cache view of `format` over `blocks` blocks of `rows` rows held in memory (main, scale, rope).
+ops::MlaKvCache mla_view(ops::MlaKvFormat format, int64_t latent, int64_t rope, std::byte* main, std::byte* scale,
+                         std::byte* rope_rows, int64_t blocks, int64_t rows, int64_t main_bytes) {
+  ops::MlaKvCache v;
+  v.format = format;
+  v.kv_lora_rank = latent;
+  v.rope_dim = rope;
+  switch (format) {
+    case ops::MlaKvFormat::kBf16:
+      v.kv_cache = TensorView(main, DType::kBF16, {blocks, rows, latent + rope});
+      break;
+    case ops::MlaKvFormat::kInt8Fp16ScaleSplitRope:
+      v.kv_cache = TensorView(main, DType::kI8, {blocks, rows, latent});
+      v.scale_cache = TensorView(scale, DType::kF16, {blocks, rows});
+      v.rope_cache = TensorView(rope_rows, DType::kBF16, {blocks, rows, rope});
+      break;
+    case ops::MlaKvFormat::kFp8TileScalePacked:
+    case ops::MlaKvFormat::kMxfp8RopeFirstPacked:
+      v.kv_cache = TensorView(main, DType::kU8, {blocks, rows, main_bytes});
+      break;
+  }
+  return v;
+}
+
+}  // namespace
+
 Result<ops::MlaKvCache> DeviceOperator::mla_layer_view(const KvPagePool& pool, const KvModelShape& shape,
                                                        int64_t layer) const {
   if (shape.kv_lora_rank <= 0) {
@@ -399,26 +478,8 @@ Result<ops::MlaKvCache> DeviceOperator::mla_layer_view(const KvPagePool& pool, c
   GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::mla_kv_format_name(mla_kv_format_), layer));
   const KvPageGeometry& g = pool.geometry();
   const KvLayerMemory m = pool.layer(layer);
-  const int64_t pages = pool.num_pages(), ps = g.page_size;
-  ops::MlaKvCache v;
-  v.format = mla_kv_format_;
-  v.kv_lora_rank = shape.kv_lora_rank;
-  v.rope_dim = shape.rope_dim;
-  switch (mla_kv_format_) {
-    case ops::MlaKvFormat::kBf16:
-      v.kv_cache = TensorView(m.mla, DType::kBF16, {pages, ps, shape.kv_lora_rank + shape.rope_dim});
-      break;
-    case ops::MlaKvFormat::kInt8Fp16ScaleSplitRope:
-      v.kv_cache = TensorView(m.mla, DType::kI8, {pages, ps, shape.kv_lora_rank});
-      v.scale_cache = TensorView(m.mla_scale, DType::kF16, {pages, ps});
-      v.rope_cache = TensorView(m.mla_rope, DType::kBF16, {pages, ps, shape.rope_dim});
-      break;
-    case ops::MlaKvFormat::kFp8TileScalePacked:
-    case ops::MlaKvFormat::kMxfp8RopeFirstPacked:
-      v.kv_cache = TensorView(m.mla, DType::kU8, {pages, ps, g.mla_row_bytes});
-      break;
-  }
-  return v;
+  return mla_view(mla_kv_format_, shape.kv_lora_rank, shape.rope_dim, m.mla, m.mla_scale, m.mla_rope, pool.num_pages(),
+                  g.page_size, g.mla_row_bytes);
 }
 
 Result<ops::IndexerKeyCache> DeviceOperator::indexer_layer_view(const KvPagePool& pool, const KvModelShape& shape,
@@ -435,14 +496,126 @@ Result<ops::IndexerKeyCache> DeviceOperator::indexer_layer_view(const KvPagePool
   v.format = contract_->indexer_keys;
   v.head_dim = shape.index_head_dim;
   const bool packed = ops::kv_representation(v.format).scale_placement == ops::KvScalePlacement::kPackedInRow;
-  v.key_cache = packed ? TensorView(m.indexer, DType::kU8, {pool.num_pages(), g.page_size, g.indexer_row_bytes})
+  const int64_t rows = g.indexer_rows(layer);
+  if (rows == 0) {
+    return invalid_argument(fmt::format("DeviceOperator: layer {} keeps no indexer keys", layer));
+  }
+  v.key_cache = packed ? TensorView(m.indexer, DType::kU8, {pool.num_pages(), rows, g.indexer_row_bytes})
                        : TensorView(m.indexer, ops::kv_representation(v.format).element,
-                                    {pool.num_pages(), g.page_size, shape.index_head_dim});
+                                    {pool.num_pages(), rows, shape.index_head_dim});
   return v;
 }
 
+// ---- DeepSeek-V4 ----
+
+namespace {
+
+Status check_v4(const KvPagePool& pool, const KvModelShape& shape, int64_t layer, const char* what) {
+  if (shape.sharedkv_dim <= 0) {
+    return invalid_argument(
+        fmt::format("DeviceOperator::{}: the model is not DeepSeek-V4 (no shared K = V rows)", what));
+  }
+  if (pool.num_state_slots() < 1) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::{}: the pool has no state slots; DeepSeek-V4 keeps each sequence's sliding window there",
+        what));
+  }
+  if (layer < 0 || layer >= shape.num_layers) {
+    return invalid_argument(
+        fmt::format("DeviceOperator::{}: layer {} is not in [0, {})", what, layer, shape.num_layers));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<ops::MlaKvCache> DeviceOperator::v4_window_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                       int64_t layer) const {
+  GB_RETURN_IF_ERROR(check_v4(pool, shape, layer, "v4_window_view"));
+  GB_RETURN_IF_ERROR(check_kv_shape(shape));
+  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::mla_kv_format_name(sharedkv_format()), layer));
+  const KvPageGeometry& g = pool.geometry();
+  const StateLayerMemory m = pool.state_layer(layer);
+  return mla_view(sharedkv_format(), shape.sharedkv_dim, shape.rope_dim, m.region[kV4WindowRegion],
+                  m.region[kV4WindowScaleRegion], m.region[kV4WindowRopeRegion], pool.num_state_slots(),
+                  shape.sliding_window, g.mla_row_bytes);
+}
+
+Result<ops::MlaKvCache> DeviceOperator::v4_compressed_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                           int64_t layer) const {
+  GB_RETURN_IF_ERROR(check_v4(pool, shape, layer, "v4_compressed_view"));
+  GB_RETURN_IF_ERROR(check_kv_shape(shape));
+  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::mla_kv_format_name(sharedkv_format()), layer));
+  const KvPageGeometry& g = pool.geometry();
+  if (g.mla_rows(layer) == 0) {
+    return invalid_argument(
+        fmt::format("DeviceOperator::v4_compressed_view: layer {} attends to its sliding window only", layer));
+  }
+  const KvLayerMemory m = pool.layer(layer);
+  return mla_view(sharedkv_format(), shape.sharedkv_dim, shape.rope_dim, m.mla, m.mla_scale, m.mla_rope,
+                  pool.num_pages(), g.mla_rows(layer), g.mla_row_bytes);
+}
+
+Result<ops::IndexerKeyCache> DeviceOperator::v4_indexer_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                             int64_t layer) const {
+  GB_RETURN_IF_ERROR(check_v4(pool, shape, layer, "v4_indexer_view"));
+  return indexer_layer_view(pool, shape, layer);
+}
+
+Result<TensorView> DeviceOperator::v4_compressor_state_view(const KvPagePool& pool, const KvModelShape& shape,
+                                                            int64_t layer, bool indexer) const {
+  GB_RETURN_IF_ERROR(check_v4(pool, shape, layer, "v4_compressor_state_view"));
+  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), "DeepSeek-V4 compressor state", layer));
+  const int64_t m = shape.compress_ratios[layer];
+  const int region = indexer ? kV4IndexerCompressorRegion : kV4CompressorRegion;
+  if (pool.geometry().state.layers[layer][region] == 0) {
+    return invalid_argument(fmt::format("DeviceOperator::v4_compressor_state_view: layer {} has no {}compressor", layer,
+                                        indexer ? "indexer " : ""));
+  }
+  const int64_t width = indexer ? shape.index_head_dim : shape.sharedkv_dim + shape.rope_dim;
+  return TensorView(pool.state_layer(layer).region[region], DType::kF32,
+                    {pool.num_state_slots(), v4_compressor_state_rows(m), 2 * v4_compressor_coff(m) * width});
+}
+
+ops::KvRowBytes DeviceOperator::sharedkv_row_bytes(const KvModelShape& shape) const {
+  return ops::mla_kv_row_bytes(sharedkv_format(), shape.sharedkv_dim, shape.rope_dim);
+}
+
+ops::MlaKvCache DeviceOperator::sharedkv_view(std::byte* main, std::byte* scale, std::byte* rope, int64_t rows,
+                                              const KvModelShape& shape) const {
+  return mla_view(sharedkv_format(), shape.sharedkv_dim, shape.rope_dim, main, scale, rope, 1, rows,
+                  sharedkv_row_bytes(shape).main);
+}
+
+Status DeviceOperator::write_sharedkv(const ops::MlaKvCache& cache, const TensorView& nope, const TensorView& rope,
+                                      std::span<const int64_t> slots) const {
+  if (cache.format != sharedkv_format()) {
+    return invalid_argument(fmt::format(
+        "DeviceOperator::write_sharedkv: the cache is {} but the shared K = V representation in force is {}",
+        ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(sharedkv_format())));
+  }
+  return write_mla_rows("DeviceOperator::write_sharedkv", cache, nope, rope, slots);
+}
+
+Status DeviceOperator::sharedkv_attention(const TensorView& q_nope, const TensorView& q_rope,
+                                          const ops::MlaKvCache& window_cache, const TensorView& window_slots,
+                                          const ops::MlaKvCache& compressed_cache, const TensorView& compressed_slots,
+                                          const TensorView& sinks, float softmax_scale, const TensorView& out) const {
+  for (const ops::MlaKvCache* c : {&window_cache, &compressed_cache}) {
+    if (c->format != sharedkv_format() && !(c == &compressed_cache && compressed_slots.numel() == 0)) {
+      return invalid_argument(fmt::format(
+          "DeviceOperator::sharedkv_attention: a cache is {} but the shared K = V representation in force is {}",
+          ops::mla_kv_format_name(c->format), ops::mla_kv_format_name(sharedkv_format())));
+    }
+  }
+  return ops::sharedkv_sparse_attention(q_nope, q_rope, window_cache, window_slots, compressed_cache, compressed_slots,
+                                        sinks, softmax_scale, out);
+}
+
+// ---- end DeepSeek-V4 ----
+
 Result<LinearStateCache> DeviceOperator::state_layer_view(const KvPagePool& pool, const KvModelShape& shape,
-                                                         int64_t layer) const {
+                                                          int64_t layer) const {
   if (shape.state_layers <= 0) {
     return invalid_argument("DeviceOperator::state_layer_view: the model has no linear-attention layers");
   }
@@ -461,8 +634,8 @@ Result<LinearStateCache> DeviceOperator::state_layer_view(const KvPagePool& pool
   const StateLayerMemory m = pool.state_layer(layer);
   const int64_t slots = pool.num_state_slots();
   return LinearStateCache{
-      .conv = TensorView(m.conv, f.conv_dtype, {slots, shape.conv_kernel - 1, shape.conv_channels}),
-      .recurrent = TensorView(m.recurrent, f.recurrent_dtype,
+      .conv = TensorView(m.region[kConvRegion], f.conv_dtype, {slots, shape.conv_kernel - 1, shape.conv_channels}),
+      .recurrent = TensorView(m.region[kRecurrentRegion], f.recurrent_dtype,
                               {slots, shape.state_heads, shape.state_key_dim, shape.state_value_dim}),
   };
 }
@@ -590,12 +763,17 @@ Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorVi
         fmt::format("DeviceOperator::write_mla_kv: the cache is {} but the MLA representation in force is {}",
                     ops::mla_kv_format_name(cache.format), ops::mla_kv_format_name(mla_kv_format_)));
   }
-  GB_RETURN_IF_ERROR(check_one_slot_per_token("DeviceOperator::write_mla_kv", slots, "latent", latent, "rope", rope));
+  return write_mla_rows("DeviceOperator::write_mla_kv", cache, latent, rope, slots);
+}
+
+Status DeviceOperator::write_mla_rows(const char* what, const ops::MlaKvCache& cache, const TensorView& latent,
+                                      const TensorView& rope, std::span<const int64_t> slots) const {
+  GB_RETURN_IF_ERROR(check_one_slot_per_token(what, slots, "latent", latent, "rope", rope));
   const int64_t page = cache.kv_cache.rank() == 3 ? cache.kv_cache.dim(1) : 1;
-  return for_slot_chunks("DeviceOperator::write_mla_kv", contract_->slot_mapping, page, slots,
+  return for_slot_chunks(what, contract_->slot_mapping, page, slots,
                          [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
                            const TensorView l = latent.slice0(t0, t0 + n), r = rope.slice0(t0, t0 + n);
-                           switch (mla_kv_format_) {
+                           switch (cache.format) {
                              case ops::MlaKvFormat::kBf16:
                                return ops::bf16_mla_kv_write(l, r, sm, cache);
                              case ops::MlaKvFormat::kInt8Fp16ScaleSplitRope:

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "genbridge/core/dtype.h"
 #include "genbridge/core/status.h"
@@ -103,6 +104,9 @@ struct LinearStateFormat {
   DType recurrent_dtype;  // fp32: the recurrence accumulates over the whole context
   friend constexpr bool operator==(const LinearStateFormat&, const LinearStateFormat&) = default;
 };
+// The state regions (KvPagePool's StateSlotGeometry) of a linear-attention layer.
+inline constexpr int kConvRegion = 0;
+inline constexpr int kRecurrentRegion = 1;
 // One linear-attention layer's state in a pool, typed (views only: the pool owns the bytes).
 struct LinearStateCache {
   TensorView conv;       // [slots, K - 1, channels]
@@ -121,7 +125,7 @@ struct GenerationContract {
   MxScaleLayout mx_scale_layout;
 
   // ---- MLA + DSA: MLA KV, indexer keys, top-k index contract ----
-  ops::MlaKvFormat quantized_mla_kv;  // the MLA representation kv_cache_dtype=quantized selects
+  ops::MlaKvFormat quantized_mla_kv;   // the MLA representation kv_cache_dtype=quantized selects
   ops::IndexerKeyFormat indexer_keys;  // the DSA indexer key cache (whatever kv_cache_dtype says)
   ops::TopkIndexFormat topk_indices;   // what the indexer hands sparse attention
   // ---- end MLA + DSA ----
@@ -191,7 +195,27 @@ struct KvModelShape {
   int64_t state_heads = 0;
   int64_t state_key_dim = 0;
   int64_t state_value_dim = 0;
+  // DeepSeek-V4 (sharedkv_dim > 0): every layer keeps, per sequence, a ring of the last sliding_window shared
+  // K = V rows (sharedkv_dim no-rope + rope_dim rope elements) in its state slot; a layer with compress ratio
+  // m > 0 also keeps one compressed entry per m tokens in the pages (page_size / m rows per page) and the
+  // compressor's unfinished windows in the state slot (fp32 [(m == 4 ? 2 : 1) m, 2 coff head_dim] rows of
+  // [kv | gate], coff = 2 for m = 4); a ratio-4 layer also keeps the indexer's keys (index_head_dim, paged)
+  // and its compressor's unfinished windows (fp32 [8, 4 index_head_dim]). num_layers counts every layer.
+  int64_t sharedkv_dim = 0;
+  int64_t sliding_window = 0;
+  std::vector<int64_t> compress_ratios;  // num_layers entries: 0, 4 or 128
 };
+
+// DeepSeek-V4's state regions (KvPagePool's StateSlotGeometry) of each layer.
+inline constexpr int kV4WindowRegion = 0;             // the ring's main rows [sliding_window, row bytes]
+inline constexpr int kV4WindowScaleRegion = 1;        // the ring's separate scales (split representations)
+inline constexpr int kV4WindowRopeRegion = 2;         // the ring's separate rope rows (split representations)
+inline constexpr int kV4CompressorRegion = 3;         // the compressor's unfinished windows (fp32 rows)
+inline constexpr int kV4IndexerCompressorRegion = 4;  // the indexer compressor's (ratio-4 layers)
+// Rows of the compressor state of a layer of compress ratio m: the previous complete window too with the
+// overlap of the ratio-4 layers (its first half feeds the next entry), else the unfinished window only.
+constexpr int64_t v4_compressor_state_rows(int64_t ratio) { return ratio == 4 ? 2 * ratio : ratio; }
+constexpr int64_t v4_compressor_coff(int64_t ratio) { return ratio == 4 ? 2 : 1; }
 
 // Batch description for attention(): int32 views as attention/paged_decode takes them.
 struct AttentionBatch {
@@ -283,8 +307,44 @@ class DeviceOperator {
                           const TensorView& out) const;
   // ---- end MLA + DSA ----
 
+  // ---- DeepSeek-V4 (KvModelShape::sharedkv_dim > 0) ----
+  // Typed views of layer `layer`'s memory in `pool` (sized by kv_page_geometry(shape) with state slots):
+  // the sliding-window ring (an MLA cache in sharedkv_format() whose blocks are state slots: block_size =
+  // sliding_window, slot = state_slot * sliding_window + position % sliding_window), the compressed entries
+  // (an MLA cache whose blocks are pages of page_size / ratio entries: entry w of a sequence is at block
+  // table[w / rows] * rows + w % rows), the indexer's keys (the same slots as the compressed entries of a
+  // ratio-4 layer), and the compressors' unfinished windows (fp32 [slots, rows, 2 coff width] rows of
+  // [kv | gate], indexed by position % rows). InvalidArgument when the pool does not match, the layer has no
+  // such memory or the model is not DeepSeek-V4.
+  Result<ops::MlaKvCache> v4_window_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
+  Result<ops::MlaKvCache> v4_compressed_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
+  Result<ops::IndexerKeyCache> v4_indexer_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
+  Result<TensorView> v4_compressor_state_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer,
+                                              bool indexer) const;
+  // Bytes of one shared K = V row of `shape` in sharedkv_format() (main row, separate scale, separate rope).
+  ops::KvRowBytes sharedkv_row_bytes(const KvModelShape& shape) const;
+  // An MLA cache in sharedkv_format() over caller-owned memory of `rows` rows in one block (main [rows,
+  // row.main], scale [rows, row.scale], rope [rows, row.rope]; pointers of empty parts may be null): a forward's
+  // scratch rows. Does not own or check the memory.
+  ops::MlaKvCache sharedkv_view(std::byte* main, std::byte* scale, std::byte* rope, int64_t rows,
+                                const KvModelShape& shape) const;
+  // Writes shared K = V rows (nope [n, sharedkv_dim], rope [n, rope_dim] with RoPE applied; fp32/fp16/bf16)
+  // into the flat slots of a cache in sharedkv_format() (a window ring or compressed entries).
+  Status write_sharedkv(const ops::MlaKvCache& cache, const TensorView& nope, const TensorView& rope,
+                        std::span<const int64_t> slots) const;
+  // Attention over each query's window rows then compressed entries with sinks
+  // (attention/sharedkv_sparse_attention; the slots are flat slots of the two caches, -1 skipped).
+  Status sharedkv_attention(const TensorView& q_nope, const TensorView& q_rope, const ops::MlaKvCache& window_cache,
+                            const TensorView& window_slots, const ops::MlaKvCache& compressed_cache,
+                            const TensorView& compressed_slots, const TensorView& sinks, float softmax_scale,
+                            const TensorView& out) const;
+  // ---- end DeepSeek-V4 ----
+
  private:
   DeviceOperator() = default;
+  // write_mla_kv / write_sharedkv once the cache's representation is checked.
+  Status write_mla_rows(const char* what, const ops::MlaKvCache& cache, const TensorView& latent,
+                        const TensorView& rope, std::span<const int64_t> slots) const;
   const GenerationContract* contract_ = nullptr;
   ops::KvCacheFormat kv_format_ = ops::KvCacheFormat::kBf16;
   ops::MlaKvFormat mla_kv_format_ = ops::MlaKvFormat::kBf16;

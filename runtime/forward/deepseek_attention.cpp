@@ -28,6 +28,19 @@ runtime::KvModelShape kv_model_shape(const ModelConfig& c) {
     s.state_value_dim = q.linear_value_head_dim;
     return s;
   }
+  if (c.is_deepseek_v4()) {  // window rings and compressor state in the slots, compressed entries in the pages
+    const DeepseekV4Config& d = c.dsv4;
+    runtime::KvModelShape s;
+    s.num_layers = c.num_hidden_layers;
+    s.sharedkv_dim = c.head_dim - d.qk_rope_head_dim;
+    s.rope_dim = d.qk_rope_head_dim;
+    s.sliding_window = d.sliding_window;
+    s.compress_ratios.assign(d.compress_ratios.begin(), d.compress_ratios.begin() + c.num_hidden_layers);
+    for (int64_t m : s.compress_ratios) {
+      if (m == 4) s.index_head_dim = d.index_head_dim;
+    }
+    return s;
+  }
   if (!c.is_deepseek()) return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
   runtime::KvModelShape s;
   s.num_layers = c.num_hidden_layers;
@@ -88,8 +101,9 @@ void mla_w_uk_t(const TensorView& kv_b, const DeepseekConfig& d, int64_t head, b
 
 TensorView mla_w_uv(const TensorView& kv_b, const DeepseekConfig& d, int64_t head) {
   const int64_t nope = d.qk_nope_head_dim, vd = d.v_head_dim;
-  return TensorView::strided(const_cast<bf16_t*>(kv_b.data_as<const bf16_t>()) + (head * (nope + vd) + nope) * kv_b.stride(0),
-                             DType::kBF16, {vd, d.kv_lora_rank}, {kv_b.stride(0), 1});
+  return TensorView::strided(
+      const_cast<bf16_t*>(kv_b.data_as<const bf16_t>()) + (head * (nope + vd) + nope) * kv_b.stride(0), DType::kBF16,
+      {vd, d.kv_lora_rank}, {kv_b.stride(0), 1});
 }
 
 Result<std::unique_ptr<MlaAttention>> MlaAttention::create(const Checkpoint& checkpoint,
@@ -186,7 +200,8 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
   }
   // Latent and shared rope key.
   const TensorView kv(s.kv.data(), DType::kBF16, {T, r + rope});
-  GB_RETURN_IF_ERROR(ctx(proj(h, a.kv_a_proj_with_mqa, ql ? ql->kv_a_proj : ops::QuantWeight{}, kv), "kv_a_proj_with_mqa"));
+  GB_RETURN_IF_ERROR(
+      ctx(proj(h, a.kv_a_proj_with_mqa, ql ? ql->kv_a_proj : ops::QuantWeight{}, kv), "kv_a_proj_with_mqa"));
   const TensorView latent(s.latent.data(), DType::kBF16, {T, r});
   GB_RETURN_IF_ERROR(ctx(ops::rms_norm(TensorView::strided(s.kv.data(), DType::kBF16, {T, r}, {r + rope, 1}),
                                        a.kv_a_layernorm, eps, latent, rstd),
@@ -241,12 +256,11 @@ Status MlaAttention::forward(Scratch& s, int64_t layer, const TensorView& h, std
   for (int64_t hh = 0; hh < H; ++hh) {
     const TensorView ol = TensorView::strided(s.o_latent.data() + hh * r, DType::kF32, {T, r}, {H * r, 1});
     const TensorView ov = TensorView::strided(s.o_v.data() + hh * vd, DType::kBF16, {T, vd}, {H * vd, 1});
-    GB_RETURN_IF_ERROR(
-        ctx(proj(ol, mla_w_uv(a.kv_b_proj, d, hh), ql ? ql->w_uv[hh] : ops::QuantWeight{}, ov), "W_UV"));
+    GB_RETURN_IF_ERROR(ctx(proj(ol, mla_w_uv(a.kv_b_proj, d, hh), ql ? ql->w_uv[hh] : ops::QuantWeight{}, ov), "W_UV"));
   }
-  return ctx(proj(TensorView(s.o_v.data(), DType::kBF16, {T, H * vd}), a.o_proj, ql ? ql->o_proj : ops::QuantWeight{},
-                  out),
-             "o_proj");
+  return ctx(
+      proj(TensorView(s.o_v.data(), DType::kBF16, {T, H * vd}), a.o_proj, ql ? ql->o_proj : ops::QuantWeight{}, out),
+      "o_proj");
 }
 
 TensorView MlaAttention::index_selection(const Scratch& s, int64_t layer, int64_t num_tokens) const {

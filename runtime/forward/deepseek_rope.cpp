@@ -11,12 +11,15 @@ double yarn_get_mscale(double factor, double mscale) {
 }
 
 std::vector<double> deepseek_rope_inv_freq(const ModelConfig& c) {
-  const int64_t d = c.deepseek.qk_rope_head_dim, half = d / 2;
-  const double base = c.rope_theta;
+  return rope_inv_freq(c.deepseek.qk_rope_head_dim, c.rope_theta, c.deepseek.yarn ? &c.deepseek.rope_scaling : nullptr);
+}
+
+std::vector<double> rope_inv_freq(int64_t d, double base, const YarnRopeScaling* yarn) {
+  const int64_t half = d / 2;
   std::vector<double> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) inv[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(d));
-  if (!c.deepseek.yarn) return inv;
-  const YarnRopeScaling& s = c.deepseek.rope_scaling;
+  if (!yarn) return inv;
+  const YarnRopeScaling& s = *yarn;
   const auto correction_dim = [&](double rotations) {
     return static_cast<double>(d) *
            std::log(static_cast<double>(s.original_max_position_embeddings) / (rotations * 2.0 * std::numbers::pi)) /

@@ -21,6 +21,8 @@ double yarn_get_mscale(double factor, double mscale);
 // theta^(-2i/d) * (1 - ramp(i)) + theta^(-2i/d) / factor * ramp(i): high-frequency pairs keep their
 // frequency, low-frequency ones are interpolated by `factor`.
 std::vector<double> deepseek_rope_inv_freq(const ModelConfig& c);
+// The same rule for rope dimension `dim`, base `theta` and, when `yarn` is not null, its YaRN scaling.
+std::vector<double> rope_inv_freq(int64_t dim, double theta, const YarnRopeScaling* yarn);
 
 // MLA's softmax scale: (qk_nope_head_dim + qk_rope_head_dim)^-1/2, times yarn_get_mscale(factor,
 // mscale_all_dim)^2 under YaRN when mscale_all_dim is non-zero (HF's rule).

@@ -1,6 +1,7 @@
 #include "runtime/memory/kv_page_pool.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -17,12 +18,28 @@ std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<do
 Status check_geometry(const KvPageGeometry& g) {
   const bool gqa = g.num_kv_heads >= 1 && g.row_bytes >= 1;
   const bool mla = g.num_kv_heads == 0 && g.row_bytes == 0 && g.side_row_bytes == 0 && g.mla_row_bytes >= 1;
-  if (g.state.num_layers < 0 || g.state.conv_bytes < 0 || g.state.recurrent_bytes < 0 ||
-      (g.state.num_layers > 0 && g.state.conv_bytes + g.state.recurrent_bytes < 1)) {
-    return invalid_argument(fmt::format(
-        "kv page pool: state geometry (num_layers {}, conv_bytes {}, recurrent_bytes {}) is invalid; counts must be "
-        ">= 0 and a layer with state must have bytes",
-        g.state.num_layers, g.state.conv_bytes, g.state.recurrent_bytes));
+  for (int64_t l = 0; l < g.state.num_layers(); ++l) {
+    const StateRegionBytes& r = g.state.layers[l];
+    if (std::any_of(r.begin(), r.end(), [](int64_t b) { return b < 0; }) || g.state.layer_bytes(l) < 1) {
+      return invalid_argument(fmt::format(
+          "kv page pool: state layer {} has region bytes [{}]; each must be >= 0 and a layer with state must have "
+          "bytes",
+          l, fmt::join(r, ", ")));
+    }
+  }
+  const bool per_layer_rows = !g.mla_rows_per_page.empty() || !g.indexer_rows_per_page.empty();
+  if (per_layer_rows) {
+    const auto bad_rows = [&](const std::vector<int64_t>& rows) {
+      return static_cast<int64_t>(rows.size()) != g.num_layers ||
+             std::any_of(rows.begin(), rows.end(), [&](int64_t r) { return r < 0 || r > g.page_size; });
+    };
+    if (bad_rows(g.mla_rows_per_page) || bad_rows(g.indexer_rows_per_page) || g.num_layers < 1 || g.page_size < 1 ||
+        g.bytes_per_page() < 1) {
+      return invalid_argument(fmt::format(
+          "kv page pool: per-layer rows per page (mla [{}], indexer [{}]) are invalid for {} layers of page_size {}; "
+          "each list must have one entry per layer in [0, page_size] and a page must hold at least one byte",
+          fmt::join(g.mla_rows_per_page, ", "), fmt::join(g.indexer_rows_per_page, ", "), g.num_layers, g.page_size));
+    }
   }
   if (g.num_layers < 1 || g.page_size < 1 || g.side_row_bytes < 0 || (!gqa && !mla) || g.mla_row_bytes < 0 ||
       g.mla_scale_bytes < 0 || g.mla_rope_bytes < 0 || g.indexer_row_bytes < 0) {
@@ -52,8 +69,7 @@ Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages
     return invalid_argument(
         fmt::format("kv page pool: num_state_slots is {} but must be in [0, 2^31)", num_state_slots));
   }
-  if (num_state_slots > 0 &&
-      std::max(g.state.conv_bytes, g.state.recurrent_bytes) > std::numeric_limits<int64_t>::max() / 4 / num_state_slots) {
+  if (num_state_slots > 0 && g.state.bytes_per_slot() > std::numeric_limits<int64_t>::max() / 4 / num_state_slots) {
     return resource_exhausted(fmt::format("kv page pool: {} state slots of {} bytes overflow the address space",
                                           num_state_slots, g.state.bytes_per_slot()));
   }
@@ -61,10 +77,9 @@ Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages
     return invalid_argument(fmt::format("kv page pool: num_pages is {} but must be in [0, 2^31)", num_pages));
   }
   // Every buffer size must fit in int64 (and the page count in the slot arithmetic).
-  const int64_t per_page_row = g.page_size * g.bytes_per_token_per_layer();
-  if (num_pages > 0 && per_page_row > std::numeric_limits<int64_t>::max() / 4 / num_pages / g.num_layers) {
-    return resource_exhausted(fmt::format("kv page pool: {} pages of {} bytes overflow the address space", num_pages,
-                                          g.bytes_per_page()));
+  if (num_pages > 0 && g.bytes_per_page() > std::numeric_limits<int64_t>::max() / 4 / num_pages) {
+    return resource_exhausted(
+        fmt::format("kv page pool: {} pages of {} bytes overflow the address space", num_pages, g.bytes_per_page()));
   }
   KvPagePool pool;
   pool.geometry_ = g;
@@ -73,17 +88,17 @@ Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages
   for (int64_t i = 0; i < num_pages; ++i) pool.free_[i] = static_cast<int32_t>(num_pages - 1 - i);
   const int64_t row_buffer = num_pages * g.num_kv_heads * g.page_size * g.row_bytes;
   const int64_t side_buffer = num_pages * g.num_kv_heads * g.page_size * g.side_row_bytes;
-  const int64_t per_token = num_pages * g.page_size;
   for (int64_t l = 0; l < g.num_layers; ++l) {
-    for (int64_t bytes : {row_buffer, row_buffer, side_buffer, side_buffer, per_token * g.mla_row_bytes,
-                          per_token * g.mla_scale_bytes, per_token * g.mla_rope_bytes,
-                          per_token * g.indexer_row_bytes}) {
+    const int64_t mla_rows = num_pages * g.mla_rows(l), indexer_rows = num_pages * g.indexer_rows(l);
+    for (int64_t bytes :
+         {row_buffer, row_buffer, side_buffer, side_buffer, mla_rows * g.mla_row_bytes, mla_rows * g.mla_scale_bytes,
+          mla_rows * g.mla_rope_bytes, indexer_rows * g.indexer_row_bytes}) {
       std::byte* p = nullptr;
       if (bytes > 0) {
         p = static_cast<std::byte*>(::operator new[](static_cast<size_t>(bytes), kAlign, std::nothrow));
         if (p == nullptr) {
-          return resource_exhausted(fmt::format("kv page pool: cannot allocate {} for {} pages ({} in all)",
-                                                mib(bytes), num_pages, mib(pool.total_bytes())));
+          return resource_exhausted(fmt::format("kv page pool: cannot allocate {} for {} pages ({} in all)", mib(bytes),
+                                                num_pages, mib(pool.total_bytes())));
         }
       }
       pool.buffers_.emplace_back(p);
@@ -92,8 +107,9 @@ Result<KvPagePool> KvPagePool::create(const KvPageGeometry& g, int64_t num_pages
   pool.num_state_slots_ = num_state_slots;
   pool.free_slots_.resize(static_cast<size_t>(num_state_slots));
   for (int64_t i = 0; i < num_state_slots; ++i) pool.free_slots_[i] = static_cast<int32_t>(num_state_slots - 1 - i);
-  for (int64_t l = 0; l < g.state.num_layers && num_state_slots > 0; ++l) {
-    for (int64_t bytes : {num_state_slots * g.state.conv_bytes, num_state_slots * g.state.recurrent_bytes}) {
+  for (int64_t l = 0; l < g.state.num_layers() && num_state_slots > 0; ++l) {
+    for (int64_t region_bytes : g.state.layers[l]) {
+      const int64_t bytes = num_state_slots * region_bytes;
       std::byte* p = nullptr;
       if (bytes > 0) {
         p = static_cast<std::byte*>(::operator new[](static_cast<size_t>(bytes), kAlign, std::nothrow));
@@ -112,9 +128,10 @@ Result<KvPagePool> KvPagePool::create_for_budget(const KvPageGeometry& g, int64_
   GB_RETURN_IF_ERROR(check_geometry(g));
   const int64_t pages = std::min<int64_t>(max_bytes / g.bytes_per_page(), std::numeric_limits<int32_t>::max());
   if (pages < 1) {
-    return resource_exhausted(fmt::format("kv page pool: a budget of {} bytes holds no page of {} bytes ({} tokens x {} "
-                                          "bytes per token)",
-                                          max_bytes, g.bytes_per_page(), g.page_size, g.bytes_per_token()));
+    return resource_exhausted(
+        fmt::format("kv page pool: a budget of {} bytes holds no page of {} bytes ({} tokens x {} "
+                    "bytes per token)",
+                    max_bytes, g.bytes_per_page(), g.page_size, g.bytes_per_token()));
   }
   return create(g, pages);
 }
@@ -143,10 +160,10 @@ std::string KvPagePool::never_fits(int64_t num_tokens, int64_t reserve_tokens) c
 
 Status KvPagePool::take_pages(int64_t n, std::vector<int32_t>& into, const std::string& what) {
   if (n > free_pages()) {
-    return resource_exhausted(fmt::format("kv page pool: {} needs {} more page{} of {} tokens but only {} of {} pages "
-                                          "are free ({} per page)",
-                                          what, n, n == 1 ? "" : "s", geometry_.page_size, free_pages(), num_pages_,
-                                          mib(geometry_.bytes_per_page())));
+    return resource_exhausted(fmt::format(
+        "kv page pool: {} needs {} more page{} of {} tokens but only {} of {} pages "
+        "are free ({} per page)",
+        what, n, n == 1 ? "" : "s", geometry_.page_size, free_pages(), num_pages_, mib(geometry_.bytes_per_page())));
   }
   for (int64_t i = 0; i < n; ++i) {
     into.push_back(free_.back());
@@ -157,17 +174,19 @@ Status KvPagePool::take_pages(int64_t n, std::vector<int32_t>& into, const std::
 
 Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens) {
   if (num_tokens < 0 || reserve_tokens < 0) {
-    return invalid_argument(fmt::format("kv page pool: sequence {} asks for {} tokens ({} reserved); counts must be >= 0",
-                                        id, num_tokens, reserve_tokens));
+    return invalid_argument(
+        fmt::format("kv page pool: sequence {} asks for {} tokens ({} reserved); counts must be >= 0", id, num_tokens,
+                    reserve_tokens));
   }
   if (contains(id)) return invalid_argument(fmt::format("kv page pool: sequence {} is already admitted", id));
   Seq seq;
   seq.length = num_tokens;
   const int64_t tokens = std::max(num_tokens, reserve_tokens);
   if (has_state() && free_slots_.empty()) {
-    return resource_exhausted(fmt::format("kv page pool: sequence {} needs a state slot but all {} slots of the state "
-                                          "pool are in use ({} per slot)",
-                                          id, num_state_slots_, mib(geometry_.state.bytes_per_slot())));
+    return resource_exhausted(
+        fmt::format("kv page pool: sequence {} needs a state slot but all {} slots of the state "
+                    "pool are in use ({} per slot)",
+                    id, num_state_slots_, mib(geometry_.state.bytes_per_slot())));
   }
   GB_RETURN_IF_ERROR(take_pages(pages_for(tokens), seq.pages, fmt::format("sequence {} ({} tokens)", id, tokens)));
   if (has_state()) {
@@ -175,11 +194,11 @@ Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens) {
     free_slots_.pop_back();
     // A fresh sequence's state is zero (all-zero bytes: +0 in every state dtype).
     const StateSlotGeometry& sg = geometry_.state;
-    for (int64_t l = 0; l < sg.num_layers; ++l) {
+    for (int64_t l = 0; l < sg.num_layers(); ++l) {
       const StateLayerMemory m = state_layer(l);
-      if (m.conv) std::memset(m.conv + seq.state_slot * sg.conv_bytes, 0, static_cast<size_t>(sg.conv_bytes));
-      if (m.recurrent) {
-        std::memset(m.recurrent + seq.state_slot * sg.recurrent_bytes, 0, static_cast<size_t>(sg.recurrent_bytes));
+      for (int r = 0; r < kStateRegions; ++r) {
+        const int64_t bytes = sg.layers[l][r];
+        if (m.region[r]) std::memset(m.region[r] + seq.state_slot * bytes, 0, static_cast<size_t>(bytes));
       }
     }
   }
@@ -191,15 +210,15 @@ Status KvPagePool::append(SeqId id, int64_t num_tokens) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return invalid_argument(fmt::format("kv page pool: sequence {} is not admitted", id));
   if (num_tokens < 0) {
-    return invalid_argument(fmt::format("kv page pool: sequence {} cannot grow by {} tokens; counts must be >= 0", id,
-                                        num_tokens));
+    return invalid_argument(
+        fmt::format("kv page pool: sequence {} cannot grow by {} tokens; counts must be >= 0", id, num_tokens));
   }
   Seq& seq = it->second;
   const int64_t want = seq.length + num_tokens;
   const int64_t more = pages_for(want) - static_cast<int64_t>(seq.pages.size());
   if (more > 0) {
-    GB_RETURN_IF_ERROR(take_pages(more, seq.pages,
-                                  fmt::format("sequence {} (growing from {} to {} tokens)", id, seq.length, want)));
+    GB_RETURN_IF_ERROR(
+        take_pages(more, seq.pages, fmt::format("sequence {} (growing from {} to {} tokens)", id, seq.length, want)));
   }
   seq.length = want;
   return ok_status();
@@ -240,7 +259,8 @@ Status KvPagePool::slots(SeqId id, int64_t begin, int64_t end, std::span<int64_t
                                         begin, end, id, seq.length));
   }
   if (static_cast<int64_t>(out.size()) < end - begin) {
-    return invalid_argument(fmt::format("kv page pool: {} slots do not fit in an output of {}", end - begin, out.size()));
+    return invalid_argument(
+        fmt::format("kv page pool: {} slots do not fit in an output of {}", end - begin, out.size()));
   }
   const int64_t ps = geometry_.page_size;
   for (int64_t p = begin; p < end; ++p) out[p - begin] = seq.pages[p / ps] * ps + p % ps;
@@ -282,9 +302,38 @@ int32_t KvPagePool::state_slot(SeqId id) const {
 }
 
 StateLayerMemory KvPagePool::state_layer(int64_t l) const {
-  GB_CHECK(l >= 0 && l < geometry_.state.num_layers, "KvPagePool::state_layer: layer out of range");
-  if (state_buffers_.empty()) return {};
-  return {state_buffers_[2 * static_cast<size_t>(l)].get(), state_buffers_[2 * static_cast<size_t>(l) + 1].get()};
+  GB_CHECK(l >= 0 && l < geometry_.state.num_layers(), "KvPagePool::state_layer: layer out of range");
+  StateLayerMemory m;
+  if (state_buffers_.empty()) return m;
+  for (int r = 0; r < kStateRegions; ++r)
+    m.region[r] = state_buffers_[kStateRegions * static_cast<size_t>(l) + r].get();
+  return m;
+}
+
+int64_t StateSlotGeometry::layer_bytes(int64_t l) const {
+  int64_t n = 0;
+  for (int64_t b : layers[static_cast<size_t>(l)]) n += b;
+  return n;
+}
+
+int64_t StateSlotGeometry::bytes_per_slot() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers(); ++l) n += layer_bytes(l);
+  return n;
+}
+
+int64_t KvPageGeometry::bytes_per_page() const {
+  if (mla_rows_per_page.empty() && indexer_rows_per_page.empty()) {
+    return num_layers * page_size *
+           (2 * num_kv_heads * (row_bytes + side_row_bytes) + mla_row_bytes + mla_scale_bytes + mla_rope_bytes +
+            indexer_row_bytes);
+  }
+  int64_t n = 0;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    n += 2 * num_kv_heads * page_size * (row_bytes + side_row_bytes) +
+         mla_rows(l) * (mla_row_bytes + mla_scale_bytes + mla_rope_bytes) + indexer_rows(l) * indexer_row_bytes;
+  }
+  return n;
 }
 
 }  // namespace genbridge::runtime

@@ -9,13 +9,16 @@
 //   mla, mla_scale, mla_rope, indexer: [num_pages, page_size, <their row bytes>] bytes (absent if 0): MLA
 //                         models keep one latent row (and separate scale / rope rows) per token instead of
 //                         K/V (num_kv_heads = 0), DSA models one indexer key row per token.
-// Beside the pages, a model with linear-attention layers (Qwen3.5's Gated DeltaNet) keeps a state pool: one
-// slot per running sequence, taken at admit() (zeroed: a fresh sequence's state) and returned with its pages
-// at release(). Layout of one layer's state (StateSlotGeometry; the DeviceOperator types it):
-//   conv:      [num_state_slots, conv_bytes]       bytes
-//   recurrent: [num_state_slots, recurrent_bytes]  bytes
+// DeepSeek-V4 keeps one compressed entry per `ratio` tokens instead of one row per token: the geometry then gives,
+// per layer, how many MLA / indexer rows a page holds (page_size / ratio; 0: none in that layer), and layer l's
+// caches are [num_pages, rows_per_page[l], <row bytes>].
+// Beside the pages, a model with per-sequence state (Qwen3.5's Gated DeltaNet; DeepSeek-V4's sliding-window ring
+// and compressors' unfinished windows) keeps a state pool: one slot per running sequence, taken at admit()
+// (zeroed: a fresh sequence's state) and returned with its pages at release(). Each state layer has up to
+// kStateRegions regions, each its own buffer [num_state_slots, region bytes]; the DeviceOperator types them.
 // Not thread-safe: one scheduler thread admits, grows and frees sequences.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,12 +31,18 @@
 
 namespace genbridge::runtime {
 
-// Bytes of one sequence's linear-attention state per layer, as the DeviceOperator's state contract gives them.
+// Regions per state layer (what each holds is the DeviceOperator's contract; an unused region has 0 bytes).
+inline constexpr int kStateRegions = 5;
+using StateRegionBytes = std::array<int64_t, kStateRegions>;
+
+// Bytes of one sequence's state, per state layer and region, as the DeviceOperator's state contract gives them.
 struct StateSlotGeometry {
-  int64_t num_layers = 0;       // layers with state (0: the model has none)
-  int64_t conv_bytes = 0;       // one slot's conv state in one layer
-  int64_t recurrent_bytes = 0;  // one slot's recurrent state in one layer
-  int64_t bytes_per_slot() const { return num_layers * (conv_bytes + recurrent_bytes); }
+  std::vector<StateRegionBytes> layers;  // one entry per layer with state (empty: the model has none)
+
+  int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
+  // One slot's bytes in layer `l` (all regions).
+  int64_t layer_bytes(int64_t l) const;
+  int64_t bytes_per_slot() const;
   bool empty() const { return bytes_per_slot() == 0; }
   friend bool operator==(const StateSlotGeometry&, const StateSlotGeometry&) = default;
 };
@@ -50,28 +59,37 @@ struct KvPageGeometry {
   int64_t mla_scale_bytes = 0;    // the separate MLA scale cache entry
   int64_t mla_rope_bytes = 0;     // the separate MLA rope cache row
   int64_t indexer_row_bytes = 0;  // the indexer key row (packed scale included)
-  // Linear-attention layers' per-sequence state (not per token: KvPagePool's state slots hold it). num_layers
-  // above counts the layers with a KV cache only.
+  // DeepSeek-V4 (num_layers entries each, or both empty: page_size rows in every layer): the MLA (compressed
+  // entry) rows and the indexer key rows a page holds in each layer.
+  std::vector<int64_t> mla_rows_per_page;
+  std::vector<int64_t> indexer_rows_per_page;
+  // Per-sequence state (not per token: KvPagePool's state slots hold it). num_layers above counts the layers
+  // with a paged cache.
   StateSlotGeometry state;
 
-  // Bytes one token occupies in one layer / over all layers: K and V rows plus their side entries, and
-  // the per-token MLA and indexer rows.
+  // Bytes one token occupies in one layer: K and V rows plus their side entries, and the per-token MLA and
+  // indexer rows (the layers' average for a geometry with rows per page).
   int64_t bytes_per_token_per_layer() const {
+    if (!mla_rows_per_page.empty()) return bytes_per_page() / page_size / num_layers;
     return 2 * num_kv_heads * (row_bytes + side_row_bytes) + mla_row_bytes + mla_scale_bytes + mla_rope_bytes +
            indexer_row_bytes;
   }
-  int64_t bytes_per_token() const { return num_layers * bytes_per_token_per_layer(); }
-  int64_t bytes_per_page() const { return bytes_per_token() * page_size; }
+  // Bytes of one page over all layers, and per token (rounded down with rows per page).
+  int64_t bytes_per_page() const;
+  int64_t bytes_per_token() const { return bytes_per_page() / page_size; }
+  // Rows a page holds of layer `l`'s MLA / indexer caches (page_size unless the geometry says otherwise).
+  int64_t mla_rows(int64_t l) const { return mla_rows_per_page.empty() ? page_size : mla_rows_per_page[l]; }
+  int64_t indexer_rows(int64_t l) const { return indexer_rows_per_page.empty() ? page_size : indexer_rows_per_page[l]; }
   // Pages that hold `tokens` tokens.
   int64_t pages_for(int64_t tokens) const { return (tokens + page_size - 1) / page_size; }
 };
 
 using SeqId = int64_t;
 
-// Raw memory of one layer's state (see the layout above). Pointers stay valid for the pool's lifetime.
+// Raw memory of one layer's state: region r is [num_state_slots, layers[l][r]] bytes (null when 0). Pointers stay
+// valid for the pool's lifetime.
 struct StateLayerMemory {
-  std::byte* conv = nullptr;
-  std::byte* recurrent = nullptr;
+  std::array<std::byte*, kStateRegions> region{};
 };
 
 // Raw memory of one layer (see the layout above). Pointers stay valid for the pool's lifetime.
@@ -151,7 +169,7 @@ class KvPagePool {
   KvLayerMemory layer(int64_t layer) const;
   // The state slot of sequence `id` (-1 if not admitted or the model has no state).
   int32_t state_slot(SeqId id) const;
-  // State memory of linear-attention layer `layer` (0 <= layer < geometry().state.num_layers).
+  // State memory of state layer `layer` (0 <= layer < geometry().state.num_layers()).
   StateLayerMemory state_layer(int64_t layer) const;
 
  private:
@@ -174,7 +192,7 @@ class KvPagePool {
   std::vector<std::unique_ptr<std::byte, AlignedDelete>> buffers_;
   int64_t num_state_slots_ = 0;
   std::vector<int32_t> free_slots_;  // a stack, lowest slot first
-  // Per state layer: conv, recurrent.
+  // Per state layer: its kStateRegions regions.
   std::vector<std::unique_ptr<std::byte, AlignedDelete>> state_buffers_;
 };
 

@@ -70,10 +70,11 @@ TEST(MlaContract, load_time_dimension_checks_name_the_key) {
     EXPECT_TRUE(latent.ok()) << latent.to_string();
     EXPECT_TRUE(index.ok()) << index.to_string();
   } else {
-    EXPECT_EQ(latent.message(),
-              "kv_lora_rank=100 is not a multiple of 128, which the fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, "
-              "packed MLA KV cache requires (one scale per tile of 128 latent elements) (Ascend950 (A5), kv_cache_dtype "
-              "resolved to fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, packed); use kv_cache_dtype=bf16");
+    EXPECT_EQ(
+        latent.message(),
+        "kv_lora_rank=100 is not a multiple of 128, which the fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, "
+        "packed MLA KV cache requires (one scale per tile of 128 latent elements) (Ascend950 (A5), kv_cache_dtype "
+        "resolved to fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, packed); use kv_cache_dtype=bf16");
     EXPECT_EQ(index.message(),
               "index_head_dim=96 is not a power of two, which the fp8_e4m3fn (Hadamard-rotated)+packed fp32 scale "
               "indexer key cache requires (Walsh-Hadamard rotation) (Ascend950 (A5))");
@@ -123,7 +124,8 @@ TEST(MlaContract, adapters_through_the_pool) {
     for (float& x : w) x = 0.5f + 0.5f * u(rng);
     const TensorView qlv(ql.data(), DType::kF32, {2, heads, L}), qrv(qr.data(), DType::kF32, {2, heads, R});
     std::vector<float> dense(2 * heads * L), sparse(2 * heads * L), direct(2 * heads * L);
-    ASSERT_TRUE(dev.mla_attention(qlv, qrv, mla, batch, 0.1f, TensorView(dense.data(), DType::kF32, {2, heads, L})).ok());
+    ASSERT_TRUE(
+        dev.mla_attention(qlv, qrv, mla, batch, 0.1f, TensorView(dense.data(), DType::kF32, {2, heads, L})).ok());
     for (int64_t topk : {320, 64}) {
       std::vector<int32_t> idx(2 * topk);
       const TensorView idxv(idx.data(), DType::kI32, {2, topk});
@@ -149,8 +151,10 @@ TEST(MlaContract, adapters_through_the_pool) {
                                          TensorView(direct.data(), DType::kF32, {2, heads, L}))
                       .ok());
       EXPECT_EQ(0, std::memcmp(sparse.data(), direct.data(), sparse.size() * sizeof(float)));
-      if (topk >= 300) EXPECT_EQ(0, std::memcmp(sparse.data(), dense.data(), dense.size() * sizeof(float)));
-      else EXPECT_NE(0, std::memcmp(sparse.data(), dense.data(), heads * L * sizeof(float)));
+      if (topk >= 300)
+        EXPECT_EQ(0, std::memcmp(sparse.data(), dense.data(), dense.size() * sizeof(float)));
+      else
+        EXPECT_NE(0, std::memcmp(sparse.data(), dense.data(), heads * L * sizeof(float)));
     }
   }
 }
@@ -158,11 +162,12 @@ TEST(MlaContract, adapters_through_the_pool) {
 TEST(MlaContract, info_line_states_the_contract) {
   const std::string line = make("quantized").mla_contract_line();
   if (is910()) {
-    EXPECT_EQ(line,
-              "genbridge MLA/DSA contract: MLA KV int8 latent+fp16 scale, bf16 rope cache (642 B per token and layer at "
-              "kv_lora_rank 512 + rope 64; kv_cache_dtype=quantized: int8 latent+fp16 scale, bf16 rope cache, 642 B), "
-              "slot mapping [block, offset] pairs | indexer keys bf16 (256 B per token at "
-              "index_head_dim 128) | sparse attention top-k indices: int32 sequence positions, -1 padded");
+    EXPECT_EQ(
+        line,
+        "genbridge MLA/DSA contract: MLA KV int8 latent+fp16 scale, bf16 rope cache (642 B per token and layer at "
+        "kv_lora_rank 512 + rope 64; kv_cache_dtype=quantized: int8 latent+fp16 scale, bf16 rope cache, 642 B), "
+        "slot mapping [block, offset] pairs | indexer keys bf16 (256 B per token at "
+        "index_head_dim 128) | sparse attention top-k indices: int32 sequence positions, -1 padded");
   } else {
     EXPECT_EQ(line,
               "genbridge MLA/DSA contract: MLA KV fp8_e4m3fn latent+fp32 scale per 128+bf16 rope, packed (656 B per "
@@ -192,6 +197,69 @@ TEST(MlaContract, deepseek_v4_rows_per_generation) {
               "latent+rope (1024 B per token and layer at 448 + rope 64; kv_cache_dtype=quantized: bf16 rope+"
               "fp8_e4m3fn latent+E8M0 scale per 64, packed, 640 B) | compressor pooling fp32");
   }
+}
+
+// DeepSeek-V4's memory through the pool: per layer the sliding-window ring (state), compressed entries (pages:
+// page_size / ratio rows), indexer keys (ratio-4 layers) and the compressors' unfinished windows (state), in
+// the representation in force; views of the right shapes, and refusals naming what is missing.
+TEST(MlaContract, deepseek_v4_memory_through_the_pool) {
+  KvModelShape s;
+  s.num_layers = 3;
+  s.sharedkv_dim = 448;
+  s.rope_dim = 64;
+  s.sliding_window = 128;
+  s.compress_ratios = {0, 4, 128};
+  s.index_head_dim = 128;
+  for (const char* kv : {"bf16", "quantized"}) {
+    SCOPED_TRACE(kv);
+    const DeviceOperator dev = make(kv);
+    const ops::KvRowBytes row = dev.sharedkv_row_bytes(s);
+    const KvPageGeometry g = dev.kv_page_geometry(s);
+    EXPECT_EQ(g.mla_rows_per_page, (std::vector<int64_t>{0, 32, 1}));
+    EXPECT_EQ(g.indexer_rows_per_page, (std::vector<int64_t>{0, 32, 0}));
+    const int64_t key_bytes = ops::indexer_key_row_bytes(dev.indexer_key_format(), 128).main;
+    EXPECT_EQ(g.bytes_per_page(), 33 * row.total() + 32 * key_bytes);
+    ASSERT_EQ(g.state.num_layers(), 3);
+    for (int64_t l = 0; l < 3; ++l) {
+      EXPECT_EQ(g.state.layers[l][kV4WindowRegion], 128 * row.main);
+      EXPECT_EQ(g.state.layers[l][kV4WindowScaleRegion], 128 * row.scale);
+      EXPECT_EQ(g.state.layers[l][kV4WindowRopeRegion], 128 * row.rope);
+    }
+    // fp32 [kv | gate] rows: ratio 4 keeps 8 rows of 2 x 1024, ratio 128 keeps 128 rows of 2 x 512; the
+    // indexer's compressor 8 rows of 2 x 256.
+    EXPECT_EQ(g.state.layers[0][kV4CompressorRegion], 0);
+    EXPECT_EQ(g.state.layers[1][kV4CompressorRegion], 8 * 2048 * 4);
+    EXPECT_EQ(g.state.layers[2][kV4CompressorRegion], 128 * 1024 * 4);
+    EXPECT_EQ(g.state.layers[1][kV4IndexerCompressorRegion], 8 * 512 * 4);
+    EXPECT_EQ(g.state.layers[2][kV4IndexerCompressorRegion], 0);
+    auto pool = KvPagePool::create(g, 4, 2);
+    ASSERT_TRUE(pool.ok()) << pool.status().to_string();
+    const ops::MlaKvCache win = dev.v4_window_view(*pool, s, 0).value();
+    EXPECT_EQ(win.format, dev.sharedkv_format());
+    EXPECT_EQ(win.kv_cache.dim(0), 2);    // one block per state slot
+    EXPECT_EQ(win.kv_cache.dim(1), 128);  // of sliding_window rows
+    const ops::MlaKvCache comp = dev.v4_compressed_view(*pool, s, 1).value();
+    EXPECT_EQ(comp.kv_cache.dim(0), 4);
+    EXPECT_EQ(comp.kv_cache.dim(1), 32);
+    EXPECT_EQ(dev.v4_compressed_view(*pool, s, 2).value().kv_cache.dim(1), 1);
+    EXPECT_EQ(dev.v4_indexer_view(*pool, s, 1).value().key_cache.dim(1), 32);
+    const TensorView state = dev.v4_compressor_state_view(*pool, s, 2, false).value();
+    EXPECT_EQ(state.shape_string(), "[2, 128, 1024]");
+    EXPECT_EQ(dev.v4_compressor_state_view(*pool, s, 1, true).value().shape_string(), "[2, 8, 512]");
+    EXPECT_EQ(dev.v4_compressed_view(*pool, s, 0).status().message(),
+              "DeviceOperator::v4_compressed_view: layer 0 attends to its sliding window only");
+    EXPECT_EQ(dev.v4_indexer_view(*pool, s, 2).status().message(), "DeviceOperator: layer 2 keeps no indexer keys");
+    EXPECT_EQ(dev.v4_compressor_state_view(*pool, s, 0, false).status().message(),
+              "DeviceOperator::v4_compressor_state_view: layer 0 has no compressor");
+    auto stateless = KvPagePool::create(g, 4, 0);
+    ASSERT_TRUE(stateless.ok());
+    EXPECT_EQ(dev.v4_window_view(*stateless, s, 0).status().message(),
+              "DeviceOperator::v4_window_view: the pool has no state slots; DeepSeek-V4 keeps each sequence's sliding "
+              "window there");
+  }
+  s.compress_ratios = {0, 4, 96};
+  EXPECT_EQ(make("bf16").check_kv_shape(s).message(),
+            "DeviceOperator: compress_ratios[2] = 96 must be 0 or divide the KV page of 128 tokens");
 }
 
 }  // namespace

@@ -32,7 +32,8 @@ Accuracy accuracy(const Checkpoint& ck, const std::vector<int32_t>& prompt, cons
   const int64_t vocab = ck.config().vocab_size;
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), res.tokens.begin(), res.tokens.end() - 1);
-  const genbridge::testing::ReferenceForward ref = genbridge::testing::reference_forward(ck.config(), ck.weights(), seq);
+  const genbridge::testing::ReferenceForward ref =
+      genbridge::testing::reference_forward(ck.config(), ck.weights(), seq);
   Accuracy a;
   for (size_t i = 0; i < res.tokens.size(); ++i) {
     const int64_t pos = static_cast<int64_t>(prompt.size() + i) - 1;
@@ -103,29 +104,35 @@ TEST(Qwen35Engine, state_slots_are_taken_zeroed_and_freed_with_the_pages) {
   // 2 full-attention layers hold KV; 2 Gated DeltaNet layers hold state: conv 3 x 256 bf16, recurrent
   // 4 x 32 x 32 fp32.
   EXPECT_EQ(g.num_layers, 2);
-  EXPECT_EQ(g.state.num_layers, 2);
-  EXPECT_EQ(g.state.conv_bytes, 3 * 256 * 2);
-  EXPECT_EQ(g.state.recurrent_bytes, 4 * 32 * 32 * 4);
+  const int64_t conv_bytes = 3 * 256 * 2, recurrent_bytes = 4 * 32 * 32 * 4;
+  ASSERT_EQ(g.state.num_layers(), 2);
+  for (const runtime::StateRegionBytes& r : g.state.layers) {
+    EXPECT_EQ(r[runtime::kConvRegion], conv_bytes);
+    EXPECT_EQ(r[runtime::kRecurrentRegion], recurrent_bytes);
+  }
   auto pool = runtime::KvPagePool::create(g, 8, 2);
   ASSERT_TRUE(pool.ok());
   EXPECT_EQ(pool->state_bytes(), 2 * 2 * (3 * 256 * 2 + 4 * 32 * 32 * 4));
   // Dirty every slot, then admit: the slot a sequence gets is zero.
   for (int64_t l = 0; l < 2; ++l) {
-    std::memset(pool->state_layer(l).conv, 0x5a, static_cast<size_t>(2 * g.state.conv_bytes));
-    std::memset(pool->state_layer(l).recurrent, 0x5a, static_cast<size_t>(2 * g.state.recurrent_bytes));
+    std::memset(pool->state_layer(l).region[runtime::kConvRegion], 0x5a, static_cast<size_t>(2 * conv_bytes));
+    std::memset(pool->state_layer(l).region[runtime::kRecurrentRegion], 0x5a, static_cast<size_t>(2 * recurrent_bytes));
   }
   ASSERT_TRUE(pool->admit(1, 10).ok());
   ASSERT_TRUE(pool->admit(2, 10).ok());
   EXPECT_NE(pool->state_slot(1), pool->state_slot(2));
   EXPECT_FALSE(pool->can_admit(1)) << "both state slots are taken, although pages are free";
   const auto third = pool->admit(3, 1);
-  EXPECT_EQ(third.message(),
-            "kv page pool: sequence 3 needs a state slot but all 2 slots of the state pool are in use (0.03 MiB per slot)");
+  EXPECT_EQ(
+      third.message(),
+      "kv page pool: sequence 3 needs a state slot but all 2 slots of the state pool are in use (0.03 MiB per slot)");
   for (int64_t l = 0; l < 2; ++l) {
     const runtime::StateLayerMemory m = pool->state_layer(l);
     const int32_t s = pool->state_slot(1);
-    for (int64_t i = 0; i < g.state.recurrent_bytes; ++i) ASSERT_EQ(m.recurrent[s * g.state.recurrent_bytes + i], std::byte{0});
-    for (int64_t i = 0; i < g.state.conv_bytes; ++i) ASSERT_EQ(m.conv[s * g.state.conv_bytes + i], std::byte{0});
+    const std::byte* recurrent = m.region[runtime::kRecurrentRegion];
+    const std::byte* conv = m.region[runtime::kConvRegion];
+    for (int64_t i = 0; i < recurrent_bytes; ++i) ASSERT_EQ(recurrent[s * recurrent_bytes + i], std::byte{0});
+    for (int64_t i = 0; i < conv_bytes; ++i) ASSERT_EQ(conv[s * conv_bytes + i], std::byte{0});
   }
   ASSERT_TRUE(pool->release(1).ok());
   EXPECT_TRUE(pool->can_admit(1));

@@ -41,8 +41,9 @@ TEST(KvPagePool, budget_sizes_whole_pages) {
   EXPECT_EQ(pool->num_pages(), 5);
   auto none = KvPagePool::create_for_budget(g, g.bytes_per_page() - 1);
   EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(none.status().message(),
-            "kv page pool: a budget of 1064959 bytes holds no page of 1064960 bytes (128 tokens x 8320 bytes per token)");
+  EXPECT_EQ(
+      none.status().message(),
+      "kv page pool: a budget of 1064959 bytes holds no page of 1064960 bytes (128 tokens x 8320 bytes per token)");
 }
 
 TEST(KvPagePool, admission_refuses_what_it_cannot_hold_and_changes_nothing) {
@@ -69,7 +70,7 @@ TEST(KvPagePool, append_is_all_or_nothing) {
   auto pool = KvPagePool::create(geometry(), 3).value();
   ASSERT_TRUE(pool.admit(1, 100).ok());
   ASSERT_TRUE(pool.admit(2, 200).ok());  // all 3 pages used
-  ASSERT_TRUE(pool.append(1, 28).ok());   // fills page 0 exactly
+  ASSERT_TRUE(pool.append(1, 28).ok());  // fills page 0 exactly
   EXPECT_EQ(pool.length(1), 128);
   const std::vector<int32_t> table(pool.block_table(1).begin(), pool.block_table(1).end());
   const Status st = pool.append(1, 1);
@@ -178,7 +179,8 @@ TEST(KvPagePool, invalid_requests) {
   expect(pool.fill_block_tables(ids, 2, table), "kv page pool: sequence 4 is not admitted");
   expect(pool.fill_block_tables(ids, 3, table), "kv page pool: a table of 4 entries cannot hold 2 rows of 3 blocks");
   const std::vector<SeqId> one = {1};
-  expect(pool.fill_block_tables(one, 0, table), "kv page pool: sequence 1 holds 1 pages but the table rows have 0 entries");
+  expect(pool.fill_block_tables(one, 0, table),
+         "kv page pool: sequence 1 holds 1 pages but the table rows have 0 entries");
   auto bad = KvPagePool::create({4, 0, 128, 128, 2}, 2);
   expect(bad.status(),
          "kv page pool: geometry (num_layers 4, num_kv_heads 0, page_size 128, row_bytes 128, side_row_bytes 2) is "
@@ -218,6 +220,73 @@ TEST(KvPagePool, empty_pool_admits_only_empty_sequences) {
   EXPECT_EQ(pool.total_bytes(), 0);
   EXPECT_TRUE(pool.admit(1, 0).ok());
   EXPECT_EQ(pool.append(1, 1).code(), StatusCode::kResourceExhausted);
+}
+
+// Layers whose MLA / indexer caches hold fewer rows than tokens per page (DeepSeek-V4's compressed entries:
+// page_size / ratio rows; none on a sliding-window-only layer) own exactly those bytes.
+TEST(KvPagePool, per_layer_rows_per_page) {
+  KvPageGeometry g;
+  g.num_layers = 3;
+  g.page_size = 128;
+  g.mla_row_bytes = 1024;
+  g.indexer_row_bytes = 256;
+  g.mla_rows_per_page = {0, 32, 1};
+  g.indexer_rows_per_page = {0, 32, 0};
+  EXPECT_EQ(g.bytes_per_page(), 32 * 1024 + 32 * 256 + 1024);
+  EXPECT_EQ(g.bytes_per_token(), (32 * 1024 + 32 * 256 + 1024) / 128);
+  auto pool = KvPagePool::create(g, 5);
+  ASSERT_TRUE(pool.ok()) << pool.status().to_string();
+  EXPECT_EQ(pool->total_bytes(), 5 * g.bytes_per_page());
+  EXPECT_EQ(pool->layer(0).mla, nullptr);
+  EXPECT_EQ(pool->layer(0).indexer, nullptr);
+  EXPECT_NE(pool->layer(1).indexer, nullptr);
+  EXPECT_EQ(pool->layer(2).indexer, nullptr);
+  // Every byte of the last page of each cache is writable (AddressSanitizer checks the extent).
+  std::memset(pool->layer(1).mla, 1, 5 * 32 * 1024);
+  std::memset(pool->layer(1).indexer, 1, 5 * 32 * 256);
+  std::memset(pool->layer(2).mla, 1, 5 * 1 * 1024);
+  g.mla_rows_per_page = {0, 129, 1};
+  EXPECT_EQ(KvPagePool::create(g, 1).status().message(),
+            "kv page pool: per-layer rows per page (mla [0, 129, 1], indexer [0, 32, 0]) are invalid for 3 layers of "
+            "page_size 128; each list must have one entry per layer in [0, page_size] and a page must hold at least "
+            "one byte");
+  g.mla_rows_per_page = {0, 32};
+  EXPECT_EQ(KvPagePool::create(g, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+// State layers of different region sizes: every region of a slot is zeroed at admission; a negative region
+// or a state layer without bytes is refused.
+TEST(KvPagePool, state_regions_per_layer) {
+  KvPageGeometry g = geometry();
+  g.state.layers = {{100, 0, 0, 40, 0}, {100, 0, 0, 0, 8}};
+  EXPECT_EQ(g.state.bytes_per_slot(), 248);
+  auto pool = KvPagePool::create(g, 4, 3);
+  ASSERT_TRUE(pool.ok()) << pool.status().to_string();
+  EXPECT_EQ(pool->state_bytes(), 3 * 248);
+  EXPECT_EQ(pool->state_layer(0).region[1], nullptr);
+  EXPECT_EQ(pool->state_layer(1).region[3], nullptr);
+  for (int64_t l = 0; l < 2; ++l) {
+    for (int r = 0; r < kStateRegions; ++r) {
+      if (std::byte* p = pool->state_layer(l).region[r])
+        std::memset(p, 0x5a, static_cast<size_t>(3 * g.state.layers[l][r]));
+    }
+  }
+  ASSERT_TRUE(pool->admit(7, 10).ok());
+  const int32_t slot = pool->state_slot(7);
+  for (int64_t l = 0; l < 2; ++l) {
+    for (int r = 0; r < kStateRegions; ++r) {
+      const std::byte* p = pool->state_layer(l).region[r];
+      for (int64_t i = 0; p && i < g.state.layers[l][r]; ++i) {
+        ASSERT_EQ(p[slot * g.state.layers[l][r] + i], std::byte{0}) << "layer " << l << " region " << r;
+      }
+    }
+  }
+  g.state.layers = {{100, -1, 0, 0, 0}};
+  EXPECT_EQ(KvPagePool::create(g, 1, 1).status().message(),
+            "kv page pool: state layer 0 has region bytes [100, -1, 0, 0, 0]; each must be >= 0 and a layer with state "
+            "must have bytes");
+  g.state.layers = {{100, 0, 0, 0, 0}, {0, 0, 0, 0, 0}};
+  EXPECT_EQ(KvPagePool::create(g, 1, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
