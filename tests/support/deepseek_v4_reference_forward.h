@@ -31,8 +31,9 @@
 // [m w, m w + m); ape [m, coff W] is added to s by slot. Without overlap: e_w[d] = sum_i softmax_i(s_i[d] +
 // ape_i[d]) c_i[d]. With overlap, 2m slots per channel d < W: the previous window's tokens through channels
 // [0, W) (none for w = 0), then this window's through [W, 2W). Then RMSNorm with the compressor's norm and the
-// compressed RoPE at position m w. Query t sees entry w iff w < (t + 1) / m: the sliding-window-and-HCA layers
-// attend to every visible entry, the ratio-4 layers to the indexer's choice.
+// compressed RoPE at position m w. Query t sees entry w iff w < (t + 1) / m: the ratio-4 (CSA) layers attend to
+// the indexer's choice of them, every other compressed layer (HCA: 128; other ratios are treated alike, as
+// DeepSeek's code does) to all of them.
 // Indexer (ratio-4 layers): its own overlapping compressor at W = index_head_dim gives keys K_w; queries
 // qI = index_wq_b qr [index_n_heads, index_head_dim] with the compressed RoPE at t; score(t, w) =
 // sum_h (index_weights_proj x)_h index_n_heads^-1/2 ReLU(qI_h . K_w) index_head_dim^-1/2 over the visible
@@ -82,8 +83,9 @@ struct DeepseekV4Reference {
   std::vector<std::vector<std::vector<int64_t>>> experts;
   std::vector<std::vector<double>> expert_margin;
   // [layer][token], compressed-sparse (ratio 4) layers: the compressed entries the indexer kept, increasing, and
-  // the gap between the last kept and first dropped score (infinity when all visible entries are kept); empty
-  // otherwise.
+  // the gap between the last kept and first dropped score (infinity when all visible entries are kept); the
+  // layer's vector is empty for the other layers. A gap of 0 is a tie; with few indexer heads, scores of
+  // exactly 0 (every head's ReLU at 0) are common, and the lower entry wins.
   std::vector<std::vector<std::vector<int64_t>>> index_selected;
   std::vector<std::vector<double>> index_margin;
 };

@@ -479,6 +479,27 @@ TEST(DeepseekV4ReferenceModel, sliding_window_layers_see_relative_positions_only
   }
 }
 
+TEST(DeepseekV4ReferenceModel, each_layer_kind_rotates_with_its_own_rope) {
+  // Sliding-window layers: rope_theta, never YaRN. Compressed layers (ratio 4 and others): compress_rope_theta
+  // with YaRN, for their keys, queries, entries and the indexer alike.
+  for (const int64_t ratio : {0, 4, 16}) {
+    TinyV4 m(small_shape({ratio}, 8), 20);
+    const std::vector<int32_t> t = tokens(40, m.c.vocab_size);
+    const DeepseekV4Reference base = m.run(t);
+    m.c.rope_theta = 5000.0;
+    const DeepseekV4Reference main_theta = m.run(t);
+    m.c.rope_theta = 10000.0;
+    m.c.dsv4.compress_rope_theta = 80000.0;
+    const DeepseekV4Reference compress_theta = m.run(t);
+    m.c.dsv4.compress_rope_theta = 160000.0;
+    m.c.dsv4.yarn = false;
+    const DeepseekV4Reference no_yarn = m.run(t);
+    EXPECT_EQ(base.logits == main_theta.logits, ratio != 0) << ratio;
+    EXPECT_EQ(base.logits == compress_theta.logits, ratio == 0) << ratio;
+    EXPECT_EQ(base.logits == no_yarn.logits, ratio == 0) << ratio;
+  }
+}
+
 TEST(DeepseekV4ReferenceModel, hash_layers_route_by_the_table) {
   const TinyV4 m(small_shape({0, 0}, 8), 16);
   const std::vector<int32_t> t = tokens(30, m.c.vocab_size);
