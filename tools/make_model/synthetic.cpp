@@ -51,8 +51,10 @@ uint64_t fnv1a(std::string_view s) {
 // biases and gate biases F32; tid2eid I64. The scales, and why each was chosen:
 //   linears (wq_a, wkv, wo_a, wo_b, compressor and indexer projections, weights_proj, experts, shared experts,
 //     the MTP layer's e_proj / h_proj): std 1/sqrt(fan_in), outputs about as large as their (normed) inputs.
-//     q is rms-normalised per head and kv by kv_norm, so the logits q.k / sqrt(head_dim) have std ~1: attention
-//     over the window is peaked but not one-hot.
+//     q is rms-normalised per head without a weight, so kv_norm alone sets the logits' scale: kv_norm (and the
+//     compressor's norm, whose entries join the same softmax) 2 + U(-0.2, 0.2) give q.k / sqrt(head_dim) a std of
+//     ~2, attention peaked but not one-hot (an fp64 check of these weights, window only: the best key takes ~0.26
+//     of a head's weight on average, entropy ~0.66 of uniform's; with weights ~1 it was 0.09 and 0.87).
 //   wq_b, indexer wq_b: 1/sqrt(q_lora_rank): the indexer's queries have elements of std ~1, so its
 //     relu(q.k) scores spread over the compressed entries.
 //   compressor wgate: 1/sqrt(hidden_size): gate scores of std ~1; ape std 0.5: a slot bias a bit smaller than
@@ -67,7 +69,7 @@ uint64_t fnv1a(std::string_view s) {
 //     differ per token; scale 1 +- 0.1 and base std 1 (F32) then make pre = sigmoid(.) ~0.2-0.8 and
 //     post = 2 sigmoid(.) ~0.4-1.6 vary per token and stream, and comb's rows differ before the Sinkhorn
 //     projection (which keeps the streams' mixture doubly stochastic, so they neither blow up nor vanish).
-//   norms (attn_norm, ffn_norm, q_norm, kv_norm, compressor norms, final and MTP norms): 1 + U(-0.1, 0.1).
+//   other norms (attn_norm, ffn_norm, q_norm, the indexer compressor's, final and MTP norms): 1 + U(-0.1, 0.1).
 //   embed.weight: std 1; head.weight: std 1/sqrt(hidden_size), logits of std ~1.
 //   The SwiGLU clamp (swiglu_limit 10) rarely binds at these scales (gate and up are O(1)), as in real models.
 // The tid2eid tables come first: every shard then starts with its I64 tensors, which keeps each one 8-byte
@@ -97,12 +99,12 @@ std::vector<TensorPlan> plan_deepseek_v4(const ModelConfig& c) {
     add(prefix + "w2.weight", {h, inter}, 0.0, proj(inter));
     add(prefix + "w3.weight", {inter, h}, 0.0, proj(h));
   };
-  const auto add_compressor = [&](const std::string& prefix, int64_t ratio, int64_t width) {
+  const auto add_compressor = [&](const std::string& prefix, int64_t ratio, int64_t width, double norm_center) {
     const int64_t coff = ratio == 4 ? 2 : 1;
     add(prefix + "wkv.weight", {coff * width, h}, 0.0, proj(h));
     add(prefix + "wgate.weight", {coff * width, h}, 0.0, proj(h));
     add(prefix + "ape", {ratio, coff * width}, 0.0, 0.5, true);
-    add(prefix + "norm.weight", {width}, 1.0, norm_std);
+    add(prefix + "norm.weight", {width}, norm_center, norm_center * norm_std);
   };
   // One block (a layer, or an MTP layer under mtp.<i>.) of compress ratio `ratio`; hash-routed or top-k.
   const auto add_block = [&](const std::string& p, int64_t ratio, bool hash) {
@@ -114,16 +116,16 @@ std::vector<TensorPlan> plan_deepseek_v4(const ModelConfig& c) {
     add(p + "attn.q_norm.weight", {d.q_lora_rank}, 1.0, norm_std);
     add(p + "attn.wq_b.weight", {nh * D, d.q_lora_rank}, 0.0, proj(d.q_lora_rank));
     add(p + "attn.wkv.weight", {D, h}, 0.0, proj(h));
-    add(p + "attn.kv_norm.weight", {D}, 1.0, norm_std);
+    add(p + "attn.kv_norm.weight", {D}, 2.0, 2 * norm_std);
     add(p + "attn.wo_a.weight", {d.o_groups * d.o_lora_rank, nh * D / d.o_groups}, 0.0, proj(nh * D / d.o_groups));
     add(p + "attn.wo_b.weight", {h, d.o_groups * d.o_lora_rank}, 0.0, proj(d.o_groups * d.o_lora_rank));
     add(p + "attn.attn_sink", {nh}, 0.0, 1.0, true);
-    if (ratio > 0) add_compressor(p + "attn.compressor.", ratio, D);
+    if (ratio > 0) add_compressor(p + "attn.compressor.", ratio, D, 2.0);
     if (ratio == 4) {
       add(p + "attn.indexer.wq_b.weight", {d.index_n_heads * d.index_head_dim, d.q_lora_rank}, 0.0,
           proj(d.q_lora_rank));
       add(p + "attn.indexer.weights_proj.weight", {d.index_n_heads, h}, 0.0, proj(h));
-      add_compressor(p + "attn.indexer.compressor.", ratio, d.index_head_dim);
+      add_compressor(p + "attn.indexer.compressor.", ratio, d.index_head_dim, 1.0);
     }
     add(p + "ffn.gate.weight", {E, h}, 0.0, 2.0 * proj(h));
     if (!hash) add(p + "ffn.gate.bias", {E}, 0.0, 0.1, true);
@@ -670,7 +672,7 @@ ModelConfig tiny_dsv4_preset() {
 // Sized like "small" (hidden 1024, 8 layers, 32 experts top-4 of width 512, vocab 8192) for speed comparisons,
 // with DeepSeek-V4's blocks: two sliding-window layers then compressed-sparse and heavily-compressed ones in
 // turn (as V4-Flash starts), 8 heads x 512, q_lora_rank 384, 4 output groups of 256, the indexer 16 x 128 with
-// index_topk 64; ~0.95 GB in bf16 with its MTP layer.
+// index_topk 64; ~1.09 GB in bf16, 0.12 GB of it the MTP layer the loader skips.
 ModelConfig small_dsv4_preset() {
   ModelConfig c = tiny_dsv4_preset();
   set_dims({.vocab_size = 8192,

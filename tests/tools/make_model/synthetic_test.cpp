@@ -256,7 +256,7 @@ TEST(Synthetic, deepseek_v4_presets_are_sized_as_documented) {
   EXPECT_EQ(tiny.dsv4.compress_ratios, (std::vector<int64_t>{0, 4, 128, 4, 0}));
   EXPECT_EQ(small.dsv4.compress_ratios, (std::vector<int64_t>{0, 0, 4, 128, 4, 128, 4, 128, 0}));
   // small-dsv4 is sized like small (hidden 1024, 8 layers, 32 experts top-4 of width 512, vocab 8192) and
-  // weighs ~0.95 GB in bf16 with its MTP layer (synthetic.cpp says so).
+  // weighs ~1.09 GB in bf16 with its MTP layer (synthetic.cpp says so).
   const ModelConfig like = synthetic_preset_config("small").value();
   EXPECT_EQ(small.hidden_size, like.hidden_size);
   EXPECT_EQ(small.num_hidden_layers, like.num_hidden_layers);
@@ -264,7 +264,7 @@ TEST(Synthetic, deepseek_v4_presets_are_sized_as_documented) {
   EXPECT_EQ(small.num_experts_per_tok, like.num_experts_per_tok);
   EXPECT_EQ(small.moe_intermediate_size, like.moe_intermediate_size);
   EXPECT_EQ(small.vocab_size, like.vocab_size);
-  EXPECT_NEAR(static_cast<double>(model_weight_bytes(small)) / 1e9, 0.95, 0.03);
+  EXPECT_NEAR(static_cast<double>(model_weight_bytes(small)) / 1e9, 1.09, 0.01);
   EXPECT_EQ(small.dsv4.index_topk, 64);
   EXPECT_EQ(small.num_attention_heads * small.head_dim / small.dsv4.o_groups, 1024);
 }
@@ -298,10 +298,16 @@ TEST(Synthetic, deepseek_v4_weights_follow_the_documented_scales) {
       EXPECT_LE(s, 1.1);
     }
   }
-  for (const TensorView& n : {l1.input_layernorm, l1.v4.kv_norm, l1.v4.index_compressor.norm, w.final_norm}) {
+  for (const TensorView& n : {l1.input_layernorm, l1.v4.q_norm, l1.v4.index_compressor.norm, w.final_norm}) {
     const Moments m = moments(n);
     EXPECT_GE(m.min, 0.9 - 1.0 / 128);  // U(0.9, 1.1) rounded to bf16
     EXPECT_LE(m.max, 1.1 + 1.0 / 128);
+  }
+  for (const TensorView& n : {l1.v4.kv_norm, l1.v4.compressor.norm}) {  // they set the attention logits' scale
+    const Moments m = moments(n);
+    EXPECT_GE(m.min, 1.8 - 1.0 / 64);  // U(1.8, 2.2) rounded to bf16
+    EXPECT_LE(m.max, 2.2 + 1.0 / 64);
+    EXPECT_NEAR(m.mean, 2.0, 0.05);
   }
 }
 
