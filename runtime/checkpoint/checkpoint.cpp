@@ -274,7 +274,18 @@ class WeightBinder {
     if (c.is_deepseek_v4()) {  // DeepSeek's names and layout: runtime/checkpoint/deepseek_v4_weights.cpp
       const detail::V4TensorBinder b{
           .bind = [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule,
-                      std::string_view why) { return bind(n, std::move(shape), rule, why); },
+                      std::string_view why) -> Result<TensorView> {
+            // The FP8 + MXFP4 form's F8_E4M3 linears and I8 (packed FP4) experts, named as what they are.
+            if (const TensorStore::Entry* e = ckpt_.store_->find(n);
+                e && e->tensor->dtype != "BF16" && e->tensor->dtype != "F16" && e->tensor->dtype != "F32") {
+              used_.insert(n);
+              return invalid_argument(fmt::format(
+                  "{}: tensor '{}' has dtype {}; DeepSeek-V4 weights must be BF16, F16 or F32: its FP8 + MXFP4 form "
+                  "is not supported yet (docs/deepseek.md)",
+                  e->file->path(), n, e->tensor->dtype));
+            }
+            return bind(n, std::move(shape), rule, why);
+          },
           .bind_f32 = [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule,
                           std::string_view why) { return bind_f32(n, std::move(shape), rule, why); },
           .bind_ids =

@@ -22,8 +22,8 @@ namespace {
 using json = nlohmann::json;
 
 // DeepSeek-V4-Flash's config.json as DeepSeek publishes it (deepseek-ai/DeepSeek-V4-Flash on the Hugging Face
-// hub), byte for byte as quoted by a public audit that fetched it: the FP8 + MXFP4 form (quantization_config,
-// expert_dtype "fp4").
+// hub), as quoted verbatim by a public audit that fetched it; with its final newline it is 1749 bytes, the size
+// the audit reports. The FP8 + MXFP4 form: quantization_config and expert_dtype "fp4".
 const char* kDeepseekV4FlashConfig = R"({
   "architectures": [
     "DeepseekV4ForCausalLM"
@@ -613,6 +613,29 @@ TEST_F(DeepseekV4Checkpoint, kept_f32_tensor_in_another_dtype_is_refused) {
   EXPECT_EQ(open_error(d), (d / "model.safetensors").string() +
                                ": tensor 'layers.2.hc_ffn_fn' has dtype BF16 but must be F32 (DeepSeek-V4 ships it in "
                                "F32 and genbridge binds it as it is)");
+}
+
+// The FP8 + MXFP4 form's tensors in a config without quantization_config: refused as that form.
+TEST_F(DeepseekV4Checkpoint, fp8_and_fp4_tensors_are_refused_as_the_unsupported_form) {
+  const std::filesystem::path d = write();
+  rewrite(d, [&](std::vector<RawTensor>& t) {
+    RawTensor* wq_a = find(t, "layers.1.attn.wq_a.weight");
+    wq_a->spec.dtype = DType::kFp8E4M3FN;
+    wq_a->bytes.resize(wq_a->bytes.size() / 2);
+  });
+  EXPECT_EQ(open_error(d), (d / "model.safetensors").string() +
+                               ": tensor 'layers.1.attn.wq_a.weight' has dtype F8_E4M3; DeepSeek-V4 weights must be "
+                               "BF16, F16 or F32: its FP8 + MXFP4 form is not supported yet (docs/deepseek.md)");
+  const std::filesystem::path d2 = write(DType::kF16);
+  rewrite(d2, [&](std::vector<RawTensor>& t) {
+    RawTensor* w1 = find(t, "layers.0.ffn.experts.3.w1.weight");  // [64, 128]: two FP4 values per byte
+    w1->spec.dtype = DType::kI8;
+    w1->spec.shape = {64, 64};
+    w1->bytes.resize(64 * 64);
+  });
+  EXPECT_EQ(open_error(d2), (d2 / "model.safetensors").string() +
+                                ": tensor 'layers.0.ffn.experts.3.w1.weight' has dtype I8; DeepSeek-V4 weights must be "
+                                "BF16, F16 or F32: its FP8 + MXFP4 form is not supported yet (docs/deepseek.md)");
 }
 
 TEST_F(DeepseekV4Checkpoint, missing_tensor_names_it_and_why) {
