@@ -29,6 +29,13 @@ int make_model(const MakeModelOptions& o) {
     fmt::print(stderr, "genbridge make-model: {}\n", config.status().message());
     return kExitUsage;
   }
+  if (o.weight_quant == "fp8" && config->is_deepseek_v4()) {
+    fmt::print(stderr,
+               "genbridge make-model: --weight-quant fp8 writes Hugging Face's FP8 block form; DeepSeek-V4's FP8 + "
+               "MXFP4 form is not supported yet, so --preset {} is written in bf16 only\n",
+               o.preset);
+    return kExitUsage;
+  }
   if (o.vocab_size > 0) {
     if (o.vocab_size < text::kMinSyntheticVocab && o.tokenizer_dir.empty()) {
       fmt::print(stderr, "genbridge make-model: --vocab-size {}: the synthetic tokenizer needs at least {} tokens\n",

@@ -337,10 +337,12 @@ std::string describe_model(const model::Checkpoint& ckpt) {
       fmt::format("model {}: {}, {:.1f} MiB of weights", ckpt.dir().string(), model::describe(ckpt.config()),
                   static_cast<double>(ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes()) / (1 << 20));
   if (const int64_t n = ckpt.ignored_tensors(); n > 0) {
-    line += fmt::format(
-        "\nmodel {}: {} tensor{} of the vision tower (model.visual.*) and the multi-token prediction "
-        "head (mtp.*) ignored: text-only serving",
-        ckpt.dir().string(), n, n == 1 ? "" : "s");
+    const std::string_view what =
+        ckpt.config().is_deepseek_v4()
+            ? "of the multi-token prediction layers (mtp.*) ignored: genbridge does not run them"
+            : "of the vision tower (model.visual.*) and the multi-token prediction head (mtp.*) ignored: text-only "
+              "serving";
+    line += fmt::format("\nmodel {}: {} tensor{} {}", ckpt.dir().string(), n, n == 1 ? "" : "s", what);
   }
   return line;
 }

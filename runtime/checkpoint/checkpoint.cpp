@@ -9,6 +9,7 @@
 #include <set>
 
 #include "genbridge/core/threading.h"
+#include "runtime/checkpoint/deepseek_v4_weights.h"
 #include "runtime/checkpoint/deepseek_weights.h"
 #include "runtime/checkpoint/file_access.h"
 #include "runtime/checkpoint/fp8_checkpoint.h"
@@ -43,10 +44,7 @@ class WeightBinder {
                           std::string_view why, bool keep_dtype = false, bool keep_f32 = false) {
     const TensorStore& store = *ckpt_.store_;
     const TensorStore::Entry* e = store.find(name);
-    if (!e) {
-      return invalid_argument(
-          fmt::format("{}: tensor '{}' is missing ({} requires it: {})", store.source(), name, kConfigFileName, why));
-    }
+    if (!e) return missing(name, why);
     used_.insert(name);
     if (e->tensor->dtype.rfind("F8_", 0) == 0) {
       if (!fp8_) {
@@ -65,12 +63,7 @@ class WeightBinder {
       return bind_fp8(name, *e, shape, shape_rule);
     }
     GB_ASSIGN_OR_RETURN(TensorView v, e->file->view(*e->tensor));
-    if (e->tensor->shape != shape) {
-      return invalid_argument(fmt::format(
-          "{}: tensor '{}' has shape {} but {} requires {} = {}", e->file->path(), name, v.shape_string(),
-          kConfigFileName, TensorView(nullptr, v.dtype(), shape.data(), static_cast<int>(shape.size())).shape_string(),
-          shape_rule));
-    }
+    if (e->tensor->shape != shape) return wrong_shape(*e, name, shape, shape_rule);
     if (keep_dtype || options_.precision == WeightPrecision::kNative || v.dtype() == DType::kBF16 ||
         (keep_f32 && v.dtype() == DType::kF32)) {
       ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;
@@ -100,6 +93,69 @@ class WeightBinder {
     ckpt_.converted_.push_back(std::move(out));
     ckpt_.bound_.push_back({name, e->file->path(), bv, true});
     return bv;
+  }
+
+  Status missing(const std::string& name, std::string_view why) const {
+    return invalid_argument(fmt::format("{}: tensor '{}' is missing ({} requires it: {})", ckpt_.store_->source(), name,
+                                        kConfigFileName, why));
+  }
+
+  Status wrong_shape(const TensorStore::Entry& e, const std::string& name, const std::vector<int64_t>& shape,
+                     std::string_view shape_rule) const {
+    const auto text = [](const std::vector<int64_t>& v) {
+      return TensorView(nullptr, DType::kBF16, v.data(), static_cast<int>(v.size())).shape_string();
+    };
+    return invalid_argument(fmt::format("{}: tensor '{}' has shape {} but {} requires {} = {}", e.file->path(), name,
+                                        text(e.tensor->shape), kConfigFileName, text(shape), shape_rule));
+  }
+
+  // A tensor the model keeps in F32 whatever the precision asked for (DeepSeek-V4's hyper-connection weights,
+  // attention sinks, compressor position biases and gate biases, which DeepSeek ships in F32): the file must
+  // hold F32.
+  Result<TensorView> bind_f32(const std::string& name, std::vector<int64_t> shape, std::string_view shape_rule,
+                              std::string_view why) {
+    if (const TensorStore::Entry* e = ckpt_.store_->find(name); e && e->tensor->dtype != "F32") {
+      used_.insert(name);
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' has dtype {} but must be F32 (DeepSeek-V4 ships it in F32 and genbridge binds it as it is)",
+          e->file->path(), name, e->tensor->dtype));
+    }
+    return bind(name, std::move(shape), shape_rule, why, /*keep_dtype=*/true);
+  }
+
+  // An integer table (I64 or I32, bound as in the file, zero-copy) whose elements must lie in [0, limit):
+  // DeepSeek-V4's ffn.gate.tid2eid [vocab, k] expert ids, checked here once so that the forward never reads an
+  // expert that does not exist. Not in bound_ (check_finite scans float weights).
+  Result<TensorView> bind_ids(const std::string& name, std::vector<int64_t> shape, std::string_view shape_rule,
+                              std::string_view why, int64_t limit, std::string_view limit_rule) {
+    const TensorStore::Entry* e = ckpt_.store_->find(name);
+    if (!e) return missing(name, why);
+    used_.insert(name);
+    const std::string& dt = e->tensor->dtype;
+    if (dt != "I64" && dt != "I32") {
+      return invalid_argument(fmt::format("{}: tensor '{}' has dtype {} but must be I64 or I32 (expert ids; {})",
+                                          e->file->path(), name, dt, why));
+    }
+    if (e->tensor->shape != shape) return wrong_shape(*e, name, shape, shape_rule);
+    const DType type = dt == "I64" ? DType::kI64 : DType::kI32;
+    const size_t es = dtype_size(type);
+    if (e->tensor->offset % es != 0) {
+      return invalid_argument(
+          fmt::format("{}: tensor '{}' starts at file offset {}, not aligned to its {}-byte elements", e->file->path(),
+                      name, e->tensor->offset, es));
+    }
+    const std::byte* p = e->file->mapping().data() + e->tensor->offset;
+    const int64_t cols = shape.empty() ? 1 : shape.back(), count = e->tensor->numel();
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t id =
+          type == DType::kI64 ? reinterpret_cast<const int64_t*>(p)[i] : reinterpret_cast<const int32_t*>(p)[i];
+      if (id < 0 || id >= limit) {
+        return invalid_argument(fmt::format("{}: tensor '{}' row {} holds {} in column {}, outside [0, {}) ({})",
+                                            e->file->path(), name, i / cols, id, i % cols, limit, limit_rule));
+      }
+    }
+    ckpt_.mapped_weight_bytes_ += e->tensor->nbytes;
+    return TensorView(const_cast<std::byte*>(p), type, shape.data(), static_cast<int>(shape.size()));
   }
 
   // An F8_E4M3 weight of an FP8 block-scaled checkpoint (fp8_checkpoint.h): dequantized into an owned bf16
@@ -215,6 +271,38 @@ class WeightBinder {
 
   Status bind_all() {
     const ModelConfig& c = ckpt_.config_;
+    if (c.is_deepseek_v4()) {  // DeepSeek's names and layout: runtime/checkpoint/deepseek_v4_weights.cpp
+      const detail::V4TensorBinder b{
+          .bind = [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule,
+                      std::string_view why) -> Result<TensorView> {
+            // The FP8 + MXFP4 form's F8_E4M3 linears and I8 (packed FP4) experts, named as what they are.
+            if (const TensorStore::Entry* e = ckpt_.store_->find(n);
+                e && e->tensor->dtype != "BF16" && e->tensor->dtype != "F16" && e->tensor->dtype != "F32") {
+              used_.insert(n);
+              return invalid_argument(fmt::format(
+                  "{}: tensor '{}' has dtype {}; DeepSeek-V4 weights must be BF16, F16 or F32: its FP8 + MXFP4 form "
+                  "is not supported yet (docs/deepseek.md)",
+                  e->file->path(), n, e->tensor->dtype));
+            }
+            return bind(n, std::move(shape), rule, why);
+          },
+          .bind_f32 = [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule,
+                          std::string_view why) { return bind_f32(n, std::move(shape), rule, why); },
+          .bind_ids =
+              [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule, std::string_view why,
+                  int64_t limit,
+                  std::string_view limit_rule) { return bind_ids(n, std::move(shape), rule, why, limit, limit_rule); }};
+      GB_RETURN_IF_ERROR(detail::bind_deepseek_v4_weights(c, b, &ckpt_.weights_));
+      if (c.tie_word_embeddings) used_.insert("head.weight");  // a tied checkpoint may still carry a copy
+    } else {
+      GB_RETURN_IF_ERROR(bind_hf_model());
+    }
+    return check_every_tensor_used();
+  }
+
+  // The Hugging Face layouts (Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V3 / V3.2).
+  Status bind_hf_model() {
+    const ModelConfig& c = ckpt_.config_;
     ModelWeights& w = ckpt_.weights_;
     const int64_t h = c.hidden_size;
     const std::string prefix = c.tensor_prefix();
@@ -286,13 +374,19 @@ class WeightBinder {
       GB_ASSIGN_OR_RETURN(w.lm_head, bind("lm_head.weight", {c.vocab_size, h}, "[vocab_size, hidden_size]",
                                           "tie_word_embeddings is false"));
     }
-    // A tensor the model does not use means config.json and the weights disagree (e.g. more experts).
+    return ok_status();
+  }
+
+  // A tensor the model does not use means config.json and the weights disagree (e.g. more experts); the ones a
+  // model's checkpoints ship for what genbridge does not run (vision towers, MTP layers) are counted instead.
+  Status check_every_tensor_used() {
+    const ModelConfig& c = ckpt_.config_;
     size_t unused = 0;
     std::string first;
     const TensorStore& store = *ckpt_.store_;
     for (const std::string& n : store.names()) {
       if (used_.count(n) || detail::is_ignored_deepseek_tensor(c, n)) continue;
-      if (detail::is_ignored_qwen35_tensor(c, n)) {
+      if (detail::is_ignored_qwen35_tensor(c, n) || detail::is_ignored_deepseek_v4_tensor(c, n)) {
         ++ckpt_.ignored_tensors_;
         continue;
       }

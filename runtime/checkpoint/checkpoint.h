@@ -134,7 +134,10 @@ struct LayerWeights {
   // as moe.e_score_correction_bias (kept F32), ffn.shared_experts.* as moe.shared_expert.
   V4AttentionWeights v4;
   HyperConnectionWeights hc_attn, hc_ffn;
-  TensorView tid2eid;  // hash-routed layers (< num_hash_layers): ffn.gate.tid2eid [vocab, num_experts_per_tok], I64 or I32
+  // hash-routed layers (< num_hash_layers): ffn.gate.tid2eid [vocab, num_experts_per_tok], I64 or I32 as in the file
+  // (DeepSeek ships I64), every id checked at open to lie in [0, n_routed_experts); the layer then has no
+  // ffn.gate.bias (moe.e_score_correction_bias stays empty).
+  TensorView tid2eid;
   bool is_moe = false;
   MoeWeights moe;    // when is_moe
   MlpWeights dense;  // when !is_moe: [intermediate_size, hidden] / [hidden, intermediate_size]
@@ -185,8 +188,8 @@ class Checkpoint {
   // file, the tensor and the rule; a tensor the model does not use is also an error (it means config and weights
   // disagree), except lm_head.weight in a tied model, which is ignored. Blocking file I/O.
   static Result<Checkpoint> open(const std::filesystem::path& dir, const LoadOptions& options = {});
-  // Tensors the checkpoint ships that text serving does not read (Qwen3.5's model.visual.* and mtp.*), for
-  // the log to say once; 0 for other models.
+  // Tensors the checkpoint ships that text serving does not read (Qwen3.5's model.visual.* and mtp.*,
+  // DeepSeek-V4's mtp.<i>.* for i < num_nextn_predict_layers), for the log to say once; 0 for other models.
   int64_t ignored_tensors() const { return ignored_tensors_; }
 
   Checkpoint(Checkpoint&&) noexcept = default;
@@ -203,7 +206,8 @@ class Checkpoint {
   uint64_t converted_weight_bytes() const { return converted_weight_bytes_; }
   // Reads every weight the model uses, as bound (after any conversion to bf16), and returns InvalidArgument
   // naming the first NaN, +Inf or -Inf in binding order (embedding, layers in order, final norm, LM head):
-  // file, tensor, flat index and value. Fills `*scan` (when given) either way. Uses the kernel threads;
+  // file, tensor, flat index and value (float weights only: DeepSeek-V4's integer tid2eid tables are
+  // range-checked at open instead). Fills `*scan` (when given) either way. Uses the kernel threads;
   // the result does not depend on their number. Blocks while it reads (pages of a lazily mapped file
   // are read from disk).
   Status check_finite(WeightScan* scan = nullptr) const;

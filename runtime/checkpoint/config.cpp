@@ -11,6 +11,7 @@
 #include "genbridge/ops/attention/paged_decode.h"
 #include "runtime/checkpoint/config_reader.h"
 #include "runtime/checkpoint/deepseek_config.h"
+#include "runtime/checkpoint/deepseek_v4_config.h"
 #include "runtime/checkpoint/file_access.h"
 #include "runtime/checkpoint/json_util.h"
 #include "runtime/checkpoint/qwen35_config.h"
@@ -102,12 +103,15 @@ std::string_view architecture_name(Architecture arch) {
       return kDeepseekV32Architecture;
     case Architecture::kQwen35Moe:
       return kQwen35MoeArchitecture;
+    case Architecture::kDeepseekV4:
+      return kDeepseekV4Architecture;
     default:
       return kQwen3MoeArchitecture;
   }
 }
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (is_deepseek_v4()) return num_experts > 0;  // no dense layers (the first num_hash_layers are hash-routed MoE)
   if (is_deepseek()) {
     return num_experts > 0 && deepseek.moe_layer_freq > 0 && layer >= deepseek.first_k_dense_replace &&
            layer % deepseek.moe_layer_freq == 0;
@@ -124,6 +128,7 @@ int64_t ModelConfig::num_kv_layers() const {
 }
 
 int64_t ModelConfig::rotary_dim() const {
+  if (is_deepseek_v4()) return dsv4.qk_rope_head_dim;  // each head's trailing dims
   if (!is_qwen35()) return head_dim;
   return static_cast<int64_t>(static_cast<double>(head_dim) * qwen35.partial_rotary_factor);
 }
@@ -135,6 +140,10 @@ int64_t ModelConfig::num_moe_layers() const {
 }
 
 Status validate_model_config(const ModelConfig& c, std::string_view src) {
+  if (!c.is_deepseek_v4() && c.dsv4 != DeepseekV4Config{}) {
+    return invalid_argument(fmt::format("{}: the DeepSeek-V4 keys are set but the architecture is {}", src,
+                                        architecture_name(c.architecture)));
+  }
   if (c.is_deepseek()) return detail::validate_deepseek_config(c, src);
   if (c.deepseek != DeepseekConfig{}) {
     return invalid_argument(fmt::format("{}: the DeepSeek keys are set but the architecture is {}", src,
@@ -142,8 +151,9 @@ Status validate_model_config(const ModelConfig& c, std::string_view src) {
   }
   if (!c.is_qwen35() && c.qwen35 != Qwen35Config{}) {
     return invalid_argument(
-        fmt::format("{}: the Qwen3.5 keys are set but the architecture is {}", src, kQwen3MoeArchitecture));
+        fmt::format("{}: the Qwen3.5 keys are set but the architecture is {}", src, architecture_name(c.architecture)));
   }
+  if (c.is_deepseek_v4()) return detail::validate_deepseek_v4_config(c, src);
   GB_RETURN_IF_ERROR(check_size(src, "vocab_size", c.vocab_size, 1));
   GB_RETURN_IF_ERROR(check_size(src, "hidden_size", c.hidden_size, 1));
   GB_RETURN_IF_ERROR(check_size(src, "num_hidden_layers", c.num_hidden_layers, 1));
@@ -233,7 +243,7 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   if (arch->is_array()) {
     for (const json& a : *arch) {
       for (Architecture candidate : {Architecture::kQwen3Moe, Architecture::kDeepseekV3, Architecture::kDeepseekV32,
-                                     Architecture::kQwen35Moe}) {
+                                     Architecture::kQwen35Moe, Architecture::kDeepseekV4}) {
         if (!known && a.is_string() && a.get<std::string>() == architecture_name(candidate)) {
           known = true;
           c.architecture = candidate;
@@ -247,9 +257,10 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   }
   if (!known) {
     return r.bad("architectures", *arch,
-                 fmt::format("unsupported architecture (genbridge supports [\"{}\", \"{}\", \"{}\", \"{}\", \"{}\"])",
+                 fmt::format("unsupported architecture (genbridge supports [\"{}\", \"{}\", \"{}\", \"{}\", \"{}\", "
+                             "\"{}\"])",
                              kQwen3MoeArchitecture, kQwen35MoeArchitecture, kQwen35MoeTextArchitecture,
-                             kDeepseekV3Architecture, kDeepseekV32Architecture));
+                             kDeepseekV3Architecture, kDeepseekV32Architecture, kDeepseekV4Architecture));
   }
   if (c.is_qwen35()) {
     if (const json* mt = r.find("model_type");
@@ -266,6 +277,12 @@ Result<ModelConfig> parse_model_config(std::string_view text, std::string_view s
   }
   if (c.is_deepseek()) {
     GB_RETURN_IF_ERROR(detail::parse_deepseek_config(r, &c));
+    GB_RETURN_IF_ERROR(parse_torch_dtype(r, &c));
+    GB_RETURN_IF_ERROR(validate_model_config(c, source));
+    return c;
+  }
+  if (c.is_deepseek_v4()) {
+    GB_RETURN_IF_ERROR(detail::parse_deepseek_v4_config(r, &c));
     GB_RETURN_IF_ERROR(parse_torch_dtype(r, &c));
     GB_RETURN_IF_ERROR(validate_model_config(c, source));
     return c;
@@ -363,6 +380,7 @@ Result<ModelConfig> load_model_config(const std::filesystem::path& path) {
 std::string to_config_json(const ModelConfig& c) {
   if (c.is_deepseek()) return detail::deepseek_config_json(c, torch_dtype_name(c.torch_dtype));
   if (c.is_qwen35()) return detail::qwen35_config_json(c, torch_dtype_name(c.torch_dtype));
+  if (c.is_deepseek_v4()) return detail::deepseek_v4_config_json(c, torch_dtype_name(c.torch_dtype));
   nlohmann::ordered_json j;
   j["architectures"] = {std::string(kQwen3MoeArchitecture)};
   j["model_type"] = "qwen3_moe";
@@ -394,6 +412,7 @@ std::string to_config_json(const ModelConfig& c) {
 }
 
 std::string describe(const ModelConfig& c) {
+  if (c.is_deepseek_v4()) return detail::describe_deepseek_v4(c);
   if (c.is_deepseek()) {
     const DeepseekConfig& d = c.deepseek;
     return fmt::format(

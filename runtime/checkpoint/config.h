@@ -2,8 +2,9 @@
 // ModelConfig: the Qwen3-MoE family (Hugging Face architecture Qwen3MoeForCausalLM), Qwen3.5-MoE
 // (Qwen3_5MoeForConditionalGeneration / Qwen3_5MoeForCausalLM: Gated DeltaNet and gated full-attention layers,
 // Gemma norms) and the DeepSeek-V3 / V3.2 family (DeepseekV3ForCausalLM, DeepseekV32ForCausalLM: MLA attention,
-// DeepSeek routing, and for V3.2 the DSA lightning indexer) as described by a config.json, validated once at load. Sizes are element
-// counts; layer and expert indices start at 0.
+// DeepSeek routing, and for V3.2 the DSA lightning indexer) and DeepSeek-V4 (DeepseekV4ForCausalLM, DeepSeek's own
+// keys; loaded, not yet run) as described by a config.json, validated once at load. Sizes are element counts;
+// layer and expert indices start at 0.
 
 #include <cstdint>
 #include <filesystem>
@@ -103,7 +104,8 @@ enum class V4AttentionKind : uint8_t {
 // max_position_embeddings, tie_word_embeddings.
 struct DeepseekV4Config {
   // compress_ratios as the file gives it (longer than num_hidden_layers: the tail is the MTP layers').
-  // Entry l < num_hidden_layers is layer l's ratio: 0, or a ratio > 1 dividing 128 (the KV page).
+  // Entry l < num_hidden_layers is layer l's ratio: 0, 4 or 128 (what DeepSeek's code implements: overlap and the
+  // indexer at 4, neither at 128); the tail entries are kept as read.
   std::vector<int64_t> compress_ratios;
   int64_t q_lora_rank = 0;
   int64_t qk_rope_head_dim = 0;  // the trailing rope dims of each 512-wide head (interleaved pairs)
@@ -191,7 +193,8 @@ struct ModelConfig {
   std::string tensor_prefix() const { return qwen35.text_config ? "model.language_model." : "model."; }
   // q_proj's output width: q_size(), twice that with Qwen3.5's output gate ([q | gate] per head).
   int64_t q_proj_size() const { return is_qwen35() ? 2 * q_size() : q_size(); }
-  // The dims RoPE rotates in each head (head_dim unless partial_rotary_factor says fewer).
+  // The dims RoPE rotates in each head (head_dim unless partial_rotary_factor says fewer; DeepSeek-V4: the
+  // trailing qk_rope_head_dim).
   int64_t rotary_dim() const;
   // MLA attention with the DSA lightning indexer (V3.2).
   bool has_indexer() const { return architecture == Architecture::kDeepseekV32; }

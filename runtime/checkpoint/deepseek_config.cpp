@@ -18,8 +18,9 @@ constexpr double kMaxRoutedScalingFactor = 1.8e19;
 
 std::string num(double v) { return fmt::format("{}", v); }
 
-// rope_scaling: null (plain RoPE) or a yarn object.
-Status parse_rope_scaling(const ConfigReader& r, ModelConfig* c) {
+}  // namespace
+
+Status parse_yarn_rope_scaling(const ConfigReader& r, YarnRopeScaling* s, bool* yarn) {
   const json* rs = r.find("rope_scaling");
   if (!rs) return ok_status();
   if (!rs->is_object()) return r.bad("rope_scaling", *rs, "must be null or an object with \"type\": \"yarn\"");
@@ -31,7 +32,6 @@ Status parse_rope_scaling(const ConfigReader& r, ModelConfig* c) {
     return r.bad(fmt::format("rope_scaling.{}", type_key), type,
                  "must be \"yarn\" (the only RoPE scaling DeepSeek models use)");
   }
-  YarnRopeScaling& s = c->deepseek.rope_scaling;
   const auto get_d = [&](const char* key, bool required, double* out) -> Status {
     const json* v = y.find(key);
     if (!v) return required ? r.missing(fmt::format("rope_scaling.{}", key)) : ok_status();
@@ -39,24 +39,63 @@ Status parse_rope_scaling(const ConfigReader& r, ModelConfig* c) {
     *out = v->get<double>();
     return ok_status();
   };
-  GB_RETURN_IF_ERROR(get_d("factor", true, &s.factor));
+  GB_RETURN_IF_ERROR(get_d("factor", true, &s->factor));
   if (const json* v = y.find("original_max_position_embeddings")) {
     if (!v->is_number_integer()) {
       return r.bad("rope_scaling.original_max_position_embeddings", *v, "must be an integer");
     }
-    s.original_max_position_embeddings = v->get<int64_t>();
+    s->original_max_position_embeddings = v->get<int64_t>();
   } else {
     return r.missing("rope_scaling.original_max_position_embeddings");
   }
-  GB_RETURN_IF_ERROR(get_d("beta_fast", false, &s.beta_fast));
-  GB_RETURN_IF_ERROR(get_d("beta_slow", false, &s.beta_slow));
-  GB_RETURN_IF_ERROR(get_d("mscale", false, &s.mscale));
-  GB_RETURN_IF_ERROR(get_d("mscale_all_dim", false, &s.mscale_all_dim));
-  c->deepseek.yarn = true;
+  GB_RETURN_IF_ERROR(get_d("beta_fast", false, &s->beta_fast));
+  GB_RETURN_IF_ERROR(get_d("beta_slow", false, &s->beta_slow));
+  GB_RETURN_IF_ERROR(get_d("mscale", false, &s->mscale));
+  GB_RETURN_IF_ERROR(get_d("mscale_all_dim", false, &s->mscale_all_dim));
+  *yarn = true;
   return ok_status();
 }
 
-}  // namespace
+Status check_routed_scaling_factor(double v, std::string_view src) {
+  if (!finite_positive(v)) {
+    return bad_config_value(src, "routed_scaling_factor", num(v), "must be a positive finite number");
+  }
+  if (v > kMaxRoutedScalingFactor) {
+    return bad_config_value(
+        src, "routed_scaling_factor", num(v),
+        fmt::format("must be at most {:g}: the scaled expert outputs enter the residual stream, and the next "
+                    "RMSNorm's fp32 sum of squares overflows once an element reaches {:g} (the square root of fp32's "
+                    "maximum), so any expert output of magnitude 1 or more would overflow",
+                    kMaxRoutedScalingFactor, kMaxRoutedScalingFactor));
+  }
+  return check_fp32_positive(src, "routed_scaling_factor", v);
+}
+
+Status check_yarn_rope_scaling(const YarnRopeScaling& s, std::string_view src) {
+  if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) {
+    return bad_config_value(src, "rope_scaling.factor", num(s.factor), "must be a finite number >= 1");
+  }
+  if (s.original_max_position_embeddings < 1 || s.original_max_position_embeddings > (int64_t{1} << 31)) {
+    return bad_config_value(src, "rope_scaling.original_max_position_embeddings",
+                            std::to_string(s.original_max_position_embeddings),
+                            "must be a positive integer no larger than 2147483648");
+  }
+  if (!finite_positive(s.beta_slow)) {
+    return bad_config_value(src, "rope_scaling.beta_slow", num(s.beta_slow), "must be a positive finite number");
+  }
+  if (!(s.beta_fast > s.beta_slow) || !std::isfinite(s.beta_fast)) {
+    return bad_config_value(src, "rope_scaling.beta_fast", num(s.beta_fast),
+                            fmt::format("must be finite and larger than beta_slow ({})", s.beta_slow));
+  }
+  if (!(s.mscale >= 0.0) || !std::isfinite(s.mscale)) {
+    return bad_config_value(src, "rope_scaling.mscale", num(s.mscale), "must be a non-negative finite number");
+  }
+  if (!(s.mscale_all_dim >= 0.0) || !std::isfinite(s.mscale_all_dim)) {
+    return bad_config_value(src, "rope_scaling.mscale_all_dim", num(s.mscale_all_dim),
+                            "must be a non-negative finite number");
+  }
+  return ok_status();
+}
 
 Status parse_deepseek_config(const ConfigReader& r, ModelConfig* c) {
   const bool v32 = c->architecture == Architecture::kDeepseekV32;
@@ -120,7 +159,7 @@ Status parse_deepseek_config(const ConfigReader& r, ModelConfig* c) {
   }
   GB_RETURN_IF_ERROR(r.get_int("intermediate_size", false, &c->intermediate_size));
   GB_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", &c->tie_word_embeddings));
-  GB_RETURN_IF_ERROR(parse_rope_scaling(r, c));
+  GB_RETURN_IF_ERROR(parse_yarn_rope_scaling(r, &d.rope_scaling, &d.yarn));
   for (const char* key : {"index_n_heads", "index_head_dim", "index_topk"}) {
     if (!v32 && r.has(key)) {
       return r.bad(
@@ -220,19 +259,7 @@ Status check_routing(const ModelConfig& c, std::string_view src) {
                     "groups)",
                     d.topk_group, group_size));
   }
-  if (!finite_positive(d.routed_scaling_factor)) {
-    return bad_config_value(src, "routed_scaling_factor", num(d.routed_scaling_factor),
-                            "must be a positive finite number");
-  }
-  if (d.routed_scaling_factor > kMaxRoutedScalingFactor) {
-    return bad_config_value(
-        src, "routed_scaling_factor", num(d.routed_scaling_factor),
-        fmt::format("must be at most {:g}: the scaled expert outputs enter the residual stream, and the next "
-                    "RMSNorm's fp32 sum of squares overflows once an element reaches {:g} (the square root of fp32's "
-                    "maximum), so any expert output of magnitude 1 or more would overflow",
-                    kMaxRoutedScalingFactor, kMaxRoutedScalingFactor));
-  }
-  GB_RETURN_IF_ERROR(check_fp32_positive(src, "routed_scaling_factor", d.routed_scaling_factor));
+  GB_RETURN_IF_ERROR(check_routed_scaling_factor(d.routed_scaling_factor, src));
   if (d.first_k_dense_replace < 0 || d.first_k_dense_replace > c.num_hidden_layers) {
     return bad_config_value(src, "first_k_dense_replace", std::to_string(d.first_k_dense_replace),
                             fmt::format("must be between 0 and num_hidden_layers ({})", c.num_hidden_layers));
@@ -260,28 +287,7 @@ Status check_yarn(const ModelConfig& c, std::string_view src) {
   const DeepseekConfig& d = c.deepseek;
   if (d.yarn) {
     const YarnRopeScaling& s = d.rope_scaling;
-    if (!(s.factor >= 1.0) || !std::isfinite(s.factor)) {
-      return bad_config_value(src, "rope_scaling.factor", num(s.factor), "must be a finite number >= 1");
-    }
-    if (s.original_max_position_embeddings < 1 || s.original_max_position_embeddings > (int64_t{1} << 31)) {
-      return bad_config_value(src, "rope_scaling.original_max_position_embeddings",
-                              std::to_string(s.original_max_position_embeddings),
-                              "must be a positive integer no larger than 2147483648");
-    }
-    if (!finite_positive(s.beta_slow)) {
-      return bad_config_value(src, "rope_scaling.beta_slow", num(s.beta_slow), "must be a positive finite number");
-    }
-    if (!(s.beta_fast > s.beta_slow) || !std::isfinite(s.beta_fast)) {
-      return bad_config_value(src, "rope_scaling.beta_fast", num(s.beta_fast),
-                              fmt::format("must be finite and larger than beta_slow ({})", s.beta_slow));
-    }
-    if (!(s.mscale >= 0.0) || !std::isfinite(s.mscale)) {
-      return bad_config_value(src, "rope_scaling.mscale", num(s.mscale), "must be a non-negative finite number");
-    }
-    if (!(s.mscale_all_dim >= 0.0) || !std::isfinite(s.mscale_all_dim)) {
-      return bad_config_value(src, "rope_scaling.mscale_all_dim", num(s.mscale_all_dim),
-                              "must be a non-negative finite number");
-    }
+    GB_RETURN_IF_ERROR(check_yarn_rope_scaling(s, src));
     if (s.mscale != s.mscale_all_dim) {
       return bad_config_value(
           src, "rope_scaling.mscale", num(s.mscale),

@@ -178,6 +178,14 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
                                                          const runtime::DeviceOperator& dev,
                                                          const runtime::KvPagePool& pool,
                                                          const QuantizedWeights* quantized) {
+  // DeepSeek-V4 checkpoints load (runtime/checkpoint/deepseek_v4_weights.cpp) but no forward pass runs them yet.
+  // The one place that says so: every engine (run, serve, AFD attention ranks) is assembled through here.
+  if (checkpoint.config().is_deepseek_v4()) {
+    return unimplemented(
+        fmt::format("model runner: {} checkpoints load, but genbridge's forward pass does not run DeepSeek-V4 yet "
+                    "(docs/deepseek.md, \"DeepSeek-V4 checkpoints\")",
+                    kDeepseekV4Architecture));
+  }
   if (checkpoint.precision() != WeightPrecision::kBF16) {
     return invalid_argument("model runner: the checkpoint must be opened with bf16 weights (LoadOptions::precision)");
   }

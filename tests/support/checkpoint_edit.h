@@ -22,6 +22,8 @@ struct RawTensor {
 inline DType safetensors_dtype(const std::string& st) {
   if (st == "BF16") return DType::kBF16;
   if (st == "F16") return DType::kF16;
+  if (st == "I64") return DType::kI64;
+  if (st == "I32") return DType::kI32;
   return DType::kF32;
 }
 

@@ -23,7 +23,16 @@ struct TensorPlan {
   double center = 0.0;
   double std = 0.0;
   bool f32 = false;  // written as F32 whatever the checkpoint's dtype (Qwen3.5's A_log and linear_attn.norm.weight)
+  // > 0: an I64 table [rows, k] of k distinct ids in [0, id_limit) per row (DeepSeek-V4's tid2eid); center and
+  // std are unused.
+  int64_t id_limit = 0;
 };
+
+// The dtype a planned tensor is written in, for a checkpoint of `dtype`.
+DType plan_dtype(const TensorPlan& t, DType dtype) {
+  if (t.id_limit > 0) return DType::kI64;
+  return t.f32 ? DType::kF32 : dtype;
+}
 
 uint64_t splitmix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -37,7 +46,117 @@ uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
+// DeepSeek-V4 with DeepSeek's names, in the dtypes DeepSeek ships the bf16 parts: linears, embeddings and norms
+// in the checkpoint's dtype (BF16 for presets); hyper-connection weights, attention sinks, compressor position
+// biases and gate biases F32; tid2eid I64. The scales, and why each was chosen:
+//   linears (wq_a, wkv, wo_a, wo_b, compressor and indexer projections, weights_proj, experts, shared experts,
+//     the MTP layer's e_proj / h_proj): std 1/sqrt(fan_in), outputs about as large as their (normed) inputs.
+//     q is rms-normalised per head without a weight, so kv_norm alone sets the logits' scale: kv_norm (and the
+//     compressor's norm, whose entries join the same softmax) 2 + U(-0.2, 0.2) give q.k / sqrt(head_dim) a std of
+//     ~2, attention peaked but not one-hot (an fp64 check of these weights, window only: the best key takes ~0.26
+//     of a head's weight on average, entropy ~0.66 of uniform's; with weights ~1 it was 0.09 and 0.87).
+//   wq_b, indexer wq_b: 1/sqrt(q_lora_rank): the indexer's queries have elements of std ~1, so its
+//     relu(q.k) scores spread over the compressed entries.
+//   compressor wgate: 1/sqrt(hidden_size): gate scores of std ~1; ape std 0.5: a slot bias a bit smaller than
+//     the scores, so the pooling weights depend on both the token and its slot in the window.
+//   attn_sink: std 1 around 0: exp(sink) is about one key's weight, which matters while the context is short
+//     and fades as the window fills.
+//   router (ffn.gate.weight): std 2/sqrt(hidden_size): logits of std ~2, so the sqrt(softplus) scores spread
+//     from ~0.1 to ~2 and the top-k is clear for most tokens.
+//   gate.bias: std 0.1: moves the selection among close scores without dominating the scores' spread.
+//   tid2eid: num_experts_per_tok distinct ids per row, uniformly drawn: a fixed random table per seed.
+//   hc_{attn,ffn}_fn, hc_head_fn: std 1/sqrt(hc_mult * hidden_size): the mixes fn . x / rms(x) have std ~1 and
+//     differ per token; scale 1 +- 0.1 and base std 1 (F32) then make pre = sigmoid(.) ~0.2-0.8 and
+//     post = 2 sigmoid(.) ~0.4-1.6 vary per token and stream, and comb's rows differ before the Sinkhorn
+//     projection (which keeps the streams' mixture doubly stochastic, so they neither blow up nor vanish).
+//   other norms (attn_norm, ffn_norm, q_norm, the indexer compressor's, final and MTP norms): 1 + U(-0.1, 0.1).
+//   embed.weight: std 1; head.weight: std 1/sqrt(hidden_size), logits of std ~1.
+//   The SwiGLU clamp (swiglu_limit 10) rarely binds at these scales (gate and up are O(1)), as in real models.
+// The tid2eid tables come first: every shard then starts with its I64 tensors, which keeps each one 8-byte
+// aligned (the F32 scale [3] and hc_head_scale [1] would misalign a later one).
+std::vector<TensorPlan> plan_deepseek_v4(const ModelConfig& c) {
+  const DeepseekV4Config& d = c.dsv4;
+  std::vector<TensorPlan> plan;
+  const int64_t h = c.hidden_size, nh = c.num_attention_heads, D = c.head_dim, n = d.hc_mult, E = c.num_experts;
+  const double norm_std = 0.1 / std::sqrt(3.0);  // U(-0.1, 0.1)
+  const auto proj = [](int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
+  const auto add = [&](std::string name, std::vector<int64_t> shape, double center, double std, bool f32 = false) {
+    plan.push_back(TensorPlan{std::move(name), std::move(shape), center, std, f32});
+  };
+  for (int64_t l = 0; l < d.num_hash_layers; ++l) {
+    plan.push_back(TensorPlan{.name = layer_tensor_name(l, "ffn.gate.tid2eid", ""),
+                              .shape = {c.vocab_size, c.num_experts_per_tok},
+                              .id_limit = E});
+  }
+  // fn, base and scale of a hyper-connection site (rows (2 + n) n, 3 scales) or of the streams' collapse (n, 1).
+  const auto add_hc = [&](const std::string& prefix, int64_t rows, int64_t scales) {
+    add(prefix + "fn", {rows, n * h}, 0.0, proj(n * h), true);
+    add(prefix + "base", {rows}, 0.0, 1.0, true);
+    add(prefix + "scale", {scales}, 1.0, 0.1 / std::sqrt(3.0), true);
+  };
+  const auto add_swiglu = [&](const std::string& prefix, int64_t inter) {
+    add(prefix + "w1.weight", {inter, h}, 0.0, proj(h));
+    add(prefix + "w2.weight", {h, inter}, 0.0, proj(inter));
+    add(prefix + "w3.weight", {inter, h}, 0.0, proj(h));
+  };
+  const auto add_compressor = [&](const std::string& prefix, int64_t ratio, int64_t width, double norm_center) {
+    const int64_t coff = ratio == 4 ? 2 : 1;
+    add(prefix + "wkv.weight", {coff * width, h}, 0.0, proj(h));
+    add(prefix + "wgate.weight", {coff * width, h}, 0.0, proj(h));
+    add(prefix + "ape", {ratio, coff * width}, 0.0, 0.5, true);
+    add(prefix + "norm.weight", {width}, norm_center, norm_center * norm_std);
+  };
+  // One block (a layer, or an MTP layer under mtp.<i>.) of compress ratio `ratio`; hash-routed or top-k.
+  const auto add_block = [&](const std::string& p, int64_t ratio, bool hash) {
+    add(p + "attn_norm.weight", {h}, 1.0, norm_std);
+    add(p + "ffn_norm.weight", {h}, 1.0, norm_std);
+    add_hc(p + "hc_attn_", (2 + n) * n, 3);
+    add_hc(p + "hc_ffn_", (2 + n) * n, 3);
+    add(p + "attn.wq_a.weight", {d.q_lora_rank, h}, 0.0, proj(h));
+    add(p + "attn.q_norm.weight", {d.q_lora_rank}, 1.0, norm_std);
+    add(p + "attn.wq_b.weight", {nh * D, d.q_lora_rank}, 0.0, proj(d.q_lora_rank));
+    add(p + "attn.wkv.weight", {D, h}, 0.0, proj(h));
+    add(p + "attn.kv_norm.weight", {D}, 2.0, 2 * norm_std);
+    add(p + "attn.wo_a.weight", {d.o_groups * d.o_lora_rank, nh * D / d.o_groups}, 0.0, proj(nh * D / d.o_groups));
+    add(p + "attn.wo_b.weight", {h, d.o_groups * d.o_lora_rank}, 0.0, proj(d.o_groups * d.o_lora_rank));
+    add(p + "attn.attn_sink", {nh}, 0.0, 1.0, true);
+    if (ratio > 0) add_compressor(p + "attn.compressor.", ratio, D, 2.0);
+    if (ratio == 4) {
+      add(p + "attn.indexer.wq_b.weight", {d.index_n_heads * d.index_head_dim, d.q_lora_rank}, 0.0,
+          proj(d.q_lora_rank));
+      add(p + "attn.indexer.weights_proj.weight", {d.index_n_heads, h}, 0.0, proj(h));
+      add_compressor(p + "attn.indexer.compressor.", ratio, d.index_head_dim, 1.0);
+    }
+    add(p + "ffn.gate.weight", {E, h}, 0.0, 2.0 * proj(h));
+    if (!hash) add(p + "ffn.gate.bias", {E}, 0.0, 0.1, true);
+    for (int64_t e = 0; e < E; ++e) add_swiglu(fmt::format("{}ffn.experts.{}.", p, e), c.moe_intermediate_size);
+    if (d.n_shared_experts > 0) add_swiglu(p + "ffn.shared_experts.", d.n_shared_experts * c.moe_intermediate_size);
+  };
+  add("embed.weight", {c.vocab_size, h}, 0.0, c.tie_word_embeddings ? proj(h) : 1.0);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    add_block(layer_tensor_name(l, "", ""), d.compress_ratio(l), l < d.num_hash_layers);
+  }
+  add_hc("hc_head_", n, 1);
+  add("norm.weight", {h}, 1.0, norm_std);
+  if (!c.tie_word_embeddings) add("head.weight", {c.vocab_size, h}, 0.0, proj(h));
+  // What DeepSeek's checkpoints also ship and genbridge ignores: the multi-token-prediction layers (top-k routed,
+  // their ratio from compress_ratios' tail), each with its own input projections, norms and stream collapse.
+  for (int64_t m = 0; m < d.num_nextn_predict_layers; ++m) {
+    const std::string p = fmt::format("mtp.{}.", m);
+    const size_t tail = static_cast<size_t>(c.num_hidden_layers + m);
+    add_block(p, tail < d.compress_ratios.size() ? d.compress_ratios[tail] : 0, false);
+    add(p + "e_proj.weight", {h, h}, 0.0, proj(h));
+    add(p + "h_proj.weight", {h, h}, 0.0, proj(h));
+    add(p + "enorm.weight", {h}, 1.0, norm_std);
+    add(p + "hnorm.weight", {h}, 1.0, norm_std);
+    add(p + "norm.weight", {h}, 1.0, norm_std);
+    add_hc(p + "hc_head_", n, 1);
+  }
+  return plan;
+}
+
 std::vector<TensorPlan> plan_tensors(const ModelConfig& c) {
+  if (c.is_deepseek_v4()) return plan_deepseek_v4(c);
   std::vector<TensorPlan> plan;
   const int64_t h = c.hidden_size;
   const double norm_center = c.norm_type == NormType::kGemma ? 0.0 : 1.0;
@@ -174,10 +293,28 @@ int64_t numel(const std::vector<int64_t>& shape) {
 
 // Fills `out` (numel elements of `dtype`) for one tensor. Element i depends only on (seed, name, i).
 void generate(const TensorPlan& t, uint64_t seed, DType dtype, std::vector<std::byte>& out) {
-  if (t.f32) dtype = DType::kF32;
+  dtype = plan_dtype(t, dtype);
   const int64_t n = numel(t.shape);
   out.resize(static_cast<size_t>(n) * dtype_size(dtype));
   const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(t.name)));
+  if (t.id_limit > 0) {
+    // Row r: the first k entries of a Fisher-Yates shuffle of [0, id_limit) driven by (seed, name, r, j).
+    const int64_t rows = t.shape[0], k = t.shape[1], limit = t.id_limit;
+    int64_t* ids = reinterpret_cast<int64_t*>(out.data());
+    parallel_for(rows, limit, [&](int64_t b, int64_t e) {
+      std::vector<int64_t> perm(static_cast<size_t>(limit));
+      for (int64_t r = b; r < e; ++r) {
+        for (int64_t i = 0; i < limit; ++i) perm[static_cast<size_t>(i)] = i;
+        for (int64_t j = 0; j < k; ++j) {
+          const uint64_t x = splitmix64(key + static_cast<uint64_t>(r * k + j + 1) * 0x9e3779b97f4a7c15ull);
+          const int64_t pick = j + static_cast<int64_t>(x % static_cast<uint64_t>(limit - j));
+          std::swap(perm[static_cast<size_t>(j)], perm[static_cast<size_t>(pick)]);
+          ids[r * k + j] = perm[static_cast<size_t>(j)];
+        }
+      }
+    });
+    return;
+  }
   const double half_width = std::sqrt(3.0) * t.std;  // sqrt is correctly rounded: same on every machine
   std::byte* dst = out.data();
   parallel_for(n, 4, [&](int64_t b, int64_t e) {
@@ -479,12 +616,101 @@ ModelConfig small_qwen35_preset() {
   return c;
 }
 
+// DeepSeek-V4 at the smallest widths that keep its structure (DeepSeek's names and dtypes, plan_deepseek_v4):
+// one layer of each attention kind plus a second compressed-sparse one (compress_ratios [0, 4, 128, 4], the
+// MTP layer's 0 after them), heads of DeepSeek's 512 (448 + 64 rope) over one shared KV head, the grouped
+// output projection, the indexer at its real head width with index_topk 16 (sparse selection from 68 tokens
+// on), YaRN on the compressed layers, a hash-routed first layer, the SwiGLU clamp, 4 hyper-connection streams,
+// and one MTP layer whose mtp.0.* tensors the loader counts and ignores.
+ModelConfig tiny_dsv4_preset() {
+  ModelConfig c;
+  c.architecture = Architecture::kDeepseekV4;
+  set_dims({.vocab_size = 512,
+            .hidden_size = 128,
+            .num_hidden_layers = 4,
+            .num_attention_heads = 4,
+            .num_key_value_heads = 1,
+            .head_dim = 512,
+            .max_position_embeddings = 65536,
+            .num_experts = 8,
+            .num_experts_per_tok = 2,
+            .moe_intermediate_size = 64,
+            .intermediate_size = 0},
+           &c);
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000.0;
+  c.norm_topk_prob = true;
+  c.tie_word_embeddings = false;
+  c.torch_dtype = DType::kBF16;
+  DeepseekV4Config& d = c.dsv4;
+  d.compress_ratios = {0, 4, 128, 4, 0};
+  d.q_lora_rank = 64;
+  d.qk_rope_head_dim = 64;
+  d.o_groups = 2;
+  d.o_lora_rank = 64;
+  d.sliding_window = 128;
+  d.compress_rope_theta = 160000.0;
+  d.yarn = true;
+  d.rope_scaling.factor = 16.0;
+  d.rope_scaling.original_max_position_embeddings = 65536;
+  d.rope_scaling.beta_fast = 32.0;
+  d.rope_scaling.beta_slow = 1.0;
+  d.index_n_heads = 4;
+  d.index_head_dim = 128;
+  d.index_topk = 16;
+  d.n_shared_experts = 1;
+  d.routed_scaling_factor = 1.5;
+  d.num_hash_layers = 1;
+  d.swiglu_limit = 10.0;
+  d.hc_mult = 4;
+  d.hc_sinkhorn_iters = 20;
+  d.hc_eps = 1e-6;
+  d.num_nextn_predict_layers = 1;
+  return c;
+}
+
+// Sized like "small" (hidden 1024, 8 layers, 32 experts top-4 of width 512, vocab 8192) for speed comparisons,
+// with DeepSeek-V4's blocks: two sliding-window layers then compressed-sparse and heavily-compressed ones in
+// turn (as V4-Flash starts), 8 heads x 512, q_lora_rank 384, 4 output groups of 256, the indexer 16 x 128 with
+// index_topk 64; ~1.09 GB in bf16, 0.12 GB of it the MTP layer the loader skips.
+ModelConfig small_dsv4_preset() {
+  ModelConfig c = tiny_dsv4_preset();
+  set_dims({.vocab_size = 8192,
+            .hidden_size = 1024,
+            .num_hidden_layers = 8,
+            .num_attention_heads = 8,
+            .num_key_value_heads = 1,
+            .head_dim = 512,
+            .max_position_embeddings = 65536,
+            .num_experts = 32,
+            .num_experts_per_tok = 4,
+            .moe_intermediate_size = 512,
+            .intermediate_size = 0},
+           &c);
+  DeepseekV4Config& d = c.dsv4;
+  d.compress_ratios = {0, 0, 4, 128, 4, 128, 4, 128, 0};
+  d.q_lora_rank = 384;
+  d.o_groups = 4;
+  d.o_lora_rank = 256;
+  d.index_n_heads = 16;
+  d.index_head_dim = 128;
+  d.index_topk = 64;
+  return c;
+}
+
 std::vector<Preset> presets() {
-  return {{"tiny", tiny_preset()},           {"tiny-gemma", tiny_gemma_preset()},
-          {"small", small_preset()},         {"tiny-dsa", tiny_dsa_preset()},
-          {"tiny-dsv3", tiny_dsv3_preset()}, {"tiny-dsv3-noq", tiny_dsv3_noq_preset()},
-          {"small-dsa", small_dsa_preset()}, {"tiny-qwen35", tiny_qwen35_preset()},
-          {"tiny-qwen35-split", tiny_qwen35_split_preset()}, {"small-qwen35", small_qwen35_preset()}};
+  return {{"tiny", tiny_preset()},
+          {"tiny-gemma", tiny_gemma_preset()},
+          {"small", small_preset()},
+          {"tiny-dsa", tiny_dsa_preset()},
+          {"tiny-dsv3", tiny_dsv3_preset()},
+          {"tiny-dsv3-noq", tiny_dsv3_noq_preset()},
+          {"small-dsa", small_dsa_preset()},
+          {"tiny-qwen35", tiny_qwen35_preset()},
+          {"tiny-qwen35-split", tiny_qwen35_split_preset()},
+          {"small-qwen35", small_qwen35_preset()},
+          {"tiny-dsv4", tiny_dsv4_preset()},
+          {"small-dsv4", small_dsv4_preset()}};
 }
 
 // "model-<digits>-of-<digits>.safetensors"
@@ -545,7 +771,7 @@ Status write_checkpoint(const ModelConfig& config, std::string_view label, uint6
     const size_t end = (static_cast<size_t>(s) + 1) * plan.size() / static_cast<size_t>(shards);
     const std::string file = shards == 1 ? std::string(kSingleFileName) : shard_file_name(s + 1, shards);
     std::vector<SafetensorsTensorSpec> specs;
-    for (size_t i = next; i < end; ++i) specs.push_back({plan[i].name, plan[i].f32 ? DType::kF32 : dtype, plan[i].shape});
+    for (size_t i = next; i < end; ++i) specs.push_back({plan[i].name, plan_dtype(plan[i], dtype), plan[i].shape});
     GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(out_dir / file, std::move(specs), metadata));
     for (size_t i = next; i < end; ++i) {
       generate(plan[i], seed, dtype, buffer);
@@ -596,7 +822,7 @@ Status write_synthetic_checkpoint(const ModelConfig& config, uint64_t seed, cons
 uint64_t model_weight_bytes(const ModelConfig& config, DType dtype) {
   uint64_t n = 0;
   for (const TensorPlan& t : plan_tensors(config)) {
-    n += static_cast<uint64_t>(numel(t.shape)) * dtype_size(t.f32 ? DType::kF32 : dtype);
+    n += static_cast<uint64_t>(numel(t.shape)) * dtype_size(plan_dtype(t, dtype));
   }
   return n;
 }

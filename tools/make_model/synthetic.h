@@ -32,7 +32,11 @@ namespace genbridge::model {
 // without the indexer), "tiny-dsv3-noq" (V3 without q_lora and YaRN, ungrouped routing, every layer MoE),
 // "small-dsa" (V3.2 at DeepSeek's MLA widths, for benchmarks), and Qwen3.5-MoE: "tiny-qwen35" (the Hub's
 // layout: text_config, model.language_model.*, fused experts, plus model.visual.* and mtp.* tensors serving
-// ignores), "tiny-qwen35-split" (Qwen3_5MoeForCausalLM, one tensor per expert), "small-qwen35" (sized like small).
+// ignores), "tiny-qwen35-split" (Qwen3_5MoeForCausalLM, one tensor per expert), "small-qwen35" (sized like small),
+// and DeepSeek-V4 as DeepSeek ships its bf16 parts: "tiny-dsv4" (compress_ratios [0, 4, 128, 4], heads of 512 over
+// one KV head, indexer 4 x 128 top-16, a hash-routed first layer, 4 hyper-connection streams, an MTP layer the
+// loader ignores) and "small-dsv4" (sized like small). Their scales and dtypes are explained at
+// plan_deepseek_v4 in synthetic.cpp.
 // Qwen3.5 weights: as above (norms are Gemma's), plus conv1d std 1/sqrt(K), dt_bias 1 +- 0.2, A_log
 // U(-2.3, 0.7) (F32, as the Hub stores it), linear_attn.norm.weight 1 + U(-0.1, 0.1) (F32). A config nesting
 // text_config gets fused experts; a top-level one gets one tensor per expert.

@@ -200,10 +200,14 @@ TEST(ModelConfig, missing_architectures) {
 TEST(ModelConfig, unknown_architecture) {
   EXPECT_EQ(error_with("architectures", {"LlamaForCausalLM"}),
             "cfg.json: architectures = [\"LlamaForCausalLM\"]: unsupported architecture (genbridge supports "
-            "[\"Qwen3MoeForCausalLM\", \"Qwen3_5MoeForConditionalGeneration\", \"Qwen3_5MoeForCausalLM\", \"DeepseekV3ForCausalLM\", \"DeepseekV32ForCausalLM\"])");
+            "[\"Qwen3MoeForCausalLM\", \"Qwen3_5MoeForConditionalGeneration\", \"Qwen3_5MoeForCausalLM\", "
+            "\"DeepseekV3ForCausalLM\", \"DeepseekV32ForCausalLM\", "
+            "\"DeepseekV4ForCausalLM\"])");
   EXPECT_EQ(error_with("architectures", "Qwen3MoeForCausalLM"),
             "cfg.json: architectures = \"Qwen3MoeForCausalLM\": unsupported architecture (genbridge supports "
-            "[\"Qwen3MoeForCausalLM\", \"Qwen3_5MoeForConditionalGeneration\", \"Qwen3_5MoeForCausalLM\", \"DeepseekV3ForCausalLM\", \"DeepseekV32ForCausalLM\"])");
+            "[\"Qwen3MoeForCausalLM\", \"Qwen3_5MoeForConditionalGeneration\", \"Qwen3_5MoeForCausalLM\", "
+            "\"DeepseekV3ForCausalLM\", \"DeepseekV32ForCausalLM\", "
+            "\"DeepseekV4ForCausalLM\"])");
 }
 
 TEST(ModelConfig, model_type_disagrees_with_architecture) {
