@@ -107,6 +107,28 @@ TEST(CrossCpu, expert_ffn) {
   }
 }
 
+// The same with DeepSeek-V4's swiglu_limit (0.5: gates above it and ups on both sides are clamped).
+TEST(CrossCpu, expert_ffn_swiglu_limit) {
+  for (int64_t t : {1, 9}) {
+    const std::string name = "expert_ffn.swiglu_limit.t" + std::to_string(t);
+    check_case(name, [&] {
+      const int64_t h = 45, i = 38, e = 5, k = 2;
+      Buf x(DType::kBF16, {t, h}), ids(DType::kI32, {t, k}), wg(DType::kBF16, {e, i, h}), wu(DType::kBF16, {e, i, h}),
+          wdn(DType::kBF16, {e, h, i}), out(DType::kBF16, {t, k, h});
+      fill(x, 15);
+      fill(wg, 16, -0.3f, 0.3f, Edges::kNone);
+      fill(wu, 17, -0.3f, 0.3f, Edges::kNone);
+      fill(wdn, 18, -0.3f, 0.3f, Edges::kNone);
+      for (int64_t j = 0; j < t * k; ++j) ids.as<int32_t>()[j] = static_cast<int32_t>(j % e);
+      CaseResult r;
+      if (op_ok(ops::expert_ffn(x.view(), ids.view(), wg.view(), wu.view(), wdn.view(), 0, e, out.view(), 0.5f), r)) {
+        r.outputs.push_back(output_of(out));
+      }
+      return r;
+    });
+  }
+}
+
 TEST(CrossCpu, moe_combine) {
   for (DType d : kFloatTypes) {
     for (int shared : {0, 1, 2}) {  // none, shared_out alone, shared_out with its sigmoid gate

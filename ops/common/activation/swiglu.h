@@ -10,6 +10,15 @@ namespace genbridge::ops::detail {
 // silu(g) * u in fp32: (g / (1 + exp(-g))) * u, each step rounded once.
 inline float silu_mul(float g, float u) { return (g / (1.0f + std::exp(-g))) * u; }
 
+// DeepSeek-V4's clamped SwiGLU (the swiglu_limit of moe/expert_ffn and moe/quant_expert_ffn): silu_mul of
+// min(g, limit) and clamp(u, -limit, limit), in fp32. Comparisons only, so limit = +inf leaves every value
+// (NaN and infinities included) as it is and gives silu_mul's bits; a NaN stays NaN, as in torch's clamp.
+inline float clamped_silu_mul(float g, float u, float limit) {
+  const float gc = limit < g ? limit : g;
+  const float uc = u < -limit ? -limit : (limit < u ? limit : u);
+  return silu_mul(gc, uc);
+}
+
 // 1 / (1 + exp(-v)) in fp32.
 inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 

@@ -20,7 +20,7 @@ void softmax_rows(const std::vector<double>& logits, int64_t T, int64_t E, std::
 }
 
 void swiglu_expert(const double* x, const double* wg, const double* wu, const double* wd, int64_t H, int64_t I,
-                   double* out, double* sensitivity) {
+                   double* out, double* sensitivity, double limit, int64_t* clamped) {
   std::vector<double> a(static_cast<size_t>(I)), da(static_cast<size_t>(I));
   for (int64_t i = 0; i < I; ++i) {
     double g = 0, u = 0, G = 0, U = 0;
@@ -29,6 +29,17 @@ void swiglu_expert(const double* x, const double* wg, const double* wu, const do
       u += wu[i * H + k] * x[k];
       G += std::abs(wg[i * H + k] * x[k]);
       U += std::abs(wu[i * H + k] * x[k]);
+    }
+    if (g > limit) {
+      g = limit;
+      if (clamped) ++clamped[0];
+    }
+    if (u > limit) {
+      u = limit;
+      if (clamped) ++clamped[1];
+    } else if (u < -limit) {
+      u = -limit;
+      if (clamped) ++clamped[2];
     }
     a[i] = silu(g) * u;
     da[i] = std::abs(a[i]) + 1.1 * G * std::abs(u) + std::abs(silu(g)) * U;

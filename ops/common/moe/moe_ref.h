@@ -2,6 +2,7 @@
 // fp64 oracles for the moe/* operators (tests and benchmarks only). Inputs are the exact values of the
 // (already rounded) input elements; outputs are unrounded fp64.
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -11,11 +12,14 @@ namespace genbridge::ref {
 void softmax_rows(const std::vector<double>& logits, int64_t T, int64_t E, std::vector<double>& p);
 
 // One SwiGLU expert on one row x[0:H]: out[h] = sum_i silu(g_i) u_i wd[h, i] with g = wg x, u = wu x
-// (wg, wu: [I, H], wd: [H, I], row-major). sensitivity[h] bounds how far an fp32 evaluation may move
-// out[h] per unit of relative error in its dot products: sum_i |wd[h, i]| (|a_i| + 1.1 G_i |u_i| +
-// |silu(g_i)| U_i) with a_i = silu(g_i) u_i, G_i = sum_k |wg[i, k] x_k| and U_i likewise.
+// (wg, wu: [I, H], wd: [H, I], row-major), where with a finite `limit` g_i is first replaced by
+// min(g_i, limit) and u_i by clamp(u_i, -limit, limit) (DeepSeek-V4's swiglu_limit). sensitivity[h] bounds
+// how far an fp32 evaluation may move out[h] per unit of relative error in its dot products:
+// sum_i |wd[h, i]| (|a_i| + 1.1 G_i |u_i| + |silu(g_i)| U_i) with a_i = silu(g_i) u_i (g_i, u_i clamped; the
+// clamp moves no value further than its argument moved), G_i = sum_k |wg[i, k] x_k| and U_i likewise.
+// `clamped`, when not null, counts the clamped values: [0] gates above, [1] ups above, [2] ups below.
 void swiglu_expert(const double* x, const double* wg, const double* wu, const double* wd, int64_t H, int64_t I,
-                   double* out, double* sensitivity);
+                   double* out, double* sensitivity, double limit = INFINITY, int64_t* clamped = nullptr);
 
 // moe/grouped_topk_router's contract for one token in fp64 (sigmoid scores, selection scores plus `bias`
 // (nullptr: none), group scores from each group's two best, the topk_group best groups, then the k best
