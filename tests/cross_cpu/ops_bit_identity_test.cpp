@@ -37,6 +37,7 @@
 #include "genbridge/ops/moe/expert_ffn.h"
 #include "genbridge/ops/moe/grouped_topk_router.h"
 #include "genbridge/ops/moe/moe_combine.h"
+#include "genbridge/ops/moe/sqrt_softplus_router.h"
 #include "genbridge/ops/moe/topk_router.h"
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
 #include "genbridge/ops/norm/add_rms_norm.h"
@@ -197,6 +198,40 @@ TEST(CrossCpu, grouped_topk_router) {
         }
         return r;
       });
+    }
+  }
+}
+
+// DeepSeek-V4 routing: E = 24, k = 4; top-k without and with a bias, and hash ids (repeats included); row 2
+// holds NaN and infinities, row 4 ties.
+TEST(CrossCpu, sqrt_softplus_router) {
+  for (DType d : kFloatTypes) {
+    for (int mode : {0, 1, 2}) {  // top-k, top-k with bias, hash ids
+      for (bool norm : {false, true}) {
+        const char* tags[] = {".topk", ".bias", ".hash"};
+        const std::string name = "sqrt_softplus_router." + dt(d) + tags[mode] + (norm ? ".norm" : ".raw");
+        check_case(name, [&] {
+          const int64_t t = 7, e = 24, k = 4;
+          Buf logits(d, {t, e}), bias(DType::kF32, {e}), hash(DType::kI32, {t, k}), ids(DType::kI32, {t, k}),
+              w(DType::kF32, {t, k});
+          fill(logits, 39, -8.f, 24.f, Edges::kNone);
+          fill(bias, 40, -0.5f, 0.5f, Edges::kNone);
+          Gen g(41);
+          for (int64_t j = 0; j < t * k; ++j) hash.as<int32_t>()[j] = static_cast<int32_t>(g.next() % e);
+          set_float(logits, 2 * e + 3, std::numeric_limits<float>::quiet_NaN());
+          set_float(logits, 2 * e + 7, std::numeric_limits<float>::infinity());
+          set_float(logits, 2 * e + 8, -std::numeric_limits<float>::infinity());
+          for (int64_t j = 0; j < e; ++j) set_float(logits, 4 * e + j, j % 3 == 0 ? 1.5f : 0.25f);
+          CaseResult r;
+          if (op_ok(ops::sqrt_softplus_router(logits.view(), mode == 1 ? bias.view() : TensorView(),
+                                              mode == 2 ? hash.view() : TensorView(), norm, 1.5f, ids.view(), w.view()),
+                    r)) {
+            r.outputs.push_back(output_of(ids));
+            r.outputs.push_back(output_of(w));
+          }
+          return r;
+        });
+      }
     }
   }
 }

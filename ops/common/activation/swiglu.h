@@ -1,7 +1,7 @@
 #pragma once
 // Internal: the scalar activation formulas shared by activation/silu_and_mul, moe/expert_ffn and
-// moe/moe_combine. One definition, so the dense composition linear + silu_and_mul + linear and
-// expert_ffn give the same bits.
+// moe/moe_combine (and the sigmoid and softplus of the gating, routing and hyper-connection ops). One
+// definition, so the dense composition linear + silu_and_mul + linear and expert_ffn give the same bits.
 
 #include <cmath>
 
@@ -21,5 +21,8 @@ inline float clamped_silu_mul(float g, float u, float limit) {
 
 // 1 / (1 + exp(-v)) in fp32.
 inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+// softplus in fp32 with torch's threshold: v itself above 20, else log1p(exp(v)).
+inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
 }  // namespace genbridge::ops::detail

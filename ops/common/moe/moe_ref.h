@@ -30,4 +30,15 @@ void grouped_topk_route(const double* logits, const double* bias, int64_t E, int
                         int64_t k, bool norm_topk_prob, double routed_scaling_factor, std::vector<int64_t>& ids,
                         std::vector<double>& weights, double* margin);
 
+// moe/sqrt_softplus_router's contract for one token in fp64: s[e] = sqrt(softplus(logits[e])) (softplus(x) = x
+// for x > 20, else log1p(exp(x))); ids = hash_ids[0, k) when given (nullptr: top-k), else the k largest
+// s[e] + bias[e] (bias nullptr: none), best first, ties to the lower id, NaN after every number; weights =
+// s[id] / (sum of the k s[id] + 1e-20) * routed_scaling_factor when renormalize, else s[id] *
+// routed_scaling_factor. `margin` (when not null) receives the smallest nonzero gap between consecutive
+// selection scores among the first k + 1 ranked (+inf with hash ids): an fp32 evaluation may rank
+// differently only where its error exceeds it (exact ties go to the lower id in both).
+void sqrt_softplus_route(const double* logits, const double* bias, const int32_t* hash_ids, int64_t E, int64_t k,
+                         bool renormalize, double routed_scaling_factor, std::vector<int64_t>& ids,
+                         std::vector<double>& weights, double* margin);
+
 }  // namespace genbridge::ref
