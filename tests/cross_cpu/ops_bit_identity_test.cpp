@@ -47,6 +47,7 @@
 #include "genbridge/ops/quant/dynamic_quant_per_token.h"
 #include "genbridge/ops/quant/mx_dequant.h"
 #include "genbridge/ops/quant/normalize_mx_scale_layout.h"
+#include "genbridge/ops/residual/hyper_connection.h"
 
 namespace genbridge::cross_cpu {
 namespace {
@@ -865,6 +866,63 @@ TEST(CrossCpu, gated_delta_rule) {
 }
 
 // ---- end MLA + DSA ----
+
+// DeepSeek-V4's hyper-connections: n = 4 streams of H = 45 (tail 13), T = 1, 9 (fn rows split over the
+// threads) and 70 (token blocks); 20 and 1 Sinkhorn iterations; n = 1.
+TEST(CrossCpu, hyper_connection) {
+  struct Shape {
+    int64_t t, n, h, iters;
+  };
+  for (DType d : {DType::kBF16, DType::kF32}) {
+    for (Shape sh : {Shape{1, 4, 45, 20}, Shape{9, 4, 45, 20}, Shape{70, 4, 45, 1}, Shape{3, 1, 45, 20}}) {
+      const std::string tag =
+          dt(d) + ".t" + std::to_string(sh.t) + ".n" + std::to_string(sh.n) + ".it" + std::to_string(sh.iters);
+      const int64_t N = (2 + sh.n) * sh.n;
+      Buf streams(d, {sh.t, sh.n, sh.h}), fn(DType::kF32, {N, sh.n * sh.h}), base(DType::kF32, {N}),
+          scale(DType::kF32, {3}), y(d, {sh.t, sh.h});
+      fill(streams, 221, -3.f, 3.f);
+      fill(fn, 222, -0.15f, 0.15f, Edges::kNone);
+      fill(base, 223, -1.f, 1.f, Edges::kNone);
+      fill(scale, 224, 0.5f, 2.f, Edges::kNone);
+      fill(y, 225, -3.f, 3.f);
+      const ops::HyperConnectionParams p{1e-6f, 1e-6f, sh.iters};
+      Buf collapsed(d, {sh.t, sh.h}), post(DType::kF32, {sh.t, sh.n}), comb(DType::kF32, {sh.t, sh.n, sh.n});
+      check_case("hc_pre." + tag, [&] {
+        CaseResult r;
+        if (op_ok(ops::hc_pre(streams.view(), fn.view(), base.view(), scale.view(), p, collapsed.view(), post.view(),
+                              comb.view()),
+                  r)) {
+          r.outputs.push_back(output_of(collapsed));
+          r.outputs.push_back(output_of(post));
+          r.outputs.push_back(output_of(comb));
+        }
+        return r;
+      });
+      check_case("hc_post." + tag, [&] {
+        Buf out(d, {sh.t, sh.n, sh.h}), in_place(streams);
+        CaseResult r;
+        if (op_ok(ops::hc_post(y.view(), post.view(), comb.view(), streams.view(), out.view()), r) &&
+            op_ok(ops::hc_post(y.view(), post.view(), comb.view(), in_place.view(), in_place.view()), r)) {
+          r.outputs.push_back(output_of(out));
+          r.outputs.push_back(output_of(in_place));
+        }
+        return r;
+      });
+      check_case("hc_head." + tag, [&] {
+        Buf head(d, {sh.t, sh.h});
+        const TensorView hf = TensorView(fn.view().data_as<float>(), DType::kF32, {sh.n, sh.n * sh.h});
+        const TensorView hs = TensorView(scale.view().data_as<float>() + 1, DType::kF32, {1});
+        CaseResult r;
+        if (op_ok(ops::hc_head(streams.view(), hf, TensorView(base.view().data_as<float>(), DType::kF32, {sh.n}), hs, p,
+                               head.view()),
+                  r)) {
+          r.outputs.push_back(output_of(head));
+        }
+        return r;
+      });
+    }
+  }
+}
 
 }  // namespace
 }  // namespace genbridge::cross_cpu
