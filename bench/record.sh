@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Records the roofline benchmarks for docs/bench/: each benchmark under each CPU target, JSON per run,
 # then the markdown tables (bench/support/bench_table.py).
-#   bash bench/record.sh OUT_DIR [BENCH ...]     BENCH: roofs linear expert_ffn norm quant attention mla engine
+#   bash bench/record.sh OUT_DIR [BENCH ...]     BENCH: roofs linear expert_ffn norm quant attention mla
+#                                                      hyper_connection engine
 # Environment: TARGETS (default "avx2 avx512"), REPS (repetitions, default 2), MIN_TIME (default 0.05 s),
 # PRESET (default ascend950), FILTER (a --benchmark_filter for every run, default all rows).
 set -euo pipefail
@@ -15,7 +16,7 @@ preset=${PRESET:-ascend950}
 declare -A exe=([roofs]=bench.support.roofs_bench [linear]=bench.ops.linear.linear_bench [expert_ffn]=bench.ops.moe.expert_ffn_bench
                 [norm]=bench.ops.norm.norm_bench [quant]=bench.ops.quant.quant_bench
                 [attention]=bench.ops.attention.attention_bench [mla]=bench.ops.attention.mla_bench
-                [engine]=bench.engine.engine_bench)
+                [hyper_connection]=bench.ops.residual.hyper_connection_bench [engine]=bench.engine.engine_bench)
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs' || echo "+dirty")
 for b in "${benches[@]}"; do
   for t in ${TARGETS:-avx2 avx512}; do

@@ -37,6 +37,7 @@
 #include "genbridge/ops/moe/expert_ffn.h"
 #include "genbridge/ops/moe/grouped_topk_router.h"
 #include "genbridge/ops/moe/moe_combine.h"
+#include "genbridge/ops/moe/sqrt_softplus_router.h"
 #include "genbridge/ops/moe/topk_router.h"
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
 #include "genbridge/ops/norm/add_rms_norm.h"
@@ -46,6 +47,7 @@
 #include "genbridge/ops/quant/dynamic_quant_per_token.h"
 #include "genbridge/ops/quant/mx_dequant.h"
 #include "genbridge/ops/quant/normalize_mx_scale_layout.h"
+#include "genbridge/ops/residual/hyper_connection.h"
 
 namespace genbridge::cross_cpu {
 namespace {
@@ -104,6 +106,28 @@ TEST(CrossCpu, expert_ffn) {
         });
       }
     }
+  }
+}
+
+// The same with DeepSeek-V4's swiglu_limit (0.5: gates above it and ups on both sides are clamped).
+TEST(CrossCpu, expert_ffn_swiglu_limit) {
+  for (int64_t t : {1, 9}) {
+    const std::string name = "expert_ffn.swiglu_limit.t" + std::to_string(t);
+    check_case(name, [&] {
+      const int64_t h = 45, i = 38, e = 5, k = 2;
+      Buf x(DType::kBF16, {t, h}), ids(DType::kI32, {t, k}), wg(DType::kBF16, {e, i, h}), wu(DType::kBF16, {e, i, h}),
+          wdn(DType::kBF16, {e, h, i}), out(DType::kBF16, {t, k, h});
+      fill(x, 15);
+      fill(wg, 16, -0.3f, 0.3f, Edges::kNone);
+      fill(wu, 17, -0.3f, 0.3f, Edges::kNone);
+      fill(wdn, 18, -0.3f, 0.3f, Edges::kNone);
+      for (int64_t j = 0; j < t * k; ++j) ids.as<int32_t>()[j] = static_cast<int32_t>(j % e);
+      CaseResult r;
+      if (op_ok(ops::expert_ffn(x.view(), ids.view(), wg.view(), wu.view(), wdn.view(), 0, e, out.view(), 0.5f), r)) {
+        r.outputs.push_back(output_of(out));
+      }
+      return r;
+    });
   }
 }
 
@@ -175,6 +199,40 @@ TEST(CrossCpu, grouped_topk_router) {
         }
         return r;
       });
+    }
+  }
+}
+
+// DeepSeek-V4 routing: E = 24, k = 4; top-k without and with a bias, and hash ids (repeats included); row 2
+// holds NaN and infinities, row 4 ties.
+TEST(CrossCpu, sqrt_softplus_router) {
+  for (DType d : kFloatTypes) {
+    for (int mode : {0, 1, 2}) {  // top-k, top-k with bias, hash ids
+      for (bool norm : {false, true}) {
+        const char* tags[] = {".topk", ".bias", ".hash"};
+        const std::string name = "sqrt_softplus_router." + dt(d) + tags[mode] + (norm ? ".norm" : ".raw");
+        check_case(name, [&] {
+          const int64_t t = 7, e = 24, k = 4;
+          Buf logits(d, {t, e}), bias(DType::kF32, {e}), hash(DType::kI32, {t, k}), ids(DType::kI32, {t, k}),
+              w(DType::kF32, {t, k});
+          fill(logits, 39, -8.f, 24.f, Edges::kNone);
+          fill(bias, 40, -0.5f, 0.5f, Edges::kNone);
+          Gen g(41);
+          for (int64_t j = 0; j < t * k; ++j) hash.as<int32_t>()[j] = static_cast<int32_t>(g.next() % e);
+          set_float(logits, 2 * e + 3, std::numeric_limits<float>::quiet_NaN());
+          set_float(logits, 2 * e + 7, std::numeric_limits<float>::infinity());
+          set_float(logits, 2 * e + 8, -std::numeric_limits<float>::infinity());
+          for (int64_t j = 0; j < e; ++j) set_float(logits, 4 * e + j, j % 3 == 0 ? 1.5f : 0.25f);
+          CaseResult r;
+          if (op_ok(ops::sqrt_softplus_router(logits.view(), mode == 1 ? bias.view() : TensorView(),
+                                              mode == 2 ? hash.view() : TensorView(), norm, 1.5f, ids.view(), w.view()),
+                    r)) {
+            r.outputs.push_back(output_of(ids));
+            r.outputs.push_back(output_of(w));
+          }
+          return r;
+        });
+      }
     }
   }
 }
@@ -808,6 +866,63 @@ TEST(CrossCpu, gated_delta_rule) {
 }
 
 // ---- end MLA + DSA ----
+
+// DeepSeek-V4's hyper-connections: n = 4 streams of H = 45 (tail 13), T = 1, 9 (fn rows split over the
+// threads) and 70 (token blocks); 20 and 1 Sinkhorn iterations; n = 1.
+TEST(CrossCpu, hyper_connection) {
+  struct Shape {
+    int64_t t, n, h, iters;
+  };
+  for (DType d : {DType::kBF16, DType::kF32}) {
+    for (Shape sh : {Shape{1, 4, 45, 20}, Shape{9, 4, 45, 20}, Shape{70, 4, 45, 1}, Shape{3, 1, 45, 20}}) {
+      const std::string tag =
+          dt(d) + ".t" + std::to_string(sh.t) + ".n" + std::to_string(sh.n) + ".it" + std::to_string(sh.iters);
+      const int64_t N = (2 + sh.n) * sh.n;
+      Buf streams(d, {sh.t, sh.n, sh.h}), fn(DType::kF32, {N, sh.n * sh.h}), base(DType::kF32, {N}),
+          scale(DType::kF32, {3}), y(d, {sh.t, sh.h});
+      fill(streams, 221, -3.f, 3.f);
+      fill(fn, 222, -0.15f, 0.15f, Edges::kNone);
+      fill(base, 223, -1.f, 1.f, Edges::kNone);
+      fill(scale, 224, 0.5f, 2.f, Edges::kNone);
+      fill(y, 225, -3.f, 3.f);
+      const ops::HyperConnectionParams p{1e-6f, 1e-6f, sh.iters};
+      Buf collapsed(d, {sh.t, sh.h}), post(DType::kF32, {sh.t, sh.n}), comb(DType::kF32, {sh.t, sh.n, sh.n});
+      check_case("hc_pre." + tag, [&] {
+        CaseResult r;
+        if (op_ok(ops::hc_pre(streams.view(), fn.view(), base.view(), scale.view(), p, collapsed.view(), post.view(),
+                              comb.view()),
+                  r)) {
+          r.outputs.push_back(output_of(collapsed));
+          r.outputs.push_back(output_of(post));
+          r.outputs.push_back(output_of(comb));
+        }
+        return r;
+      });
+      check_case("hc_post." + tag, [&] {
+        Buf out(d, {sh.t, sh.n, sh.h}), in_place(streams);
+        CaseResult r;
+        if (op_ok(ops::hc_post(y.view(), post.view(), comb.view(), streams.view(), out.view()), r) &&
+            op_ok(ops::hc_post(y.view(), post.view(), comb.view(), in_place.view(), in_place.view()), r)) {
+          r.outputs.push_back(output_of(out));
+          r.outputs.push_back(output_of(in_place));
+        }
+        return r;
+      });
+      check_case("hc_head." + tag, [&] {
+        Buf head(d, {sh.t, sh.h});
+        const TensorView hf = TensorView(fn.view().data_as<float>(), DType::kF32, {sh.n, sh.n * sh.h});
+        const TensorView hs = TensorView(scale.view().data_as<float>() + 1, DType::kF32, {1});
+        CaseResult r;
+        if (op_ok(ops::hc_head(streams.view(), hf, TensorView(base.view().data_as<float>(), DType::kF32, {sh.n}), hs, p,
+                               head.view()),
+                  r)) {
+          r.outputs.push_back(output_of(head));
+        }
+        return r;
+      });
+    }
+  }
+}
 
 }  // namespace
 }  // namespace genbridge::cross_cpu

@@ -57,8 +57,7 @@ Status gdn_gating(const TensorView& a, const TensorView& b, const TensorView& A_
       detail::load_row_f32(b, 1, t, nv, br.data());
       for (int64_t h = 0; h < nv; ++h) {
         const float v = ar[h] + bias[h];
-        const float softplus = v > 20.0f ? v : std::log1p(std::exp(v));
-        ar[h] = neg_a[h] * softplus;
+        ar[h] = neg_a[h] * detail::softplus(v);
         br[h] = detail::sigmoid(br[h]);
       }
       detail::store_row_f32(g, 1, t, nv, ar.data());

@@ -21,8 +21,9 @@ constexpr const char* kOp = "expert_ffn";
 
 std::string range_text(int64_t b, int64_t e) { return "[" + std::to_string(b) + ", " + std::to_string(e) + ")"; }
 
-// Checks shared by both forms: x, topk_ids, the range and out.
-Status validate_common(const TensorView& x, const TensorView& ids, int64_t begin, int64_t end, const TensorView& out) {
+// Checks shared by both forms: x, topk_ids, the range, out and the SwiGLU limit.
+Status validate_common(const TensorView& x, const TensorView& ids, int64_t begin, int64_t end, const TensorView& out,
+                       float swiglu_limit) {
   int64_t T = 0, H = 0, k = 0;
   GB_RETURN_IF_ERROR(detail::check_rows_and_topk_ids(kOp, "x", x, "([T, H])", ids, T, H, k));
   GB_RETURN_IF_ERROR(detail::check_shape(kOp, "topk_ids", ids, {T, k}, "([T, k] with T = x's rows)"));
@@ -33,7 +34,8 @@ Status validate_common(const TensorView& x, const TensorView& ids, int64_t begin
   GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "out", out));
   GB_RETURN_IF_ERROR(detail::check_shape(kOp, "out", out, {T, k, H}, "([T, k, H] from x [T, H] and topk_ids [T, k])"));
   GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out, "x", x));
-  return detail::check_no_overlap(kOp, "out", out, "topk_ids", ids);
+  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out, "topk_ids", ids));
+  return detail::check_swiglu_limit(kOp, swiglu_limit);
 }
 
 Status validate_weight(const std::string& name, const TensorView& w, const std::vector<int64_t>& shape,
@@ -101,7 +103,7 @@ std::vector<Item> make_items(const std::vector<int64_t>& count, int64_t cols) {
 
 template <typename WT, typename OT>
 void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeights> experts, int64_t begin, int64_t end,
-         const TensorView& out) {
+         const TensorView& out, float limit) {
   const int64_t T = x.dim(0), H = x.dim(1), k = ids.dim(1), L = end - begin;
   const int64_t I = experts[0].w_gate.dim(0);
 
@@ -138,7 +140,8 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
 
   std::unique_ptr<float[]> act(new float[static_cast<size_t>(rows * I)]);
   const detail::DotRowsFn dot = detail::dot_rows_fn(experts[0].w_gate.dtype());
-  // act[row, c0:c1] = silu(x . w_gate[i]) * (x . w_up[i]) in fp32 for the item's rows.
+  // act[row, c0:c1] = silu(min(g, L)) * clamp(u, -L, L) with g = x . w_gate[i], u = x . w_up[i], in fp32 for the
+  // item's rows.
   auto gate_up = [&](const Item& it) {
     const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0, n = it.c1 - it.c0;
     float* a = static_cast<float*>(detail::thread_scratch<0>(static_cast<size_t>(m * H) * sizeof(float)));
@@ -152,7 +155,7 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         float& g = act_rows[i * I + j];
-        g = detail::silu_mul(g, up[i * n + j]);
+        g = detail::clamped_silu_mul(g, up[i * n + j], limit);
       }
   };
   // out[t, j, c0:c1] = act[row] . w_down[c0:c1]^T for the item's rows.
@@ -189,21 +192,22 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
 }  // namespace
 
 Status expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const ExpertWeights> experts,
-                  int64_t expert_begin, int64_t expert_end, const TensorView& out) {
-  GB_RETURN_IF_ERROR(validate_common(x, topk_ids, expert_begin, expert_end, out));
+                  int64_t expert_begin, int64_t expert_end, const TensorView& out, float swiglu_limit) {
+  GB_RETURN_IF_ERROR(validate_common(x, topk_ids, expert_begin, expert_end, out, swiglu_limit));
   GB_RETURN_IF_ERROR(validate_experts(x, experts, expert_begin, expert_end, out));
   if (experts.empty() || x.dim(0) == 0 || topk_ids.dim(1) == 0) return ok_status();
   detail::with_float_dtype(experts[0].w_gate.dtype(), [&](auto wt) {
     detail::with_float_dtype(out.dtype(), [&](auto ot) {
-      run<decltype(wt), decltype(ot)>(x, topk_ids, experts, expert_begin, expert_end, out);
+      run<decltype(wt), decltype(ot)>(x, topk_ids, experts, expert_begin, expert_end, out, swiglu_limit);
     });
   });
   return ok_status();
 }
 
 Status expert_ffn(const TensorView& x, const TensorView& topk_ids, const TensorView& w_gate, const TensorView& w_up,
-                  const TensorView& w_down, int64_t expert_begin, int64_t expert_end, const TensorView& out) {
-  GB_RETURN_IF_ERROR(validate_common(x, topk_ids, expert_begin, expert_end, out));
+                  const TensorView& w_down, int64_t expert_begin, int64_t expert_end, const TensorView& out,
+                  float swiglu_limit) {
+  GB_RETURN_IF_ERROR(validate_common(x, topk_ids, expert_begin, expert_end, out, swiglu_limit));
   const int64_t H = x.dim(1);
   GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "w_gate", w_gate));
   GB_RETURN_IF_ERROR(detail::check_rank(kOp, "w_gate", w_gate, 3, "([E_w, I, H])"));
@@ -232,7 +236,7 @@ Status expert_ffn(const TensorView& x, const TensorView& topk_ids, const TensorV
   for (int64_t e = expert_begin; e < expert_end; ++e) {
     experts.push_back({slice(w_gate, e - shift), slice(w_up, e - shift), slice(w_down, e - shift)});
   }
-  return expert_ffn(x, topk_ids, experts, expert_begin, expert_end, out);
+  return expert_ffn(x, topk_ids, experts, expert_begin, expert_end, out, swiglu_limit);
 }
 
 }  // namespace genbridge::ops

@@ -20,7 +20,7 @@ void softmax_rows(const std::vector<double>& logits, int64_t T, int64_t E, std::
 }
 
 void swiglu_expert(const double* x, const double* wg, const double* wu, const double* wd, int64_t H, int64_t I,
-                   double* out, double* sensitivity) {
+                   double* out, double* sensitivity, double limit, int64_t* clamped) {
   std::vector<double> a(static_cast<size_t>(I)), da(static_cast<size_t>(I));
   for (int64_t i = 0; i < I; ++i) {
     double g = 0, u = 0, G = 0, U = 0;
@@ -29,6 +29,17 @@ void swiglu_expert(const double* x, const double* wg, const double* wu, const do
       u += wu[i * H + k] * x[k];
       G += std::abs(wg[i * H + k] * x[k]);
       U += std::abs(wu[i * H + k] * x[k]);
+    }
+    if (g > limit) {
+      g = limit;
+      if (clamped) ++clamped[0];
+    }
+    if (u > limit) {
+      u = limit;
+      if (clamped) ++clamped[1];
+    } else if (u < -limit) {
+      u = -limit;
+      if (clamped) ++clamped[2];
     }
     a[i] = silu(g) * u;
     da[i] = std::abs(a[i]) + 1.1 * G * std::abs(u) + std::abs(silu(g)) * U;
@@ -83,6 +94,40 @@ void grouped_topk_route(const double* logits, const double* bias, int64_t E, int
   for (int64_t e : ids) sum += s[e];
   weights.clear();
   for (int64_t e : ids) weights.push_back((norm_topk_prob ? s[e] / (sum + 1e-20) : s[e]) * routed_scaling_factor);
+  if (margin) *margin = m;
+}
+
+void sqrt_softplus_route(const double* logits, const double* bias, const int32_t* hash_ids, int64_t E, int64_t k,
+                         bool renormalize, double routed_scaling_factor, std::vector<int64_t>& ids,
+                         std::vector<double>& weights, double* margin) {
+  std::vector<double> s(static_cast<size_t>(E)), c(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const double x = logits[e];
+    s[e] = std::sqrt(x > 20.0 ? x : std::log1p(std::exp(x)));
+    c[e] = s[e] + (bias ? bias[e] : 0.0);
+  }
+  double m = INFINITY;
+  ids.clear();
+  if (hash_ids) {
+    for (int64_t j = 0; j < k; ++j) ids.push_back(hash_ids[j]);
+  } else {
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    // Stable: equal scores keep the lower id first; NaN after every number.
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      if (std::isnan(c[b])) return !std::isnan(c[a]);
+      return c[a] > c[b];
+    });
+    // Exact ties are decided by id in fp32 as here; only distinct values can be ordered differently.
+    for (int64_t j = 0; j < k && j + 1 < E; ++j) {
+      if (c[order[j]] != c[order[j + 1]]) m = std::min(m, c[order[j]] - c[order[j + 1]]);
+    }
+    ids.assign(order.begin(), order.begin() + k);
+  }
+  double sum = 0.0;
+  for (int64_t e : ids) sum += s[e];
+  weights.clear();
+  for (int64_t e : ids) weights.push_back((renormalize ? s[e] / (sum + 1e-20) : s[e]) * routed_scaling_factor);
   if (margin) *margin = m;
 }
 

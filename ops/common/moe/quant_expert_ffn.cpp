@@ -1,8 +1,8 @@
 // moe/quant_expert_ffn, one implementation for every target: slots grouped per expert, then per expert
 // three linear/quant_linear calls (the provider of the build's generation) on its gathered rows, with the
-// SwiGLU activation in fp32 between them. quant_linear is batch-invariant, so each slot's bits are those
-// of its token alone. W8A8 runs quant_linear's own parts (the same kernel and formula, so the same bits)
-// for every expert at once: two parallel regions per call (gate and up of all experts, then all downs)
+// SwiGLU activation (clamped by swiglu_limit) in fp32 between them. quant_linear is batch-invariant, so each
+// slot's bits are those of its token alone. W8A8 runs quant_linear's own parts (the same kernel and formula, so the
+// same bits) for every expert at once: two parallel regions per call (gate and up of all experts, then all downs)
 // instead of three per expert (at decode a layer's experts are a few small matrices each). The MX schemes, with at
 // least two active experts per thread (decode), spread the experts over the threads, each expert's three calls on
 // one thread (one parallel region per call).
@@ -27,7 +27,7 @@ namespace {
 constexpr const char* kOp = "quant_expert_ffn";
 
 Status validate(const TensorView& x, const TensorView& ids, std::span<const QuantExpertWeights> experts, int64_t begin,
-                int64_t end, const TensorView& out) {
+                int64_t end, const TensorView& out, float swiglu_limit) {
   int64_t T = 0, H = 0, k = 0;
   GB_RETURN_IF_ERROR(detail::check_rows_and_topk_ids(kOp, "x", x, "([T, H])", ids, T, H, k));
   if (begin < 0 || end < begin) {
@@ -43,6 +43,7 @@ Status validate(const TensorView& x, const TensorView& ids, std::span<const Quan
   GB_RETURN_IF_ERROR(detail::check_shape(kOp, "out", out, {T, k, H}, "([T, k, H] from x [T, H] and topk_ids [T, k])"));
   GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out, "x", x));
   GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out, "topk_ids", ids));
+  GB_RETURN_IF_ERROR(detail::check_swiglu_limit(kOp, swiglu_limit));
   if (experts.empty()) return ok_status();
   const WeightQuantScheme s = experts[0].w_gate.scheme;
   const int64_t I = experts[0].w_gate.data.rank() == 2 ? experts[0].w_gate.data.dim(0) : -1;
@@ -109,7 +110,8 @@ void run_item(const W8A8Item& it, detail::Int8DotRowsFn dot, int64_t H, int64_t 
 
 // The W8A8 path (arguments validated; quant_linear's checks run per expert first, with its messages).
 Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertWeights> experts,
-                    const std::vector<std::vector<int64_t>>& slots, int64_t H, int64_t I, const TensorView& out) {
+                    const std::vector<std::vector<int64_t>>& slots, int64_t H, int64_t I, float limit,
+                    const TensorView& out) {
   std::vector<W8A8Expert> ex;
   for (size_t e = 0; e < slots.size(); ++e) {
     if (slots[e].empty()) continue;
@@ -154,7 +156,7 @@ Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertW
   items.clear();
   for (W8A8Expert& e : ex) {
     const int64_t n = static_cast<int64_t>(e.slots->size());
-    for (int64_t i = 0; i < n * I; ++i) e.g[i] = detail::silu_mul(e.g[i], e.u[i]);
+    for (int64_t i = 0; i < n * I; ++i) e.g[i] = detail::clamped_silu_mul(e.g[i], e.u[i], limit);
     e.qh.resize(static_cast<size_t>(n * I));
     e.sh.resize(static_cast<size_t>(n));
     detail::w8a8_quantize_rows(TensorView(e.g.data(), DType::kF32, {n, I}), e.qh.data(), e.sh.data());
@@ -179,8 +181,8 @@ Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertW
 }  // namespace
 
 Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const QuantExpertWeights> experts,
-                        int64_t begin, int64_t end, const TensorView& out) {
-  GB_RETURN_IF_ERROR(validate(x, topk_ids, experts, begin, end, out));
+                        int64_t begin, int64_t end, const TensorView& out, float swiglu_limit) {
+  GB_RETURN_IF_ERROR(validate(x, topk_ids, experts, begin, end, out, swiglu_limit));
   const int64_t T = x.dim(0), H = x.dim(1), k = topk_ids.dim(1);
   if (T == 0 || k == 0 || experts.empty() || H == 0) return ok_status();
   const int64_t I = experts[0].w_gate.data.dim(0);
@@ -193,7 +195,9 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
       if (e >= begin && e < end) slots[static_cast<size_t>(e - begin)].push_back(t * k + j);
     }
   }
-  if (experts[0].w_gate.scheme == WeightQuantScheme::kW8A8) return w8a8_experts(x, k, experts, slots, H, I, out);
+  if (experts[0].w_gate.scheme == WeightQuantScheme::kW8A8) {
+    return w8a8_experts(x, k, experts, slots, H, I, swiglu_limit, out);
+  }
   // One contiguous fp32 buffer per intermediate, each expert's rows at its first slot.
   std::vector<int64_t> first(static_cast<size_t>(end - begin) + 1, 0);
   for (int64_t e = 0; e < end - begin; ++e) first[e + 1] = first[e] + static_cast<int64_t>(slots[e].size());
@@ -210,7 +214,7 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
     const QuantExpertWeights& w = experts[static_cast<size_t>(e)];
     GB_RETURN_IF_ERROR(quant_linear(xv, w.w_gate, gv));
     GB_RETURN_IF_ERROR(quant_linear(xv, w.w_up, uv));
-    for (int64_t i = 0; i < n * I; ++i) ge[i] = detail::silu_mul(ge[i], ue[i]);
+    for (int64_t i = 0; i < n * I; ++i) ge[i] = detail::clamped_silu_mul(ge[i], ue[i], swiglu_limit);
     GB_RETURN_IF_ERROR(quant_linear(gv, w.w_down, yv));
     for (int64_t i = 0; i < n; ++i) {
       const TensorView row = out.slice0(sl[i] / k, sl[i] / k + 1);  // [1, k, H]

@@ -1,5 +1,6 @@
 #include "ops/common/moe/routing_checks.h"
 
+#include "ops/common/tensor/messages.h"
 #include "ops/common/tensor/tensor_checks.h"
 
 namespace genbridge::ops::detail {
@@ -14,6 +15,11 @@ Status check_rows_and_topk_ids(const char* op, const char* name, const TensorVie
   GB_RETURN_IF_ERROR(check_rank(op, "topk_ids", ids, 2, "([T, k])"));
   k = ids.dim(1);
   return ok_status();
+}
+
+Status check_swiglu_limit(const char* op, float limit) {
+  if (limit > 0.0f) return ok_status();  // false for NaN
+  return invalid_argument(s(op) + ": swiglu_limit is " + f(limit) + " but must be > 0 (+inf: no clamp)");
 }
 
 Status check_router_outputs(const char* op, const TensorView& logits, const TensorView& ids, const TensorView& weights,

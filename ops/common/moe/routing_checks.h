@@ -14,6 +14,9 @@ namespace genbridge::ops::detail {
 Status check_rows_and_topk_ids(const char* op, const char* name, const TensorView& x, const char* layout,
                                const TensorView& ids, int64_t& T, int64_t& C, int64_t& k);
 
+// swiglu_limit of moe/expert_ffn and moe/quant_expert_ffn: > 0, +inf meaning no clamp.
+Status check_swiglu_limit(const char* op, float limit);
+
 // A router's outputs against its logits ([T, E]): topk_ids [T, k], topk_weights fp32 [T, k], neither
 // overlapping the logits.
 Status check_router_outputs(const char* op, const TensorView& logits, const TensorView& ids, const TensorView& weights,

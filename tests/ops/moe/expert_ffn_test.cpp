@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,13 +50,16 @@ struct Batch {
     }
   }
   int32_t id(int64_t t, int64_t j) { return ids.view().data_as<int32_t>()[t * k + j]; }
-  Status run(const TensorView& out, int64_t begin, int64_t end) {
-    return ops::expert_ffn(x.view(), ids.view(), wg.view(), wu.view(), wd.view(), begin, end, out);
+  Status run(const TensorView& out, int64_t begin, int64_t end, float limit = ops::kNoSwigluLimit) {
+    return ops::expert_ffn(x.view(), ids.view(), wg.view(), wu.view(), wd.view(), begin, end, out, limit);
   }
 };
 
-// Checks every slot of `out` routed into [begin, end) against the fp64 oracle.
-int64_t check_against_reference(Batch& b, const TensorView& out, int64_t begin, int64_t end) {
+// Checks every slot of `out` routed into [begin, end) against the fp64 oracle (with the SwiGLU clamp at
+// `limit`); `clamped` (when not null) accumulates the oracle's count of clamped gates above, ups above and
+// ups below.
+int64_t check_against_reference(Batch& b, const TensorView& out, int64_t begin, int64_t end, double limit = INFINITY,
+                                int64_t* clamped = nullptr) {
   const std::vector<double> x = to_doubles(b.x.view()), wg = to_doubles(b.wg.view()), wu = to_doubles(b.wu.view()),
                             wd = to_doubles(b.wd.view()), got = to_doubles(out);
   std::vector<double> ref(static_cast<size_t>(b.H)), sens(static_cast<size_t>(b.H));
@@ -66,7 +70,7 @@ int64_t check_against_reference(Batch& b, const TensorView& out, int64_t begin, 
       const int64_t e = b.id(t, j);
       if (e < begin || e >= end) continue;
       ref::swiglu_expert(&x[t * b.H], &wg[e * b.I * b.H], &wu[e * b.I * b.H], &wd[e * b.H * b.I], b.H, b.I, ref.data(),
-                         sens.data());
+                         sens.data(), limit, clamped);
       for (int64_t h = 0; h < b.H; ++h) {
         const double g = got[(t * b.k + j) * b.H + h];
         const double tol = rel * sens[h] + rounding_bound(out.dtype(), ref[h]);
@@ -101,6 +105,23 @@ TEST_P(ExpertFfnContract, matches_fp64_reference) {
     EXPECT_EQ(b.x.bytes(), x0) << "x was mutated";
     EXPECT_EQ(b.ids.bytes(), ids0) << "topk_ids was mutated";
     EXPECT_TRUE(b.wg.bytes() == g0 && b.wu.bytes() == u0 && b.wd.bytes() == d0) << "weights were mutated";
+  }
+}
+
+// DeepSeek-V4's swiglu_limit: a limit inside the range of g and u (|g|, |u| reach ~2.5 here) clamps gates from
+// above and ups on both sides, and every slot still matches the clamped fp64 oracle.
+TEST_P(ExpertFfnContract, swiglu_limit_matches_clamped_fp64_reference) {
+  const auto [xd, wdt, od] = GetParam();
+  for (Shape s : {Shape{1, 2, 4, 64, 48}, Shape{5, 4, 8, 100, 37}, Shape{70, 2, 2, 1100, 40}}) {
+    SCOPED_TRACE("T=" + std::to_string(s.T) + " I=" + std::to_string(s.I));
+    Batch b(s.T, s.k, s.E, s.H, s.I, xd, wdt);
+    OwnedTensor out(od, {s.T, s.k, s.H});
+    ASSERT_TRUE(b.run(out.view(), 0, s.E, 0.75f).ok());
+    int64_t clamped[3] = {0, 0, 0};
+    EXPECT_EQ(check_against_reference(b, out.view(), 0, s.E, 0.75, clamped), 0);
+    EXPECT_GT(clamped[0], 0) << "no gate above the limit";
+    EXPECT_GT(clamped[1], 0) << "no up above the limit";
+    EXPECT_GT(clamped[2], 0) << "no up below -limit";
   }
 }
 
@@ -243,6 +264,67 @@ TEST(ExpertFfn, one_expert_equals_linear_silu_and_mul_linear) {
   EXPECT_EQ(0, std::memcmp(ffn.data(), dense.data(), static_cast<size_t>(T * H) * 2));
 }
 
+// The clamp is applied in fp32 to the fp32 projections, before the activation: a dense expert with a limit
+// equals linear (gate and up), min / clamp in fp32, silu_and_mul, linear (down), bit for bit.
+TEST(ExpertFfn, swiglu_limit_equals_linear_clamp_silu_and_mul_linear) {
+  const int64_t T = 7, H = 160, I = 56;
+  const float limit = 0.5f;
+  Batch b(T, 1, 1, H, I);
+  for (int64_t t = 0; t < T; ++t) b.ids.view().data_as<int32_t>()[t] = 0;
+  OwnedTensor ffn(DType::kBF16, {T, 1, H}), gate_up(DType::kF32, {T, 2 * I}), act(DType::kF32, {T, I}),
+      dense(DType::kBF16, {T, H});
+  ASSERT_TRUE(b.run(ffn.view(), 0, 1, limit).ok());
+  const TensorView gate = TensorView::strided(gate_up.data(), DType::kF32, {T, I}, {2 * I, 1});
+  const TensorView up = TensorView::strided(static_cast<float*>(gate_up.data()) + I, DType::kF32, {T, I}, {2 * I, 1});
+  ASSERT_TRUE(ops::linear(b.x.view(), TensorView(b.wg.data(), DType::kBF16, {I, H}), gate).ok());
+  ASSERT_TRUE(ops::linear(b.x.view(), TensorView(b.wu.data(), DType::kBF16, {I, H}), up).ok());
+  int64_t above = 0, below = 0;
+  float* gu = static_cast<float*>(gate_up.data());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < I; ++i) {
+      float& g = gu[t * 2 * I + i];
+      float& u = gu[t * 2 * I + I + i];
+      above += (g > limit) + (u > limit);
+      below += u < -limit;
+      g = std::min(g, limit);
+      u = std::clamp(u, -limit, limit);
+    }
+  }
+  EXPECT_GT(above, 0);
+  EXPECT_GT(below, 0);
+  ASSERT_TRUE(ops::silu_and_mul(gate_up.view(), act.view()).ok());
+  ASSERT_TRUE(ops::linear(act.view(), TensorView(b.wd.data(), DType::kBF16, {H, I}), dense.view()).ok());
+  EXPECT_EQ(0, std::memcmp(ffn.data(), dense.data(), static_cast<size_t>(T * H) * 2));
+}
+
+// +inf (the default) clamps nothing: the unclamped bits, per-expert and stacked forms alike; a limit above
+// every |g| and |u| gives the same bits too.
+TEST(ExpertFfn, infinite_swiglu_limit_gives_the_unclamped_bits) {
+  Batch b(19, 4, 8, 96, 40);
+  OwnedTensor def(DType::kBF16, {19, 4, 96}), inf(DType::kBF16, {19, 4, 96}), big(DType::kBF16, {19, 4, 96}),
+      views(DType::kBF16, {19, 4, 96});
+  ASSERT_TRUE(ops::expert_ffn(b.x.view(), b.ids.view(), b.wg.view(), b.wu.view(), b.wd.view(), 0, 8, def.view()).ok());
+  ASSERT_TRUE(b.run(inf.view(), 0, 8, std::numeric_limits<float>::infinity()).ok());
+  ASSERT_TRUE(b.run(big.view(), 0, 8, 1e30f).ok());
+  EXPECT_EQ(def.bytes(), inf.bytes());
+  EXPECT_EQ(def.bytes(), big.bytes());
+  std::vector<ops::ExpertWeights> experts;
+  for (int64_t e = 0; e < 8; ++e) {
+    experts.push_back({TensorView(static_cast<bf16_t*>(b.wg.data()) + e * 40 * 96, DType::kBF16, {40, 96}),
+                       TensorView(static_cast<bf16_t*>(b.wu.data()) + e * 40 * 96, DType::kBF16, {40, 96}),
+                       TensorView(static_cast<bf16_t*>(b.wd.data()) + e * 96 * 40, DType::kBF16, {96, 40})});
+  }
+  ASSERT_TRUE(ops::expert_ffn(b.x.view(), b.ids.view(), experts, 0, 8, views.view(), ops::kNoSwigluLimit).ok());
+  EXPECT_EQ(def.bytes(), views.bytes());
+  // And a finite limit is batch-invariant and split-invariant like the rest of the op.
+  OwnedTensor whole(DType::kBF16, {19, 4, 96}), split(DType::kBF16, {19, 4, 96});
+  ASSERT_TRUE(b.run(whole.view(), 0, 8, 0.5f).ok());
+  ASSERT_TRUE(b.run(split.view(), 0, 3, 0.5f).ok());
+  ASSERT_TRUE(b.run(split.view(), 3, 8, 0.5f).ok());
+  EXPECT_EQ(whole.bytes(), split.bytes());
+  EXPECT_NE(whole.bytes(), def.bytes());
+}
+
 TEST(ExpertFfn, strided_x_ids_and_out) {
   const int64_t T = 6, k = 2, E = 4, H = 80, I = 24;
   Batch b(T, k, E, H, I, DType::kF32);
@@ -342,6 +424,15 @@ TEST(ExpertFfn, invalid_arguments) {
   experts[1].w_up = TensorView(b.wu.data(), DType::kF32, {32, 64});
   expect_error("expert_ffn: experts[1].w_up has dtype fp32 but must have experts[0].w_gate's dtype bf16",
                ops::expert_ffn(x, ids, experts, 0, 2, o));
+  // swiglu_limit: > 0 or +inf, both forms.
+  expect_error("expert_ffn: swiglu_limit is 0 but must be > 0 (+inf: no clamp)",
+               ops::expert_ffn(x, ids, wg, wu, wd, 0, 4, o, 0.0f));
+  expect_error("expert_ffn: swiglu_limit is -10 but must be > 0 (+inf: no clamp)",
+               ops::expert_ffn(x, ids, wg, wu, wd, 0, 4, o, -10.0f));
+  expect_error("expert_ffn: swiglu_limit is -inf but must be > 0 (+inf: no clamp)",
+               ops::expert_ffn(x, ids, wg, wu, wd, 0, 4, o, -std::numeric_limits<float>::infinity()));
+  expect_error("expert_ffn: swiglu_limit is nan but must be > 0 (+inf: no clamp)",
+               ops::expert_ffn(x, ids, experts, 0, 2, o, std::numeric_limits<float>::quiet_NaN()));
 }
 
 }  // namespace

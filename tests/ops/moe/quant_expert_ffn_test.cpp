@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "genbridge/build_info.h"
@@ -110,6 +112,58 @@ TEST(QuantExpertFfn, each_slot_is_the_contracts_composition_on_every_cpu_target)
   }
 }
 
+// DeepSeek-V4's swiglu_limit in every scheme the build runs: each slot is the composition with the fp32 clamp
+// (gate from above, up on both sides) between quant_linear's projections and the activation; +inf, the
+// default, gives the unclamped bits.
+TEST(QuantExpertFfn, swiglu_limit_clamps_in_fp32_before_the_activation) {
+  const int64_t E = 3, H = 64, I = 96, T = 6, k = 2;
+  const float limit = 0.5f;
+  for (WeightQuantScheme s : runnable()) {
+    SCOPED_TRACE(std::string(ops::weight_quant_scheme_name(s)));
+    Bank bank(s, E, H, I);
+    OwnedTensor x(DType::kBF16, {T, H}), ids(DType::kI32, {T, k});
+    fill_uniform(x.view(), 17, -2.f, 2.f);
+    auto* idp = reinterpret_cast<int32_t*>(ids.data());
+    for (int64_t i = 0; i < T * k; ++i) idp[i] = static_cast<int32_t>(i % E);
+    std::vector<bf16_t> want(static_cast<size_t>(T * k * H));
+    int64_t gate_above = 0, up_above = 0, up_below = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = idp[t * k + j];
+        std::vector<float> g(I), u(I), y(H);
+        const TensorView xt = x.view().slice0(t, t + 1);
+        ASSERT_TRUE(ops::quant_linear(xt, bank.experts[e].w_gate, TensorView(g.data(), DType::kF32, {1, I})).ok());
+        ASSERT_TRUE(ops::quant_linear(xt, bank.experts[e].w_up, TensorView(u.data(), DType::kF32, {1, I})).ok());
+        for (int64_t i = 0; i < I; ++i) {
+          gate_above += g[i] > limit;
+          up_above += u[i] > limit;
+          up_below += u[i] < -limit;
+          const float gc = std::min(g[i], limit), uc = std::clamp(u[i], -limit, limit);
+          g[i] = (gc / (1.0f + std::exp(-gc))) * uc;
+        }
+        ASSERT_TRUE(ops::quant_linear(TensorView(g.data(), DType::kF32, {1, I}), bank.experts[e].w_down,
+                                      TensorView(y.data(), DType::kF32, {1, H}))
+                        .ok());
+        for (int64_t h = 0; h < H; ++h) want[(t * k + j) * H + h] = float_to_bf16(y[h]);
+      }
+    }
+    EXPECT_GT(gate_above, 0);
+    EXPECT_GT(up_above, 0);
+    EXPECT_GT(up_below, 0);
+    for_each_cpu_target([&](const std::string& target) {
+      OwnedTensor out(DType::kBF16, {T, k, H}), plain(DType::kBF16, {T, k, H}), inf(DType::kBF16, {T, k, H});
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, out.view(), limit).ok());
+      EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * 2), 0) << target;
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, plain.view()).ok());
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, inf.view(),
+                                        std::numeric_limits<float>::infinity())
+                      .ok());
+      EXPECT_EQ(plain.bytes(), inf.bytes()) << target;
+      EXPECT_NE(plain.bytes(), out.bytes()) << target;
+    });
+  }
+}
+
 // W8A8 runs every expert's projections in shared parallel regions, in items of 256 output columns and
 // kernel calls of at most 64 rows: an expert with more than 64 slots, I = 300 (two items, the second partial), and
 // every slot checked against its token run alone through quant_linear.
@@ -159,6 +213,11 @@ TEST(QuantExpertFfn, invalid_and_unsupported) {
   EXPECT_EQ(ops::quant_expert_ffn(x32.view(), ids.view(), bank.experts, 0, 2, out32.view()).message(),
             "quant_expert_ffn: experts[0] does not hold w_gate, w_up [I, H] and w_down [H, I] with H = 32 (x's last "
             "dimension) and I = 32 (experts[0].w_gate's rows)");
+  for (const auto& [bad, text] :
+       {std::pair<float, const char*>{0.0f, "0"}, {-1.0f, "-1"}, {std::numeric_limits<float>::quiet_NaN(), "nan"}}) {
+    EXPECT_EQ(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, 2, out.view(), bad).message(),
+              "quant_expert_ffn: swiglu_limit is " + std::string(text) + " but must be > 0 (+inf: no clamp)");
+  }
   if (has_mx()) return;
   OwnedTensor d(DType::kFp8E4M3FN, {I, H}), sc(DType::kE8M0, {I, 1, 2}), dd(DType::kFp8E4M3FN, {H, I}),
       sd(DType::kE8M0, {H, 1, 2});

@@ -3,6 +3,7 @@
 // layout of tokens per expert is computed first, then only the experts the batch routes to run).
 
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "genbridge/core/status.h"
@@ -19,25 +20,32 @@ struct ExpertWeights {
   TensorView w_down;
 };
 
+// No SwiGLU clamp (the default of swiglu_limit below).
+inline constexpr float kNoSwigluLimit = std::numeric_limits<float>::infinity();
+
 // For every slot (t, j) whose expert e = topk_ids[t, j] lies in [expert_begin, expert_end):
-//   out[t, j, :] = (silu(x[t] . w_gate_e^T) * (x[t] . w_up_e^T)) . w_down_e^T,
+//   out[t, j, :] = (silu(min(g, L)) * clamp(u, -L, L)) . w_down_e^T, g = x[t] . w_gate_e^T, u = x[t] . w_up_e^T,
 // where each product is linear/linear's fp32 reduction, the activation is silu_and_mul's fp32 formula
 // (the [I] intermediate stays fp32), and the result is rounded once (RNE) to out's dtype. Slots whose id
 // lies outside the range (another rank's experts, or a negative "no expert" id) are not written.
 // x: [T, H] fp32/bf16/fp16, any strides; topk_ids: [T, k] int32, any strides; experts[e - expert_begin]
 // holds expert e (exactly expert_end - expert_begin entries; all with the same I, H and dtype: bf16 fast
 // path, fp16 or fp32); out: [T, k, H] fp32/bf16/fp16, any strides, not overlapping any input.
-// Batch-invariant: each slot's bits depend only on x[t] and its expert's weights, not on the other tokens,
-// the expert range split, nor the thread count. Allocates a fp32 workspace of (routed slots) x I floats.
-// Blocks until done; does not retain any view.
+// L = swiglu_limit (> 0; +inf, the default, clamps nothing and gives the unclamped bits: DeepSeek-V4's
+// swiglu_limit clamps the gate from above and the up projection on both sides, in fp32, before the
+// activation). Batch-invariant: each slot's bits depend only on x[t] and its expert's weights, not on the
+// other tokens, the expert range split, nor the thread count. Allocates a fp32 workspace of (routed slots)
+// x I floats. Blocks until done; does not retain any view.
 Status expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const ExpertWeights> experts,
-                  int64_t expert_begin, int64_t expert_end, const TensorView& out);
+                  int64_t expert_begin, int64_t expert_end, const TensorView& out,
+                  float swiglu_limit = kNoSwigluLimit);
 
 // The same with stacked weights: w_gate and w_up [E_w, I, H], w_down [E_w, H, I] (rows contiguous, any
 // other strides). Either E_w == expert_end - expert_begin (slice e - expert_begin holds expert e: an FFN
 // rank's own experts) or E_w >= expert_end (slice e holds expert e: all experts). A dense or shared MLP
 // is E_w = 1, topk_ids all 0, range [0, 1).
 Status expert_ffn(const TensorView& x, const TensorView& topk_ids, const TensorView& w_gate, const TensorView& w_up,
-                  const TensorView& w_down, int64_t expert_begin, int64_t expert_end, const TensorView& out);
+                  const TensorView& w_down, int64_t expert_begin, int64_t expert_end, const TensorView& out,
+                  float swiglu_limit = kNoSwigluLimit);
 
 }  // namespace genbridge::ops

@@ -8,6 +8,7 @@
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"
 #include "genbridge/ops/linear/quant_linear.h"
+#include "genbridge/ops/moe/expert_ffn.h"
 
 namespace genbridge::ops {
 
@@ -20,7 +21,8 @@ struct QuantExpertWeights {
 
 // For every slot (t, j) whose expert e = topk_ids[t, j] lies in [expert_begin, expert_end):
 //   g = quant_linear(x[t], w_gate_e), u = quant_linear(x[t], w_up_e)   (fp32 [I])
-//   a = silu_and_mul's fp32 formula of (g, u)                            (fp32 [I])
+//   a = silu_and_mul's fp32 formula of (min(g, L), clamp(u, -L, L))      (fp32 [I]; L = swiglu_limit,
+//                                                                          expert_ffn's clamp)
 //   out[t, j, :] = quant_linear(a, w_down_e) rounded once (RNE) to out's dtype,
 // each quant_linear as its contract says for the weights' scheme (W8A8 quantizes x[t] and a per token).
 // Slots whose id lies outside the range are not written. x: [T, H] fp32/bf16/fp16, any strides; topk_ids:
@@ -30,6 +32,7 @@ struct QuantExpertWeights {
 // the expert range split, the thread count or the CPU target). Unimplemented (quant_linear's message)
 // for a scheme the build's generation cannot run. Blocks until done; does not retain any view.
 Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const QuantExpertWeights> experts,
-                        int64_t expert_begin, int64_t expert_end, const TensorView& out);
+                        int64_t expert_begin, int64_t expert_end, const TensorView& out,
+                        float swiglu_limit = kNoSwigluLimit);
 
 }  // namespace genbridge::ops
