@@ -317,7 +317,7 @@ KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
     g.mla_scale_bytes = row.scale;
     g.mla_rope_bytes = row.rope;
     if (s.index_head_dim > 0) {
-      g.indexer_row_bytes = ops::indexer_key_row_bytes(contract_->indexer_keys, s.index_head_dim).main;
+      g.indexer_row_bytes = ops::indexer_key_row_bytes(sharedkv_indexer_key_format(), s.index_head_dim).main;
     }
     const int64_t width = s.sharedkv_dim + s.rope_dim;
     for (int64_t l = 0; l < s.num_layers; ++l) {
@@ -433,7 +433,8 @@ Status DeviceOperator::check_kv_shape(const KvModelShape& s) const {
     }
   }
   if (s.index_head_dim > 0) {
-    if (Status st = ops::check_indexer_key_dims(contract_->indexer_keys, s.index_head_dim); !st.ok()) {
+    const ops::IndexerKeyFormat keys = s.sharedkv_dim > 0 ? sharedkv_indexer_key_format() : contract_->indexer_keys;
+    if (Status st = ops::check_indexer_key_dims(keys, s.index_head_dim); !st.ok()) {
       return invalid_argument(fmt::format("{} ({} ({}))", st.message(), generation_name(contract_->generation),
                                           generation_family(contract_->generation)));
     }
@@ -488,12 +489,12 @@ Result<ops::IndexerKeyCache> DeviceOperator::indexer_layer_view(const KvPagePool
     return invalid_argument("DeviceOperator::indexer_layer_view: the model has no indexer (index_head_dim is 0)");
   }
   GB_RETURN_IF_ERROR(check_kv_shape(shape));
-  GB_RETURN_IF_ERROR(
-      check_pool(pool, kv_page_geometry(shape), ops::indexer_key_format_name(contract_->indexer_keys), layer));
+  const ops::IndexerKeyFormat keys = shape.sharedkv_dim > 0 ? sharedkv_indexer_key_format() : contract_->indexer_keys;
+  GB_RETURN_IF_ERROR(check_pool(pool, kv_page_geometry(shape), ops::indexer_key_format_name(keys), layer));
   const KvPageGeometry& g = pool.geometry();
   const KvLayerMemory m = pool.layer(layer);
   ops::IndexerKeyCache v;
-  v.format = contract_->indexer_keys;
+  v.format = keys;
   v.head_dim = shape.index_head_dim;
   const bool packed = ops::kv_representation(v.format).scale_placement == ops::KvScalePlacement::kPackedInRow;
   const int64_t rows = g.indexer_rows(layer);
@@ -745,15 +746,23 @@ ops::MlaKvFormat DeviceOperator::sharedkv_format() const {
   return kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : contract_->quantized_sharedkv;
 }
 
+ops::IndexerKeyFormat DeviceOperator::sharedkv_indexer_key_format() const {
+  return kv_format_ == KvCacheFormat::kBf16 ? ops::IndexerKeyFormat::kBf16 : contract_->indexer_keys;
+}
+
 std::string DeviceOperator::sharedkv_contract_line() const {
   constexpr int64_t kNope = 448, kRope = 64;  // DeepSeek-V4's shared K = V head: 448 + 64 rope
   const ops::KvRowBytes in_force = ops::mla_kv_row_bytes(sharedkv_format(), kNope, kRope);
   const ops::KvRowBytes quant = ops::mla_kv_row_bytes(contract_->quantized_sharedkv, kNope, kRope);
+  constexpr int64_t kIndexDim = 128;
   return fmt::format(
-      "genbridge DeepSeek-V4 contract (kernels only, no model yet): window and compressed K = V rows {} ({} B per "
-      "token and layer at {} + rope {}; kv_cache_dtype=quantized: {}, {} B) | compressor pooling fp32",
+      "genbridge DeepSeek-V4 contract: window ring and compressed K = V rows {} ({} B per row at {} + rope {}; "
+      "kv_cache_dtype=quantized: {}, {} B) | indexer keys {} ({} B at {}; quantized: {}) | compressor state fp32",
       ops::mla_kv_format_name(sharedkv_format()), in_force.total(), kNope, kRope,
-      ops::mla_kv_format_name(contract_->quantized_sharedkv), quant.total());
+      ops::mla_kv_format_name(contract_->quantized_sharedkv), quant.total(),
+      ops::indexer_key_format_name(sharedkv_indexer_key_format()),
+      ops::indexer_key_row_bytes(sharedkv_indexer_key_format(), kIndexDim).total(), kIndexDim,
+      ops::indexer_key_format_name(contract_->indexer_keys));
 }
 
 Status DeviceOperator::write_mla_kv(const ops::MlaKvCache& cache, const TensorView& latent, const TensorView& rope,
@@ -789,7 +798,7 @@ Status DeviceOperator::write_mla_rows(const char* what, const ops::MlaKvCache& c
 
 Status DeviceOperator::write_indexer_keys(const ops::IndexerKeyCache& cache, const TensorView& key,
                                           std::span<const int64_t> slots) const {
-  if (cache.format != contract_->indexer_keys) {
+  if (cache.format != contract_->indexer_keys && cache.format != sharedkv_indexer_key_format()) {
     return invalid_argument(
         fmt::format("DeviceOperator::write_indexer_keys: the cache is {} but the generation's indexer keys are {}",
                     ops::indexer_key_format_name(cache.format), ops::indexer_key_format_name(contract_->indexer_keys)));
@@ -804,7 +813,7 @@ Status DeviceOperator::write_indexer_keys(const ops::IndexerKeyCache& cache, con
   return for_slot_chunks("DeviceOperator::write_indexer_keys", contract_->slot_mapping, page, slots,
                          [&](int64_t t0, int64_t n, const TensorView& sm) -> Status {
                            const TensorView k = key.slice0(t0, t0 + n);
-                           switch (contract_->indexer_keys) {
+                           switch (cache.format) {
                              case ops::IndexerKeyFormat::kBf16:
                                return ops::bf16_indexer_key_write(k, sm, cache);
                              case ops::IndexerKeyFormat::kFp8HadamardPackedScale:
@@ -827,7 +836,7 @@ Status DeviceOperator::mla_attention(const TensorView& q_latent, const TensorVie
 
 Status DeviceOperator::index_topk(const TensorView& q, const TensorView& weights, const ops::IndexerKeyCache& keys,
                                   const AttentionBatch& batch, const TensorView& topk_indices) const {
-  if (keys.format != contract_->indexer_keys) {
+  if (keys.format != contract_->indexer_keys && keys.format != sharedkv_indexer_key_format()) {
     return invalid_argument(
         fmt::format("DeviceOperator::index_topk: the key cache is {} but the generation's indexer keys are {}",
                     ops::indexer_key_format_name(keys.format), ops::indexer_key_format_name(contract_->indexer_keys)));

@@ -270,12 +270,14 @@ class DeviceOperator {
   // One line stating the MLA KV, indexer key and sparse-attention (top-k index) contracts in force, with
   // the bytes per token at DeepSeek's dimensions (kv_lora_rank 512, qk_rope_head_dim 64, index_head_dim 128).
   std::string mla_contract_line() const;
-  // One line stating DeepSeek-V4's shared K = V row representation (window and compressed entries) in force
-  // and the quantized one, with the bytes per token at V4's dimensions (448 + 64 rope), and the compressor's
-  // fp32 pooling. Only the kernels exist so far (docs/deepseek.md, "DeepSeek-V4"): no model runs on them yet.
+  // One line stating DeepSeek-V4's shared K = V row representation (window ring and compressed entries) and its
+  // indexer keys in force and the quantized ones, with the bytes per row at V4's dimensions (448 + 64 rope,
+  // index_head_dim 128), and the compressors' fp32 state.
   std::string sharedkv_contract_line() const;
   // The shared K = V row representation in force: bf16, or the generation's quantized one.
   ops::MlaKvFormat sharedkv_format() const;
+  // DeepSeek-V4's indexer keys follow kv_cache_dtype too: bf16, or the generation's quantized indexer keys.
+  ops::IndexerKeyFormat sharedkv_indexer_key_format() const;
   // Checks a model's MLA / indexer dimensions against the representations in force; call it at load time.
   // InvalidArgument naming the config key, the value and the rule (e.g. kv_lora_rank not a multiple of
   // 128 with a tile-scaled quantized MLA KV cache; index_head_dim not a power of two for Hadamard keys).

@@ -16,7 +16,8 @@ namespace genbridge::model {
 
 struct V4Attention::Scratch {
   int64_t max_tokens = 0, max_seqs = 0;
-  std::vector<bf16_t> qa, qr, kvb, kvn, z;
+  // fp32 throughout the block: the only roundings are the cached rows' (the representation) and the output.
+  std::vector<float> qa, qr, kvp, z;
   std::vector<float> q, qn, kv, attn, rstd;
   std::vector<float> cos, sin;  // [T, rope / 2] of the layer's rope
   // The forward's window: per sequence the ring rows before its first new token, then its new rows.
@@ -84,6 +85,10 @@ void copy_row(const ops::MlaKvCache& from, int64_t from_slot, const ops::MlaKvCa
   part(from.rope_cache, to.rope_cache, row.rope);
 }
 
+TensorView f32_view(const std::vector<float>& v) {
+  return TensorView(const_cast<float*>(v.data()), DType::kF32, {static_cast<int64_t>(v.size())});
+}
+
 // A 1-D fp32 copy of a norm weight (the compressors' norms act on fp32 pooled entries).
 std::vector<float> to_f32(const TensorView& w) {
   std::vector<float> out(static_cast<size_t>(w.numel()));
@@ -119,6 +124,11 @@ Result<std::unique_ptr<V4Attention>> V4Attention::create(const Checkpoint& check
       GB_ASSIGN_OR_RETURN(keys, dev.v4_indexer_view(pool, a->shape_, l));
       GB_ASSIGN_OR_RETURN(index_state, dev.v4_compressor_state_view(pool, a->shape_, l, /*indexer=*/true));
     }
+    const V4AttentionWeights& aw = a->w_.layers[l].v4;
+    LayerNorms nw{to_f32(aw.q_norm), to_f32(aw.kv_norm), {}, {}};
+    if (m > 0) nw.compressor = to_f32(aw.compressor.norm);
+    if (m == 4) nw.index_compressor = to_f32(aw.index_compressor.norm);
+    a->norms_.push_back(std::move(nw));
     a->compressed_.push_back(comp);
     a->index_keys_.push_back(keys);
     a->compressor_state_.push_back(state);
@@ -144,8 +154,7 @@ std::shared_ptr<V4Attention::Scratch> V4Attention::make_scratch(int64_t max_toke
   s->qr.resize(T * d.q_lora_rank);
   s->q.resize(T * heads * D);
   s->qn.resize(T * heads * D);
-  s->kvb.resize(T * D);
-  s->kvn.resize(T * D);
+  s->kvp.resize(T * D);
   s->kv.resize(T * D);
   s->attn.resize(T * heads * D);
   s->z.resize(T * d.o_groups * d.o_lora_rank);
@@ -203,8 +212,7 @@ Status V4Attention::compress(Scratch& s, int64_t layer, bool indexer, const Tens
   const TensorView ckv(s.ckv.data(), DType::kF32, {T, cw2}), cgate(s.cgate.data(), DType::kF32, {T, cw2});
   GB_RETURN_IF_ERROR(ctx(ops::linear(x, cw.wkv, ckv), indexer ? "indexer compressor wkv" : "compressor wkv"));
   GB_RETURN_IF_ERROR(ctx(ops::linear(x, cw.wgate, cgate), indexer ? "indexer compressor wgate" : "compressor wgate"));
-  const std::vector<float> norm = to_f32(cw.norm);
-  const TensorView norm_w(const_cast<float*>(norm.data()), DType::kF32, {width});
+  const TensorView norm_w = f32_view(indexer ? norms_[layer].index_compressor : norms_[layer].compressor);
   const int64_t rpp = page_size_ / m;
   for (int64_t q = 0; q < S; ++q) {
     const int64_t r0 = b.query_start[q], n_new = b.query_start[q + 1] - r0;
@@ -286,10 +294,11 @@ Status V4Attention::forward(Scratch& s, int64_t layer, const TensorView& x, cons
   angles(pos, m == 0 ? main_inv_freq_ : compress_inv_freq_, s.cos, s.sin);
 
   // Queries: qr = q_norm(wq_a x) (also the indexer's input); q = wq_b qr, each head divided by its RMS; RoPE.
-  const TensorView qa(s.qa.data(), DType::kBF16, {T, d.q_lora_rank}), qr(s.qr.data(), DType::kBF16, {T, d.q_lora_rank});
+  const TensorView qa(s.qa.data(), DType::kF32, {T, d.q_lora_rank}), qr(s.qr.data(), DType::kF32, {T, d.q_lora_rank});
+  const LayerNorms& nw = norms_[layer];
   GB_RETURN_IF_ERROR(ctx(ops::linear(x, aw.wq_a, qa), "wq_a"));
   GB_RETURN_IF_ERROR(
-      ctx(ops::rms_norm(qa, aw.q_norm, eps, qr, TensorView(s.rstd.data(), DType::kF32, {T, 1})), "q_norm"));
+      ctx(ops::rms_norm(qa, f32_view(nw.q_norm), eps, qr, TensorView(s.rstd.data(), DType::kF32, {T, 1})), "q_norm"));
   const TensorView q(s.q.data(), DType::kF32, {T, heads * D});
   GB_RETURN_IF_ERROR(ctx(ops::linear(qr, aw.wq_b, q), "wq_b"));
   const TensorView qn(s.qn.data(), DType::kF32, {T, heads, D});
@@ -299,12 +308,11 @@ Status V4Attention::forward(Scratch& s, int64_t layer, const TensorView& x, cons
                          "query head norm"));
   rotate_trailing(s.qn.data(), T * heads, heads, D, D, s.cos, s.sin, half, /*inverse=*/false);
   // The shared K = V row: kv_norm(wkv x), RoPE on its trailing dims.
-  const TensorView kvb(s.kvb.data(), DType::kBF16, {T, D});
-  GB_RETURN_IF_ERROR(ctx(ops::linear(x, aw.wkv, kvb), "wkv"));
-  GB_RETURN_IF_ERROR(ctx(ops::rms_norm(kvb, aw.kv_norm, eps, TensorView(s.kvn.data(), DType::kBF16, {T, D}),
+  const TensorView kvp(s.kvp.data(), DType::kF32, {T, D});
+  GB_RETURN_IF_ERROR(ctx(ops::linear(x, aw.wkv, kvp), "wkv"));
+  GB_RETURN_IF_ERROR(ctx(ops::rms_norm(kvp, f32_view(nw.kv_norm), eps, TensorView(s.kv.data(), DType::kF32, {T, D}),
                                        TensorView(s.rstd.data(), DType::kF32, {T, 1})),
                          "kv_norm"));
-  for (int64_t i = 0; i < T * D; ++i) s.kv[i] = bf16_to_float(s.kvn[i]);
   rotate_trailing(s.kv.data(), T, 1, D, D, s.cos, s.sin, half, /*inverse=*/false);
 
   // The window: per sequence the ring's rows before its first new token, then its new rows.
@@ -441,10 +449,10 @@ Status V4Attention::forward(Scratch& s, int64_t layer, const TensorView& x, cons
   const int64_t g = d.o_groups, hpg = heads / g, lr = d.o_lora_rank;
   for (int64_t gi = 0; gi < g; ++gi) {
     const TensorView og = TensorView::strided(s.attn.data() + gi * hpg * D, DType::kF32, {T, hpg * D}, {heads * D, 1});
-    const TensorView zg = TensorView::strided(s.z.data() + gi * lr, DType::kBF16, {T, lr}, {g * lr, 1});
+    const TensorView zg = TensorView::strided(s.z.data() + gi * lr, DType::kF32, {T, lr}, {g * lr, 1});
     GB_RETURN_IF_ERROR(ctx(ops::linear(og, aw.wo_a.slice0(gi * lr, (gi + 1) * lr), zg), "wo_a"));
   }
-  return ctx(ops::linear(TensorView(s.z.data(), DType::kBF16, {T, g * lr}), aw.wo_b, out), "wo_b");
+  return ctx(ops::linear(TensorView(s.z.data(), DType::kF32, {T, g * lr}), aw.wo_b, out), "wo_b");
 }
 
 }  // namespace genbridge::model

@@ -75,6 +75,11 @@ class V4Attention {
   const ModelWeights& w_;
   const runtime::DeviceOperator& dev_;
   runtime::KvModelShape shape_;
+  // Per layer: the norms' weights as fp32 (the block's activations are fp32).
+  struct LayerNorms {
+    std::vector<float> q_norm, kv_norm, compressor, index_compressor;
+  };
+  std::vector<LayerNorms> norms_;
   std::vector<ops::MlaKvCache> window_;           // per layer: the sliding-window rings
   std::vector<ops::MlaKvCache> compressed_;       // per layer: compressed entries (empty view for ratio 0)
   std::vector<ops::IndexerKeyCache> index_keys_;  // per layer (ratio 4 only)

@@ -16,11 +16,13 @@
 #include "genbridge/ops/moe/grouped_topk_router.h"
 #include "genbridge/ops/moe/moe_combine.h"
 #include "genbridge/ops/moe/quant_expert_ffn.h"
+#include "genbridge/ops/moe/sqrt_softplus_router.h"
 #include "genbridge/ops/moe/topk_router.h"
 #include "genbridge/ops/norm/add_gemma_rms_norm.h"
 #include "genbridge/ops/norm/add_rms_norm.h"
 #include "genbridge/ops/norm/gemma_rms_norm.h"
 #include "genbridge/ops/norm/rms_norm.h"
+#include "genbridge/ops/residual/hyper_connection.h"
 
 namespace genbridge::model {
 
@@ -42,6 +44,15 @@ struct ForwardBatch::Buffers {
   std::vector<int32_t> choice_positions;        // scratch: one token's indexer positions
   std::shared_ptr<MlaAttention::Scratch> mla;   // DeepSeek models
   std::shared_ptr<GatedDeltaNet::Scratch> gdn;  // Qwen3.5
+  // DeepSeek-V4: the residual streams [T, hc_mult, hidden] (fp32), each block's collapsed input [T, hidden],
+  // the attention site's and the MoE site's post [T, n] and comb [T, n, n] weights (the MoE site's live from
+  // attention_block to finish_moe), the tokens (hash routing reads them), hash-routed ids [T, k], the
+  // last positions' streams, and the attention's scratch.
+  std::vector<float> streams, post_attn, comb_attn, post_ffn, comb_ffn, last_streams, collapsed, normed, out32,
+      shared32;
+  std::vector<int32_t> tokens, hash_ids;
+  std::shared_ptr<V4Attention::Scratch> v4;
+  int64_t hc = 0;
   int64_t max_blocks = 0;
   int64_t hidden = 0, q_size = 0, q_proj = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
 };
@@ -53,6 +64,9 @@ TensorView bf16_view(std::vector<bf16_t>& v, std::initializer_list<int64_t> shap
 }
 TensorView f32_view(std::vector<float>& v, std::initializer_list<int64_t> shape) {
   return TensorView(v.data(), DType::kF32, shape);
+}
+TensorView v4_norm(const std::vector<float>& w) {
+  return TensorView(const_cast<float*>(w.data()), DType::kF32, {static_cast<int64_t>(w.size())});
 }
 TensorView i32_view(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
   return TensorView(v.data(), DType::kI32, shape);
@@ -127,12 +141,19 @@ TensorView ForwardBatch::expert_out() const {
 }
 
 TensorView ForwardBatch::index_selection(int64_t layer) const {
+  if (v4_ && b_->v4) return v4_->index_selection(*b_->v4, layer, num_tokens_);
   if (!mla_ || !b_->mla) return TensorView();
   return mla_->index_selection(*b_->mla, layer, num_tokens_);
 }
 
+float model_swiglu_limit(const ModelConfig& c) {
+  return c.is_deepseek_v4() && c.dsv4.swiglu_limit > 0 ? static_cast<float>(c.dsv4.swiglu_limit) : ops::kNoSwigluLimit;
+}
+
 ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized)
-    : num_experts_(checkpoint.config().num_experts), quantized_(quantized) {
+    : quantized_(quantized),
+      num_experts_(checkpoint.config().num_experts),
+      swiglu_limit_(model_swiglu_limit(checkpoint.config())) {
   for (const LayerWeights& l : checkpoint.weights().layers) {
     std::vector<ops::ExpertWeights> e;
     if (l.is_moe) {
@@ -158,10 +179,10 @@ Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView&
   }
   if (quantized_ && layer < quantized_->num_layers() && !quantized_->layer(layer).experts.empty()) {
     std::span<const ops::QuantExpertWeights> q(quantized_->layer(layer).experts);
-    return ops::quant_expert_ffn(x, topk_ids, q.subspan(begin, end - begin), begin, end, out);
+    return ops::quant_expert_ffn(x, topk_ids, q.subspan(begin, end - begin), begin, end, out, swiglu_limit_);
   }
   std::span<const ops::ExpertWeights> all(layers_[layer]);
-  return ops::expert_ffn(x, topk_ids, all.subspan(begin, end - begin), begin, end, out);
+  return ops::expert_ffn(x, topk_ids, all.subspan(begin, end - begin), begin, end, out, swiglu_limit_);
 }
 
 ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p,
@@ -178,14 +199,6 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
                                                          const runtime::DeviceOperator& dev,
                                                          const runtime::KvPagePool& pool,
                                                          const QuantizedWeights* quantized) {
-  // DeepSeek-V4 checkpoints load (runtime/checkpoint/deepseek_v4_weights.cpp) but no forward pass runs them yet.
-  // The one place that says so: every engine (run, serve, AFD attention ranks) is assembled through here.
-  if (checkpoint.config().is_deepseek_v4()) {
-    return unimplemented(
-        fmt::format("model runner: {} checkpoints load, but genbridge's forward pass does not run DeepSeek-V4 yet "
-                    "(docs/deepseek.md, \"DeepSeek-V4 checkpoints\")",
-                    kDeepseekV4Architecture));
-  }
   if (checkpoint.precision() != WeightPrecision::kBF16) {
     return invalid_argument("model runner: the checkpoint must be opened with bf16 weights (LoadOptions::precision)");
   }
@@ -210,6 +223,26 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool, quantized));
   const ModelConfig& c = r->config_;
+  if (c.is_deepseek_v4()) {  // shared K = V attention over windows and compressed entries, hyper-connections
+    if (quantized) {
+      return unimplemented(fmt::format("model runner: --weight-quant is not implemented for {} yet (bf16 weights only)",
+                                       kDeepseekV4Architecture));
+    }
+    GB_ASSIGN_OR_RETURN(r->v4_, V4Attention::create(checkpoint, dev, pool));
+    // The blocks' norms act on fp32 activations: fp32 copies of their weights.
+    const auto f32 = [](const TensorView& w) {
+      std::vector<float> v(static_cast<size_t>(w.numel()));
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        v[i] = w.dtype() == DType::kF32 ? w.data_as<const float>()[i] : bf16_to_float(w.data_as<const bf16_t>()[i]);
+      }
+      return v;
+    };
+    for (const LayerWeights& lw : r->w_.layers) {
+      r->v4_norms_.push_back({f32(lw.input_layernorm), f32(lw.post_attention_layernorm)});
+    }
+    r->v4_final_norm_ = f32(r->w_.final_norm);
+    return r;
+  }
   if (c.is_deepseek()) {  // MLA (+ DSA) attention: latent rows instead of GQA K/V (deepseek_attention.h)
     if (pool.geometry().num_layers != c.num_hidden_layers) {
       return invalid_argument(fmt::format("model runner: the KV pool holds {} layers but the model has {}",
@@ -275,8 +308,24 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   b.shared_gate.resize(T);
   if (mla_) b.mla = mla_->make_scratch(max_tokens);
   if (gdn_) b.gdn = gdn_->make_scratch(max_tokens);
+  b.tokens.resize(T);
+  if (v4_) {
+    const int64_t n = c.dsv4.hc_mult;
+    b.hc = n;
+    b.v4 = v4_->make_scratch(max_tokens, max_seqs);
+    b.streams.resize(T * n * H);
+    b.collapsed.resize(T * H);
+    b.normed.resize(T * H);
+    b.out32.resize(T * H);
+    b.shared32.resize(T * H);
+    for (auto* v : {&b.post_attn, &b.post_ffn}) v->resize(T * n);
+    for (auto* v : {&b.comb_attn, &b.comb_ffn}) v->resize(T * n * n);
+    b.hash_ids.resize(T * b.topk);
+    b.last_streams.resize(max_seqs * n * H);
+  }
   b.state_slots.resize(max_seqs);
   fb.mla_ = mla_.get();
+  fb.v4_ = v4_.get();
   b.positions.resize(T);
   b.slots.resize(T);
   b.context_lens.resize(max_seqs);
@@ -364,8 +413,16 @@ Status ModelRunner::begin(ForwardBatch& fb, const ForwardInput& in) const {
       return invalid_argument(fmt::format("forward: token id {} is outside the vocabulary [0, {})", tok, V));
     }
     std::memcpy(b.residual.data() + t * H, emb + tok * emb_stride, static_cast<size_t>(H) * sizeof(bf16_t));
+    b.tokens[t] = tok;
   }
   check_rows(fb, b.residual.data(), T, nullptr, ActivationFault::Where::kEmbedding, -1);
+  if (v4_) {  // every stream starts as the embedding
+    for (int64_t t = 0; t < T; ++t) {
+      float* x = b.streams.data() + t * b.hc * H;
+      for (int64_t i = 0; i < H; ++i) x[i] = bf16_to_float(b.residual[t * H + i]);
+      for (int64_t j = 1; j < b.hc; ++j) std::memcpy(x + j * H, x, static_cast<size_t>(H) * sizeof(float));
+    }
+  }
   return ok_status();
 }
 
@@ -410,7 +467,43 @@ void ModelRunner::check_rows(ForwardBatch& fb, const bf16_t* x, int64_t n, const
   }
 }
 
+void ModelRunner::check_rows_f32(ForwardBatch& fb, const float* x, int64_t n, const int32_t* rows,
+                                 ActivationFault::Where where, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t H = b.hidden;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* r = x + i * H;
+    float top = 0;
+    bool finite = true;
+    for (int64_t j = 0; j < H; ++j) {
+      finite = finite && std::isfinite(r[j]);
+      top = std::max(top, std::fabs(r[j]));
+    }
+    if (finite && !(top >= saturation_floor_)) continue;  // the common case: nothing to record
+    const int64_t row = rows ? rows[i] : i;
+    ActivationFault& f = b.faults[b.row_seq[row]];
+    if (f.found()) continue;
+    if (!finite) {
+      int64_t j = 0;
+      while (std::isfinite(r[j])) ++j;
+      f = ActivationFault{.where = where,
+                          .layer = layer,
+                          .position = b.positions[row],
+                          .non_finite = true,
+                          .element = j,
+                          .value = r[j]};
+      continue;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < H; ++j) sum += static_cast<double>(r[j]) * r[j];
+    if (sum > static_cast<double>(std::numeric_limits<float>::max())) {
+      f = ActivationFault{.where = where, .layer = layer, .position = b.positions[row], .value = top};
+    }
+  }
+}
+
 Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
+  if (v4_) return attention_block_v4(fb, layer);
   ForwardBatch::Buffers& b = *fb.b_;
   const LayerWeights& lw = w_.layers[layer];
   const int64_t T = fb.num_tokens_, H = b.hidden, D = b.head_dim;
@@ -515,7 +608,27 @@ Status ModelRunner::route(ForwardBatch& fb, int64_t layer) const {
   const int64_t T = fb.num_tokens_;
   const TensorView logits = f32_view(b.router_logits, {T, b.experts});
   GB_RETURN_IF_ERROR(with_context(ops::linear(fb.moe_input(), lw.moe.router, logits), "router", layer));
-  if (config_.is_deepseek()) {
+  if (config_.is_deepseek_v4()) {
+    const DeepseekV4Config& d = config_.dsv4;
+    TensorView hash;
+    if (layer < d.num_hash_layers) {  // the experts are the token's row of tid2eid
+      const TensorView& table = lw.tid2eid;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t j = 0; j < b.topk; ++j) {
+          const int64_t at = b.tokens[t] * table.stride(0) + j * table.stride(1);
+          b.hash_ids[t * b.topk + j] = table.dtype() == DType::kI64
+                                           ? static_cast<int32_t>(table.data_as<const int64_t>()[at])
+                                           : table.data_as<const int32_t>()[at];
+        }
+      }
+      hash = i32_view(b.hash_ids, {T, b.topk});
+    }
+    GB_RETURN_IF_ERROR(with_context(
+        ops::sqrt_softplus_router(logits, hash.data() ? TensorView() : lw.moe.e_score_correction_bias, hash,
+                                  config_.norm_topk_prob, static_cast<float>(d.routed_scaling_factor), fb.topk_ids(),
+                                  fb.topk_weights()),
+        "sqrt-softplus routing", layer));
+  } else if (config_.is_deepseek()) {
     const DeepseekConfig& d = config_.deepseek;
     const ops::GroupedTopkParams p{d.n_group, d.topk_group, config_.norm_topk_prob,
                                    static_cast<float>(d.routed_scaling_factor)};
@@ -537,7 +650,8 @@ Status ModelRunner::route(ForwardBatch& fb, int64_t layer) const {
 void ModelRunner::emit_choices(ForwardBatch& fb) const {
   ForwardBatch::Buffers& b = *fb.b_;
   const int64_t T = fb.num_tokens_, k = b.topk, page = pool_.geometry().page_size;
-  const bool slots = dev_.topk_index_format() != ops::TopkIndexFormat::kSequencePositions;
+  // V4's selection is compressed-entry indices already; V3.2's is in the DeviceOperator's top-k contract.
+  const bool slots = !v4_ && dev_.topk_index_format() != ops::TopkIndexFormat::kSequencePositions;
   for (int64_t t = 0; t < T; ++t) {
     const int64_t s = b.row_seq[t];
     for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
@@ -583,6 +697,7 @@ Status ModelRunner::local_experts(ForwardBatch& fb, int64_t layer, int64_t exper
 Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView* expert_out) const {
   ForwardBatch::Buffers& b = *fb.b_;
   const TensorView outs = expert_out ? *expert_out : fb.expert_out();
+  if (v4_) return finish_moe_v4(fb, layer, outs);
   const LayerWeights& lw = w_.layers[layer];
   const int64_t T = fb.num_tokens_, H = b.hidden;
   const TensorView delta = bf16_view(b.delta, {T, H});
@@ -622,6 +737,7 @@ Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView
 }
 
 Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
+  if (v4_) return logits_v4(fb, out);
   ForwardBatch::Buffers& b = *fb.b_;
   const int64_t S = fb.num_seqs_, H = b.hidden, V = config_.vocab_size;
   if (static_cast<int64_t>(out.size()) < S * V) {
@@ -641,6 +757,88 @@ Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
   GB_RETURN_IF_ERROR(with_context(add_norm(d, w_.final_norm, res, y), "final norm", config_.num_hidden_layers));
   const int64_t last = config_.num_hidden_layers - 1;
   check_rows(fb, b.last_hidden.data(), S, b.last_rows.data(), mlp_block(last), last);
+  if (b.choice_sink) emit_choices(fb);
+  return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
+}
+
+Status ModelRunner::attention_block_v4(ForwardBatch& fb, int64_t layer) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, S = fb.num_seqs_, H = b.hidden, n = b.hc;
+  const ops::HyperConnectionParams hp{static_cast<float>(config_.rms_norm_eps), static_cast<float>(config_.dsv4.hc_eps),
+                                      config_.dsv4.hc_sinkhorn_iters};
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  // The blocks' inputs stay fp32 up to the attention's projections; the MoE's input is rounded to bf16 once.
+  const TensorView streams = f32_view(b.streams, {T, n, H}), collapsed = f32_view(b.collapsed, {T, H});
+  // The attention's output (and the MoE's, finish_moe_v4) enter the streams in fp32.
+  const TensorView normed = f32_view(b.normed, {T, H}), delta = f32_view(b.out32, {T, H});
+  const TensorView rstd = f32_view(b.rstd, {T, 1});
+  GB_RETURN_IF_ERROR(with_context(ops::hc_pre(streams, lw.hc_attn.fn, lw.hc_attn.base, lw.hc_attn.scale, hp, collapsed,
+                                              f32_view(b.post_attn, {T, n}), f32_view(b.comb_attn, {T, n, n})),
+                                  "attention hyper-connection", layer));
+  check_rows_f32(fb, b.collapsed.data(), T, nullptr,
+                 layer == 0 ? ActivationFault::Where::kEmbedding : mlp_block(layer - 1), layer - 1);
+  GB_RETURN_IF_ERROR(with_context(ops::rms_norm(collapsed, v4_norm(v4_norms_[layer].attn), eps, normed, rstd),
+                                  "attention norm", layer));
+  const V4AttentionBatch ab{.positions = std::span<const int32_t>(b.positions).first(T),
+                            .query_start = std::span<const int32_t>(b.query_start).first(S + 1),
+                            .state_slots = std::span<const int32_t>(b.state_slots).first(S),
+                            .block_tables = std::span<const int32_t>(b.block_tables).first(S * b.max_blocks),
+                            .max_blocks = b.max_blocks};
+  GB_RETURN_IF_ERROR(with_context(v4_->forward(*b.v4, layer, normed, ab, delta), "attention", layer));
+  GB_RETURN_IF_ERROR(with_context(
+      ops::hc_post(delta, f32_view(b.post_attn, {T, n}), f32_view(b.comb_attn, {T, n, n}), streams, streams),
+      "attention hyper-connection", layer));
+  GB_RETURN_IF_ERROR(with_context(ops::hc_pre(streams, lw.hc_ffn.fn, lw.hc_ffn.base, lw.hc_ffn.scale, hp, collapsed,
+                                              f32_view(b.post_ffn, {T, n}), f32_view(b.comb_ffn, {T, n, n})),
+                                  "MoE hyper-connection", layer));
+  check_rows_f32(fb, b.collapsed.data(), T, nullptr, ActivationFault::Where::kAttention, layer);
+  GB_RETURN_IF_ERROR(
+      with_context(ops::rms_norm(collapsed, v4_norm(v4_norms_[layer].ffn), eps, normed, rstd), "MoE norm", layer));
+  float_to_bf16_n(b.normed.data(), b.mlp_in.data(), static_cast<size_t>(T * H));
+  return ok_status();
+}
+
+Status ModelRunner::finish_moe_v4(ForwardBatch& fb, int64_t layer, const TensorView& outs) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const LayerWeights& lw = w_.layers[layer];
+  const int64_t T = fb.num_tokens_, H = b.hidden, n = b.hc;
+  const TensorView y = f32_view(b.out32, {T, H}), shared_out = f32_view(b.shared32, {T, H});
+  const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
+  GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}), std::span(&shared, 1),
+                                                  0, 1, f32_view(b.shared32, {T, 1, H}), model_swiglu_limit(config_)),
+                                  "shared experts", layer));
+  GB_RETURN_IF_ERROR(
+      with_context(ops::moe_combine(outs, fb.topk_weights(), y, &shared_out, nullptr), "combine", layer));
+  const TensorView streams = f32_view(b.streams, {T, n, H});
+  return with_context(ops::hc_post(y, f32_view(b.post_ffn, {T, n}), f32_view(b.comb_ffn, {T, n, n}), streams, streams),
+                      "MoE hyper-connection", layer);
+}
+
+Status ModelRunner::logits_v4(ForwardBatch& fb, std::span<float> out) const {
+  ForwardBatch::Buffers& b = *fb.b_;
+  const int64_t S = fb.num_seqs_, H = b.hidden, V = config_.vocab_size, n = b.hc;
+  if (static_cast<int64_t>(out.size()) < S * V) {
+    return invalid_argument(
+        fmt::format("forward: logits buffer holds {} values but {} x {} are needed", out.size(), S, V));
+  }
+  // Only the last position of each sequence is needed: its streams, collapsed by the head, the final norm, the
+  // LM head.
+  for (int64_t s = 0; s < S; ++s) {
+    std::memcpy(b.last_streams.data() + s * n * H, b.streams.data() + b.last_rows[s] * n * H,
+                static_cast<size_t>(n * H) * sizeof(float));
+  }
+  const ops::HyperConnectionParams hp{static_cast<float>(config_.rms_norm_eps), static_cast<float>(config_.dsv4.hc_eps),
+                                      config_.dsv4.hc_sinkhorn_iters};
+  const TensorView collapsed = f32_view(b.collapsed, {S, H}), y = f32_view(b.normed, {S, H});
+  GB_RETURN_IF_ERROR(with_context(ops::hc_head(f32_view(b.last_streams, {S, n, H}), w_.hc_head.fn, w_.hc_head.base,
+                                               w_.hc_head.scale, hp, collapsed),
+                                  "head hyper-connection", config_.num_hidden_layers));
+  const int64_t last = config_.num_hidden_layers - 1;
+  check_rows_f32(fb, b.collapsed.data(), S, b.last_rows.data(), mlp_block(last), last);
+  GB_RETURN_IF_ERROR(with_context(ops::rms_norm(collapsed, v4_norm(v4_final_norm_),
+                                                static_cast<float>(config_.rms_norm_eps), y, f32_view(b.rstd, {S, 1})),
+                                  "final norm", config_.num_hidden_layers));
   if (b.choice_sink) emit_choices(fb);
   return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
 }

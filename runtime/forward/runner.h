@@ -23,6 +23,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
 #include "runtime/forward/deepseek_attention.h"
+#include "runtime/forward/deepseek_v4_attention.h"
 #include "runtime/forward/gated_deltanet.h"
 #include "runtime/forward/quant_weights.h"
 #include "runtime/memory/kv_page_pool.h"
@@ -82,7 +83,8 @@ class ForwardBatch {
   TensorView topk_weights() const;  // fp32 [T, k]
   TensorView expert_out() const;    // bf16 [T, k, hidden]; filled by local_experts() or by FFN ranks
   // DeepSeek-V3.2: layer `layer`'s indexer selection in the last forward (int32 [T, index_topk], the
-  // DeviceOperator's top-k index contract); empty otherwise. For tests and tracing.
+  // DeviceOperator's top-k index contract); DeepSeek-V4: a compressed-sparse layer's selected compressed
+  // entries (int32 [T, index_topk] entry indices, -1 padded); empty otherwise. For tests and tracing.
   TensorView index_selection(int64_t layer) const;
   // Per sequence of the last forward (in input order): the first activation fault of its rows, or none.
   std::span<const ActivationFault> faults() const;
@@ -95,6 +97,7 @@ class ForwardBatch {
   friend class ModelRunner;
   struct Buffers;
   const MlaAttention* mla_ = nullptr;
+  const V4Attention* v4_ = nullptr;
   std::shared_ptr<Buffers> b_;
   int64_t num_tokens_ = 0;
   int64_t num_seqs_ = 0;
@@ -107,7 +110,7 @@ class ForwardBatch {
 class ExpertBank {
  public:
   // `quantized` (optional; must outlive the bank): routed experts quantized at load, used for
-  // every MoE layer whose experts it holds.
+  // every MoE layer whose experts it holds. The model's SwiGLU clamp (DeepSeek-V4's swiglu_limit) applies.
   explicit ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized = nullptr);
   // out[t, j] for every slot whose expert is in [begin, end) (see ops::expert_ffn). Blocks until done.
   Status compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
@@ -118,7 +121,11 @@ class ExpertBank {
   std::vector<std::vector<ops::ExpertWeights>> layers_;  // empty for dense layers
   const QuantizedWeights* quantized_ = nullptr;
   int64_t num_experts_ = 0;
+  float swiglu_limit_;
 };
+
+// The SwiGLU clamp of a model's experts (DeepSeek-V4's swiglu_limit; none for the other models).
+float model_swiglu_limit(const ModelConfig& c);
 
 // The phases of a forward, for tracing: embedding lookup (begin), attention block, router, expert
 // outputs, combine (moe_combine + residual), final norm and LM head (logits).
@@ -174,18 +181,31 @@ class ModelRunner {
   // records the first fault of each sequence that has none yet.
   void check_rows(ForwardBatch& batch, const bf16_t* x, int64_t n, const int32_t* rows, ActivationFault::Where where,
                   int64_t layer) const;
+  // check_rows for fp32 rows (DeepSeek-V4's collapsed streams).
+  void check_rows_f32(ForwardBatch& batch, const float* x, int64_t n, const int32_t* rows, ActivationFault::Where where,
+                      int64_t layer) const;
   // The block that wrote `layer`'s MLP output: kMoe on MoE layers, else kMlp.
   ActivationFault::Where mlp_block(int64_t layer) const;
+  // DeepSeek-V4's residual streams around each block (manifold-constrained hyper-connections).
+  Status attention_block_v4(ForwardBatch& batch, int64_t layer) const;
+  Status finish_moe_v4(ForwardBatch& batch, int64_t layer, const TensorView& expert_out) const;
+  Status logits_v4(ForwardBatch& batch, std::span<float> logits) const;
 
   const Checkpoint& checkpoint_;
   const ModelWeights& w_;
   ModelConfig config_;
   const runtime::DeviceOperator& dev_;
   const runtime::KvPagePool& pool_;
-  std::vector<ops::PagedKvCache> kv_;     // GQA models: one per layer with a KV cache
-  std::vector<int64_t> kv_index_;         // per layer: its entry of kv_, or -1 (a linear-attention layer)
-  std::unique_ptr<MlaAttention> mla_;  // DeepSeek models (MLA / DSA attention)
+  std::vector<ops::PagedKvCache> kv_;   // GQA models: one per layer with a KV cache
+  std::vector<int64_t> kv_index_;       // per layer: its entry of kv_, or -1 (a linear-attention layer)
+  std::unique_ptr<MlaAttention> mla_;   // DeepSeek models (MLA / DSA attention)
   std::unique_ptr<GatedDeltaNet> gdn_;  // Qwen3.5: the linear-attention layers
+  std::unique_ptr<V4Attention> v4_;     // DeepSeek-V4
+  struct V4Norms {
+    std::vector<float> attn, ffn;  // attn_norm, ffn_norm as fp32 (the blocks' inputs are fp32)
+  };
+  std::vector<V4Norms> v4_norms_;
+  std::vector<float> v4_final_norm_;
   const QuantizedWeights* quantized_ = nullptr;
   ExpertBank experts_;
   float saturation_floor_ = 0;  // a row whose largest |x| is below this cannot overflow fp32's sum of squares

@@ -4,7 +4,11 @@
 //   longer than index_topk (64) so that sparse selection is active;
 // - Qwen3.5-MoE (`tiny-qwen35`: Gated DeltaNet + gated attention, Gemma norms, gated shared expert), whose
 //   attention ranks own both the KV pages and the per-sequence state slots, with prompts longer than a KV
-//   page (128 tokens) and than the gated delta rule's chunk (kGatedDeltaRuleChunk, 64).
+//   page (128 tokens) and than the gated delta rule's chunk (kGatedDeltaRuleChunk, 64);
+// - DeepSeek-V4 (`tiny-dsv4`: shared K = V attention over sliding windows and compressed entries, the indexer,
+//   hyper-connections, hash and sqrt-softplus routing, the SwiGLU clamp), whose attention ranks own the window
+//   rings and compressors' state (state slots) and the compressed entries (pages) and route (hash routing reads
+//   the token ids there), with prompts past a ratio-128 window and the indexer's top-16 of ratio-4 windows.
 // (The MPI transport runs the same engine job code under mpirun: afd.mpi.engine.*.)
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -91,7 +95,7 @@ TEST_P(EngineModelsAfd, tokens_and_logits_equal_the_monolithic_engine) {
 
 std::vector<Case> matrix() {
   std::vector<Case> out;
-  for (const char* preset : {"tiny-dsa", "tiny-qwen35"})
+  for (const char* preset : {"tiny-dsa", "tiny-qwen35", "tiny-dsv4"})
     for (ConnectorKind c : {ConnectorKind::kSync, ConnectorKind::kAsync})
       for (auto [a, f] : {std::pair{1, 1}, {2, 1}, {2, 2}})
         for (int s : {1, 2}) out.push_back({preset, c, a, f, s});

@@ -6,8 +6,11 @@
 // With --v4-kernels it runs DeepSeek-V4's kernels on the representation both generations share (bf16 K = V
 // rows: bf16_mla_kv_write, sharedkv_sparse_attention with sinks, kv_compress with and without overlap), whose
 // contract is common code: the two builds must give the same bits.
-// Usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]. Exit 0 only when every element is within
-// tolerance and, given PEER_FILE (another build's OUT_FILE), when at least one output bit differs from it
+// With --v4-model it runs a DeepSeek-V4 checkpoint (make-model's tiny-dsv4, bf16 rows: the representation both
+// generations share) through the engine, 300-token prompt then 32 steps, prompt and compressed windows included:
+// the two builds must give the same logits bits.
+// Usage: gemma_probe [--qwen35 | --v4-kernels | --v4-model] OUT_FILE [PEER_FILE]. Exit 0 only when every element is
+// within tolerance and, given PEER_FILE (another build's OUT_FILE), when at least one output bit differs from it
 // (--v4-kernels: when every bit equals it).
 #include <algorithm>
 #include <cmath>
@@ -139,7 +142,8 @@ int v4_kernels(const char* out, const char* peer) {
   for (int64_t i = 0; i < T * W; ++i) win[i] = i % 11 == 0 ? -1 : static_cast<int32_t>((i * 13) % (kBlocks * kBs));
   for (int64_t i = 0; i < T * C; ++i) cmp[i] = static_cast<int32_t>((i * 29 + 5) % (kBlocks * kBs));
   const ops::MlaKvCache c{ops::MlaKvFormat::kBf16, L, R, cache.view(), {}, {}};
-  Status st = ops::bf16_mla_kv_write(lat.view(), rope.view(), TensorView(slots.data(), DType::kI32, {kBlocks * kBs}), c);
+  Status st =
+      ops::bf16_mla_kv_write(lat.view(), rope.view(), TensorView(slots.data(), DType::kI32, {kBlocks * kBs}), c);
   auto* qd = static_cast<float*>(q.data());
   if (st.ok()) {
     st = ops::sharedkv_sparse_attention(TensorView::strided(qd, DType::kF32, {T, H, L}, {H * D, D, 1}),
@@ -148,8 +152,8 @@ int v4_kernels(const char* out, const char* peer) {
                                         TensorView(cmp.data(), DType::kI32, {T, C}), sinks.view(), 0.044f, o.view());
   }
   std::vector<float> result(static_cast<const float*>(o.data()), static_cast<const float*>(o.data()) + T * H * D);
-  for (const auto& [ratio, width, overlap] : {std::tuple<int64_t, int64_t, bool>{4, 512, true}, {4, 128, true},
-                                              {128, 512, false}}) {
+  for (const auto& [ratio, width, overlap] :
+       {std::tuple<int64_t, int64_t, bool>{4, 512, true}, {4, 128, true}, {128, 512, false}}) {
     if (!st.ok()) break;
     const int64_t coff = overlap ? 2 : 1, windows = 3, rows = (windows + (overlap ? 1 : 0)) * ratio;
     testing::OwnedTensor kv(DType::kBF16, {rows, coff * width}), gate(DType::kBF16, {rows, coff * width}),
@@ -158,7 +162,8 @@ int v4_kernels(const char* out, const char* peer) {
     testing::fill_uniform(gate.view(), 50 + static_cast<uint32_t>(width), -3.f, 3.f);
     testing::fill_uniform(ape.view(), 60, -1.f, 1.f);
     st = ops::kv_compress(kv.view(), gate.view(), ape.view(), ratio, overlap, false, e.view());
-    result.insert(result.end(), static_cast<const float*>(e.data()), static_cast<const float*>(e.data()) + windows * width);
+    result.insert(result.end(), static_cast<const float*>(e.data()),
+                  static_cast<const float*>(e.data()) + windows * width);
   }
   if (!st.ok()) {
     std::fprintf(stderr, "v4 kernels failed: %s\n", st.to_string().c_str());
@@ -181,26 +186,84 @@ int v4_kernels(const char* out, const char* peer) {
   return 0;
 }
 
+// DeepSeek-V4 through the engine with bf16 rows: every step's logits; with `peer`, every bit must equal the other
+// build's (the generations differ only in their quantized representations).
+int v4_model(const char* out, const char* peer) {
+  testing::TempDir dir;
+  if (Status st = model::write_synthetic_checkpoint("tiny-dsv4", 7, dir / "m"); !st.ok()) {
+    std::fprintf(stderr, "make-model failed: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  auto ckpt = model::Checkpoint::open(dir / "m");
+  auto dev = runtime::DeviceOperator::create({.kv_cache_dtype = "bf16"});
+  if (!ckpt.ok() || !dev.ok()) {
+    std::fprintf(stderr, "open failed: %s\n", (ckpt.ok() ? dev.status() : ckpt.status()).to_string().c_str());
+    return 1;
+  }
+  auto assembled = engine::assemble_engine(
+      *ckpt, *dev, 4, {.engine = {.max_batch = 1, .record_logits = true}, .kv_pool = {.state_slots = 1}}, {});
+  if (!assembled.ok()) {
+    std::fprintf(stderr, "assembly failed: %s\n", assembled.status().to_string().c_str());
+    return 1;
+  }
+  const int64_t V = ckpt->config().vocab_size;
+  engine::Request r;
+  for (int i = 0; i < 300; ++i)
+    r.prompt.push_back(static_cast<int32_t>(engine::uniform_from(13, i) * static_cast<double>(V)));
+  r.max_new_tokens = 32;
+  engine::Engine& eng = *(*assembled)->engine;
+  if (Status st = eng.submit(r); !st.ok() || !(st = eng.run_to_completion()).ok()) {
+    std::fprintf(stderr, "engine failed: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  const engine::RequestResult& res = eng.results().at(0);
+  if (res.tokens.size() != 32 || res.logits.size() != 32 * static_cast<size_t>(V)) {
+    std::fprintf(stderr, "expected 32 steps of logits, got %zu tokens\n", res.tokens.size());
+    return 1;
+  }
+  const size_t nbytes = res.logits.size() * sizeof(float);
+  std::printf("target %.*s: tiny-dsv4, 32 steps after a 300-token prompt, bf16 rows\n",
+              static_cast<int>(ops::build_target().size()), ops::build_target().data());
+  if (!write_bytes(out, res.logits.data(), nbytes)) return 1;
+  if (!peer) return 0;
+  std::vector<float> other(res.logits.size());
+  if (!read_bytes(peer, other.data(), nbytes)) return 1;
+  const int64_t differ = std::memcmp(other.data(), res.logits.data(), nbytes) == 0 ? 0 : 1;
+  std::printf("logits %s %s\n", differ ? "differ from" : "equal bit for bit", peer);
+  if (differ) {
+    std::fprintf(stderr, "the shared bf16 contract must give the same bits in every generation's build\n");
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace genbridge;
+  if (argc >= 2 && std::strcmp(argv[1], "--v4-model") == 0) {
+    if (argc != 3 && argc != 4) {
+      std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels | --v4-model] OUT_FILE [PEER_FILE]\n");
+      return 2;
+    }
+    return v4_model(argv[2], argc == 4 ? argv[3] : nullptr);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "--v4-kernels") == 0) {
     if (argc != 3 && argc != 4) {
-      std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]\n");
+      std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels | --v4-model] OUT_FILE [PEER_FILE]\n");
       return 2;
     }
     return v4_kernels(argv[2], argc == 4 ? argv[3] : nullptr);
   }
   if (argc >= 2 && std::strcmp(argv[1], "--qwen35") == 0) {
     if (argc != 3 && argc != 4) {
-      std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]\n");
+      std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels | --v4-model] OUT_FILE [PEER_FILE]\n");
       return 2;
     }
     return qwen35(argv[2], argc == 4 ? argv[3] : nullptr);
   }
   if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels] OUT_FILE [PEER_FILE]\n");
+    std::fprintf(stderr, "usage: gemma_probe [--qwen35 | --v4-kernels | --v4-model] OUT_FILE [PEER_FILE]\n");
     return 2;
   }
   const int64_t rows = 64, cols = 4096;

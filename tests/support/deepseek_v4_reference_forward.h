@@ -90,6 +90,14 @@ struct DeepseekV4Reference {
   std::vector<std::vector<double>> index_margin;
 };
 
+// Discrete choices to follow instead of the reference's own (an engine's recorded ones), so that an engine whose
+// bf16 activations flip a near-tie is compared with the reference on the same experts and entries: [layer][token],
+// an empty entry (or vector) keeps the reference's own choice. Experts in the engine's slot order.
+struct DeepseekV4Choices {
+  std::vector<std::vector<std::vector<int64_t>>> experts;
+  std::vector<std::vector<std::vector<int64_t>>> index_selected;
+};
+
 [[noreturn]] inline void v4_ref_fail(const std::string& what) {
   throw std::invalid_argument("deepseek_v4_reference_forward: " + what);
 }
@@ -547,7 +555,17 @@ inline std::vector<int64_t> v4_ref_hash_experts(const TensorView& t, int32_t tok
 
 // Logits of every position of one sequence (positions 0..n-1).
 inline DeepseekV4Reference deepseek_v4_reference_forward(const model::ModelConfig& c, const model::ModelWeights& w,
-                                                         std::span<const int32_t> tokens) {
+                                                         std::span<const int32_t> tokens,
+                                                         const DeepseekV4Choices* follow = nullptr) {
+  // follow's choice of (layer, token) when it has one, else null.
+  const auto followed = [&](const std::vector<std::vector<std::vector<int64_t>>>* v, int64_t l,
+                            int64_t t) -> const std::vector<int64_t>* {
+    if (!follow || !v || l >= static_cast<int64_t>(v->size()) || t >= static_cast<int64_t>((*v)[l].size()) ||
+        (*v)[l][t].empty()) {
+      return nullptr;
+    }
+    return &(*v)[l][t];
+  };
   using std::vector;
   const model::DeepseekV4Config& v = c.dsv4;
   const int64_t n = static_cast<int64_t>(tokens.size()), H = c.hidden_size, nh = c.num_attention_heads;
@@ -624,6 +642,12 @@ inline DeepseekV4Reference deepseek_v4_reference_forward(const model::ModelConfi
         const int64_t keep = std::min(v.index_topk, visible);
         chosen.assign(order.begin(), order.begin() + keep);
         std::sort(chosen.begin(), chosen.end());
+        if (const vector<int64_t>* f = followed(follow ? &follow->index_selected : nullptr, l, t)) {
+          for (int64_t e : *f) {
+            if (e < 0 || e >= visible) v4_ref_fail("a followed indexer entry " + std::to_string(e) + " is not visible");
+          }
+          chosen = *f;
+        }
         out.index_margin[l].push_back(keep < visible ? score[order[keep - 1]] - score[order[keep]]
                                                      : std::numeric_limits<double>::infinity());
         out.index_selected[l].push_back(chosen);
@@ -670,6 +694,11 @@ inline DeepseekV4Reference deepseek_v4_reference_forward(const model::ModelConfi
         const vector<int64_t> order = v4_ref_ranked(sel);
         ids.assign(order.begin(), order.begin() + k);
         if (k < E) margin = sel[order[k - 1]] - sel[order[k]];
+        if (const vector<int64_t>* f = followed(follow ? &follow->experts : nullptr, l, t)) {
+          if (static_cast<int64_t>(f->size()) != k)
+            v4_ref_fail("a followed expert list is not num_experts_per_tok long");
+          ids = *f;
+        }
       }
       double sum = 0.0;
       for (int64_t e : ids) sum += s[e];

@@ -188,14 +188,15 @@ TEST(MlaContract, deepseek_v4_rows_per_generation) {
   EXPECT_EQ(ops::mla_kv_row_bytes(quant.sharedkv_format(), 448, 64).total(), is910() ? 578 : 640);
   if (is910()) {
     EXPECT_EQ(quant.sharedkv_contract_line(),
-              "genbridge DeepSeek-V4 contract (kernels only, no model yet): window and compressed K = V rows int8 "
-              "latent+fp16 scale, bf16 rope cache (578 B per token and layer at 448 + rope 64; "
-              "kv_cache_dtype=quantized: int8 latent+fp16 scale, bf16 rope cache, 578 B) | compressor pooling fp32");
+              "genbridge DeepSeek-V4 contract: window ring and compressed K = V rows int8 latent+fp16 scale, bf16 rope "
+              "cache (578 B per row at 448 + rope 64; kv_cache_dtype=quantized: int8 latent+fp16 scale, bf16 rope "
+              "cache, 578 B) | indexer keys bf16 (256 B at 128; quantized: bf16) | compressor state fp32");
   } else {
     EXPECT_EQ(make("auto").sharedkv_contract_line(),
-              "genbridge DeepSeek-V4 contract (kernels only, no model yet): window and compressed K = V rows bf16 "
-              "latent+rope (1024 B per token and layer at 448 + rope 64; kv_cache_dtype=quantized: bf16 rope+"
-              "fp8_e4m3fn latent+E8M0 scale per 64, packed, 640 B) | compressor pooling fp32");
+              "genbridge DeepSeek-V4 contract: window ring and compressed K = V rows bf16 latent+rope (1024 B per row "
+              "at 448 + rope 64; kv_cache_dtype=quantized: bf16 rope+fp8_e4m3fn latent+E8M0 scale per 64, packed, "
+              "640 B) | indexer keys bf16 (256 B at 128; quantized: fp8_e4m3fn (Hadamard-rotated)+packed fp32 scale) "
+              "| compressor state fp32");
   }
 }
 
@@ -217,7 +218,7 @@ TEST(MlaContract, deepseek_v4_memory_through_the_pool) {
     const KvPageGeometry g = dev.kv_page_geometry(s);
     EXPECT_EQ(g.mla_rows_per_page, (std::vector<int64_t>{0, 32, 1}));
     EXPECT_EQ(g.indexer_rows_per_page, (std::vector<int64_t>{0, 32, 0}));
-    const int64_t key_bytes = ops::indexer_key_row_bytes(dev.indexer_key_format(), 128).main;
+    const int64_t key_bytes = ops::indexer_key_row_bytes(dev.sharedkv_indexer_key_format(), 128).main;
     EXPECT_EQ(g.bytes_per_page(), 33 * row.total() + 32 * key_bytes);
     ASSERT_EQ(g.state.num_layers(), 3);
     for (int64_t l = 0; l < 3; ++l) {

@@ -48,6 +48,7 @@ struct RunConfig {
   int64_t pool_pages = 64;
   bool record_logits = true;
   int64_t max_prefill_tokens = 4096;
+  bool record_choices = false;
 };
 
 // n tokens uniform over the vocabulary, a fixed function of (salt, position).
@@ -85,9 +86,11 @@ inline std::vector<RequestResult> run_engine_on(const Checkpoint& ck, const RunC
   auto runner = model::ModelRunner::create(ck, *dev, *pool);
   EXPECT_TRUE(runner.ok()) << runner.status().to_string();
   LocalExecutor executor(**runner);
-  Engine eng(
-      executor, *pool,
-      {.max_batch = rc.max_batch, .max_prefill_tokens = rc.max_prefill_tokens, .record_logits = rc.record_logits});
+  Engine eng(executor, *pool,
+             {.max_batch = rc.max_batch,
+              .max_prefill_tokens = rc.max_prefill_tokens,
+              .record_logits = rc.record_logits,
+              .record_choices = rc.record_choices});
   for (auto& r : reqs) EXPECT_TRUE(eng.submit(std::move(r)).ok());
   RunTrace local;
   RunTrace& t = trace ? *trace : local;
