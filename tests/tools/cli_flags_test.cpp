@@ -454,7 +454,8 @@ const std::vector<Row> kRows = {
     {"run_env_cpu_target",
      R({}),
      2,
-     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or "
+     "best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
     // --dump-logits and --trace: checked before decoding
@@ -581,7 +582,8 @@ const std::vector<Row> kRows = {
     {"worker_env_cpu_target",
      W({"--afd", "1A1F"}),
      2,
-     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: "
+     "$CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
@@ -680,11 +682,6 @@ const std::vector<Row> kRows = {
      {"make-model", "--shards", "", "$DIR/m"},
      2,
      "genbridge make-model: --shards '': expected an integer in [1, 64]"},
-    {"make_fp8_dsv4",
-     {"make-model", "--preset", "tiny-dsv4", "--weight-quant", "fp8", "$DIR/m"},
-     2,
-     "genbridge make-model: --weight-quant fp8 writes Hugging Face's FP8 block form; DeepSeek-V4's FP8 + MXFP4 form "
-     "is not supported yet, so --preset tiny-dsv4 is written in bf16 only"},
     {"make_out_dir_empty", {"make-model", ""}, 2, "genbridge make-model: OUT_DIR '': the value is empty"},
     {"make_out_dir_missing", {"make-model"}, 2, "genbridge make-model: OUT_DIR is required"},
     {"make_env_threads",
