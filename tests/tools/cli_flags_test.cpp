@@ -454,8 +454,7 @@ const std::vector<Row> kRows = {
     {"run_env_cpu_target",
      R({}),
      2,
-     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or "
-     "best); "
+     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
     // --dump-logits and --trace: checked before decoding
@@ -582,8 +581,7 @@ const std::vector<Row> kRows = {
     {"worker_env_cpu_target",
      W({"--afd", "1A1F"}),
      2,
-     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: "
-     "$CPU_AVAILABLE (or best); "
+     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
