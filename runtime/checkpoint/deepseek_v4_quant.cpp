@@ -251,29 +251,37 @@ struct Converted {
   std::vector<char> bytes;
 };
 
-// codes F8_E4M3 [N, K] + scale F8_E8M0 [ceil(N / 128), ceil(K / 128)].
+// 2^(127 - byte): the multiplier that divides by a block's E8M0 scale (exact: 2^-127..2^127 are all fp32 values).
+float inverse_scale(uint8_t byte) { return std::ldexp(1.0f, 127 - byte); }
+
+// codes F8_E4M3 [N, K] + scale F8_E8M0 [ceil(N / 128), ceil(K / 128)]; the codes through core's scaled encoder.
 void quantize_fp8_blocks(const std::string& name, const bf16_t* w, int64_t N, int64_t K, std::vector<Converted>* out) {
   constexpr int64_t kBlock = 128;
   const int64_t bn = (N + kBlock - 1) / kBlock, bk = (K + kBlock - 1) / kBlock;
   std::vector<char> scale(static_cast<size_t>(bn * bk));
-  for (int64_t i = 0; i < bn; ++i) {
-    for (int64_t j = 0; j < bk; ++j) {
-      float amax = 0.f;
-      for (int64_t n = i * kBlock; n < std::min(N, (i + 1) * kBlock); ++n) {
-        for (int64_t k = j * kBlock; k < std::min(K, (j + 1) * kBlock); ++k) {
-          amax = std::max(amax, std::fabs(bf16_to_float(w[n * K + k])));
+  parallel_for(bn, kBlock * K, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      for (int64_t j = 0; j < bk; ++j) {
+        float amax = 0.f;
+        for (int64_t n = i * kBlock; n < std::min(N, (i + 1) * kBlock); ++n) {
+          for (int64_t k = j * kBlock; k < std::min(K, (j + 1) * kBlock); ++k) {
+            amax = std::max(amax, std::fabs(bf16_to_float(w[n * K + k])));
+          }
         }
+        scale[static_cast<size_t>(i * bk + j)] = static_cast<char>(pow2_scale_byte(amax, 448.0));
       }
-      scale[static_cast<size_t>(i * bk + j)] = static_cast<char>(pow2_scale_byte(amax, 448.0));
     }
-  }
+  });
   std::vector<char> codes(static_cast<size_t>(N * K));
   parallel_for(N, K, [&](int64_t b, int64_t e) {
+    std::vector<float> row(static_cast<size_t>(K));
     for (int64_t n = b; n < e; ++n) {
-      for (int64_t k = 0; k < K; ++k) {
-        const int exp = static_cast<uint8_t>(scale[static_cast<size_t>((n / kBlock) * bk + k / kBlock)]) - 127;
-        codes[static_cast<size_t>(n * K + k)] =
-            static_cast<char>(float_to_fp8_e4m3fn(std::ldexp(bf16_to_float(w[n * K + k]), -exp)).bits);
+      bf16_to_float_n(w + n * K, row.data(), static_cast<size_t>(K));
+      for (int64_t j = 0; j < bk; ++j) {
+        const int64_t k0 = j * kBlock, len = std::min(K - k0, kBlock);
+        float_to_fp8_e4m3fn_n(row.data() + k0,
+                              inverse_scale(static_cast<uint8_t>(scale[static_cast<size_t>((n / kBlock) * bk + j)])),
+                              reinterpret_cast<fp8_e4m3fn_t*>(codes.data() + n * K + k0), static_cast<size_t>(len));
       }
     }
   });
@@ -287,18 +295,18 @@ void quantize_mxfp4(const std::string& name, const bf16_t* w, int64_t N, int64_t
   const int64_t nb = K / kMxfp4BlockK;
   std::vector<char> scale(static_cast<size_t>(N * nb)), codes(static_cast<size_t>(N * K / 2));
   parallel_for(N, K, [&](int64_t b, int64_t e) {
+    std::vector<float> row(static_cast<size_t>(K));
     for (int64_t n = b; n < e; ++n) {
+      bf16_to_float_n(w + n * K, row.data(), static_cast<size_t>(K));
       for (int64_t j = 0; j < nb; ++j) {
-        const bf16_t* x = w + n * K + j * kMxfp4BlockK;
+        const float* x = row.data() + j * kMxfp4BlockK;
         float amax = 0.f;
-        for (int64_t k = 0; k < kMxfp4BlockK; ++k) amax = std::max(amax, std::fabs(bf16_to_float(x[k])));
+        for (int64_t k = 0; k < kMxfp4BlockK; ++k) amax = std::max(amax, std::fabs(x[k]));
         const uint8_t byte = pow2_scale_byte(amax, 6.0);
         scale[static_cast<size_t>(n * nb + j)] = static_cast<char>(byte);
-        for (int64_t k = 0; k < kMxfp4BlockK; k += 2) {
-          const uint8_t lo = float_to_fp4_e2m1(std::ldexp(bf16_to_float(x[k]), 127 - byte));
-          const uint8_t hi = float_to_fp4_e2m1(std::ldexp(bf16_to_float(x[k + 1]), 127 - byte));
-          codes[static_cast<size_t>((n * K + j * kMxfp4BlockK + k) / 2)] = static_cast<char>(pack_fp4_e2m1x2(lo, hi));
-        }
+        float_to_fp4_e2m1x2_n(x, inverse_scale(byte),
+                              reinterpret_cast<uint8_t*>(codes.data() + (n * K + j * kMxfp4BlockK) / 2),
+                              static_cast<size_t>(kMxfp4BlockK));
       }
     }
   });

@@ -9,7 +9,9 @@
 #   dsv4 GENBRIDGE WORK             make-model --preset tiny-dsv4 writes a tokenizer beside the checkpoint; run
 #                                   loads it (the log says once that the MTP layer's 53 tensors are ignored) and
 #                                   then refuses it, exit 1, with Unimplemented naming DeepseekV4ForCausalLM
-#                                   (monolithic and --afd 1A1F), printing no result
+#                                   (monolithic and --afd 1A1F), printing no result; the same for make-model
+#                                   --weight-quant fp8 (DeepSeek's FP8 + MXFP4 form: the log names the form, and the
+#                                   MTP layer's 85 tensors, its 32 scales included)
 #   fp8_deepseek GENBRIDGE WORK     make-model --weight-quant fp8 on tiny-dsv3 / tiny-dsa writes every MLA,
 #                                   indexer wq_b/wk and MLP / expert projection as F8_E4M3; run --weight-quant
 #                                   auto converts all 141 quantized matrices (shared experts included) from
@@ -130,7 +132,21 @@ dsv4)
   done
   ignored="model $work/m: 53 tensors of the multi-token prediction layers (mtp.*) ignored: genbridge does not run them"
   [ "$(grep -Fxc "$ignored" "$work/mono.err")" = 1 ] || fail "expected the line once: $ignored"
-  echo "PASS: tiny-dsv4 loads and run refuses it (Unimplemented)"
+  # DeepSeek's FP8 + MXFP4 form: loads (dequantized to bf16), then the same refusal.
+  "$genbridge" make-model --preset tiny-dsv4 --seed 1 --weight-quant fp8 "$work/fp8" > /dev/null 2>&1 ||
+    fail "make-model --weight-quant fp8 failed"
+  timeout -k 2 50 "$genbridge" run --model "$work/fp8" --prompt 1,2,3 --max-new-tokens 2 \
+    > "$work/fp8.out" 2> "$work/fp8.err"
+  rc=$?
+  cat "$work/fp8.err"
+  [ $rc = 1 ] || fail "fp8: exit code $rc (expected 1)"
+  grep -Fxq "genbridge run: Unimplemented: $refusal" "$work/fp8.err" || fail "fp8: expected the line: $refusal"
+  grep -Fq "; FP8 linears, MXFP4 routed experts (dequantized to bf16 at load)" "$work/fp8.err" ||
+    fail "fp8: the log does not name the FP8 + MXFP4 form"
+  ignored="model $work/fp8: 85 tensors of the multi-token prediction layers (mtp.*) ignored: genbridge does not run them"
+  [ "$(grep -Fxc "$ignored" "$work/fp8.err")" = 1 ] || fail "expected the line once: $ignored"
+  [ -s "$work/fp8.out" ] && fail "fp8: results were printed for a refused model"
+  echo "PASS: tiny-dsv4, bf16 and FP8 + MXFP4, loads and run refuses it (Unimplemented)"
   ;;
 *)
   fail "unknown case $case"
