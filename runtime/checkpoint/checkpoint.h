@@ -202,7 +202,8 @@ class Checkpoint {
   WeightPrecision precision() const { return precision_; }
   // Bytes of weights the model uses that live in the mapped files (zero-copy).
   uint64_t mapped_weight_bytes() const { return mapped_weight_bytes_; }
-  // Bytes of bf16 buffers made at open by converting F16/F32 tensors (kBF16 only; 0 for a bf16 checkpoint).
+  // Bytes of bf16 buffers made at open: F16/F32 tensors converted (kBF16 only), FP8 / MXFP4 weights dequantized
+  // (both precisions); 0 for a bf16 checkpoint.
   uint64_t converted_weight_bytes() const { return converted_weight_bytes_; }
   // Reads every weight the model uses, as bound (after any conversion to bf16), and returns InvalidArgument
   // naming the first NaN, +Inf or -Inf in binding order (embedding, layers in order, final norm, LM head):
