@@ -6,6 +6,7 @@
 
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
+#include "runtime/checkpoint/deepseek_v4_quant.h"
 #include "runtime/checkpoint/fp8_checkpoint.h"
 #include "text/synthetic_tokenizer.h"
 #include "text/tokenizer.h"
@@ -27,13 +28,6 @@ int make_model(const MakeModelOptions& o) {
   auto config = model::synthetic_preset_config(o.preset);
   if (!config.ok()) {
     fmt::print(stderr, "genbridge make-model: {}\n", config.status().message());
-    return kExitUsage;
-  }
-  if (o.weight_quant == "fp8" && config->is_deepseek_v4()) {
-    fmt::print(stderr,
-               "genbridge make-model: --weight-quant fp8 writes Hugging Face's FP8 block form; DeepSeek-V4's FP8 + "
-               "MXFP4 form is not supported yet, so --preset {} is written in bf16 only\n",
-               o.preset);
     return kExitUsage;
   }
   if (o.vocab_size > 0) {
@@ -71,7 +65,11 @@ int make_model(const MakeModelOptions& o) {
   }
   Status st = o.vocab_size > 0 ? model::write_synthetic_checkpoint(*config, o.seed, o.out_dir, o.shards)
                                : model::write_synthetic_checkpoint(o.preset, o.seed, o.out_dir, o.shards);
-  if (st.ok() && o.weight_quant == "fp8") st = model::convert_checkpoint_to_fp8(o.out_dir);
+  // DeepSeek-V4 presets get the form DeepSeek ships (FP8 linears, MXFP4 experts), the others Hugging Face's FP8.
+  if (st.ok() && o.weight_quant == "fp8") {
+    st = config->is_deepseek_v4() ? model::convert_checkpoint_to_deepseek_v4_fp8(o.out_dir)
+                                  : model::convert_checkpoint_to_fp8(o.out_dir);
+  }
   // tokenizer.json + tokenizer_config.json sized to the vocabulary (text in, text out), or copied.
   if (st.ok() && o.tokenizer_dir.empty()) st = text::write_synthetic_tokenizer(o.out_dir, config->vocab_size);
   if (st.ok() && !o.tokenizer_dir.empty()) {

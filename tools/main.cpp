@@ -245,7 +245,9 @@ void add_make_model_flags(CLI::App* make, genbridge::tools::MakeModelOptions& mo
   add_choice_flag(make, "--weight-quant", &mo.weight_quant, {"none", "fp8"},
                   "fp8: write every attention, MLP and expert projection (DeepSeek: q_a/q_b or q, kv_a, kv_b, o,\n"
                   "indexer wq_b/wk) as a Hugging Face FP8 block-scaled checkpoint (F8_E4M3 + weight_scale_inv per\n"
-                  "128 x 128 block; router, indexer weights_proj, embeddings, norms, LM head stay bf16; one shard)");
+                  "128 x 128 block; router, indexer weights_proj, embeddings, norms, LM head stay bf16; one shard).\n"
+                  "DeepSeek-V4 presets: DeepSeek's form, FP8 attention / indexer wq_b / shared-expert linears (E8M0\n"
+                  "'.scale' per 128 x 128 block) and MXFP4 routed experts (E8M0 per 32)");
   add_string_flag(make, "OUT_DIR", &mo.out_dir, "Directory to write (created if needed)")->required();
   make->footer("Exit status: 0 written; 1 writing failed; 2 the command line is invalid.");
 }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "genbridge/core/threading.h"
+#include "runtime/checkpoint/deepseek_v4_quant.h"
 #include "runtime/checkpoint/deepseek_v4_weights.h"
 #include "runtime/checkpoint/deepseek_weights.h"
 #include "runtime/checkpoint/file_access.h"
@@ -180,7 +181,7 @@ class WeightBinder {
                       "unquantized (modules_to_not_convert / ignored_layers)",
                       e.file->path(), name, kConfigFileName, module));
     }
-    const std::string scale_name = name + "_scale_inv";
+    const std::string scale_name = fp8_scale_tensor_name(name, *fp8_);
     const TensorStore::Entry* se = ckpt_.store_->find(scale_name);
     if (!se) {
       return invalid_argument(
@@ -197,6 +198,138 @@ class WeightBinder {
     ckpt_.converted_.push_back(std::move(out));
     ckpt_.bound_.push_back({name, e.file->path(), bv, true});
     ckpt_.fp8_sources_[bv.data()] = Checkpoint::Fp8Source{q, s, *fp8_, se->file->path(), name};
+    return bv;
+  }
+
+  // A DeepSeek-V4 weight, bound by its role in DeepSeek's FP8 form (deepseek_v4_weight_role) and the form
+  // config.json declares: BF16 / F16 / F32 as any weight, or F8_E4M3 / MXFP4 with its ".scale", dequantized
+  // exactly into an owned bf16 buffer (deepseek_v4_quant.h). A tensor in the other form is refused.
+  Result<TensorView> bind_v4(const std::string& name, std::vector<int64_t> shape, std::string_view rule,
+                             std::string_view why) {
+    const DeepseekV4Config& d = ckpt_.config_.dsv4;
+    const TensorStore::Entry* e = ckpt_.store_->find(name);
+    if (!e) return missing(name, why);
+    const std::string& dtype = e->tensor->dtype;
+    const V4WeightRole role = deepseek_v4_weight_role(name);
+    const std::string module = name.substr(0, name.rfind('.'));
+    const bool quantized = d.quantized() && role != V4WeightRole::kPlain && !not_converted_.count(module);
+    const std::string scale = module + ".scale";
+    if (!quantized) {
+      if (dtype == "BF16" || dtype == "F16" || dtype == "F32") return bind(name, std::move(shape), rule, why);
+      used_.insert(name);
+      const std::string head = fmt::format("{}: tensor '{}' has dtype {} but ", e->file->path(), name, dtype);
+      if (role == V4WeightRole::kPlain) {
+        return invalid_argument(head +
+                                "DeepSeek-V4 keeps it unquantized (BF16; F16 and F32 are converted), in its FP8 form "
+                                "too: only the attention's wq_a, wq_b, wkv, wo_a and wo_b, the indexer's wq_b and the "
+                                "experts are quantized (docs/deepseek.md)");
+      }
+      if (!d.quantized()) {
+        return invalid_argument(head + fmt::format("{} has no quantization_config, so the checkpoint is in the bf16 "
+                                                   "form (BF16, F16 or F32 weights); DeepSeek's FP8 form needs its "
+                                                   "quantization_config and expert_dtype (docs/deepseek.md)",
+                                                   kConfigFileName));
+      }
+      return invalid_argument(head + fmt::format("{}'s quantization_config lists '{}' among the modules left "
+                                                 "unquantized (modules_to_not_convert / ignored_layers)",
+                                                 kConfigFileName, module));
+    }
+    if (role == V4WeightRole::kRoutedExpert && d.expert_dtype == V4ExpertDtype::kFp4) {
+      if (dtype != "I8") {
+        used_.insert(name);
+        return invalid_argument(fmt::format(
+            "{}: tensor '{}' has dtype {} but {}'s expert_dtype is \"fp4\": a routed expert is MXFP4, I8 [N, K / 2] "
+            "holding two e2m1 values per byte, with an F8_E8M0 '{}' [N, K / {}]",
+            e->file->path(), name, dtype, kConfigFileName, scale, kMxfp4BlockK));
+      }
+      return bind_v4_mxfp4(name, *e, shape, rule);
+    }
+    if (dtype != "F8_E4M3") {
+      used_.insert(name);
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' has dtype {} but {}: it must be F8_E4M3 with a '{}' per 128 x 128 block", e->file->path(),
+          name, dtype,
+          role == V4WeightRole::kRoutedExpert
+              ? fmt::format("{}'s expert_dtype is \"fp8\" (or absent) with a quantization_config, so the routed "
+                            "experts are FP8 blocks",
+                            kConfigFileName)
+              : fmt::format("{}'s quantization_config makes it an FP8 linear", kConfigFileName),
+          scale));
+    }
+    return bind_v4_fp8(name, *e, shape, rule);
+  }
+
+  // The bf16 dequantization of a DeepSeek-V4 FP8 weight and its ".scale", with the codes and scales kept as the
+  // weight's Fp8Source.
+  Result<TensorView> bind_v4_fp8(const std::string& name, const TensorStore::Entry& e,
+                                 const std::vector<int64_t>& shape, std::string_view rule) {
+    used_.insert(name);
+    if (e.tensor->shape != shape) return wrong_shape(e, name, shape, rule);
+    const TensorView q(const_cast<std::byte*>(e.file->mapping().data() + e.tensor->offset), DType::kFp8E4M3FN,
+                       shape.data(), static_cast<int>(shape.size()));
+    Fp8BlockQuantConfig config = *fp8_;
+    config.deepseek_v4_scales = true;
+    const std::string scale_name = fp8_scale_tensor_name(name, config);
+    const TensorStore::Entry* se = ckpt_.store_->find(scale_name);
+    if (!se) {
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' is missing ('{}' is F8_E4M3, and {}'s quantization_config gives it one power-of-two scale "
+          "per 128 x 128 block)",
+          ckpt_.store_->source(), scale_name, name, kConfigFileName));
+    }
+    used_.insert(scale_name);
+    GB_ASSIGN_OR_RETURN(TensorView s, view_scale(*se));
+    std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(q.numel())]);
+    GB_RETURN_IF_ERROR(dequantize_v4_fp8(q, s, config, e.file->path(), name, out.get()));
+    TensorView bv = own_exact_bf16(name, e, shape, std::move(out));
+    ckpt_.fp8_sources_[bv.data()] = Checkpoint::Fp8Source{q, s, config, e.file->path(), name};
+    return bv;
+  }
+
+  // The bf16 dequantization of a DeepSeek-V4 MXFP4 routed expert (I8 [N, K / 2]) and its ".scale", with the codes
+  // and scales kept as the weight's Mxfp4Source.
+  Result<TensorView> bind_v4_mxfp4(const std::string& name, const TensorStore::Entry& e,
+                                   const std::vector<int64_t>& shape, std::string_view rule) {
+    used_.insert(name);
+    const std::vector<int64_t> packed = {shape[0], shape[1] / 2};
+    if (e.tensor->shape != packed || shape[1] % 2 != 0) {
+      return wrong_shape(
+          e, name, packed,
+          fmt::format("{} / 2]: expert_dtype \"fp4\" packs two e2m1 values per byte", rule.substr(0, rule.size() - 1)));
+    }
+    const TensorView q(const_cast<std::byte*>(e.file->mapping().data() + e.tensor->offset), DType::kFp4E2M1x2,
+                       packed.data(), static_cast<int>(packed.size()));
+    const std::string scale_name = name.substr(0, name.rfind('.')) + ".scale";
+    const TensorStore::Entry* se = ckpt_.store_->find(scale_name);
+    if (!se) {
+      return invalid_argument(fmt::format(
+          "{}: tensor '{}' is missing ('{}' is MXFP4, {}'s expert_dtype \"fp4\": it needs one F8_E8M0 scale per {} "
+          "along K)",
+          ckpt_.store_->source(), scale_name, name, kConfigFileName, kMxfp4BlockK));
+    }
+    used_.insert(scale_name);
+    GB_ASSIGN_OR_RETURN(TensorView s, view_scale(*se));
+    std::unique_ptr<bf16_t[]> out(new bf16_t[static_cast<size_t>(shape[0] * shape[1])]);
+    GB_RETURN_IF_ERROR(dequantize_v4_mxfp4(q, s, e.file->path(), name, out.get()));
+    TensorView bv = own_exact_bf16(name, e, shape, std::move(out));
+    ckpt_.mxfp4_sources_[bv.data()] = Checkpoint::Mxfp4Source{q, s, e.file->path(), name};
+    return bv;
+  }
+
+  // A scale tensor as stored, mapped: F8_E8M0 bytes (viewed as e8m0, never converted) or a float dtype.
+  static Result<TensorView> view_scale(const TensorStore::Entry& se) {
+    if (se.tensor->dtype != "F8_E8M0") return se.file->view(*se.tensor);
+    return TensorView(const_cast<std::byte*>(se.file->mapping().data() + se.tensor->offset), DType::kE8M0,
+                      se.tensor->shape.data(), static_cast<int>(se.tensor->shape.size()));
+  }
+
+  // Keeps `out`, a weight's exact bf16 dequantization, and binds it.
+  TensorView own_exact_bf16(const std::string& name, const TensorStore::Entry& e, const std::vector<int64_t>& shape,
+                            std::unique_ptr<bf16_t[]> out) {
+    TensorView bv(out.get(), DType::kBF16, shape.data(), static_cast<int>(shape.size()));
+    ckpt_.converted_weight_bytes_ += static_cast<uint64_t>(bv.numel()) * sizeof(bf16_t);
+    ckpt_.converted_.push_back(std::move(out));
+    ckpt_.bound_.push_back({name, e.file->path(), bv, false});
     return bv;
   }
 
@@ -274,18 +407,7 @@ class WeightBinder {
     if (c.is_deepseek_v4()) {  // DeepSeek's names and layout: runtime/checkpoint/deepseek_v4_weights.cpp
       const detail::V4TensorBinder b{
           .bind = [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule,
-                      std::string_view why) -> Result<TensorView> {
-            // The FP8 + MXFP4 form's F8_E4M3 linears and I8 (packed FP4) experts, named as what they are.
-            if (const TensorStore::Entry* e = ckpt_.store_->find(n);
-                e && e->tensor->dtype != "BF16" && e->tensor->dtype != "F16" && e->tensor->dtype != "F32") {
-              used_.insert(n);
-              return invalid_argument(fmt::format(
-                  "{}: tensor '{}' has dtype {}; DeepSeek-V4 weights must be BF16, F16 or F32: its FP8 + MXFP4 form "
-                  "is not supported yet (docs/deepseek.md)",
-                  e->file->path(), n, e->tensor->dtype));
-            }
-            return bind(n, std::move(shape), rule, why);
-          },
+                      std::string_view why) { return bind_v4(n, std::move(shape), rule, why); },
           .bind_f32 = [&](const std::string& n, std::vector<int64_t> shape, std::string_view rule,
                           std::string_view why) { return bind_f32(n, std::move(shape), rule, why); },
           .bind_ids =
@@ -563,6 +685,11 @@ Status Checkpoint::check_finite(WeightScan* scan) const {
 const Checkpoint::Fp8Source* Checkpoint::fp8_source(const TensorView& w) const {
   const auto it = fp8_sources_.find(w.data());
   return it == fp8_sources_.end() ? nullptr : &it->second;
+}
+
+const Checkpoint::Mxfp4Source* Checkpoint::mxfp4_source(const TensorView& w) const {
+  const auto it = mxfp4_sources_.find(w.data());
+  return it == mxfp4_sources_.end() ? nullptr : &it->second;
 }
 
 }  // namespace genbridge::model

@@ -202,7 +202,8 @@ class Checkpoint {
   WeightPrecision precision() const { return precision_; }
   // Bytes of weights the model uses that live in the mapped files (zero-copy).
   uint64_t mapped_weight_bytes() const { return mapped_weight_bytes_; }
-  // Bytes of bf16 buffers made at open by converting F16/F32 tensors (kBF16 only; 0 for a bf16 checkpoint).
+  // Bytes of bf16 buffers made at open: F16/F32 tensors converted (kBF16 only), FP8 / MXFP4 weights dequantized
+  // (both precisions); 0 for a bf16 checkpoint.
   uint64_t converted_weight_bytes() const { return converted_weight_bytes_; }
   // Reads every weight the model uses, as bound (after any conversion to bf16), and returns InvalidArgument
   // naming the first NaN, +Inf or -Inf in binding order (embedding, layers in order, final norm, LM head):
@@ -215,13 +216,25 @@ class Checkpoint {
   // An F8_E4M3 weight of an FP8 block-scaled checkpoint, as in the file (the bound view is its bf16
   // dequantization): --weight-quant converts from these codes and scales directly (quant_weights.h).
   struct Fp8Source {
-    TensorView codes;      // fp8 e4m3fn [N, K], mapped
-    TensorView scale_inv;  // F32 or BF16 [ceil(N / bn), ceil(K / bk)], mapped
+    TensorView codes;  // fp8 e4m3fn [N, K], mapped
+    // [ceil(N / bn), ceil(K / bk)], mapped: Hugging Face's "X_scale_inv", F32 or BF16, or (config.deepseek_v4_scales)
+    // DeepSeek-V4's "X.scale", E8M0 (2^(byte - 127)) or F32, every one a power of two.
+    TensorView scale_inv;
     Fp8BlockQuantConfig config;
     std::string file, name;
   };
   // The FP8 source of the bound weight view `w` (by its data pointer), or nullptr (a bf16/F16/F32 tensor).
   const Fp8Source* fp8_source(const TensorView& w) const;
+
+  // A routed expert of DeepSeek-V4's MXFP4 form (expert_dtype "fp4"), as in the file; the bound view is its
+  // exact bf16 dequantization. For running the generation's native MXFP4 kernels from the file's own codes.
+  struct Mxfp4Source {
+    TensorView codes;   // fp4 e2m1 x2 [N, K / 2], mapped: element 2j in the low nibble of byte j, 2j + 1 in the high
+    TensorView scales;  // e8m0 [N, K / 32], mapped, in the file's row-major layout (no generation's pair layout)
+    std::string file, name;
+  };
+  // The MXFP4 source of the bound weight view `w` (by its data pointer), or nullptr.
+  const Mxfp4Source* mxfp4_source(const TensorView& w) const;
 
  private:
   Checkpoint() = default;
@@ -239,6 +252,7 @@ class Checkpoint {
   };
   std::vector<BoundTensor> bound_;
   std::unordered_map<const void*, Fp8Source> fp8_sources_;  // by the bound bf16 view's data pointer
+  std::unordered_map<const void*, Mxfp4Source> mxfp4_sources_;  // likewise
   ModelWeights weights_;
   WeightPrecision precision_ = WeightPrecision::kBF16;
   uint64_t mapped_weight_bytes_ = 0;

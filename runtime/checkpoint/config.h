@@ -97,6 +97,13 @@ enum class V4AttentionKind : uint8_t {
   kHeavilyCompressed,     // ratio 128 (HCA): + every complete 128-token window
 };
 
+// How a DeepSeek-V4 checkpoint stores its routed experts (config.json's expert_dtype; docs/deepseek.md,
+// "DeepSeek-V4 checkpoints"). kBf16: the bf16 form, no quantization_config. Otherwise the FP8 form
+// (quantization_config present): the attention's and the shared experts' linears are F8_E4M3 in 128 x 128
+// blocks, and the routed experts are MXFP4 (kFp4: two e2m1 per I8 byte, an E8M0 scale per 32 along K) or FP8
+// blocks like the linears (kFp8: expert_dtype "fp8", or absent as DeepSeek's reference code reads it).
+enum class V4ExpertDtype : uint8_t { kBf16, kFp8, kFp4 };
+
 // The DeepSeek-V4 keys (runtime/checkpoint/deepseek_v4_config.cpp parses and validates them). The shared
 // ones live in ModelConfig: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (1),
 // head_dim (512), rms_norm_eps, rope_theta (the sliding-window layers' plain RoPE), vocab_size,
@@ -126,7 +133,10 @@ struct DeepseekV4Config {
   int64_t hc_sinkhorn_iters = 0;
   double hc_eps = 0;
   int64_t num_nextn_predict_layers = 0;  // MTP layers: their mtp.* tensors are ignored
+  V4ExpertDtype expert_dtype = V4ExpertDtype::kBf16;  // not kBf16 iff config.json has a quantization_config
 
+  // Whether the checkpoint is in DeepSeek's FP8 (+ MXFP4) form rather than the bf16 one.
+  bool quantized() const { return expert_dtype != V4ExpertDtype::kBf16; }
   // The attention kind of layer `layer` (< num_hidden_layers).
   V4AttentionKind attention_kind(int64_t layer) const;
   int64_t compress_ratio(int64_t layer) const { return compress_ratios[static_cast<size_t>(layer)]; }

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint/deepseek_config.h"
+#include "runtime/checkpoint/deepseek_v4_quant.h"
+#include "runtime/checkpoint/fp8_checkpoint.h"
 
 namespace genbridge::model {
 
@@ -65,20 +67,54 @@ Status parse_compress_ratios(const ConfigReader& r, DeepseekV4Config* d) {
   return ok_status();
 }
 
+// quantization_config and expert_dtype: the bf16 form (neither, or expert_dtype "bf16") or DeepSeek's FP8 form
+// (quantization_config, read by the Hugging Face FP8 reader, which checks every key) with MXFP4 ("fp4") or FP8
+// ("fp8", or absent as DeepSeek's reference code reads it) routed experts.
+Status parse_weight_form(const ConfigReader& r, DeepseekV4Config* d) {
+  const json* q = r.find("quantization_config");
+  const json* e = r.find("expert_dtype");
+  if (e && (!e->is_string() || (*e != "bf16" && *e != "fp4" && *e != "fp8"))) {
+    return r.bad("expert_dtype", *e,
+                 "must be \"fp4\" (MXFP4 routed experts) or \"fp8\" (FP8 block experts) with quantization_config, "
+                 "or absent or \"bf16\" without it");
+  }
+  if (!q) {
+    if (e && *e != "bf16") {
+      return r.bad("expert_dtype", *e,
+                   "describes the routed experts of DeepSeek's FP8 form, which needs a quantization_config (the FP8 "
+                   "linears' format); without one the checkpoint is the bf16 form (expert_dtype absent or \"bf16\")");
+    }
+    d->expert_dtype = V4ExpertDtype::kBf16;
+    return ok_status();
+  }
+  GB_ASSIGN_OR_RETURN(const std::optional<Fp8QuantizationConfig> fp8,
+                      read_fp8_quantization_config(json{{"quantization_config", *q}}.dump(), r.source()));
+  if (fp8->block.block_n != 128 || fp8->block.block_k != 128) {
+    return r.bad("quantization_config.weight_block_size", q->at("weight_block_size"),
+                 "must be [128, 128]: DeepSeek-V4's FP8 linears have one scale per 128 x 128 block");
+  }
+  if (!fp8->block.ue8m0_scales) {
+    return invalid_argument(fmt::format(
+        "{}: quantization_config.scale_fmt is missing but must be \"ue8m0\": DeepSeek-V4's FP8 scales are powers of "
+        "two, which is what makes genbridge's bf16 dequantization exact",
+        r.source()));
+  }
+  if (e && *e == "bf16") {
+    return r.bad("expert_dtype", *e,
+                 "must be \"fp4\" or \"fp8\" (or absent: FP8) with quantization_config: DeepSeek's FP8 form "
+                 "quantizes the routed experts too");
+  }
+  d->expert_dtype = e && *e == "fp4" ? V4ExpertDtype::kFp4 : V4ExpertDtype::kFp8;
+  return ok_status();
+}
+
 }  // namespace
 
 Status parse_deepseek_v4_config(const ConfigReader& r, ModelConfig* c) {
   const std::string_view arch = kDeepseekV4Architecture;
   GB_RETURN_IF_ERROR(expect_value(r, "model_type", "deepseek_v4", fmt::format("must be \"deepseek_v4\" for {}", arch)));
-  // The weight forms genbridge does not load yet: refused before anything else, they decide every tensor.
-  if (const json* v = r.find("quantization_config")) {
-    return r.bad("quantization_config", *v,
-                 "DeepSeek-V4's FP8 + MXFP4 checkpoint form is not supported yet; genbridge loads the bf16 form "
-                 "(BF16 linears and experts, no quantization_config: docs/deepseek.md)");
-  }
-  GB_RETURN_IF_ERROR(expect_value(
-      r, "expert_dtype", "bf16",
-      "must be absent or \"bf16\": the fp4 (MXFP4) and fp8 expert forms are not supported yet (docs/deepseek.md)"));
+  // The weight form decides every tensor's dtype: read first.
+  GB_RETURN_IF_ERROR(parse_weight_form(r, &c->dsv4));
   // Hugging Face's conversion renames DeepSeek's keys; genbridge reads DeepSeek's own file.
   for (const char* key : {"layer_types", "mlp_layer_types", "rope_parameters", "partial_rotary_factor"}) {
     if (const json* v = r.find(key)) {
@@ -267,6 +303,17 @@ Status check_moe(const ModelConfig& c, std::string_view src) {
         fmt::format("n_shared_experts * moe_intermediate_size must be no larger than {}", kMaxConfigSize));
   }
   GB_RETURN_IF_ERROR(check_routed_scaling_factor(d.routed_scaling_factor, src));
+  if (d.expert_dtype == V4ExpertDtype::kFp4) {
+    for (const auto& [key, v] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
+                                 {"moe_intermediate_size", c.moe_intermediate_size}}) {
+      if (v % kMxfp4BlockK != 0) {
+        return bad_config_value(src, key, std::to_string(v),
+                                fmt::format("must be a multiple of {} with expert_dtype \"fp4\": an MXFP4 routed "
+                                            "expert has one E8M0 scale per {} inputs",
+                                            kMxfp4BlockK, kMxfp4BlockK));
+      }
+    }
+  }
   if (d.num_hash_layers < 0 || d.num_hash_layers > c.num_hidden_layers) {
     return bad_config_value(src, "num_hash_layers", std::to_string(d.num_hash_layers),
                             fmt::format("must be between 0 and num_hidden_layers ({}): layers [0, num_hash_layers) "
@@ -334,6 +381,7 @@ std::string deepseek_v4_config_json(const ModelConfig& c, std::string_view torch
   nlohmann::ordered_json j;
   j["architectures"] = {std::string(kDeepseekV4Architecture)};
   j["attention_bias"] = false;
+  if (d.quantized()) j["expert_dtype"] = d.expert_dtype == V4ExpertDtype::kFp4 ? "fp4" : "fp8";
   j["hc_eps"] = d.hc_eps;
   j["hc_mult"] = d.hc_mult;
   j["hc_sinkhorn_iters"] = d.hc_sinkhorn_iters;
@@ -361,6 +409,13 @@ std::string deepseek_v4_config_json(const ModelConfig& c, std::string_view torch
   j["o_lora_rank"] = d.o_lora_rank;
   j["q_lora_rank"] = d.q_lora_rank;
   j["qk_rope_head_dim"] = d.qk_rope_head_dim;
+  if (d.quantized()) {
+    j["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                {"fmt", "e4m3"},
+                                {"quant_method", "fp8"},
+                                {"scale_fmt", "ue8m0"},
+                                {"weight_block_size", {128, 128}}};
+  }
   j["rms_norm_eps"] = c.rms_norm_eps;
   if (d.yarn) {
     const YarnRopeScaling& s = d.rope_scaling;
@@ -410,14 +465,17 @@ std::string describe_deepseek_v4(const ModelConfig& c) {
   return fmt::format(
       "{} {} layers ({} sliding-window, {} compressed-sparse /4{}, {} heavily-compressed /128; window {}; all MoE: "
       "{} experts, top-{}{}, sqrt-softplus{}), hidden {}, {} heads x {} (rope {}) over 1 shared KV head, q_lora_rank "
-      "{}, output {} groups x {}, {} hyper-connection streams{}, vocab {}",
+      "{}, output {} groups x {}, {} hyper-connection streams{}, vocab {}{}",
       kDeepseekV4Architecture, c.num_hidden_layers, window, sparse,
       sparse > 0 ? fmt::format(" (indexer {} x {} top-{})", d.index_n_heads, d.index_head_dim, d.index_topk) : "",
       heavy, d.sliding_window, c.num_experts, c.num_experts_per_tok,
       d.n_shared_experts > 0 ? fmt::format(" + {} shared", d.n_shared_experts) : "",
       d.num_hash_layers > 0 ? fmt::format(", {} hash-routed", d.num_hash_layers) : "", c.hidden_size,
       c.num_attention_heads, c.head_dim, d.qk_rope_head_dim, d.q_lora_rank, d.o_groups, d.o_lora_rank, d.hc_mult,
-      d.yarn ? fmt::format(", YaRN x{} on the compressed layers", d.rope_scaling.factor) : "", c.vocab_size);
+      d.yarn ? fmt::format(", YaRN x{} on the compressed layers", d.rope_scaling.factor) : "", c.vocab_size,
+      !d.quantized()                          ? ""
+      : d.expert_dtype == V4ExpertDtype::kFp4 ? "; FP8 linears, MXFP4 routed experts (dequantized to bf16 at load)"
+                                              : "; FP8 linears and routed experts (dequantized to bf16 at load)");
 }
 
 }  // namespace detail

@@ -13,9 +13,10 @@
 
 namespace genbridge::model::detail {
 
-// Reads every key of a DeepSeek-V4 config.json (c->architecture is already set) except torch_dtype; refuses,
-// naming the key, what would change the forward and genbridge does not implement (the FP8 + MXFP4 form,
-// expert groups, dense layers, Hugging Face's renamed keys).
+// Reads every key of a DeepSeek-V4 config.json (c->architecture is already set) except torch_dtype, the weight
+// form included (quantization_config and expert_dtype: DeepseekV4Config::expert_dtype); refuses, naming the key,
+// what would change the forward and genbridge does not implement (expert groups, dense layers, Hugging Face's
+// renamed keys, FP8 blocks other than 128 x 128 or with scales that are not powers of two).
 Status parse_deepseek_v4_config(const ConfigReader& r, ModelConfig* c);
 // The rules validate_model_config enforces for a DeepSeek-V4 config.
 Status validate_deepseek_v4_config(const ModelConfig& c, std::string_view source);

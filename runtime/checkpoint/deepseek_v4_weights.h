@@ -16,7 +16,8 @@ namespace genbridge::model::detail {
 // How each kind of tensor is bound; every call checks presence and shape and names the file, the tensor and
 // the rule. Arguments: the tensor's name, its shape, the shape in config terms, why the config needs it.
 struct V4TensorBinder {
-  // A weight converted to bf16 when bf16 weights are asked for (BF16 zero-copy, F16 / F32 converted).
+  // A weight converted to bf16 when bf16 weights are asked for (BF16 zero-copy, F16 / F32 converted); in the
+  // FP8 + MXFP4 form, a quantized weight's exact bf16 dequantization (by deepseek_v4_weight_role, deepseek_v4_quant.h).
   std::function<Result<TensorView>(const std::string&, std::vector<int64_t>, std::string_view, std::string_view)> bind;
   // A tensor DeepSeek ships in F32 and genbridge keeps in F32 (never converted): the file must hold F32.
   std::function<Result<TensorView>(const std::string&, std::vector<int64_t>, std::string_view, std::string_view)>

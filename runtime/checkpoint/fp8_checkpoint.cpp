@@ -97,22 +97,45 @@ Result<std::optional<Fp8QuantizationConfig>> read_fp8_quantization_config(std::s
   return std::optional<Fp8QuantizationConfig>(std::move(c));
 }
 
-namespace {
+std::string fp8_scale_tensor_name(std::string_view weight, const Fp8BlockQuantConfig& c) {
+  if (!c.deepseek_v4_scales) return std::string(weight) + "_scale_inv";
+  constexpr std::string_view kWeight = ".weight";
+  if (weight.ends_with(kWeight)) weight.remove_suffix(kWeight.size());
+  return std::string(weight) + ".scale";
+}
 
-Status check_fp8_scale(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c, std::string_view file,
-                       std::string_view name) {
+Status check_fp8_block_scale(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c,
+                             std::string_view file, std::string_view name) {
   const int64_t N = q.dim(0), K = q.dim(1);
   const int64_t bn = (N + c.block_n - 1) / c.block_n, bk = (K + c.block_k - 1) / c.block_k;
-  if (s.dtype() != DType::kF32 && s.dtype() != DType::kBF16) {
-    return invalid_argument(fmt::format("{}: tensor '{}_scale_inv' has dtype {} but must be F32 or BF16", file, name,
-                                        safetensors_dtype_name(s.dtype())));
+  const std::string scale = fp8_scale_tensor_name(name, c);
+  const bool dtype_ok = c.deepseek_v4_scales ? s.dtype() == DType::kE8M0 || s.dtype() == DType::kF32
+                                             : s.dtype() == DType::kF32 || s.dtype() == DType::kBF16;
+  if (!dtype_ok) {
+    return invalid_argument(fmt::format("{}: tensor '{}' has dtype {} but must be {}", file, scale,
+                                        safetensors_dtype_name(s.dtype()),
+                                        c.deepseek_v4_scales ? "F8_E8M0 or F32" : "F32 or BF16"));
   }
   if (s.rank() != 2 || s.dim(0) != bn || s.dim(1) != bk) {
     return invalid_argument(
-        fmt::format("{}: tensor '{}_scale_inv' has shape {} but '{}' {} with weight_block_size [{}, {}] needs [{}, {}]",
-                    file, name, s.shape_string(), name, q.shape_string(), c.block_n, c.block_k, bn, bk));
+        fmt::format("{}: tensor '{}' has shape {} but '{}' {} with weight_block_size [{}, {}] needs [{}, {}]", file,
+                    scale, s.shape_string(), name, q.shape_string(), c.block_n, c.block_k, bn, bk));
   }
   return ok_status();
+}
+
+namespace {
+
+// Scale element i of an F32, BF16 or E8M0 (2^(byte - 127), the byte reinterpreted) scale tensor.
+float scale_at(const TensorView& s, int64_t i) {
+  switch (s.dtype()) {
+    case DType::kF32:
+      return s.data_as<const float>()[i];
+    case DType::kBF16:
+      return bf16_to_float(s.data_as<const bf16_t>()[i]);
+    default:
+      return e8m0_to_float(s.data_as<const e8m0_t>()[i]);
+  }
 }
 
 }  // namespace
@@ -120,7 +143,7 @@ Status check_fp8_scale(const TensorView& q, const TensorView& s, const Fp8BlockQ
 Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c,
                                std::string_view file, std::string_view name, int64_t row_begin, int64_t row_end,
                                float* out) {
-  GB_RETURN_IF_ERROR(check_fp8_scale(q, s, c, file, name));
+  GB_RETURN_IF_ERROR(check_fp8_block_scale(q, s, c, file, name));
   const int64_t N = q.dim(0), K = q.dim(1), bk = (K + c.block_k - 1) / c.block_k;
   if (row_begin < 0 || row_begin > row_end || row_end > N) {
     return invalid_argument(fmt::format("{}: rows [{}, {}) of tensor '{}' {} are out of range", file, row_begin,
@@ -130,9 +153,7 @@ Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& s, const F
   const uint8_t* qp = q.data_as<const uint8_t>();
   for (int64_t n = row_begin; n < row_end; ++n) {
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t si = (n / c.block_n) * bk + k / c.block_k;
-      const float sc =
-          s.dtype() == DType::kF32 ? s.data_as<const float>()[si] : bf16_to_float(s.data_as<const bf16_t>()[si]);
+      const float sc = scale_at(s, (n / c.block_n) * bk + k / c.block_k);
       out[(n - row_begin) * K + k] = table[qp[n * K + k]] * sc;
     }
   }
@@ -141,21 +162,20 @@ Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& s, const F
 
 Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8BlockQuantConfig& c,
                             std::string_view file, std::string_view name, bf16_t* out) {
-  GB_RETURN_IF_ERROR(check_fp8_scale(q, s, c, file, name));
+  GB_RETURN_IF_ERROR(check_fp8_block_scale(q, s, c, file, name));
   if (c.ue8m0_scales) {
     // A power of two: a positive normal value with no mantissa bits (F32: 23, BF16: 7).
     for (int64_t i = 0; i < s.numel(); ++i) {
-      // bf16 widens to float exactly (its low 16 bits are 0), so one test covers both dtypes.
-      const float v =
-          s.dtype() == DType::kF32 ? s.data_as<const float>()[i] : bf16_to_float(s.data_as<const bf16_t>()[i]);
+      // bf16 and e8m0 widen to float exactly, so one test covers every dtype.
+      const float v = scale_at(s, i);
       uint32_t bits = 0;
       std::memcpy(&bits, &v, sizeof bits);
       const uint32_t exponent = (bits >> 23) & 0xffu;
       if ((bits >> 31) != 0 || exponent == 0 || exponent == 0xffu || (bits & 0x7fffffu) != 0) {
-        return invalid_argument(fmt::format(
-            "{}: tensor '{}_scale_inv' element {} is {}, not a power of two, but quantization_config.scale_fmt is "
-            "\"ue8m0\"",
-            file, name, i, v));
+        return invalid_argument(
+            fmt::format("{}: tensor '{}' element {} is {}, not a power of two, but quantization_config.scale_fmt is "
+                        "\"ue8m0\"",
+                        file, fp8_scale_tensor_name(name, c), i, v));
       }
     }
   }
@@ -164,9 +184,7 @@ Status dequantize_fp8_block(const TensorView& q, const TensorView& s, const Fp8B
   const uint8_t* qp = q.data_as<const uint8_t>();
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t si = (n / c.block_n) * bk + k / c.block_k;
-      const float sc =
-          s.dtype() == DType::kF32 ? s.data_as<const float>()[si] : bf16_to_float(s.data_as<const bf16_t>()[si]);
+      const float sc = scale_at(s, (n / c.block_n) * bk + k / c.block_k);
       out[n * K + k] = float_to_bf16(table[qp[n * K + k]] * sc);
     }
   }

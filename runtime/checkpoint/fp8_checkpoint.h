@@ -26,7 +26,12 @@ struct Fp8BlockQuantConfig {
   int64_t block_n = 128;      // weight_block_size[0]: rows (output channels) per scale
   int64_t block_k = 128;      // weight_block_size[1]: columns (inputs) per scale
   bool ue8m0_scales = false;  // scale_fmt "ue8m0": every scale is a power of two (checked at load)
+  // How the scale of "X.weight" is named and stored: Hugging Face's "X.weight_scale_inv" (F32 or BF16), or
+  // DeepSeek-V4's own "X.scale" (F8_E8M0, read as 2^(byte - 127), or F32; docs/deepseek.md).
+  bool deepseek_v4_scales = false;
 };
+// The scale tensor of FP8 weight `weight` under `config`'s naming: "X.weight_scale_inv" or "X.scale".
+std::string fp8_scale_tensor_name(std::string_view weight, const Fp8BlockQuantConfig& config);
 inline constexpr int64_t kMaxFp8BlockSize = 1 << 16;  // weight_block_size entries are in [1, kMaxFp8BlockSize]
 
 // The whole quantization_config: the block format and the modules it says stay unquantized.
@@ -45,8 +50,15 @@ struct Fp8QuantizationConfig {
 Result<std::optional<Fp8QuantizationConfig>> read_fp8_quantization_config(std::string_view json_text,
                                                                           std::string_view source);
 
+// Checks the scale tensor `scale` of FP8 weight `q` ([N, K], named `name`): its dtype (config.deepseek_v4_scales:
+// F8_E8M0 or F32, else F32 or BF16) and its shape [ceil(N / block_n), ceil(K / block_k)]. InvalidArgument naming
+// `file`, the scale tensor, what it has and what it needs.
+Status check_fp8_block_scale(const TensorView& q, const TensorView& scale, const Fp8BlockQuantConfig& config,
+                             std::string_view file, std::string_view name);
+
 // Dequantizes an FP8 weight into `out` (bf16, q's shape): out = bf16(fl32(e4m3(q) * scale_inv[block])).
-// q: fp8 e4m3fn [N, K] contiguous; scale_inv: F32 or BF16 [ceil(N / bn), ceil(K / bk)] contiguous.
+// q: fp8 e4m3fn [N, K] contiguous; scale_inv: F32 or BF16 [ceil(N / bn), ceil(K / bk)] contiguous (Hugging
+// Face's naming; DeepSeek-V4's exact form is deepseek_v4_quant.h's dequantize_v4_fp8).
 // InvalidArgument naming `file`, `name` and the rule when the scale tensor's dtype or shape is inconsistent,
 // or (config.ue8m0_scales) a scale is not a power of two.
 Status dequantize_fp8_block(const TensorView& q, const TensorView& scale_inv, const Fp8BlockQuantConfig& config,
@@ -54,7 +66,8 @@ Status dequantize_fp8_block(const TensorView& q, const TensorView& scale_inv, co
 
 // Rows [row_begin, row_end) of an FP8 weight decoded into fp32 `out` ([row_end - row_begin, K] row-major):
 // out = fl32(e4m3(q) * scale_inv[block]) (one fp32 rounding of the exact product, no bf16 step). The source
-// --weight-quant converts FP8 weights from (QuantizedWeights). Same checks and errors as dequantize_fp8_block.
+// --weight-quant converts FP8 weights from (QuantizedWeights). Same checks and errors as dequantize_fp8_block;
+// with config.deepseek_v4_scales the scale is DeepSeek-V4's F8_E8M0 or F32 "X.scale".
 Status dequantize_fp8_rows_f32(const TensorView& q, const TensorView& scale_inv, const Fp8BlockQuantConfig& config,
                                std::string_view file, std::string_view name, int64_t row_begin, int64_t row_end,
                                float* out);

@@ -24,6 +24,10 @@ inline DType safetensors_dtype(const std::string& st) {
   if (st == "F16") return DType::kF16;
   if (st == "I64") return DType::kI64;
   if (st == "I32") return DType::kI32;
+  if (st == "I8") return DType::kI8;
+  if (st == "U8") return DType::kU8;
+  if (st == "F8_E4M3") return DType::kFp8E4M3FN;
+  if (st == "F8_E8M0") return DType::kE8M0;
   return DType::kF32;
 }
 

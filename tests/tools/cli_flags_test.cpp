@@ -680,11 +680,6 @@ const std::vector<Row> kRows = {
      {"make-model", "--shards", "", "$DIR/m"},
      2,
      "genbridge make-model: --shards '': expected an integer in [1, 64]"},
-    {"make_fp8_dsv4",
-     {"make-model", "--preset", "tiny-dsv4", "--weight-quant", "fp8", "$DIR/m"},
-     2,
-     "genbridge make-model: --weight-quant fp8 writes Hugging Face's FP8 block form; DeepSeek-V4's FP8 + MXFP4 form "
-     "is not supported yet, so --preset tiny-dsv4 is written in bf16 only"},
     {"make_out_dir_empty", {"make-model", ""}, 2, "genbridge make-model: OUT_DIR '': the value is empty"},
     {"make_out_dir_missing", {"make-model"}, 2, "genbridge make-model: OUT_DIR is required"},
     {"make_env_threads",

@@ -9,7 +9,9 @@
 #   dsv4 GENBRIDGE WORK             make-model --preset tiny-dsv4 writes a tokenizer beside the checkpoint; run
 #                                   loads it (the log says once that the MTP layer's 53 tensors are ignored) and
 #                                   decodes 3 prompts of 140 tokens; --afd 1A1F and 2A1F give the same tokens
-#                                   and logits bytes
+#                                   and logits bytes; make-model --weight-quant fp8 (DeepSeek's FP8 + MXFP4
+#                                   form) runs too (the log names the form, and the MTP layer's 85 tensors, its
+#                                   32 scales included)
 #   fp8_deepseek GENBRIDGE WORK     make-model --weight-quant fp8 on tiny-dsv3 / tiny-dsa writes every MLA,
 #                                   indexer wq_b/wk and MLP / expert projection as F8_E4M3; run --weight-quant
 #                                   auto converts all 141 quantized matrices (shared experts included) from
@@ -127,7 +129,17 @@ dsv4)
   done
   ignored="model $work/m: 53 tensors of the multi-token prediction layers (mtp.*) ignored: genbridge does not run them"
   [ "$(grep -Fxc "$ignored" "$work/mono.err")" = 1 ] || fail "expected the line once: $ignored"
-  echo "PASS: tiny-dsv4 runs; --afd 1A1F and 2A1F give the monolithic run's tokens and logits"
+  # DeepSeek's FP8 + MXFP4 form: loads (dequantized to bf16, exactly) and runs.
+  "$genbridge" make-model --preset tiny-dsv4 --seed 1 --weight-quant fp8 "$work/fp8" > /dev/null 2>&1 ||
+    fail "make-model --weight-quant fp8 failed"
+  timeout -k 2 100 "$genbridge" run --model "$work/fp8" --num-prompts 3 --prompt-len 140 --max-new-tokens 8 \
+    > "$work/fp8.out" 2> "$work/fp8.err" || { cat "$work/fp8.err"; fail "fp8: genbridge run failed"; }
+  [ "$(grep -c '^request ' "$work/fp8.out")" = 3 ] || fail "fp8: expected 3 result lines"
+  grep -Fq "; FP8 linears, MXFP4 routed experts (dequantized to bf16 at load)" "$work/fp8.err" ||
+    fail "fp8: the log does not name the FP8 + MXFP4 form"
+  ignored="model $work/fp8: 85 tensors of the multi-token prediction layers (mtp.*) ignored: genbridge does not run them"
+  [ "$(grep -Fxc "$ignored" "$work/fp8.err")" = 1 ] || fail "expected the line once: $ignored"
+  echo "PASS: tiny-dsv4 runs; --afd 1A1F and 2A1F give the monolithic run's tokens and logits; the FP8 + MXFP4 form runs"
   ;;
 *)
   fail "unknown case $case"

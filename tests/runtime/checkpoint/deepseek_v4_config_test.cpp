@@ -1,5 +1,5 @@
 // DeepSeek-V4 config.json (DeepSeek's own keys) and the tensor binding with DeepSeek's names: the published
-// V4-Flash config is refused for its FP8 + MXFP4 form and parses in its bf16 form, every inconsistent key is an
+// V4-Flash config parses in its FP8 + MXFP4 form and in the bf16 form, every inconsistent key is an
 // error naming it, and every missing, mis-shaped or mis-typed tensor is an error naming the file, the tensor
 // and the rule.
 #include <fmt/format.h>
@@ -107,22 +107,28 @@ std::string error_of(const json& j) {
   return r.status().message();
 }
 
-TEST(DeepseekV4Config, published_flash_config_is_refused_for_its_fp8_mxfp4_form) {
+// The published config parses as the FP8 + MXFP4 form: FP8 linears, MXFP4 routed experts; the rest of the model
+// is the same as in the bf16 form, and without expert_dtype the routed experts are FP8 (DeepSeek's reference).
+TEST(DeepseekV4Config, published_flash_config_parses_in_its_fp8_mxfp4_form) {
   Result<ModelConfig> r = parse_model_config(kDeepseekV4FlashConfig, "cfg.json");
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(
-      r.status().message(),
-      "cfg.json: quantization_config = {\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\",\"quant_method\":\"fp8\","
-      "\"scale_fmt\":\"ue...: DeepSeek-V4's FP8 + MXFP4 checkpoint form is not supported yet; genbridge loads the "
-      "bf16 form (BF16 linears and experts, no quantization_config: docs/deepseek.md)");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->dsv4.expert_dtype, V4ExpertDtype::kFp4);
+  EXPECT_TRUE(r->dsv4.quantized());
+  ModelConfig bf16 = parse_model_config(flash_bf16().dump(), "cfg.json").value();
+  EXPECT_EQ(bf16.dsv4.expert_dtype, V4ExpertDtype::kBf16);
+  EXPECT_FALSE(bf16.dsv4.quantized());
+  bf16.dsv4.expert_dtype = V4ExpertDtype::kFp4;
+  EXPECT_EQ(*r, bf16);
+  EXPECT_TRUE(describe(*r).ends_with("vocab 129280; FP8 linears, MXFP4 routed experts (dequantized to bf16 at load)"))
+      << describe(*r);
   json j = json::parse(kDeepseekV4FlashConfig);
-  j.erase("quantization_config");
-  EXPECT_EQ(
-      error_of(j),
-      "cfg.json: expert_dtype = \"fp4\": must be absent or \"bf16\": the fp4 (MXFP4) and fp8 expert forms are not "
-      "supported yet (docs/deepseek.md)");
+  j.erase("expert_dtype");
+  EXPECT_EQ(parse_model_config(j.dump(), "cfg.json").value().dsv4.expert_dtype, V4ExpertDtype::kFp8);
+  j["expert_dtype"] = "fp8";  // Flash-Base's experts
+  EXPECT_EQ(parse_model_config(j.dump(), "cfg.json").value().dsv4.expert_dtype, V4ExpertDtype::kFp8);
   j["expert_dtype"] = "bf16";
-  EXPECT_EQ(error_of(j), "");
+  j.erase("quantization_config");
+  EXPECT_EQ(parse_model_config(j.dump(), "cfg.json").value().dsv4.expert_dtype, V4ExpertDtype::kBf16);
 }
 
 TEST(DeepseekV4Config, published_flash_config_in_bf16_form_parses) {
@@ -249,9 +255,48 @@ TEST(DeepseekV4Config, every_inconsistent_key_is_an_error_naming_it) {
       // What genbridge does not implement.
       {"model_type", [](json& j) { j["model_type"] = "deepseek_v3"; },
        "cfg.json: model_type = \"deepseek_v3\": must be \"deepseek_v4\" for DeepseekV4ForCausalLM"},
-      {"expert_dtype fp8", [](json& j) { j["expert_dtype"] = "fp8"; },
-       "cfg.json: expert_dtype = \"fp8\": must be absent or \"bf16\": the fp4 (MXFP4) and fp8 expert forms are not "
-       "supported yet (docs/deepseek.md)"},
+      // The weight form.
+      {"expert_dtype fp8 without quantization_config", [](json& j) { j["expert_dtype"] = "fp8"; },
+       "cfg.json: expert_dtype = \"fp8\": describes the routed experts of DeepSeek's FP8 form, which needs a "
+       "quantization_config (the FP8 linears' format); without one the checkpoint is the bf16 form (expert_dtype "
+       "absent or \"bf16\")"},
+      {"expert_dtype fp16", [](json& j) { j["expert_dtype"] = "fp16"; },
+       "cfg.json: expert_dtype = \"fp16\": must be \"fp4\" (MXFP4 routed experts) or \"fp8\" (FP8 block experts) "
+       "with quantization_config, or absent or \"bf16\" without it"},
+      {"expert_dtype bf16 with quantization_config",
+       [](json& j) {
+         j["quantization_config"] = json::parse(kDeepseekV4FlashConfig)["quantization_config"];
+         j["expert_dtype"] = "bf16";
+       },
+       "cfg.json: expert_dtype = \"bf16\": must be \"fp4\" or \"fp8\" (or absent: FP8) with quantization_config: "
+       "DeepSeek's FP8 form quantizes the routed experts too"},
+      {"FP8 blocks of 64",
+       [](json& j) {
+         j = json::parse(kDeepseekV4FlashConfig);
+         j["quantization_config"]["weight_block_size"] = {64, 64};
+       },
+       "cfg.json: quantization_config.weight_block_size = [64,64]: must be [128, 128]: DeepSeek-V4's FP8 linears "
+       "have one scale per 128 x 128 block"},
+      {"scales not powers of two",
+       [](json& j) {
+         j = json::parse(kDeepseekV4FlashConfig);
+         j["quantization_config"].erase("scale_fmt");
+       },
+       "cfg.json: quantization_config.scale_fmt is missing but must be \"ue8m0\": DeepSeek-V4's FP8 scales are "
+       "powers of two, which is what makes genbridge's bf16 dequantization exact"},
+      {"e5m2 codes",
+       [](json& j) {
+         j = json::parse(kDeepseekV4FlashConfig);
+         j["quantization_config"]["fmt"] = "e5m2";
+       },
+       "cfg.json: quantization_config.fmt is \"e5m2\" but genbridge reads only \"e4m3\" (F8_E4M3 codes)"},
+      {"MXFP4 experts of K = 2040",
+       [](json& j) {
+         j = json::parse(kDeepseekV4FlashConfig);
+         j["moe_intermediate_size"] = 2040;
+       },
+       "cfg.json: moe_intermediate_size = 2040: must be a multiple of 32 with expert_dtype \"fp4\": an MXFP4 routed "
+       "expert has one E8M0 scale per 32 inputs"},
       {"HF's layer_types", [](json& j) { j["layer_types"] = {"sliding_attention"}; },
        "cfg.json: layer_types = [\"sliding_attention\"]: is Hugging Face's renamed form of the DeepSeek-V4 config; "
        "genbridge reads the config.json DeepSeek ships (compress_ratios, num_hash_layers, qk_rope_head_dim, rope_theta "
@@ -370,6 +415,15 @@ TEST(DeepseekV4Config, round_trips_through_config_json) {
   with_mscale["rope_scaling"]["mscale_all_dim"] = 1.0;
   configs.push_back(parse_model_config(with_mscale.dump(), "mscale").value());
   EXPECT_EQ(configs.back().dsv4.rope_scaling.mscale, 0.707);
+  // The FP8 forms write their quantization_config and expert_dtype back.
+  configs.push_back(parse_model_config(kDeepseekV4FlashConfig, "flash fp4").value());
+  json fp8_experts = json::parse(kDeepseekV4FlashConfig);
+  fp8_experts.erase("expert_dtype");
+  configs.push_back(parse_model_config(fp8_experts.dump(), "flash fp8").value());
+  const json written_fp4 = json::parse(to_config_json(configs[configs.size() - 2]));
+  EXPECT_EQ(written_fp4["quantization_config"], json::parse(kDeepseekV4FlashConfig)["quantization_config"]);
+  EXPECT_EQ(written_fp4["expert_dtype"], "fp4");
+  EXPECT_EQ(json::parse(to_config_json(configs.back()))["expert_dtype"], "fp8");
   for (const ModelConfig& c : configs) {
     ASSERT_TRUE(validate_model_config(c, "code").ok()) << validate_model_config(c, "code").to_string();
     const std::string text = to_config_json(c);
@@ -615,8 +669,8 @@ TEST_F(DeepseekV4Checkpoint, kept_f32_tensor_in_another_dtype_is_refused) {
                                "F32 and genbridge binds it as it is)");
 }
 
-// The FP8 + MXFP4 form's tensors in a config without quantization_config: refused as that form.
-TEST_F(DeepseekV4Checkpoint, fp8_and_fp4_tensors_are_refused_as_the_unsupported_form) {
+// The FP8 + MXFP4 form's tensors in a config without quantization_config (the bf16 form): refused, naming it.
+TEST_F(DeepseekV4Checkpoint, fp8_and_fp4_tensors_in_the_bf16_form_are_refused) {
   const std::filesystem::path d = write();
   rewrite(d, [&](std::vector<RawTensor>& t) {
     RawTensor* wq_a = find(t, "layers.1.attn.wq_a.weight");
@@ -624,8 +678,10 @@ TEST_F(DeepseekV4Checkpoint, fp8_and_fp4_tensors_are_refused_as_the_unsupported_
     wq_a->bytes.resize(wq_a->bytes.size() / 2);
   });
   EXPECT_EQ(open_error(d), (d / "model.safetensors").string() +
-                               ": tensor 'layers.1.attn.wq_a.weight' has dtype F8_E4M3; DeepSeek-V4 weights must be "
-                               "BF16, F16 or F32: its FP8 + MXFP4 form is not supported yet (docs/deepseek.md)");
+                               ": tensor 'layers.1.attn.wq_a.weight' has dtype F8_E4M3 but config.json has no "
+                               "quantization_config, so the checkpoint is in the bf16 form (BF16, F16 or F32 "
+                               "weights); DeepSeek's FP8 form needs its quantization_config and expert_dtype "
+                               "(docs/deepseek.md)");
   const std::filesystem::path d2 = write(DType::kF16);
   rewrite(d2, [&](std::vector<RawTensor>& t) {
     RawTensor* w1 = find(t, "layers.0.ffn.experts.3.w1.weight");  // [64, 128]: two FP4 values per byte
@@ -634,8 +690,10 @@ TEST_F(DeepseekV4Checkpoint, fp8_and_fp4_tensors_are_refused_as_the_unsupported_
     w1->bytes.resize(64 * 64);
   });
   EXPECT_EQ(open_error(d2), (d2 / "model.safetensors").string() +
-                                ": tensor 'layers.0.ffn.experts.3.w1.weight' has dtype I8; DeepSeek-V4 weights must be "
-                                "BF16, F16 or F32: its FP8 + MXFP4 form is not supported yet (docs/deepseek.md)");
+                                ": tensor 'layers.0.ffn.experts.3.w1.weight' has dtype I8 but config.json has no "
+                                "quantization_config, so the checkpoint is in the bf16 form (BF16, F16 or F32 "
+                                "weights); DeepSeek's FP8 form needs its quantization_config and expert_dtype "
+                                "(docs/deepseek.md)");
 }
 
 TEST_F(DeepseekV4Checkpoint, missing_tensor_names_it_and_why) {
