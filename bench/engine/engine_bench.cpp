@@ -1,5 +1,7 @@
-// Engine throughput on the synthetic `small` preset and, in the *_qwen35 rows, on `small-qwen35` (6 Gated
-// DeltaNet + 2 full-attention layers, sized like small), each built once under $GENBRIDGE_CACHE_DIR or /tmp;
+// Engine throughput on the synthetic `small` preset, in the *_qwen35 rows on `small-qwen35` (6 Gated DeltaNet
+// + 2 full-attention layers, sized like small) and in the *_dsv4 rows on `small-dsv4` (DeepSeek-V4: 2 sliding-
+// window, 3 ratio-4 and 3 ratio-128 layers, 4 hyper-connection streams, sized like small), each built once under
+// $GENBRIDGE_CACHE_DIR or /tmp;
 // bf16 weights; threads = GENBRIDGE_NUM_THREADS or the machine's cores; each row with its roofline
 // (bench/support/bench_util.h) and the CPU target in the context:
 //   engine_prefill/prompt:L     one L-token prompt, one new token; prefill tok/s = prompt tokens / time in
@@ -42,8 +44,8 @@ struct Model {
 };
 
 // The benchmarked presets: 0 small (Qwen3-MoE, the engine_* rows), 1 small-qwen35 (Qwen3.5-MoE, the
-// engine_*_qwen35 rows).
-constexpr const char* kPresets[] = {"small", "small-qwen35"};
+// engine_*_qwen35 rows), 2 small-dsv4 (DeepSeek-V4, the engine_*_dsv4 rows).
+constexpr const char* kPresets[] = {"small", "small-qwen35", "small-dsv4"};
 
 Model& bench_model(int64_t which) {
   static std::map<int64_t, Model> models;
@@ -79,10 +81,24 @@ std::vector<engine::Request> requests(int n, int prompt_len, int new_tokens, int
   return reqs;
 }
 
-// Weight bytes of one layer's token mixer: GQA projections (Qwen3.5's q_proj holds [q | gate]) or, for a
-// Gated DeltaNet layer, in_proj_qkv / z / b / a, the conv weights and out_proj.
+// Weight elements of one layer's token mixer: GQA projections (Qwen3.5's q_proj holds [q | gate]) or, for a
+// Gated DeltaNet layer, in_proj_qkv / z / b / a, the conv weights and out_proj; DeepSeek-V4: wq_a, wq_b, wkv,
+// wo_a, wo_b, the compressor's wkv / wgate and the indexer's wq_b, weights_proj and compressor, and the two
+// hyper-connection sites' fn (fp32: counted twice, for their bytes).
 double mixer_weights(const model::ModelConfig& c, int64_t l) {
   const double H = c.hidden_size;
+  if (c.is_deepseek_v4()) {
+    const model::DeepseekV4Config& d = c.dsv4;
+    const double D = c.head_dim, heads = c.num_attention_heads, n = d.hc_mult, m = d.compress_ratio(l);
+    double w = H * d.q_lora_rank + d.q_lora_rank * heads * D + H * D + heads * D * d.o_lora_rank +
+               d.o_groups * d.o_lora_rank * H + 2 * 2 * (2 + n) * n * n * H;
+    if (m > 0) w += 2 * (m == 4 ? 2 : 1) * D * H;
+    if (m == 4) {
+      w += static_cast<double>(d.index_n_heads) * d.index_head_dim * d.q_lora_rank + d.index_n_heads * H +
+           2 * 2.0 * d.index_head_dim * H;
+    }
+    return w;
+  }
   if (c.is_linear_layer(l)) {
     const model::Qwen35Config& q = c.qwen35;
     return H * (q.conv_dim() + q.value_dim() + 2.0 * q.linear_num_value_heads) +
@@ -100,7 +116,10 @@ double weight_bytes(const model::ModelConfig& c, double tokens) {
     total += mixer_weights(c, l);
     if (c.is_moe_layer(l)) {
       const double used = E * (1.0 - std::pow(1.0 - k / E, tokens));
-      total += E * H + used * 3 * H * I + (c.has_shared_expert() ? 3 * H * c.shared_expert_intermediate_size + H : 0);
+      const double shared = c.is_deepseek_v4() ? 3 * H * I * c.dsv4.n_shared_experts
+                            : c.has_shared_expert()  ? 3 * H * c.shared_expert_intermediate_size + H
+                                                     : 0;
+      total += E * H + used * 3 * H * I + shared;
     } else {
       total += 3 * H * c.intermediate_size;
     }
@@ -116,14 +135,23 @@ double token_flops(const model::ModelConfig& c, double ctx) {
   double f = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     f += 2 * mixer_weights(c, l);
-    if (c.is_linear_layer(l)) {
+    if (c.is_deepseek_v4()) {  // window + compressed entries (+ the indexer's scores over the ratio-4 windows)
+      const model::DeepseekV4Config& d = c.dsv4;
+      const double m = d.compress_ratio(l), visible = m > 0 ? std::floor((ctx + 1) / m) : 0;
+      const double entries = m == 4 ? std::min<double>(visible, d.index_topk) : visible;
+      f += 4.0 * c.num_attention_heads * c.head_dim * (std::min<double>(ctx + 1, d.sliding_window) + entries);
+      if (m == 4) f += 2.0 * d.index_n_heads * d.index_head_dim * visible;
+    } else if (c.is_linear_layer(l)) {
       const model::Qwen35Config& q = c.qwen35;
       f += 6.0 * q.linear_num_value_heads * q.linear_key_head_dim * q.linear_value_head_dim;
     } else {
       f += 4.0 * c.num_attention_heads * c.head_dim * (ctx + 1);
     }
     if (c.is_moe_layer(l)) {
-      f += 2 * H * E + 6 * H * I * k + (c.has_shared_expert() ? 6 * H * c.shared_expert_intermediate_size : 0);
+      const double shared = c.is_deepseek_v4()       ? 6 * H * I * c.dsv4.n_shared_experts
+                            : c.has_shared_expert() ? 6 * H * c.shared_expert_intermediate_size
+                                                    : 0;
+      f += 2 * H * E + 6 * H * I * k + shared;
     } else {
       f += 6 * H * c.intermediate_size;
     }
@@ -181,7 +209,8 @@ void BM_decode(benchmark::State& state) {
             new_tokens = static_cast<int>(state.range(2)), afd_stages = static_cast<int>(state.range(3));
   Model& model = bench_model(which);
   const model::ModelConfig& c = model.ckpt->config();
-  // Per sequence and step, a Gated DeltaNet model reads and writes its state slot.
+  // Per sequence and step, a Gated DeltaNet model reads and writes its state slot (DeepSeek-V4: the window
+  // rings, read twice: copied into the step's window, then attended).
   const double state_bytes =
       static_cast<double>(model.dev->kv_page_geometry(model::kv_model_shape(c)).state.bytes_per_slot());
   double best = 1e30;
@@ -235,6 +264,16 @@ BENCHMARK_TEMPLATE(BM_prefill, 1)
     ->Iterations(2)
     ->Unit(benchmark::kMillisecond);
 
+BENCHMARK_TEMPLATE(BM_prefill, 2)
+    ->Name("engine_prefill_dsv4")
+    ->ArgNames({"prompt"})
+    ->Arg(32)
+    ->Arg(256)
+    ->Arg(512)
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK_TEMPLATE(BM_decode, 0)
     ->Name("engine_decode")
     ->ArgNames({"batch", "prompt", "new", "afd_stages"})
@@ -258,6 +297,18 @@ BENCHMARK_TEMPLATE(BM_decode, 1)
     ->Args({1, 32, 32, 0})
     ->Args({8, 32, 32, 0})
     ->Args({32, 32, 32, 0})
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_decode, 2)
+    ->Name("engine_decode_dsv4")
+    ->ArgNames({"batch", "prompt", "new", "afd_stages"})
+    ->Args({1, 32, 32, 0})
+    ->Args({8, 32, 32, 0})
+    ->Args({32, 32, 32, 0})
+    // Past a ratio-128 window and the indexer's top-64 of ratio-4 windows.
+    ->Args({1, 512, 32, 0})
+    ->Args({8, 512, 32, 0})
     ->UseManualTime()
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);

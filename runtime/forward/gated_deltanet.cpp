@@ -13,11 +13,11 @@
 
 namespace genbridge::model {
 
-// The pre-conv rows stay bf16 (the conv state keeps them exactly); what follows the conv stays fp32 up to
-// the gated norm's output, as fused Gated DeltaNet kernels keep it in registers.
+// The pre-conv rows stay bf16 (the conv state keeps them exactly); what follows the conv, the output gate z and
+// the gated norm's output stay fp32 up to out_proj, as fused Gated DeltaNet kernels keep them in registers.
 struct GatedDeltaNet::Scratch {
-  std::vector<bf16_t> mixed, z, normed;
-  std::vector<float> conv, a, b, o, g, beta;
+  std::vector<bf16_t> mixed;
+  std::vector<float> z, normed, conv, a, b, o, g, beta;
   int64_t max_tokens = 0;
 };
 
@@ -81,10 +81,10 @@ Status GatedDeltaNet::forward(Scratch& sc, int64_t layer, const TensorView& h, c
   const int64_t C = q.conv_dim(), Kd = q.key_dim(), nk = q.linear_num_key_heads, nv = q.linear_num_value_heads,
                 dk = q.linear_key_head_dim, dv = q.linear_value_head_dim;
   const TensorView mixed(sc.mixed.data(), DType::kBF16, {T, C});
-  const TensorView z(sc.z.data(), DType::kBF16, {T, nv, dv});
+  const TensorView z(sc.z.data(), DType::kF32, {T, nv, dv});
   const TensorView a(sc.a.data(), DType::kF32, {T, nv}), b(sc.b.data(), DType::kF32, {T, nv});
   GB_RETURN_IF_ERROR(ctx(ops::linear(h, w.in_proj_qkv, mixed), "in_proj_qkv"));
-  GB_RETURN_IF_ERROR(ctx(ops::linear(h, w.in_proj_z, TensorView(sc.z.data(), DType::kBF16, {T, nv * dv})), "in_proj_z"));
+  GB_RETURN_IF_ERROR(ctx(ops::linear(h, w.in_proj_z, TensorView(sc.z.data(), DType::kF32, {T, nv * dv})), "in_proj_z"));
   GB_RETURN_IF_ERROR(ctx(ops::linear(h, w.in_proj_b, b), "in_proj_b"));
   GB_RETURN_IF_ERROR(ctx(ops::linear(h, w.in_proj_a, a), "in_proj_a"));
   const TensorView conv(sc.conv.data(), DType::kF32, {T, C});
@@ -101,10 +101,10 @@ Status GatedDeltaNet::forward(Scratch& sc, int64_t layer, const TensorView& h, c
   GB_RETURN_IF_ERROR(ctx(ops::gated_delta_rule(qv, kv, vv, g, beta, st.recurrent, state_slots, query_start_loc,
                                                1.0f / std::sqrt(static_cast<float>(dk)), o),
                          "gated_delta_rule"));
-  const TensorView normed(sc.normed.data(), DType::kBF16, {T, nv, dv});
+  const TensorView normed(sc.normed.data(), DType::kF32, {T, nv, dv});
   GB_RETURN_IF_ERROR(
       ctx(ops::gated_rms_norm(o, z, w.norm, static_cast<float>(config_.rms_norm_eps), normed), "gated_rms_norm"));
-  return ctx(ops::linear(TensorView(sc.normed.data(), DType::kBF16, {T, nv * dv}), w.out_proj, out), "out_proj");
+  return ctx(ops::linear(TensorView(sc.normed.data(), DType::kF32, {T, nv * dv}), w.out_proj, out), "out_proj");
 }
 
 }  // namespace genbridge::model

@@ -31,6 +31,7 @@ struct ForwardBatch::Buffers {
   std::vector<bf16_t> residual, delta, h, q, k, v, qn, kn, attn, mlp_in, expert_out, shared_out, last_hidden;
   // fp32
   std::vector<float> router_logits, topk_weights, shared_gate, rstd;
+  std::vector<float> attn32;  // Qwen3.5: the attention output, gated in fp32 before o_proj
   // int32 / int64 metadata
   std::vector<int32_t> topk_ids, zero_ids, positions, context_lens, query_start, block_tables, last_rows, state_slots;
   std::vector<int64_t> slots;
@@ -297,6 +298,8 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
   b.q.resize(T * b.q_proj);
   b.qn.resize(T * b.q_size);
   b.attn.resize(T * b.q_size);
+  if (c.is_qwen35()) b.attn32.resize(T * b.q_size);
+  if (c.has_shared_expert()) b.shared32.resize(T * H);
   b.k.resize(T * b.kv_size);
   b.kn.resize(T * b.kv_size);
   b.v.resize(T * b.kv_size);
@@ -566,14 +569,22 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
       .context_lens = i32_view(b.context_lens, {S}),
       .query_start_loc = i32_view(b.query_start, {S + 1}),
   };
+  const TensorView delta = bf16_view(b.delta, {T, H});
+  if (config_.is_qwen35()) {
+    // The output gate, attn * sigmoid(gate) (gate = the second head_dim of each q_proj head), on the fp32
+    // attention output: one rounding less before o_proj (docs/models.md, "Accuracy").
+    const TensorView attn = f32_view(b.attn32, {T, b.heads, D});
+    GB_RETURN_IF_ERROR(with_context(dev_.attention(qn, kv_cache, ab, 1.0f / std::sqrt(static_cast<float>(D)), attn),
+                                    "attention", layer));
+    const TensorView gate = TensorView::strided(b.q.data() + D, DType::kBF16, {T, b.heads, D}, {b.q_proj, qh, 1});
+    GB_RETURN_IF_ERROR(with_context(ops::sigmoid_mul(attn, gate, attn), "output gate", layer));
+    GB_RETURN_IF_ERROR(with_context(
+        project(f32_view(b.attn32, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
+    return post_attention(fb, layer);
+  }
   const TensorView attn = bf16_view(b.attn, {T, b.heads, D});
   GB_RETURN_IF_ERROR(with_context(dev_.attention(qn, kv_cache, ab, 1.0f / std::sqrt(static_cast<float>(D)), attn),
                                   "attention", layer));
-  if (config_.is_qwen35()) {  // the output gate: attn * sigmoid(gate), gate = the second head_dim of each q_proj head
-    const TensorView gate = TensorView::strided(b.q.data() + D, DType::kBF16, {T, b.heads, D}, {b.q_proj, qh, 1});
-    GB_RETURN_IF_ERROR(with_context(ops::sigmoid_mul(attn, gate, attn), "output gate", layer));
-  }
-  const TensorView delta = bf16_view(b.delta, {T, H});
   GB_RETURN_IF_ERROR(with_context(
       project(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
   return post_attention(fb, layer);
@@ -719,16 +730,17 @@ Status ModelRunner::finish_moe(ForwardBatch& fb, int64_t layer, const TensorView
   if (!config_.has_shared_expert()) {
     return with_context(ops::moe_combine(outs, fb.topk_weights(), delta), "combine", layer);
   }
+  // The gated shared expert's output stays fp32 into the combine (one rounding less; docs/models.md, "Accuracy").
   const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
-  const TensorView shared_out = bf16_view(b.shared_out, {T, H});
+  const TensorView shared_out = f32_view(b.shared32, {T, H});
   if (quantized_ && quantized_->layer(layer).shared) {
     GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
                                                           std::span(&quantized_->layer(layer).shared_expert, 1), 0, 1,
-                                                          bf16_view(b.shared_out, {T, 1, H})),
+                                                          f32_view(b.shared32, {T, 1, H})),
                                     "shared expert", layer));
   } else {
     GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}), std::span(&shared, 1),
-                                                    0, 1, bf16_view(b.shared_out, {T, 1, H})),
+                                                    0, 1, f32_view(b.shared32, {T, 1, H})),
                                     "shared expert", layer));
   }
   const TensorView gate = f32_view(b.shared_gate, {T, 1});

@@ -149,10 +149,22 @@ inline RefRouting ref_route(const std::vector<double>& logits, int64_t k, bool n
   return r;
 }
 
-// The MoE block for one token; `routing` receives the decision.
+// The MoE block for one token; `routing` receives the decision. `follow` (optional, non-empty): take these
+// experts instead of the top-k (an engine's recorded choice), weighted by their probabilities as the top-k are.
 inline std::vector<double> ref_moe(const model::ModelConfig& c, const model::MoeWeights& m,
-                                   const std::vector<double>& x, RefRouting* routing) {
+                                   const std::vector<double>& x, RefRouting* routing,
+                                   const std::vector<int64_t>* follow = nullptr) {
   *routing = ref_route(ref_linear(m.router, x), c.num_experts_per_tok, c.norm_topk_prob);
+  if (follow && !follow->empty()) {
+    routing->ids = *follow;
+    routing->weights.clear();
+    double sum = 0.0;
+    for (int64_t e : routing->ids) sum += routing->probs[static_cast<size_t>(e)];
+    for (int64_t e : routing->ids) {
+      routing->weights.push_back(c.norm_topk_prob ? routing->probs[static_cast<size_t>(e)] / sum
+                                                  : routing->probs[static_cast<size_t>(e)]);
+    }
+  }
   std::vector<double> out(x.size(), 0.0);
   for (size_t j = 0; j < routing->ids.size(); ++j) {
     const std::vector<double> y = ref_mlp(m.experts[static_cast<size_t>(routing->ids[j])], x);
@@ -259,9 +271,12 @@ struct ReferenceForward {
 };
 
 // Logits of every position of one sequence (positions 0..n-1). Throws std::invalid_argument on a token id
-// outside [0, vocab_size) (a test-side error).
+// outside [0, vocab_size) (a test-side error). `follow_experts` (optional, [layer][token], an entry empty to keep
+// the reference's own): route each MoE layer's token to these experts instead (an engine's recorded choices, so
+// that a near-tie its bf16 activations flipped is not mistaken for a kernel error).
 inline ReferenceForward reference_forward(const model::ModelConfig& c, const model::ModelWeights& w,
-                                          std::span<const int32_t> tokens) {
+                                          std::span<const int32_t> tokens,
+                                          const std::vector<std::vector<std::vector<int64_t>>>* follow_experts = nullptr) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t hs = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   ReferenceForward r;
@@ -329,7 +344,12 @@ inline ReferenceForward reference_forward(const model::ModelConfig& c, const mod
       std::vector<double> y;
       if (lw.is_moe) {
         RefRouting routing;
-        y = ref_moe(c, lw.moe, x, &routing);
+        const std::vector<int64_t>* follow = nullptr;
+        if (follow_experts && l < static_cast<int64_t>(follow_experts->size()) &&
+            t < static_cast<int64_t>((*follow_experts)[l].size())) {
+          follow = &(*follow_experts)[l][t];
+        }
+        y = ref_moe(c, lw.moe, x, &routing, follow);
         auto& ids = r.topk_ids[static_cast<size_t>(l)];
         auto& wts = r.topk_weights[static_cast<size_t>(l)];
         auto& probs = r.router_probs[static_cast<size_t>(l)];

@@ -18,64 +18,83 @@ using namespace genbridge::engine::harness;
 using model::Checkpoint;
 
 struct Accuracy {
-  std::vector<double> errors;  // per compared step: relative L2 of the last-position logits
-  double median() const {
-    std::vector<double> e = errors;
+  std::vector<double> errors;       // per step: relative L2 of the last-position logits, the reference following
+                                    // the engine's recorded experts
+  std::vector<double> free_errors;  // the same with the reference's own top-k
+  static double median(std::vector<double> e) {
     std::sort(e.begin(), e.end());
     return e.empty() ? INFINITY : e[e.size() / 2];
   }
-  double worst() const { return errors.empty() ? INFINITY : *std::max_element(errors.begin(), errors.end()); }
 };
 
-// Every step of `res` against the fp64 reference, teacher-forced on the engine's own tokens.
+// Every step of `res` against the fp64 reference, teacher-forced on the engine's own tokens: following the
+// engine's recorded expert choices (a near-tie its bf16 activations flipped moves later logits by tens of
+// percent without any kernel error: observed up to ~0.6 per step), and with the reference's own choices.
 Accuracy accuracy(const Checkpoint& ck, const std::vector<int32_t>& prompt, const RequestResult& res) {
-  const int64_t vocab = ck.config().vocab_size;
+  const model::ModelConfig& c = ck.config();
+  const int64_t vocab = c.vocab_size;
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), res.tokens.begin(), res.tokens.end() - 1);
-  const genbridge::testing::ReferenceForward ref =
-      genbridge::testing::reference_forward(ck.config(), ck.weights(), seq);
+  std::vector<std::vector<std::vector<int64_t>>> engine(static_cast<size_t>(c.num_hidden_layers),
+                                                        std::vector<std::vector<int64_t>>(seq.size()));
+  size_t e = 0;
+  for (const ChoiceRecord& r : res.choices.records) {
+    if (r.position < static_cast<int32_t>(seq.size())) {
+      engine[r.layer][r.position].assign(res.choices.expert_ids.begin() + e,
+                                         res.choices.expert_ids.begin() + e + r.num_experts);
+    }
+    e += r.num_experts;
+  }
+  const auto ref = genbridge::testing::reference_forward(c, ck.weights(), seq, &engine);
+  const auto own = genbridge::testing::reference_forward(c, ck.weights(), seq);
   Accuracy a;
   for (size_t i = 0; i < res.tokens.size(); ++i) {
     const int64_t pos = static_cast<int64_t>(prompt.size() + i) - 1;
-    a.errors.push_back(
-        rel_l2(std::span<const float>(res.logits.data() + i * vocab, static_cast<size_t>(vocab)), ref.logits_at(pos)));
+    const std::span<const float> got(res.logits.data() + i * vocab, static_cast<size_t>(vocab));
+    a.errors.push_back(rel_l2(got, ref.logits_at(pos)));
+    a.free_errors.push_back(rel_l2(got, own.logits_at(pos)));
   }
   return a;
 }
 
-// Median rel-L2 of the last-position logits over 256 steps with bf16 KV. Measured on tiny-qwen35 (seed 7):
-// 1.11% (A2/A3 build), 1.19% (A5 build, whose Gemma provider rounds 1 + w to bf16); an all-full-attention
-// variant of the same model gives 0.8%, so the Gated DeltaNet layers add the rest (not yet below the 1% the
-// model's issue asks for; docs/models.md). The prompt (150 tokens) is longer than a KV page (128) and than
-// gated_delta_rule's chunk (64), so prefill runs the chunked form over several chunks and decode continues
-// the state across the page boundary.
-constexpr double kBf16MedianBound = 1.5e-2;
+// Median relative L2 of the last-position logits over 256 steps, following the engine's expert choices and with
+// the reference's own (flips included). Measured on tiny-qwen35 (seed 7), bf16 KV: A2/A3 0.94% / 0.97%, A5 1.10% /
+// 1.18%; A5's Gemma provider forms 1 + w in bf16 (its generation's contract), which alone adds ~0.6% in quadrature
+// (docs/models.md, "Accuracy"). The prompt (150 tokens) is longer than a KV page (128) and than
+// gated_delta_rule's chunk (64), so prefill runs the chunked form over several chunks and decode continues the
+// state across the page boundary.
+struct Bounds {
+  double following, own;
+};
+constexpr Bounds kBf16Bounds{1.2e-2, 1.3e-2};
 // With the generation's quantized KV (int8 + fp16 scale on A2/A3, fp8 + fp32 scale on A5): the full-attention
 // layers read rounded K/V (docs/models.md, "Qwen3.5-MoE").
-constexpr double kQuantizedMedianBound = 2e-2;
+constexpr Bounds kQuantizedBounds{2e-2, 2e-2};
 
-void check_long_generation(const std::string& preset, const std::string& kv, double bound) {
+void check_long_generation(const std::string& preset, const std::string& kv, const Bounds& bound) {
   const Checkpoint& ck = checkpoint(preset);
   const Request q = request_of(0, 150, 256, ck.config().vocab_size, 42);
-  const auto res = run_engine({.preset = preset, .kv_cache_dtype = kv, .max_batch = 2}, {q});
+  const auto res = run_engine({.preset = preset, .kv_cache_dtype = kv, .max_batch = 2, .record_choices = true}, {q});
   ASSERT_EQ(res.size(), 1u);
   ASSERT_EQ(res[0].tokens.size(), 256u) << res[0].message;
   const Accuracy a = accuracy(ck, q.prompt, res[0]);
-  std::printf("%s kv=%s: %zu steps, median relative L2 logit error vs fp64 %.5f, worst %.5f\n", preset.c_str(),
-              kv.c_str(), a.errors.size(), a.median(), a.worst());
-  EXPECT_LE(a.median(), bound) << preset << " kv=" << kv;
-  // A wiring fault (a wrong head stride, gate, rotary width or state layout) gives errors of order 1 at every
-  // step; single steps after an expert near-tie flipped reach ~0.6 (observed), so the worst is not bounded.
+  const double following = Accuracy::median(a.errors), own = Accuracy::median(a.free_errors);
+  std::printf(
+      "%s kv=%s: %zu steps, median relative L2 logit error vs fp64 following the engine's expert choices %.5f, with "
+      "the reference's own %.5f\n",
+      preset.c_str(), kv.c_str(), a.errors.size(), following, own);
+  EXPECT_LE(following, bound.following) << preset << " kv=" << kv;
+  EXPECT_LE(own, bound.own) << preset << " kv=" << kv;
 }
 
 TEST(Qwen35Engine, hub_layout_matches_fp64_reference_over_256_steps_bf16_kv) {
-  check_long_generation("tiny-qwen35", "auto", kBf16MedianBound);
+  check_long_generation("tiny-qwen35", "auto", kBf16Bounds);
 }
 TEST(Qwen35Engine, per_expert_layout_matches_fp64_reference_over_256_steps_bf16_kv) {
-  check_long_generation("tiny-qwen35-split", "auto", kBf16MedianBound);
+  check_long_generation("tiny-qwen35-split", "auto", kBf16Bounds);
 }
 TEST(Qwen35Engine, quantized_kv_matches_fp64_reference_within_its_bound) {
-  check_long_generation("tiny-qwen35", "quantized", kQuantizedMedianBound);
+  check_long_generation("tiny-qwen35", "quantized", kQuantizedBounds);
 }
 
 // Each request's tokens do not depend on the others in its batch (prefill together, decode together, slots
