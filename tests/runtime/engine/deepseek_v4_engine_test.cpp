@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "engine_harness.h"
+#include "runtime/checkpoint/deepseek_v4_quant.h"
 #include "support/deepseek_v4_reference_forward.h"
 
 namespace genbridge::engine {
@@ -73,11 +74,26 @@ constexpr Bounds kBf16Bounds{1e-2, 2.5e-2};
 // keys): window and compressed entries read rounded values.
 constexpr Bounds kQuantizedBounds{1e-1, 2e-1};
 
-void check_long_generation(const std::string& kv, const Bounds& bound) {
-  const Checkpoint& ck = checkpoint("tiny-dsv4");
+// The FP8 + MXFP4 form DeepSeek ships (make-model --weight-quant fp8): genbridge binds its weights as their exact
+// bf16 dequantization, so the engine on it agrees with the fp64 reference of the same checkpoint as the bf16 form
+// does (the quantization itself is the checkpoint's: docs/deepseek.md has its error per role).
+const Checkpoint& fp8_form() {
+  static genbridge::testing::TempDir dir;
+  static std::unique_ptr<Checkpoint> ck;
+  if (!ck) {
+    EXPECT_TRUE(model::write_synthetic_checkpoint("tiny-dsv4", 7, dir / "m").ok());
+    const Status st = model::convert_checkpoint_to_deepseek_v4_fp8(dir / "m");
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    ck = std::make_unique<Checkpoint>(std::move(Checkpoint::open(dir / "m")).value());
+  }
+  return *ck;
+}
+
+void check_long_generation(const std::string& kv, const Bounds& bound, const Checkpoint* checkpoint_override = nullptr) {
+  const Checkpoint& ck = checkpoint_override ? *checkpoint_override : checkpoint("tiny-dsv4");
   const Request q = request_of(0, 400, 256, ck.config().vocab_size, 42);
-  const auto res = run_engine(
-      {.preset = "tiny-dsv4", .kv_cache_dtype = kv, .max_batch = 2, .pool_pages = 16, .record_choices = true}, {q});
+  const auto res = run_engine_on(
+      ck, {.preset = "tiny-dsv4", .kv_cache_dtype = kv, .max_batch = 2, .pool_pages = 16, .record_choices = true}, {q});
   ASSERT_EQ(res.size(), 1u);
   ASSERT_EQ(res[0].tokens.size(), 256u) << res[0].message;
   const Accuracy a = accuracy(ck, q.prompt, res[0]);
@@ -93,6 +109,11 @@ void check_long_generation(const std::string& kv, const Bounds& bound) {
 TEST(DeepseekV4Engine, matches_fp64_reference_over_256_steps_bf16_kv) { check_long_generation("auto", kBf16Bounds); }
 TEST(DeepseekV4Engine, quantized_kv_matches_fp64_reference_within_its_bound) {
   check_long_generation("quantized", kQuantizedBounds);
+}
+// Measured: 0.58% following the engine's choices, 2.74% with the reference's own (this model's routing has more
+// near-ties than the bf16 preset's: its experts carry MXFP4's rounding).
+TEST(DeepseekV4Engine, fp8_mxfp4_form_matches_its_fp64_reference_over_256_steps) {
+  check_long_generation("auto", {1e-2, 4e-2}, &fp8_form());
 }
 
 // Each request's tokens and logits do not depend on the others in its batch (prefill together, decode together,
