@@ -154,14 +154,16 @@ struct Backend {
   std::optional<serve::GenerationService> service;
 };
 
-// serve's model: tokenizer.json (required) and tokenizer_config.json (optional) of the model directory.
+// serve's model: tokenizer.json (required), tokenizer_config.json and chat_template.jinja (optional) of the model
+// directory.
 int load_tokenizer(const std::filesystem::path& dir, const Reporter& report, Backend* b, std::string* log_lines) {
   if (Status s = check_model_has_tokenizer(dir); !s.ok()) return report.usage(s);
   auto tokenizer = text::Tokenizer::load(dir / "tokenizer.json");
   if (!tokenizer.ok()) return report.fail(tokenizer.status());
   b->tokenizer = std::move(tokenizer).value();
-  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    auto c = text::TokenizerConfig::load(dir / "tokenizer_config.json");
+  if (std::filesystem::exists(dir / text::kTokenizerConfigFile) ||
+      std::filesystem::exists(dir / text::kChatTemplateFile)) {
+    auto c = text::TokenizerConfig::load(dir);
     if (!c.ok()) return report.fail(c.status());
     b->tok_config = std::move(c).value();
   }
