@@ -217,6 +217,9 @@ int load_backend(const ServeOptions& so, const ServeSetup& setup, const Reporter
   if (!plan.ok()) return report.usage(plan.status());
   b->pool = std::move(plan).value();
   if (!o.quiet && !b->pool.note.empty()) fmt::print(stderr, "{}\n", b->pool.note);
+  if (!o.quiet) {
+    fmt::print(stderr, "{}\n", engine::describe_kv_pool(b->pool, b->model->dev, mc, setup.afd_mode));
+  }
   b->served = served_model(so, *b);
   return kExitOk;
 }
@@ -251,7 +254,10 @@ Status build_afd_service(const ServeOptions& so, const ServeSetup& setup, serve:
   };
   b->service.emplace(serve::WorkerPools{.workers = cfg.num_attention,
                                         .pages_per_worker = b->pool.pages,
-                                        .bytes_per_page = b->pool.geometry.bytes_per_page()},
+                                        .bytes_per_page = b->pool.geometry.bytes_per_page(),
+                                        .state_slots_per_worker = b->pool.state_slots,
+                                        .bytes_per_state_slot = b->pool.geometry.state.bytes_per_slot(),
+                                        .state_contents = b->pool.geometry.state.contents},
                      service_options);
   if (!o.quiet) {
     fmt::print(stderr,
