@@ -8,7 +8,8 @@
 // --afd 1A1F --afd-transport mpi); it is stopped by SIGTERM to world rank 0 and mpirun must exit 0.
 // --drain-tokens: the in-flight request's length in sigterm_drains (default 1500). --oracle-dir: the text oracle's
 // npm packages (tests/text/oracle): openai_client then checks its chats' prompts exactly against the model's own
-// template rendered by @huggingface/jinja and encoded by Hugging Face tokenizers.
+// template rendered by @huggingface/jinja and encoded by Hugging Face tokenizers. --state-of dsv4|qwen35: the
+// model's per-sequence state, which kv_state_lines expects /metrics to name.
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
@@ -1009,7 +1010,7 @@ const cases = {
     await stopServer(s);
   },
 
-  // A model with per-sequence state (--state-contents: what its slots hold, as the DeviceOperator names it): the
+  // A model with per-sequence state (--state-of dsv4|qwen35: what its slots hold, as the DeviceOperator names it): the
   // start-up's KV pool line names the pages, one state slot per --max-batch sequence and `genbridge run`'s KV
   // representation; /metrics counts the slots beside the pages: one in use while a request runs, none after it.
   async kv_state_lines() {
@@ -1028,7 +1029,8 @@ const cases = {
           "start-up: the KV pool line names the pages, the state slots and genbridge run's KV representation", line);
     eq([m0.genbridge_kv_state_slots_total, m0.genbridge_kv_state_slots_used, m0.genbridge_kv_state_bytes_used],
        [4 * ranks, 0, 0], "metrics: --max-batch state slots per attention rank, none in use");
-    const help = `# HELP genbridge_kv_state_slots_used Per-sequence state slots in use (${args["state-contents"]}; one per ` +
+    const contents = { dsv4: "sliding-window rings and compressor state", qwen35: "linear-attention state" }[args["state-of"]];
+    const help = `# HELP genbridge_kv_state_slots_used Per-sequence state slots in use (${contents}; one per ` +
                  "running sequence).";
     const text = await (await fetch(s.base + "/metrics", { signal: AbortSignal.timeout(10000) })).text();
     check(text.split("\n").includes(help), `metrics: ${help}`, text.split("\n").filter((l) => l.includes("state")));
