@@ -1,7 +1,9 @@
 #include "text/chat_template.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "text/jinja/template.h"
 #include "text/json_text.h"
@@ -75,18 +77,70 @@ Result<TokenizerConfig> TokenizerConfig::from_json_text(std::string_view json_te
   return c;
 }
 
-Result<TokenizerConfig> TokenizerConfig::load(const std::filesystem::path& path) {
-  std::error_code ec;
-  std::filesystem::path file = path;
-  if (std::filesystem::is_directory(path, ec)) file = path / "tokenizer_config.json";
-  if (!std::filesystem::is_regular_file(file, ec)) {
-    return invalid_argument("tokenizer config: " + file.string() + " is not a regular file (a tokenizer_config.json, " +
-                            "or a directory holding one, is needed)");
-  }
+namespace {
+
+Result<std::string> read_file(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
+  if (!in) return invalid_argument("tokenizer config: cannot read " + file.string());
   std::ostringstream text;
   text << in.rdbuf();
-  return from_json_text(text.str(), file.string());
+  return text.str();
+}
+
+Result<ChatTemplate> parse_template_file(const std::filesystem::path& file) {
+  GB_ASSIGN_OR_RETURN(std::string source, read_file(file));
+  auto t = ChatTemplate::parse(source);
+  if (!t.ok()) return invalid_argument(file.string() + ": " + t.status().message());
+  return t;
+}
+
+}  // namespace
+
+Result<TokenizerConfig> TokenizerConfig::load(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::is_regular_file(path, ec)) {
+      return invalid_argument(
+          "tokenizer config: " + path.string() +
+          " is not a regular file (a tokenizer_config.json, or a directory holding one, is needed)");
+    }
+    GB_ASSIGN_OR_RETURN(std::string text, read_file(path));
+    return from_json_text(text, path.string());
+  }
+  const fs::path config_file = path / kTokenizerConfigFile, template_file = path / kChatTemplateFile,
+                 template_dir = path / kChatTemplateDir;
+  const bool has_config = fs::is_regular_file(config_file, ec), has_template = fs::is_regular_file(template_file, ec),
+             has_dir = fs::is_directory(template_dir, ec);
+  if (!has_config && !has_template) {
+    return invalid_argument("tokenizer config: " + path.string() + " holds neither " + kTokenizerConfigFile + " nor " +
+                            kChatTemplateFile);
+  }
+  TokenizerConfig c;
+  if (has_config) {
+    GB_ASSIGN_OR_RETURN(std::string text, read_file(config_file));
+    GB_ASSIGN_OR_RETURN(c, from_json_text(text, config_file.string()));
+  }
+  // Template files replace every template of tokenizer_config.json, as transformers loads them.
+  if (!has_template && !has_dir) return c;
+  c.chat_template.reset();
+  c.named_templates.clear();
+  if (has_template) {
+    GB_ASSIGN_OR_RETURN(c.chat_template, parse_template_file(template_file));
+  }
+  if (has_dir) {
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(template_dir, ec)) {
+      if (e.path().extension() == ".jinja" && e.is_regular_file(ec)) files.push_back(e.path());
+    }
+    if (ec) return invalid_argument("tokenizer config: cannot list " + template_dir.string() + ": " + ec.message());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) {
+      GB_ASSIGN_OR_RETURN(ChatTemplate t, parse_template_file(f));
+      c.named_templates.insert_or_assign(f.stem().string(), std::move(t));
+    }
+  }
+  return c;
 }
 
 Result<std::string> TokenizerConfig::render_chat(const ojson& request, const RenderLimits& limits) const {
@@ -98,7 +152,10 @@ Result<std::string> TokenizerConfig::render_chat(const ojson& request, const Ren
   if (has_tools) {
     if (const auto it = named_templates.find("tool_use"); it != named_templates.end()) t = &it->second;
   }
-  if (!t) return invalid_argument("render_chat: tokenizer_config.json has no chat_template");
+  if (!t)
+    return invalid_argument(
+        "render_chat: the tokenizer has no chat template (no chat_template in tokenizer_config.json, no "
+        "chat_template.jinja)");
   // Checked before the copy below (nlohmann's copy recurses).
   if (jinja::json_deeper_than(request, limits.max_value_depth)) {
     return jinja::from_json(request, limits.max_value_depth).status();

@@ -1,7 +1,7 @@
 #pragma once
-// Chat templates: the model's own Jinja template from tokenizer_config.json, rendered the way Hugging Face
-// transformers' apply_chat_template renders it (Jinja2 with trim_blocks and lstrip_blocks, loopcontrols,
-// tojson without HTML escaping, raise_exception, strftime_now).
+// Chat templates: the model's own Jinja template (tokenizer_config.json's chat_template, or the chat_template.jinja
+// file beside it), rendered the way Hugging Face transformers' apply_chat_template renders it (Jinja2 with
+// trim_blocks and lstrip_blocks, loopcontrols, tojson without HTML escaping, raise_exception, strftime_now).
 //
 // The engine implements the subset of Jinja2 that real chat templates use (Qwen2/Qwen3, DeepSeek-V3 and
 // their kin; tests/text/oracle renders them against @huggingface/jinja):
@@ -84,13 +84,21 @@ class ChatTemplate {
   std::shared_ptr<const jinja::Template> template_;
 };
 
+// Where a model directory keeps its tokenizer config and chat templates (transformers' file names).
+inline constexpr const char* kTokenizerConfigFile = "tokenizer_config.json";
+inline constexpr const char* kChatTemplateFile = "chat_template.jinja";       // the default template
+inline constexpr const char* kChatTemplateDir = "additional_chat_templates";  // <name>.jinja: named templates
+
 // What a server needs from tokenizer_config.json: the chat template(s) and the special-token strings.
 struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;  // AddedToken objects -> content
   std::optional<ChatTemplate> chat_template;                              // "chat_template" (or its "default")
   std::map<std::string, ChatTemplate> named_templates;                    // a list form's other entries
 
-  // Loads `path`: a tokenizer_config.json file, or a directory that holds one.
+  // Loads `path`: a tokenizer_config.json file, or a model directory holding tokenizer_config.json and/or
+  // chat_template.jinja (and additional_chat_templates/<name>.jinja). As transformers loads a directory, template
+  // files, when there are any, replace every template of tokenizer_config.json: chat_template.jinja is the
+  // default, each <name>.jinja a named one. Errors name the file (and the template's line).
   static Result<TokenizerConfig> load(const std::filesystem::path& path);
   static Result<TokenizerConfig> from_json_text(std::string_view json_text,
                                                 std::string_view source = "tokenizer_config.json");

@@ -8,6 +8,7 @@
 #include "genbridge/core/threading.h"
 #include "runtime/checkpoint/deepseek_v4_quant.h"
 #include "runtime/checkpoint/fp8_checkpoint.h"
+#include "text/chat_template.h"
 #include "text/synthetic_tokenizer.h"
 #include "text/tokenizer.h"
 #include "tools/commands.h"
@@ -70,10 +71,11 @@ int make_model(const MakeModelOptions& o) {
     st = config->is_deepseek_v4() ? model::convert_checkpoint_to_deepseek_v4_fp8(o.out_dir)
                                   : model::convert_checkpoint_to_fp8(o.out_dir);
   }
-  // tokenizer.json + tokenizer_config.json sized to the vocabulary (text in, text out), or copied.
+  // tokenizer.json + tokenizer_config.json sized to the vocabulary (text in, text out), or copied (with a
+  // chat_template.jinja beside them).
   if (st.ok() && o.tokenizer_dir.empty()) st = text::write_synthetic_tokenizer(o.out_dir, config->vocab_size);
   if (st.ok() && !o.tokenizer_dir.empty()) {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    for (const char* f : {"tokenizer.json", text::kTokenizerConfigFile, text::kChatTemplateFile}) {
       const fs::path from = fs::path(o.tokenizer_dir) / f;
       if (!fs::exists(from)) continue;
       std::error_code ec;

@@ -154,14 +154,16 @@ struct Backend {
   std::optional<serve::GenerationService> service;
 };
 
-// serve's model: tokenizer.json (required) and tokenizer_config.json (optional) of the model directory.
+// serve's model: tokenizer.json (required), tokenizer_config.json and chat_template.jinja (optional) of the model
+// directory.
 int load_tokenizer(const std::filesystem::path& dir, const Reporter& report, Backend* b, std::string* log_lines) {
   if (Status s = check_model_has_tokenizer(dir); !s.ok()) return report.usage(s);
   auto tokenizer = text::Tokenizer::load(dir / "tokenizer.json");
   if (!tokenizer.ok()) return report.fail(tokenizer.status());
   b->tokenizer = std::move(tokenizer).value();
-  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    auto c = text::TokenizerConfig::load(dir / "tokenizer_config.json");
+  if (std::filesystem::exists(dir / text::kTokenizerConfigFile) ||
+      std::filesystem::exists(dir / text::kChatTemplateFile)) {
+    auto c = text::TokenizerConfig::load(dir);
     if (!c.ok()) return report.fail(c.status());
     b->tok_config = std::move(c).value();
   }
@@ -215,6 +217,9 @@ int load_backend(const ServeOptions& so, const ServeSetup& setup, const Reporter
   if (!plan.ok()) return report.usage(plan.status());
   b->pool = std::move(plan).value();
   if (!o.quiet && !b->pool.note.empty()) fmt::print(stderr, "{}\n", b->pool.note);
+  if (!o.quiet) {
+    fmt::print(stderr, "{}\n", engine::describe_kv_pool(b->pool, b->model->dev, mc, setup.afd_mode));
+  }
   b->served = served_model(so, *b);
   return kExitOk;
 }
@@ -249,7 +254,10 @@ Status build_afd_service(const ServeOptions& so, const ServeSetup& setup, serve:
   };
   b->service.emplace(serve::WorkerPools{.workers = cfg.num_attention,
                                         .pages_per_worker = b->pool.pages,
-                                        .bytes_per_page = b->pool.geometry.bytes_per_page()},
+                                        .bytes_per_page = b->pool.geometry.bytes_per_page(),
+                                        .state_slots_per_worker = b->pool.state_slots,
+                                        .bytes_per_state_slot = b->pool.geometry.state.bytes_per_slot(),
+                                        .state_contents = b->pool.geometry.state.contents},
                      service_options);
   if (!o.quiet) {
     fmt::print(stderr,

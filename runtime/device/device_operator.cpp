@@ -336,6 +336,9 @@ KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
       }
       g.state.layers.push_back(r);
     }
+    const bool compressors =
+        std::any_of(s.compress_ratios.begin(), s.compress_ratios.end(), [](int64_t m) { return m > 0; });
+    g.state.contents = compressors ? "sliding-window rings and compressor state" : "sliding-window rings";
     return g;
   }
   if (s.kv_lora_rank > 0) {
@@ -358,6 +361,7 @@ KvPageGeometry DeviceOperator::kv_page_geometry(const KvModelShape& s) const {
     r[kRecurrentRegion] =
         s.state_heads * s.state_key_dim * s.state_value_dim * static_cast<int64_t>(dtype_size(f.recurrent_dtype));
     g.state.layers.assign(static_cast<size_t>(s.state_layers), r);
+    g.state.contents = "linear-attention state";
   }
   return g;
 }
@@ -642,13 +646,33 @@ Result<LinearStateCache> DeviceOperator::state_layer_view(const KvPagePool& pool
 }
 
 std::string DeviceOperator::state_contract_line(const KvModelShape& s) const {
-  const LinearStateFormat& f = contract_->linear_state;
   const StateSlotGeometry g = kv_page_geometry(s).state;
+  if (g.empty()) return "";
+  const double mib_per_seq = static_cast<double>(g.bytes_per_slot()) / (1 << 20);
+  if (s.sharedkv_dim > 0) {  // DeepSeek-V4
+    int64_t compressors = 0, indexer_compressors = 0;
+    for (int64_t l = 0; l < g.num_layers(); ++l) {
+      compressors += g.layers[l][kV4CompressorRegion] > 0;
+      indexer_compressors += g.layers[l][kV4IndexerCompressorRegion] > 0;
+    }
+    std::string text = fmt::format("{}: the last {} shared K = V rows of each of the {} layers ({}, {} B per row)",
+                                   g.contents, s.sliding_window, s.num_layers,
+                                   ops::mla_kv_format_name(sharedkv_format()), sharedkv_row_bytes(s).total());
+    if (compressors > 0) {
+      text += fmt::format(", the unfinished windows of {} compressor{}", compressors, compressors == 1 ? "" : "s");
+      if (indexer_compressors > 0) {
+        text += fmt::format(" and {} indexer compressor{}", indexer_compressors, indexer_compressors == 1 ? "" : "s");
+      }
+      text += " (fp32 [kv | gate] rows)";
+    }
+    return text + fmt::format("; {:.2f} MiB per sequence", mib_per_seq);
+  }
+  const LinearStateFormat& f = contract_->linear_state;
   return fmt::format(
-      "linear-attention state: conv {} [K-1 = {}, {}] time-major, recurrent {} [{}, {}, {}] key-major; {:.2f} MiB per "
-      "sequence ({} layers)",
-      dtype_name(f.conv_dtype), s.conv_kernel - 1, s.conv_channels, dtype_name(f.recurrent_dtype), s.state_heads,
-      s.state_key_dim, s.state_value_dim, static_cast<double>(g.bytes_per_slot()) / (1 << 20), s.state_layers);
+      "{}: conv {} [K-1 = {}, {}] time-major, recurrent {} [{}, {}, {}] key-major; {:.2f} MiB per sequence ({} "
+      "layers)",
+      g.contents, dtype_name(f.conv_dtype), s.conv_kernel - 1, s.conv_channels, dtype_name(f.recurrent_dtype),
+      s.state_heads, s.state_key_dim, s.state_value_dim, mib_per_seq, s.state_layers);
 }
 
 Result<ops::PagedKvCache> DeviceOperator::kv_layer_view(const KvPagePool& pool, const KvModelShape& shape,

@@ -249,7 +249,9 @@ class DeviceOperator {
   // with state slots), in the generation's LinearStateFormat. InvalidArgument when the pool does not match
   // or the model has no linear-attention state.
   Result<LinearStateCache> state_layer_view(const KvPagePool& pool, const KvModelShape& shape, int64_t layer) const;
-  // One line stating the linear-attention state contract in force, with the bytes per sequence of `shape`.
+  // One line stating what a state slot of `shape` holds in the representations in force (Qwen3.5's linear-attention
+  // state; DeepSeek-V4's sliding-window rings and compressors' unfinished windows), with the bytes per sequence;
+  // empty for a model without per-sequence state.
   std::string state_contract_line(const KvModelShape& shape) const;
 
   // Writes K/V rows of new tokens: key/value [num_tokens, num_kv_heads, head_dim] (fp32/fp16/bf16) into

@@ -1,10 +1,13 @@
 #include "runtime/engine/assembly.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "runtime/forward/deepseek_attention.h"
@@ -62,9 +65,9 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolOptions& o, const runtime::KvPageGeo
   if (!g.state.empty()) {
     if (o.state_slots < 1 || o.state_slots > (int64_t{1} << 20)) {
       return invalid_argument(fmt::format(
-          "kv pool sizing: the model keeps linear-attention state per sequence, so the pool needs between 1 and "
-          "1048576 state slots (--max-batch), not {}",
-          o.state_slots));
+          "kv pool sizing: the model keeps {} per sequence, so the pool needs between 1 and 1048576 state slots "
+          "(--max-batch), not {}",
+          g.state.contents, o.state_slots));
     }
     plan.state_slots = o.state_slots;
     plan.state_bytes = o.state_slots * g.state.bytes_per_slot();
@@ -76,10 +79,10 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolOptions& o, const runtime::KvPageGeo
   if (mb > 0) {
     if (plan.state_bytes >= (mb << 20)) {
       return invalid_argument(fmt::format(
-          "--kv-memory-mb {}: the state pool alone takes {} MiB (--max-batch {} sequences x {:.2f} MiB of "
-          "linear-attention state each), leaving no room for KV pages; give at least {} or lower --max-batch",
-          mb, mib_ceil(plan.state_bytes), plan.state_slots,
-          static_cast<double>(g.state.bytes_per_slot()) / (1 << 20), mib_ceil(plan.state_bytes + page_bytes)));
+          "--kv-memory-mb {}: the state pool alone takes {} MiB (--max-batch {} sequences x {:.2f} MiB of {} "
+          "each), leaving no room for KV pages; give at least {} or lower --max-batch",
+          mb, mib_ceil(plan.state_bytes), plan.state_slots, static_cast<double>(g.state.bytes_per_slot()) / (1 << 20),
+          g.state.contents, mib_ceil(plan.state_bytes + page_bytes)));
     }
     plan.pages = std::min(((mb << 20) - plan.state_bytes) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
     if (plan.pages < 1) {
@@ -142,8 +145,40 @@ Result<std::unique_ptr<AssembledEngine>> assemble_engine(const model::Checkpoint
   return out;
 }
 
+namespace {
+
+// DeepSeek-V4: what the state slots hold (the rows' representation included), then what the pages hold: the
+// compressed rows, one per `ratio` tokens in each compressed layer, and the indexer keys of the ratio-4 layers.
+std::string describe_v4_kv(const runtime::DeviceOperator& dev, const model::ModelConfig& config,
+                           int64_t kv_bytes_per_token) {
+  const runtime::KvModelShape shape = model::kv_model_shape(config);
+  std::map<int64_t, int64_t> layers_per_ratio;
+  for (int64_t m : shape.compress_ratios) {
+    if (m > 0) ++layers_per_ratio[m];
+  }
+  const std::string state = dev.state_contract_line(shape);
+  if (layers_per_ratio.empty()) return state + "; KV pages: none (every layer attends to its sliding window only)";
+  std::vector<std::string> per;
+  int64_t compressed = 0;
+  for (const auto& [m, n] : layers_per_ratio) {
+    per.push_back(fmt::format("per {} tokens in {}", m, n));
+    compressed += n;
+  }
+  std::string text = fmt::format("{}; KV pages: the compressed rows of {} layer{} in the same representation (one {})",
+                                 state, compressed, compressed == 1 ? "" : "s", fmt::join(per, ", "));
+  if (shape.index_head_dim > 0 && layers_per_ratio.contains(4)) {
+    const ops::IndexerKeyFormat keys = dev.sharedkv_indexer_key_format();
+    text += fmt::format(" + indexer keys {} ({} B per row) of {}", ops::indexer_key_format_name(keys),
+                        ops::indexer_key_row_bytes(keys, shape.index_head_dim).total(), layers_per_ratio[4]);
+  }
+  return text + fmt::format(": {} bytes per token ({} layers)", kv_bytes_per_token, config.num_hidden_layers);
+}
+
+}  // namespace
+
 std::string describe_kv_representation(const runtime::DeviceOperator& dev, const model::ModelConfig& config,
                                        int64_t kv_bytes_per_token) {
+  if (config.is_deepseek_v4()) return describe_v4_kv(dev, config, kv_bytes_per_token);
   if (config.is_deepseek()) {  // MLA latent rows (+ indexer keys), per layer
     const std::string keys =
         config.has_indexer() ? fmt::format(" + indexer keys {}", ops::indexer_key_format_name(dev.indexer_key_format()))
@@ -159,6 +194,19 @@ std::string describe_kv_representation(const runtime::DeviceOperator& dev, const
   }
   return fmt::format("{} ({} bytes per token, all {} layers)", ops::kv_cache_format_name(dev.kv_format()),
                      kv_bytes_per_token, config.num_hidden_layers);
+}
+
+std::string describe_kv_pool(const KvPoolPlan& plan, const runtime::DeviceOperator& dev,
+                             const model::ModelConfig& config, bool per_attention_rank) {
+  const runtime::KvPageGeometry& g = plan.geometry;
+  std::string text =
+      fmt::format("KV pool{}: {} pages of {} tokens ({:.1f} MiB)", per_attention_rank ? " per attention rank" : "",
+                  plan.pages, g.page_size, static_cast<double>(plan.pages * g.bytes_per_page()) / (1 << 20));
+  if (plan.state_slots > 0) {
+    text += fmt::format(" + {} state slots, one per running sequence ({:.1f} MiB)", plan.state_slots,
+                        static_cast<double>(plan.state_bytes) / (1 << 20));
+  }
+  return text + "; KV representation: " + describe_kv_representation(dev, config, g.bytes_per_token());
 }
 
 }  // namespace genbridge::engine

@@ -34,8 +34,9 @@ struct KvPoolOptions {
   // each pool, or half of this machine's memory split over the pools in process when that room would take
   // more. 0: room for every request given at once.
   int64_t whole_context_seqs = 0;
-  // Models with linear-attention state (Qwen3.5): each pool's state slots, one per sequence it runs at
-  // once (--max-batch). They are allocated beside the pages and counted in the budget.
+  // Models with per-sequence state (Qwen3.5's linear-attention state, DeepSeek-V4's sliding-window rings and
+  // compressors): each pool's state slots, one per sequence it runs at once (--max-batch). They are allocated
+  // beside the pages and counted in the budget.
   int64_t state_slots = 0;
 };
 
@@ -96,7 +97,7 @@ struct AssembledEngine {
 };
 
 // Assembles one engine over a pool of `pages` pages (plan_kv_pool's) and options.kv_pool.state_slots state
-// slots (for a model with linear-attention state), with `options.quantized` weights and
+// slots (for a model with per-sequence state), with `options.quantized` weights and
 // `make_executor`'s executor (empty: a LocalExecutor running the whole model here). `checkpoint`, `dev` and
 // the weights must outlive it. Errors: the pool cannot be allocated, the runner refuses the checkpoint or the
 // weights, or `make_executor` fails.
@@ -106,9 +107,15 @@ Result<std::unique_ptr<AssembledEngine>> assemble_engine(const model::Checkpoint
                                                          const ExecutorFactory& make_executor = {});
 
 // The KV representation in force for `config` on `dev`, as the run summary prints it: the MLA latent-row
-// format (and the indexer keys' where the model has an indexer), or the KV cache format, with
-// `kv_bytes_per_token` (all layers) and the layer count.
+// format (and the indexer keys' where the model has an indexer), DeepSeek-V4's shared K = V rows (and indexer
+// keys) with the compressed entries the pages hold, or the KV cache format, with `kv_bytes_per_token` (all
+// layers) and the layer count; then what the state slots hold, for a model with per-sequence state.
 std::string describe_kv_representation(const runtime::DeviceOperator& dev, const model::ModelConfig& config,
                                        int64_t kv_bytes_per_token);
+// The pool `plan` sized for `config` on `dev`, as a server's start-up prints it: the pages (and their MiB), the
+// state slots of a model with per-sequence state, and the KV representation (describe_kv_representation, with
+// the geometry's bytes per token). `per_attention_rank`: the plan is each attention rank's (AFD).
+std::string describe_kv_pool(const KvPoolPlan& plan, const runtime::DeviceOperator& dev,
+                             const model::ModelConfig& config, bool per_attention_rank);
 
 }  // namespace genbridge::engine

@@ -38,13 +38,16 @@ using StateRegionBytes = std::array<int64_t, kStateRegions>;
 // Bytes of one sequence's state, per state layer and region, as the DeviceOperator's state contract gives them.
 struct StateSlotGeometry {
   std::vector<StateRegionBytes> layers;  // one entry per layer with state (empty: the model has none)
+  // What a slot holds, named by the DeviceOperator for messages ("linear-attention state"); not part of the bytes.
+  std::string contents;
 
   int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
   // One slot's bytes in layer `l` (all regions).
   int64_t layer_bytes(int64_t l) const;
   int64_t bytes_per_slot() const;
   bool empty() const { return bytes_per_slot() == 0; }
-  friend bool operator==(const StateSlotGeometry&, const StateSlotGeometry&) = default;
+  // Equal when the bytes are (contents is a name).
+  friend bool operator==(const StateSlotGeometry& a, const StateSlotGeometry& b) { return a.layers == b.layers; }
 };
 
 // Bytes of the paged KV cache per (token, kv head), as the DeviceOperator's contract gives them.

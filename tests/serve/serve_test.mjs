@@ -6,12 +6,16 @@
 // --serve-args: more `genbridge serve` flags for every server (e.g. "--afd 2A1F"). --mpirun: every server is
 // an mpirun job of two `genbridge serve` processes (--role attention, --role ffn; the flags must include
 // --afd 1A1F --afd-transport mpi); it is stopped by SIGTERM to world rank 0 and mpirun must exit 0.
-// --drain-tokens: the in-flight request's length in sigterm_drains (default 1500).
+// --drain-tokens: the in-flight request's length in sigterm_drains (default 1500). --oracle-dir: the text oracle's
+// npm packages (tests/text/oracle): openai_client then checks its chats' prompts exactly against the model's own
+// template rendered by @huggingface/jinja and encoded by Hugging Face tokenizers. --state-of dsv4|qwen35: the
+// model's per-sequence state, which kv_state_lines expects /metrics to name.
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import zlib from "node:zlib";
 import path from "node:path";
+import { createRequire } from "node:module";
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
@@ -171,6 +175,34 @@ function runCli(prompts, maxNew, model = MODEL, extra = []) {
     if (m) res[Number(m[1])].text = JSON.parse(m[2]);
   }
   return res;
+}
+
+// The prompt ids of chat requests as transformers would build them, by the references the text oracle runs: the
+// model directory's chat template (chat_template.jinja, else tokenizer_config.json's) rendered by @huggingface/jinja
+// in transformers' context (the special tokens, tools = null, then the request with add_generation_prompt, as the
+// server sends it), encoded by Hugging Face tokenizers (Rust) without added special tokens. [{text, ids}] per chat.
+async function referenceChatPrompts(chats, model = MODEL) {
+  const req = createRequire(path.join(args["oracle-dir"], "package.json"));
+  const { Template } = req("@huggingface/jinja");
+  const { Tokenizer } = req("@anush008/tokenizers");
+  const config = JSON.parse(fs.readFileSync(path.join(model, "tokenizer_config.json"), "utf8"));
+  const jinjaFile = path.join(model, "chat_template.jinja");
+  const template = new Template(fs.existsSync(jinjaFile) ? fs.readFileSync(jinjaFile, "utf8") : config.chat_template);
+  const tokenizer = Tokenizer.fromFile(path.join(model, "tokenizer.json"));
+  const special = {};
+  for (const k of ["bos_token", "eos_token", "pad_token", "unk_token"]) {
+    const v = config[k];
+    if (v !== null && v !== undefined) special[k] = typeof v === "string" ? v : v.content;
+  }
+  const out = [];
+  for (const c of chats) {
+    const ctx = { ...special, tools: null, messages: structuredClone(c.messages), add_generation_prompt: true };
+    if (c.tools) ctx.tools = structuredClone(c.tools);
+    Object.assign(ctx, structuredClone(c.chat_template_kwargs ?? {}));
+    const text = template.render(ctx);
+    out.push({ text, ids: (await tokenizer.encode(text, null, { addSpecialTokens: false })).getIds() });
+  }
+  return out;
 }
 
 // A float32 .npy file (genbridge run --dump-logits): {rows, cols, data}.
@@ -866,6 +898,24 @@ const cases = {
     // server closed it meanwhile would be reused before its close is seen.
     const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
     const want = runCli([prompt], 12)[0];
+    const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: "Say hello in 中文." }];
+    const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city",
+                                                   parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+    // With --oracle-dir: chats whose prompts are the references' exactly (the system prompt, tools declared, an
+    // assistant turn of tool calls (content null, string arguments) and the tool's result, template keywords), and
+    // whose greedy tokens are genbridge run's on those prompt ids.
+    const call = { id: "call_0", type: "function", function: { name: "get_weather", arguments: "{\"city\": \"Paris\"}" } };
+    const chats = [
+      { name: "system prompt", messages },
+      { name: "tools declared", messages, tools },
+      { name: "tool call and its result", tools,
+        messages: [...messages, { role: "assistant", content: null, tool_calls: [call] },
+                   { role: "tool", tool_call_id: "call_0", content: "{\"temp\": 18}" },
+                   { role: "assistant", content: "18 degrees." }, { role: "user", content: "And in 東京?" }] },
+      { name: "chat_template_kwargs", messages, chat_template_kwargs: { enable_thinking: false } },
+    ];
+    const reference = args["oracle-dir"] ? await referenceChatPrompts(chats) : null;
+    const referenceRun = reference ? runCli(reference.map((r) => r.ids), 6) : null;
     const s = await startServer([]);
     const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
     const models = await client.models.list();
@@ -880,7 +930,6 @@ const cases = {
       usage = ch.usage ?? usage;
     }
     eq([text, finish, usage?.completion_tokens], [want.text, "length", 12], "completions.create stream: the same text");
-    const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: "Say hello in 中文." }];
     const chat = await client.chat.completions.create({ model: NAME, messages, max_tokens: 10, temperature: 0 });
     eq([chat.choices[0].message.role, chat.choices[0].finish_reason, chat.usage.completion_tokens], ["assistant", "length", 10],
        "chat.completions.create");
@@ -914,7 +963,7 @@ const cases = {
     const content = lchat.choices[0].logprobs?.content ?? [];
     eq([content.length, content.map((e) => e.top_logprobs.length)], [6, [3, 3, 3, 3, 3, 3]], "chat logprobs: 6 entries of 3 alternatives");
     eq(Buffer.from(content.flatMap((e) => e.bytes)).toString("utf8"), lchat.choices[0].message.content,
-       "chat logprobs: the tokens' bytes spell the content (Qwen3's byte-level tokens)");
+       "chat logprobs: the tokens' bytes spell the content (byte-level BPE tokens)");
     check(content.every((e) => e.logprob === e.top_logprobs[0].logprob && e.top_logprobs[0].token === e.token &&
                                e.top_logprobs[1].logprob <= e.top_logprobs[0].logprob),
           "greedy chat: the chosen token is the most likely", content);
@@ -931,23 +980,72 @@ const cases = {
       eq([e.status, e.error?.message, e.error?.param], [400, "'top_logprobs' must be between 0 and 20, got 25.", "top_logprobs"],
          "top_logprobs 25: the client sees the 400 naming the field");
     }
-    // chat_template_kwargs reach Qwen3's template: enable_thinking false appends an empty think block.
-    const noThink = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0,
-                                                           chat_template_kwargs: { enable_thinking: false } });
-    check(noThink.usage.prompt_tokens > chat.usage.prompt_tokens,
-          "chat_template_kwargs.enable_thinking false: a longer prompt (the empty think block)",
-          [noThink.usage.prompt_tokens, chat.usage.prompt_tokens]);
-    const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city",
-                                                   parameters: { type: "object", properties: { city: { type: "string" } } } } }];
-    const withTools = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0, tools });
-    check(withTools.usage.prompt_tokens > chat.usage.prompt_tokens + 20, "tools reach the template (a longer prompt)",
-          [withTools.usage.prompt_tokens, chat.usage.prompt_tokens]);
+    if (reference) {
+      for (const [i, c] of chats.entries()) {
+        const r = await client.chat.completions.create({
+          model: NAME, messages: c.messages, ...(c.tools ? { tools: c.tools } : {}),
+          ...(c.chat_template_kwargs ? { chat_template_kwargs: c.chat_template_kwargs } : {}),
+          max_tokens: 6, temperature: 0, ignore_eos: true, return_token_ids: true });
+        eq([r.usage.prompt_tokens, r.choices[0].token_ids], [reference[i].ids.length, referenceRun[i].ids],
+           `chat '${c.name}': the prompt of the model's template (${reference[i].ids.length} tokens: ` +
+           `${JSON.stringify(reference[i].text)}), genbridge run's tokens on it`);
+      }
+    } else {
+      // chat_template_kwargs reach Qwen3's template: enable_thinking false appends an empty think block.
+      const noThink = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0,
+                                                             chat_template_kwargs: { enable_thinking: false } });
+      check(noThink.usage.prompt_tokens > chat.usage.prompt_tokens,
+            "chat_template_kwargs.enable_thinking false: a longer prompt (the empty think block)",
+            [noThink.usage.prompt_tokens, chat.usage.prompt_tokens]);
+      const withTools = await client.chat.completions.create({ model: NAME, messages, max_tokens: 1, temperature: 0, tools });
+      check(withTools.usage.prompt_tokens > chat.usage.prompt_tokens + 20, "tools reach the template (a longer prompt)",
+            [withTools.usage.prompt_tokens, chat.usage.prompt_tokens]);
+    }
     try {
       await client.completions.create({ model: "nope", prompt: "x" });
       check(false, "an unknown model throws");
     } catch (e) {
       eq([e.status, e.error?.message], [400, `The model 'nope' does not exist; this server serves '${NAME}'.`], "the client sees the 400 error object");
     }
+    await stopServer(s);
+  },
+
+  // A model with per-sequence state (--state-of dsv4|qwen35: what its slots hold, as the DeviceOperator names it): the
+  // start-up's KV pool line names the pages, one state slot per --max-batch sequence and `genbridge run`'s KV
+  // representation; /metrics counts the slots beside the pages: one in use while a request runs, none after it.
+  async kv_state_lines() {
+    const ranks = Number(/--afd (\d+)A/.exec(SERVE_ARGS.join(" "))?.[1] ?? 1);
+    const runOut = execFileSync(G, ["run", "--model", MODEL, "--prompt", "1,2,3", "--max-new-tokens", "2"],
+                                { encoding: "utf8", timeout: 120000, stdio: ["ignore", "pipe", "ignore"] });
+    const repr = /^KV representation +(.*)$/m.exec(runOut)?.[1];
+    check(repr !== undefined, "genbridge run prints its KV representation", runOut);
+    const s = await startServer(["--max-batch", "4"], MODEL, /*quiet=*/false);
+    const m0 = await metrics(s);
+    const line = s.log().split("\n").find((l) => l.startsWith("KV pool"));
+    const head = `KV pool${SERVE_ARGS.includes("--afd") ? " per attention rank" : ""}: ${m0.genbridge_kv_pages_total / ranks} ` +
+                 "pages of 128 tokens (";
+    check(line !== undefined && line.startsWith(head) && line.includes(") + 4 state slots, one per running sequence (") &&
+          line.endsWith(`; KV representation: ${repr}`),
+          "start-up: the KV pool line names the pages, the state slots and genbridge run's KV representation", line);
+    eq([m0.genbridge_kv_state_slots_total, m0.genbridge_kv_state_slots_used, m0.genbridge_kv_state_bytes_used],
+       [4 * ranks, 0, 0], "metrics: --max-batch state slots per attention rank, none in use");
+    const contents = { dsv4: "sliding-window rings and compressor state", qwen35: "linear-attention state" }[args["state-of"]];
+    const help = `# HELP genbridge_kv_state_slots_used Per-sequence state slots in use (${contents}; one per ` +
+                 "running sequence).";
+    const text = await (await fetch(s.base + "/metrics", { signal: AbortSignal.timeout(10000) })).text();
+    check(text.split("\n").includes(help), `metrics: ${help}`, text.split("\n").filter((l) => l.includes("state")));
+    const res = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(60000),
+      body: JSON.stringify({ model: NAME, prompt: [5, 6, 7], max_tokens: 3000, temperature: 0, stream: true, ignore_eos: true }) });
+    const reader = res.body.getReader();
+    await reader.read();
+    await waitMetrics(s, (m) => m.genbridge_running_requests === 1 && m.genbridge_kv_state_slots_used === 1 &&
+                                 m.genbridge_kv_state_bytes_used > 0 && m.genbridge_kv_pages_used >= 1,
+                      "metrics: one state slot (and its pages) in use while one request runs");
+    await reader.cancel();
+    await waitMetrics(s, (m) => m.genbridge_running_requests === 0 && m.genbridge_kv_state_slots_used === 0 &&
+                                 m.genbridge_kv_state_bytes_used === 0 && m.genbridge_kv_pages_used === 0,
+                      "metrics: the client left; its state slot is free again with its pages");
     await stopServer(s);
   },
 

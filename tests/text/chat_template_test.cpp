@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/temp_dir.h"
+
 namespace genbridge::text {
 namespace {
 
@@ -170,7 +172,63 @@ TEST(TokenizerConfig, special_tokens_and_named_templates) {
             "the end of the tag");
   const auto none = TokenizerConfig::from_json_text("{}");
   EXPECT_EQ(none->render_chat(ojson::parse(R"({"messages": []})")).status().to_string(),
-            "InvalidArgument: render_chat: tokenizer_config.json has no chat_template");
+            "InvalidArgument: render_chat: the tokenizer has no chat template (no chat_template in "
+            "tokenizer_config.json, no chat_template.jinja)");
+}
+
+// A model directory's chat_template.jinja (and additional_chat_templates/<name>.jinja) replace every template of its
+// tokenizer_config.json, as transformers loads them (DeepSeek-V4's Jinja template was published as such a file).
+TEST(TokenizerConfig, chat_template_jinja_file_replaces_the_configs_templates) {
+  testing::TempDir dir;
+  testing::write_file_bytes(dir / "tokenizer_config.json", R"({"bos_token": "<s>",
+    "chat_template": [{"name": "default", "template": "config"}, {"name": "tool_use", "template": "config tools"},
+                      {"name": "rag", "template": "config rag"}]})");
+  const ojson chat = ojson::parse(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  const ojson tools = ojson::parse(R"({"messages": [{"role": "user", "content": "t"}], "tools": [{}]})");
+  auto c = TokenizerConfig::load(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(*c->render_chat(chat), "config");
+  EXPECT_EQ(*c->render_chat(tools), "config tools");
+
+  testing::write_file_bytes(dir / "chat_template.jinja", "{{ bos_token }}file {{ messages[0].content }}\n");
+  c = TokenizerConfig::load(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  // The file's last newline is not rendered (Jinja2's keep_trailing_newline is off, as in transformers).
+  EXPECT_EQ(*c->render_chat(chat), "<s>file hi");
+  EXPECT_EQ(*c->render_chat(tools), "<s>file t");  // the config's tool_use template is gone with the rest
+  EXPECT_TRUE(c->named_templates.empty());
+
+  std::filesystem::create_directory(dir / "additional_chat_templates");
+  testing::write_file_bytes(dir / "additional_chat_templates/tool_use.jinja", "file tools {{ tools | length }}");
+  testing::write_file_bytes(dir / "additional_chat_templates/notes.txt", "{% not a template");
+  c = TokenizerConfig::load(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(*c->render_chat(tools), "file tools 1");
+  EXPECT_EQ(c->named_templates.size(), 1u);
+
+  // The file alone (no tokenizer_config.json): a template without special tokens.
+  std::filesystem::remove(dir / "tokenizer_config.json");
+  c = TokenizerConfig::load(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(*c->render_chat(chat), "file hi");
+  EXPECT_FALSE(c->bos_token.has_value());
+}
+
+TEST(TokenizerConfig, template_file_errors_name_the_file_and_the_line) {
+  testing::TempDir dir;
+  EXPECT_EQ(TokenizerConfig::load(dir.path()).status().to_string(),
+            "InvalidArgument: tokenizer config: " + dir.path().string() +
+                " holds neither tokenizer_config.json nor chat_template.jinja");
+  testing::write_file_bytes(dir / "chat_template.jinja", "ok\n{% for %}");
+  EXPECT_EQ(TokenizerConfig::load(dir.path()).status().to_string(),
+            "InvalidArgument: " + (dir / "chat_template.jinja").string() +
+                ": chat template line 2: expected a name but found the end of the tag");
+  testing::write_file_bytes(dir / "chat_template.jinja", "ok");
+  std::filesystem::create_directory(dir / "additional_chat_templates");
+  testing::write_file_bytes(dir / "additional_chat_templates/tool_use.jinja", "{{ x | batch(2) }}");
+  EXPECT_EQ(TokenizerConfig::load(dir.path()).status().to_string(),
+            "InvalidArgument: " + (dir / "additional_chat_templates/tool_use.jinja").string() +
+                ": chat template line 1: unsupported filter 'batch'");
 }
 
 }  // namespace

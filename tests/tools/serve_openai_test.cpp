@@ -110,7 +110,8 @@ TEST(ParseRequest, chat_without_a_template_is_refused) {
   auto r = parse_request(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})", true, model_of(64));
   ASSERT_TRUE(std::holds_alternative<ApiError>(r));
   EXPECT_EQ(std::get<ApiError>(r).message,
-            "This model has no chat template (tokenizer_config.json's chat_template); use /v1/completions.");
+            "This model has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja); use "
+            "/v1/completions.");
 }
 
 TEST(ParseRequest, nesting_past_the_depth_limit_is_refused_before_parsing) {

@@ -420,6 +420,15 @@ std::string HttpServer::metrics_text() const {
         c.kv_pages_total > 0 ? static_cast<double>(c.kv_pages_used) / static_cast<double>(c.kv_pages_total) : 0.0);
   gauge("genbridge_kv_bytes_used", "KV cache bytes in use.",
         static_cast<double>(c.kv_pages_used * c.kv_bytes_per_page));
+  if (c.state_slots_total > 0) {  // a model with per-sequence state: one slot per running sequence, beside the pages
+    const std::string help =
+        fmt::format("Per-sequence state slots in use ({}; one per running sequence).", c.state_contents);
+    gauge("genbridge_kv_state_slots_used", help.c_str(), static_cast<double>(c.state_slots_used));
+    gauge("genbridge_kv_state_slots_total", "Per-sequence state slots in the pool.",
+          static_cast<double>(c.state_slots_total));
+    gauge("genbridge_kv_state_bytes_used", "Bytes of the per-sequence state slots in use.",
+          static_cast<double>(c.state_slots_used * c.bytes_per_state_slot));
+  }
   o += service_.ttft().prometheus("genbridge_time_to_first_token_seconds",
                                   "Time from a request's acceptance to its first token.");
   o += service_.tpot().prometheus("genbridge_time_per_output_token_seconds",

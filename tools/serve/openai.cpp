@@ -246,7 +246,8 @@ std::optional<ApiError> parse_prompt(json& body, bool chat, const ServedModel& m
   } else {
     if (!model.tokenizer_config || !model.tokenizer_config->chat_template) {
       return bad("messages",
-                 "This model has no chat template (tokenizer_config.json's chat_template); use /v1/completions.");
+                 "This model has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja); "
+                 "use /v1/completions.");
     }
     auto ms = body.find("messages");
     if (ms == body.end() || ms->is_null()) return bad("messages", "'messages' is required.");

@@ -77,10 +77,13 @@ void RequestStream::finish(engine::FinishReason reason, std::string message) {
 }
 
 GenerationService::GenerationService(engine::Engine& engine, runtime::KvPagePool& pool, const ServiceOptions& options)
-    : GenerationService(
-          WorkerPools{
-              .workers = 1, .pages_per_worker = pool.num_pages(), .bytes_per_page = pool.geometry().bytes_per_page()},
-          options) {
+    : GenerationService(WorkerPools{.workers = 1,
+                                    .pages_per_worker = pool.num_pages(),
+                                    .bytes_per_page = pool.geometry().bytes_per_page(),
+                                    .state_slots_per_worker = pool.num_state_slots(),
+                                    .bytes_per_state_slot = pool.geometry().state.bytes_per_slot(),
+                                    .state_contents = pool.geometry().state.contents},
+                        options) {
   pool_ = &pool;
   engine_ = &engine;
 }
@@ -93,11 +96,15 @@ GenerationService::GenerationService(const WorkerPools& pools, const ServiceOpti
       load_(static_cast<size_t>(workers_), 0),
       running_(static_cast<size_t>(workers_), 0),
       kv_used_(static_cast<size_t>(workers_), 0),
+      state_used_(static_cast<size_t>(workers_), 0),
       ttft_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       tpot_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
       e2e_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {
   counters_.kv_pages_total = pools.pages_per_worker * workers_;
   counters_.kv_bytes_per_page = pools.bytes_per_page;
+  counters_.state_slots_total = pools.state_slots_per_worker * workers_;
+  counters_.bytes_per_state_slot = pools.bytes_per_state_slot;
+  counters_.state_contents = pools.state_contents;
 }
 
 GenerationService::~GenerationService() {
@@ -190,10 +197,11 @@ int64_t GenerationService::in_flight() const {
 ServiceCounters GenerationService::counters() const {
   std::lock_guard lk(mu_);
   ServiceCounters c = counters_;
-  c.running = c.kv_pages_used = 0;
+  c.running = c.kv_pages_used = c.state_slots_used = 0;
   for (int w = 0; w < workers_; ++w) {
     c.running += running_[w];
     c.kv_pages_used += kv_used_[w];
+    c.state_slots_used += state_used_[w];
   }
   return c;
 }
@@ -337,6 +345,7 @@ Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPage
     std::lock_guard lk(mu_);
     running_[w] = eng.num_running();
     kv_used_[w] = pool.used_pages();
+    state_used_[w] = pool.num_state_slots() - pool.free_state_slots();
   };
   Status result;
   for (;;) {

@@ -92,6 +92,10 @@ struct ServiceOptions {
 struct WorkerPools {
   int workers = 1;
   int64_t pages_per_worker = 0, bytes_per_page = 0;
+  // A model with per-sequence state: each pool's state slots, their bytes and what they hold (the geometry's
+  // StateSlotGeometry::contents); 0 slots otherwise.
+  int64_t state_slots_per_worker = 0, bytes_per_state_slot = 0;
+  std::string state_contents;
 };
 
 // What a worker's wait for work saw (see WorkerIdleFn): the AFD attention ranks' own vocabulary.
@@ -119,6 +123,9 @@ struct ServiceCounters {
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t queued = 0, running = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0, kv_bytes_per_page = 0;
+  // Per-sequence state slots (a model with state; total 0 otherwise) and what they hold.
+  int64_t state_slots_used = 0, state_slots_total = 0, bytes_per_state_slot = 0;
+  std::string state_contents;
 };
 
 class GenerationService {
@@ -201,6 +208,7 @@ class GenerationService {
   std::vector<int64_t> running_, kv_used_;     // per worker, as last published
   std::unordered_map<int64_t, Entry> entries_;  // every accepted, unfinished request
   std::vector<std::weak_ptr<RequestStream>> streams_;  // handed out (wait_streams_released)
+  std::vector<int64_t> state_used_;  // per worker: state slots in use, as last published
   int64_t next_id_ = 0;
   uint64_t wake_seq_ = 0;     // bumped by everything a waiting worker must see
   uint64_t abort_epoch_ = 0;  // bumped when shutdown cancels every request

@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "engine_harness.h"
+#include "runtime/forward/deepseek_attention.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::engine {
 namespace {
@@ -119,6 +122,71 @@ TEST(KvPoolPlan, whole_contexts_beyond_half_the_memory_are_capped) {
             "1048576 MiB in all, more than half of this machine's memory; using " +
                 std::to_string(plan->memory_mb) +
                 " MiB per attention rank (2) (requests wait for pages; set --kv-memory-mb to choose)");
+}
+
+// What the pool of a model with per-sequence state holds, said once: DeepSeek-V4's state slots (sliding-window
+// rings and compressors) and its compressed rows in the pages, in the start-up line and the sizing refusals. bf16
+// rows (kv_cache_dtype auto), the same on both generations.
+TEST(KvPoolPlan, deepseek_v4_pool_line_names_its_state_slots_and_compressed_rows) {
+  const model::ModelConfig c = model::synthetic_preset_config("tiny-dsv4").value();
+  auto dev = runtime::DeviceOperator::create({});
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  const runtime::KvPageGeometry g = dev->kv_page_geometry(model::kv_model_shape(c));
+  EXPECT_EQ(g.state.contents, "sliding-window rings and compressor state");
+  // Per slot: 4 rings of 128 x 1024 B, the compressors' fp32 rows (ratio 4: 8 x 2048 x 4 B each, ratio 128:
+  // 128 x 1024 x 4 B) and the indexer compressors' (8 x 512 x 4 B each). Per page: 32 compressed rows (+ 32
+  // indexer keys of 256 B) in each ratio-4 layer, 1 row in the ratio-128 layer.
+  EXPECT_EQ(g.state.bytes_per_slot(), 4 * 128 * 1024 + 2 * 8 * 2048 * 4 + 128 * 1024 * 4 + 2 * 8 * 512 * 4);
+  EXPECT_EQ(g.bytes_per_page(), 2 * 32 * (1024 + 256) + 1024);
+  auto plan = plan_kv_pool({.memory_mb = 16, .state_slots = 4}, *dev, c, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  EXPECT_EQ(plan->pages, ((int64_t{16} << 20) - 4 * g.state.bytes_per_slot()) / g.bytes_per_page());
+  EXPECT_EQ(describe_kv_pool(*plan, *dev, c, /*per_attention_rank=*/false),
+            "KV pool: 143 pages of 128 tokens (11.3 MiB) + 4 state slots, one per running sequence (4.6 MiB); KV "
+            "representation: sliding-window rings and compressor state: the last 128 shared K = V rows of each of "
+            "the 4 layers (bf16 latent+rope, 1024 B per row), the unfinished windows of 3 compressors and 2 indexer "
+            "compressors (fp32 [kv | gate] rows); 1.16 MiB per sequence; KV pages: the compressed rows of 3 layers "
+            "in the same representation (one per 4 tokens in 2, per 128 tokens in 1) + indexer keys bf16 (256 B per "
+            "row) of 2: 648 bytes per token (4 layers)");
+  EXPECT_EQ(plan_kv_pool({.memory_mb = 1, .state_slots = 64}, *dev, c, {}).status().message(),
+            "--kv-memory-mb 1: the state pool alone takes 74 MiB (--max-batch 64 sequences x 1.16 MiB of "
+            "sliding-window rings and compressor state each), leaving no room for KV pages; give at least 75 or "
+            "lower --max-batch");
+  EXPECT_EQ(plan_kv_pool({.state_slots = 0}, *dev, c, {}).status().message(),
+            "kv pool sizing: the model keeps sliding-window rings and compressor state per sequence, so the pool "
+            "needs between 1 and 1048576 state slots (--max-batch), not 0");
+  // Every layer on its sliding window alone: rings only, nothing in the pages.
+  model::ModelConfig window_only = c;
+  std::fill(window_only.dsv4.compress_ratios.begin(), window_only.dsv4.compress_ratios.end(), 0);
+  const runtime::KvModelShape shape = model::kv_model_shape(window_only);
+  EXPECT_EQ(dev->kv_page_geometry(shape).state.contents, "sliding-window rings");
+  EXPECT_EQ(describe_kv_representation(*dev, window_only, 0),
+            "sliding-window rings: the last 128 shared K = V rows of each of the 4 layers (bf16 latent+rope, 1024 B "
+            "per row); 0.50 MiB per sequence; KV pages: none (every layer attends to its sliding window only)");
+}
+
+TEST(KvPoolPlan, qwen35_pool_line_names_its_linear_attention_state) {
+  const model::ModelConfig c = model::synthetic_preset_config("tiny-qwen35").value();
+  auto dev = runtime::DeviceOperator::create({});
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  const runtime::KvPageGeometry g = dev->kv_page_geometry(model::kv_model_shape(c));
+  EXPECT_EQ(g.state.contents, "linear-attention state");
+  auto plan = plan_kv_pool({.memory_mb = 64, .state_slots = 2}, *dev, c, {});
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  const std::string line = describe_kv_pool(*plan, *dev, c, /*per_attention_rank=*/true);
+  EXPECT_TRUE(line.starts_with("KV pool per attention rank: ")) << line;
+  EXPECT_NE(line.find(" + 2 state slots, one per running sequence ("), std::string::npos) << line;
+  EXPECT_TRUE(line.ends_with("; KV representation: " + describe_kv_representation(*dev, c, g.bytes_per_token())))
+      << line;
+  EXPECT_NE(line.find("; linear-attention state: conv bf16 ["), std::string::npos) << line;
+  EXPECT_EQ(plan_kv_pool({.state_slots = 0}, *dev, c, {}).status().message(),
+            "kv pool sizing: the model keeps linear-attention state per sequence, so the pool needs between 1 and "
+            "1048576 state slots (--max-batch), not 0");
+  // A model without state: no slots in the line.
+  const model::ModelConfig tiny = model::synthetic_preset_config("tiny").value();
+  auto tiny_plan = plan_kv_pool({.memory_mb = 4}, *dev, tiny, {});
+  ASSERT_TRUE(tiny_plan.ok());
+  EXPECT_EQ(describe_kv_pool(*tiny_plan, *dev, tiny, false).find("state slots"), std::string::npos);
 }
 
 TEST(WeightQuantTiming, decided_by_the_device_and_the_job) {
