@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "genbridge/core/formats.h"
+#include "genbridge/core/threading.h"
 #include "genbridge/ops/quant/normalize_mx_scale_layout.h"
 #include "runtime/checkpoint/deepseek_v4_quant.h"
 #include "runtime/forward/deepseek_attention.h"
@@ -20,7 +21,8 @@ namespace {
 
 using ops::WeightQuantScheme;
 
-// Row `row` of q as the fp32 values its matmul multiplies (quant_linear.h: W8A8 data * scale; MX code * 2^(s - 127)).
+// Row `row` of q as the fp32 values its matmul multiplies (quant_linear.h: W8A8 data * scale; MX code * 2^(s - 127),
+// decoded a 32-block at a time).
 void decode_row(const ops::QuantWeight& q, int64_t row, float* out) {
   const int64_t K = q.in_features;
   const uint8_t* d = q.data.data_as<const uint8_t>() + row * q.data.stride(0);
@@ -30,25 +32,50 @@ void decode_row(const ops::QuantWeight& q, int64_t row, float* out) {
     return;
   }
   const e8m0_t* s = q.scale.data_as<const e8m0_t>() + row * q.scale.stride(0);  // pairs contiguous: block j at j
-  for (int64_t k = 0; k < K; ++k) {
-    const float v = q.scheme == WeightQuantScheme::kMxfp8
-                        ? fp8_e4m3fn_to_float(fp8_e4m3fn_t{d[k]})
-                        : fp4_e2m1_to_float(static_cast<uint8_t>(k % 2 ? d[k / 2] >> 4 : d[k / 2]));
-    out[k] = v * e8m0_to_float(s[k / ops::kMxWeightBlock]);
+  for (int64_t k0 = 0, j = 0; k0 < K; k0 += ops::kMxWeightBlock, ++j) {
+    const auto n = static_cast<size_t>(std::min(ops::kMxWeightBlock, K - k0));
+    if (q.scheme == WeightQuantScheme::kMxfp8) {
+      fp8_e4m3fn_to_float_n(reinterpret_cast<const fp8_e4m3fn_t*>(d + k0), e8m0_to_float(s[j]), out + k0, n);
+    } else {
+      fp4_e2m1x2_to_float_n(d + k0 / 2, e8m0_to_float(s[j]), out + k0, n);
+    }
   }
 }
 
-// Adds rows [0, n) of `part` against the fp32 values `v` ([n, K]) to the conversion's error sums.
+// Adds rows [0, n) of `part` against the fp32 values `v` ([n, K]) to the conversion's error sums: per row in
+// increasing k, then the rows in order (the sums do not depend on the thread count).
 void add_error(const ops::QuantWeight& part, const float* v, int64_t n, QuantizedWeights::SourceConversion& c) {
   const int64_t K = part.in_features;
-  std::vector<float> q(static_cast<size_t>(K));
-  for (int64_t i = 0; i < n; ++i) {
-    decode_row(part, i, q.data());
-    for (int64_t k = 0; k < K; ++k) {
-      const double w = v[i * K + k], e = static_cast<double>(q[k]) - w;
-      c.err2 += e * e;
-      c.ref2 += w * w;
+  std::vector<double> err2(static_cast<size_t>(n)), ref2(static_cast<size_t>(n));
+  parallel_for(n, 4 * K, [&](int64_t b, int64_t e) {
+    std::vector<float> q(static_cast<size_t>(K));
+    for (int64_t i = b; i < e; ++i) {
+      decode_row(part, i, q.data());
+      // 8 partial sums (element k into sum k % 8), then summed in order: a fixed order the compiler can vectorize.
+      double e8[8] = {}, r8[8] = {};
+      const float* w = v + i * K;
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8) {
+        for (int l = 0; l < 8; ++l) {
+          const double x = w[k + l], d = static_cast<double>(q[k + l]) - x;
+          e8[l] += d * d;
+          r8[l] += x * x;
+        }
+      }
+      for (; k < K; ++k) {
+        const double x = w[k], d = static_cast<double>(q[k]) - x;
+        e8[k % 8] += d * d;
+        r8[k % 8] += x * x;
+      }
+      for (int l = 0; l < 8; ++l) {
+        err2[i] += e8[l];
+        ref2[i] += r8[l];
+      }
     }
+  });
+  for (int64_t i = 0; i < n; ++i) {
+    c.err2 += err2[i];
+    c.ref2 += ref2[i];
   }
 }
 
@@ -171,10 +198,16 @@ Result<ops::QuantWeight> QuantizedWeights::from_mxfp4_source(const TensorView& w
       uint8_t e4m3_of[16];
       for (int i = 0; i < 16; ++i) e4m3_of[i] = float_to_fp8_e4m3fn(fp4_e2m1_to_float(static_cast<uint8_t>(i))).bits;
       const uint8_t* codes = src.codes.data_as<const uint8_t>();
-      for (int64_t n = 0; n < N; ++n) {
-        uint8_t* d = q.data.data_as<uint8_t>() + n * K;
-        for (int64_t k = 0; k < K; ++k) d[k] = e4m3_of[(codes[n * (K / 2) + k / 2] >> (4 * (k % 2))) & 0xF];
-      }
+      parallel_for(N, K, [&](int64_t b, int64_t e) {
+        for (int64_t n = b; n < e; ++n) {
+          uint8_t* d = q.data.data_as<uint8_t>() + n * K;
+          const uint8_t* c = codes + n * (K / 2);
+          for (int64_t i = 0; i < K / 2; ++i) {  // element 2i in the low nibble, 2i + 1 in the high one
+            d[2 * i] = e4m3_of[c[i] & 0xF];
+            d[2 * i + 1] = e4m3_of[c[i] >> 4];
+          }
+        }
+      });
       ++c.reencoded;
     }
   } else {
@@ -187,13 +220,15 @@ Result<ops::QuantWeight> QuantizedWeights::from_mxfp4_source(const TensorView& w
     const e8m0_t* scales = src.scales.data_as<const e8m0_t>();
     for (int64_t r0 = 0; r0 < N; r0 += kRows) {
       const int64_t r1 = std::min(N, r0 + kRows), n = r1 - r0;
-      for (int64_t i = r0; i < r1; ++i) {
-        for (int64_t k = 0; k < K; ++k) {
-          rows[static_cast<size_t>((i - r0) * K + k)] =
-              fp4_e2m1_to_float(static_cast<uint8_t>(codes[i * (K / 2) + k / 2] >> (4 * (k % 2)))) *
-              e8m0_to_float(scales[i * (K / kMxfp4BlockK) + k / kMxfp4BlockK]);
+      parallel_for(n, 2 * K, [&](int64_t b, int64_t e) {
+        for (int64_t i = r0 + b; i < r0 + e; ++i) {
+          for (int64_t j = 0; j < K / kMxfp4BlockK; ++j) {
+            fp4_e2m1x2_to_float_n(codes + i * (K / 2) + j * (kMxfp4BlockK / 2),
+                                  e8m0_to_float(scales[i * (K / kMxfp4BlockK) + j]),
+                                  rows.data() + (i - r0) * K + j * kMxfp4BlockK, kMxfp4BlockK);
+          }
         }
-      }
+      });
       const ops::QuantWeight part = rows_of(q, r0, r1);
       GB_RETURN_IF_ERROR(ops::quantize_weight(TensorView(rows.data(), DType::kF32, {n, K}), part));
       add_error(part, rows.data(), n, c);
