@@ -108,7 +108,8 @@ int e8m0_byte_at(const TensorView& s, int64_t i) {
 bool fp8_blocks_as_mxfp8(const Checkpoint::Fp8Source& src, int64_t row_begin, int64_t row_end,
                          const ops::QuantWeight& q) {
   const Fp8BlockQuantConfig& c = src.config;
-  const int64_t K = src.codes.dim(1), blocks_k = (K + c.block_k - 1) / c.block_k, nj = (K + 31) / 32;
+  const int64_t K = src.codes.dim(1), blocks_k = (K + c.block_k - 1) / c.block_k,
+                nj = (K + ops::kMxWeightBlock - 1) / ops::kMxWeightBlock;
   if (c.block_k % ops::kMxWeightBlock != 0) return false;
   for (int64_t bn = row_begin / c.block_n; bn * c.block_n < row_end; ++bn) {
     for (int64_t bk = 0; bk < blocks_k; ++bk) {
@@ -120,7 +121,8 @@ bool fp8_blocks_as_mxfp8(const Checkpoint::Fp8Source& src, int64_t row_begin, in
     std::memcpy(q.data.data_as<uint8_t>() + (n - row_begin) * q.data.stride(0), codes + n * K, static_cast<size_t>(K));
     uint8_t* sc = q.scale.data_as<uint8_t>() + (n - row_begin) * q.scale.stride(0);
     for (int64_t j = 0; j < nj; ++j) {
-      sc[j] = static_cast<uint8_t>(e8m0_byte_at(src.scale_inv, (n / c.block_n) * blocks_k + j * 32 / c.block_k));
+      sc[j] = static_cast<uint8_t>(
+          e8m0_byte_at(src.scale_inv, (n / c.block_n) * blocks_k + j * ops::kMxWeightBlock / c.block_k));
     }
   }
   return true;
@@ -433,7 +435,7 @@ Result<std::unique_ptr<QuantizedWeights>> QuantizedWeights::quantize(const Check
 }
 
 std::string QuantizedWeights::describe() const {
-  const bool experts_differ = from_mxfp4_.matrices > 0 && from_mxfp4_.repr != repr_;
+  const bool experts_differ = from_mxfp4_.matrices > 0 && from_mxfp4_.repr->scheme != repr_->scheme;
   std::string what;
   if (attention_side_ && expert_end_ > expert_begin_ && !share_) {
     what = experts_differ ? fmt::format("attention projections and shared experts, {} for routed experts",

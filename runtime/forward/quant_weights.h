@@ -89,7 +89,7 @@ class QuantizedWeights {
   // Uses the kernel threads; the result does not depend on their number. Unimplemented when the build's
   // generation cannot run repr (quant_linear's message). Each matrix is quantized alone, so a share has
   // the bits of the same matrices quantized with the whole model. An expert range outside [0, experts)
-  // is InvalidArgument.
+  // is InvalidArgument. Kept MXFP4 codes are views into `checkpoint`, which must outlive the result.
   static Result<std::unique_ptr<QuantizedWeights>> quantize(const Checkpoint& checkpoint,
                                                             const runtime::WeightQuantRepresentation& repr,
                                                             const runtime::QuantizedLayers& layers,
@@ -98,7 +98,8 @@ class QuantizedWeights {
   const runtime::WeightQuantRepresentation& representation() const { return *repr_; }
   const Layer& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
-  // Bytes of the quantized weights (data + scales), and of the bf16 weights they replace.
+  // Bytes of the quantized weights (data + scales; kept MXFP4 codes included, read in place), and of the bf16
+  // weights they replace.
   uint64_t quantized_bytes() const { return quantized_bytes_; }
   uint64_t replaced_bf16_bytes() const { return replaced_bytes_; }
   int64_t num_matrices() const { return matrices_; }

@@ -56,7 +56,9 @@ class QuantWeightsAfd : public ::testing::TestWithParam<Model> {};
 TEST_P(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
   testing::TempDir dir;
   ASSERT_TRUE(model::write_synthetic_checkpoint(GetParam().preset, 3, dir / "m").ok());
-  if (GetParam().v4_fp8_form) ASSERT_TRUE(model::convert_checkpoint_to_deepseek_v4_fp8(dir / "m").ok());
+  if (GetParam().v4_fp8_form) {
+    ASSERT_TRUE(model::convert_checkpoint_to_deepseek_v4_fp8(dir / "m").ok());
+  }
   auto ckpt = model::Checkpoint::open(dir / "m");
   ASSERT_TRUE(ckpt.ok());
   runtime::DeviceConfig dc;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/checkpoint/deepseek_v4_quant.h"
@@ -35,7 +36,9 @@ constexpr Bound kBounds[] = {{"w8a8", 0.04, 0.30, 0.85}, {"mxfp8", 0.10, 0.40, 0
 void check_bounds(const char* preset, std::span<const Bound> bounds, bool v4_fp8_form = false) {
   TempDir dir;
   ASSERT_TRUE(model::write_synthetic_checkpoint(preset, 0, dir / "m").ok());
-  if (v4_fp8_form) ASSERT_TRUE(model::convert_checkpoint_to_deepseek_v4_fp8(dir / "m").ok());
+  if (v4_fp8_form) {
+    ASSERT_TRUE(model::convert_checkpoint_to_deepseek_v4_fp8(dir / "m").ok());
+  }
   auto ckpt = model::Checkpoint::open(dir / "m");
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
   std::vector<int32_t> prompt;
@@ -54,7 +57,9 @@ void check_bounds(const char* preset, std::span<const Bound> bounds, bool v4_fp8
     ++offered_rows;
     auto acc = measure_quant_accuracy(*ckpt, b.scheme, prompt, 64);
     ASSERT_TRUE(acc.ok()) << b.scheme << ": " << acc.status().to_string();
-    if (std::string_view(b.scheme) != "auto") EXPECT_EQ(acc->scheme, b.scheme);
+    if (std::string_view(b.scheme) != "auto") {
+      EXPECT_EQ(acc->scheme, b.scheme);
+    }
     EXPECT_EQ(acc->steps(), 65);
     if (b.exact) {
       EXPECT_EQ(acc->quantile(1.0), 0.0) << b.scheme << ": not the bf16 engine's logits";
