@@ -92,6 +92,7 @@ Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& 
                                                                      const AfdConfig& cfg,
                                                                      std::vector<std::string>* lines) {
   model::QuantizeOptions share;
+  share.mxfp4_repr = dev.mxfp4_weight_quant();
   if (conn.role() == Role::kAttention) {
     share.experts = false;
   } else {

@@ -196,6 +196,7 @@ Result<std::unique_ptr<model::QuantizedWeights>> quantize_weights(const model::C
                done, total, pct);
   };
   model::QuantizeOptions qo;
+  qo.mxfp4_repr = dev.mxfp4_weight_quant();
   qo.progress = &progress;
   auto q = model::QuantizedWeights::quantize(ckpt, *r, dev.contract().weight_quant.layers, qo);
   if (tty) fmt::print(stderr, "\r\033[K");
@@ -204,16 +205,29 @@ Result<std::unique_ptr<model::QuantizedWeights>> quantize_weights(const model::C
 
 std::string describe_weights(const model::Checkpoint& ckpt, const model::QuantizedWeights* q) {
   const uint64_t all = ckpt.mapped_weight_bytes() + ckpt.converted_weight_bytes();
-  if (!q) return fmt::format("weights: bf16 (weight_quant=none), {:.1f} MiB", static_cast<double>(all) / (1 << 20));
+  const model::Checkpoint::QuantizedForm form = ckpt.quantized_form();
+  const auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  if (!q) {
+    std::string line = fmt::format("weights: bf16 (weight_quant=none), {:.1f} MiB", mib(all));
+    if (form.fp8 + form.mxfp4 > 0) {  // what runs in place of the checkpoint's quantized weights, said once
+      line += fmt::format(
+          "; the checkpoint's {} FP8 and {} MXFP4 weights ({:.1f} MiB in the file) run as their bf16 dequantization "
+          "({:.1f} MiB), {}",
+          form.fp8, form.mxfp4, mib(form.file_bytes), mib(form.bf16_bytes),
+          form.exact ? "exact" : "each value rounded once to bf16 (at most 2^-9 relative)");
+    }
+    return line;
+  }
+  const model::ModelConfig& c = ckpt.config();
+  std::string bf16_roles = "router, LM head, embeddings and norms";
+  if (c.has_indexer()) bf16_roles = "router, LM head, DSA indexer, embeddings and norms";
+  if (c.is_deepseek_v4()) {
+    bf16_roles = fmt::format("router, LM head, compressors, indexer{}, hyper-connections, embeddings and norms",
+                             form.fp8 > 0 ? " (its wq_b the exact bf16 dequantization of its FP8 blocks)" : "");
+  }
   const uint64_t kept = all - q->replaced_bf16_bytes();
-  return fmt::format(
-      "weights: {} for attention projections and experts ({} matrices{}: {:.1f} MiB from {:.1f} MiB bf16, quantized "
-      "at load in {:.2f} s); router, LM head, {}embeddings and norms bf16 ({:.1f} MiB); {:.1f} MiB in all",
-      ops::weight_quant_scheme_name(q->representation().scheme), q->num_matrices(),
-      q->num_from_fp8() ? fmt::format(", {} of them from the checkpoint's FP8 blocks directly", q->num_from_fp8()) : "",
-      static_cast<double>(q->quantized_bytes()) / (1 << 20), static_cast<double>(q->replaced_bf16_bytes()) / (1 << 20),
-      q->seconds(), ckpt.config().has_indexer() ? "DSA indexer, " : "", static_cast<double>(kept) / (1 << 20),
-      static_cast<double>(kept + q->quantized_bytes()) / (1 << 20));
+  return fmt::format("weights: {}; {} bf16 ({:.1f} MiB); {:.1f} MiB in all", q->describe(), bf16_roles, mib(kept),
+                     mib(kept + q->quantized_bytes()));
 }
 
 std::filesystem::path synthetic_model_dir(const RunOptions& o) {

@@ -51,7 +51,8 @@ Result<runtime::DeviceOperator> make_device(const RunOptions& o);
 // is in force); `show`: progress on a terminal (stderr).
 Result<std::unique_ptr<model::QuantizedWeights>> quantize_weights(const model::Checkpoint& ckpt,
                                                                   const runtime::DeviceOperator& dev, bool show);
-// One line: the weight scheme in force and the weight bytes (quantized and bf16).
+// One line: the weight scheme in force, the weight bytes (quantized and bf16) and what ran in place of the
+// checkpoint's own FP8 / MXFP4 weights (converted, with the measured error, or dequantized to bf16).
 std::string describe_weights(const model::Checkpoint& ckpt, const model::QuantizedWeights* q);
 // The model directory: --model, or the cached synthetic model of --preset (built on first use when `build`).
 Result<std::filesystem::path> resolve_model_dir(const RunOptions& o, bool build);

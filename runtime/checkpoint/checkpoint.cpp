@@ -687,6 +687,23 @@ const Checkpoint::Fp8Source* Checkpoint::fp8_source(const TensorView& w) const {
   return it == fp8_sources_.end() ? nullptr : &it->second;
 }
 
+Checkpoint::QuantizedForm Checkpoint::quantized_form() const {
+  QuantizedForm f;
+  const auto bytes = [](const TensorView& t) { return static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype()); };
+  for (const auto& [data, s] : fp8_sources_) {
+    ++f.fp8;
+    f.file_bytes += bytes(s.codes) + bytes(s.scale_inv);
+    f.bf16_bytes += static_cast<uint64_t>(s.codes.numel()) * sizeof(bf16_t);
+    f.exact = f.exact && s.config.deepseek_v4_scales;
+  }
+  for (const auto& [data, s] : mxfp4_sources_) {
+    ++f.mxfp4;
+    f.file_bytes += bytes(s.codes) + bytes(s.scales);
+    f.bf16_bytes += static_cast<uint64_t>(s.codes.numel()) * 2 * sizeof(bf16_t);
+  }
+  return f;
+}
+
 const Checkpoint::Mxfp4Source* Checkpoint::mxfp4_source(const TensorView& w) const {
   const auto it = mxfp4_sources_.find(w.data());
   return it == mxfp4_sources_.end() ? nullptr : &it->second;

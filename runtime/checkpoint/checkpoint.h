@@ -236,6 +236,17 @@ class Checkpoint {
   // The MXFP4 source of the bound weight view `w` (by its data pointer), or nullptr.
   const Mxfp4Source* mxfp4_source(const TensorView& w) const;
 
+  // The weights bound as the bf16 dequantization of the checkpoint's quantized form (those with an Fp8Source or
+  // an Mxfp4Source), for the log to say what ran in their place.
+  struct QuantizedForm {
+    int64_t fp8 = 0, mxfp4 = 0;  // weights
+    uint64_t file_bytes = 0;     // their codes and scales in the file
+    uint64_t bf16_bytes = 0;     // their bf16 dequantizations
+    // Every dequantization is exact (DeepSeek-V4's power-of-two scales; Hugging Face's FP8 rounds once to bf16).
+    bool exact = true;
+  };
+  QuantizedForm quantized_form() const;
+
  private:
   Checkpoint() = default;
   friend class WeightBinder;

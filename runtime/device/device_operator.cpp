@@ -227,6 +227,13 @@ Result<const WeightQuantRepresentation*> resolve_weight_quant(const GenerationCo
                   generation_name(c.generation), offered_weight_quant(w), ops::weight_quant_scheme_name(w.preferred)));
 }
 
+Result<const WeightQuantRepresentation*> resolve_mxfp4_weight_quant(const GenerationContract& c, std::string_view v) {
+  GB_ASSIGN_OR_RETURN(const WeightQuantRepresentation* r, resolve_weight_quant(c, v));
+  if (v != "auto") return r;
+  const WeightQuantRepresentation* mxfp4 = c.weight_quant.find(WeightQuantScheme::kMxfp4);
+  return mxfp4 ? mxfp4 : r;
+}
+
 Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected) {
   const std::string build_text =
       fmt::format("this build targets {} ({}; built for {})", generation_name(build.generation),
@@ -291,6 +298,7 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   GB_ASSIGN_OR_RETURN(d.kv_format_, resolve_kv_cache_dtype(*d.contract_, config.kv_cache_dtype));
   d.mla_kv_format_ = d.kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : d.contract_->quantized_mla_kv;
   GB_ASSIGN_OR_RETURN(d.weight_quant_, resolve_weight_quant(*d.contract_, config.weight_quant));
+  GB_ASSIGN_OR_RETURN(d.mxfp4_weight_quant_, resolve_mxfp4_weight_quant(*d.contract_, config.weight_quant));
   const GenerationContract& c = *d.contract_;
   const std::string soc_text =
       config.soc.empty() ? std::string("no SoC configured") : fmt::format("configured SoC '{}'", config.soc);
@@ -304,6 +312,10 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
       c.slot_mapping == ops::SlotMapping::kFlat ? "flat (block * block_size + offset)" : "[block, offset] pairs",
       c.kv_page_size, c.mx_scale_layout == MxScaleLayout::kPair ? "pair [..., K/64, 2]" : "none (no MX formats)",
       config.weight_quant, describe_weight_quant(d.weight_quant_));
+  if (d.mxfp4_weight_quant_ != d.weight_quant_) {
+    d.log_line_ += fmt::format("; a checkpoint's MXFP4 weights: {}, their own codes",
+                               ops::weight_quant_scheme_name(d.mxfp4_weight_quant_->scheme));
+  }
   return d;
 }
 

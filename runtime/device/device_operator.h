@@ -158,6 +158,12 @@ Result<ops::KvCacheFormat> resolve_kv_cache_dtype(const GenerationContract& cont
 // InvalidArgument naming the generation and what it offers otherwise.
 Result<const WeightQuantRepresentation*> resolve_weight_quant(const GenerationContract& contract,
                                                               std::string_view weight_quant);
+// The representation a checkpoint's MXFP4 weights (DeepSeek-V4's routed experts, e2m1 codes with an E8M0 scale per
+// 32 along K) take under --weight-quant `weight_quant`: with "auto", mxfp4 where the generation offers it (the
+// file's codes run as they are, docs/quant_weights.md), else what resolve_weight_quant gives; with any other value,
+// what resolve_weight_quant gives (the scheme asked for applies to every quantized weight). Its errors.
+Result<const WeightQuantRepresentation*> resolve_mxfp4_weight_quant(const GenerationContract& contract,
+                                                                    std::string_view weight_quant);
 
 // The start-up check (pure): the build's SoC against the configured selector (empty: none) and the
 // SoC detected on the machine (nullopt: no npu-smi). InvalidArgument naming both sides on a mismatch.
@@ -236,6 +242,9 @@ class DeviceOperator {
   ops::KvCacheFormat kv_format() const { return kv_format_; }
   // The weight representation in force (--weight-quant), or nullptr for bf16 weights.
   const WeightQuantRepresentation* weight_quant() const { return weight_quant_; }
+  // The representation of the checkpoint's MXFP4 weights (resolve_mxfp4_weight_quant): weight_quant(), or with
+  // --weight-quant auto on a generation that runs MXFP4, mxfp4 (QuantizeOptions::mxfp4_repr).
+  const WeightQuantRepresentation* mxfp4_weight_quant() const { return mxfp4_weight_quant_; }
   // One line stating the contract in force, for the caller to print.
   const std::string& log_line() const { return log_line_; }
 
@@ -353,6 +362,7 @@ class DeviceOperator {
   ops::KvCacheFormat kv_format_ = ops::KvCacheFormat::kBf16;
   ops::MlaKvFormat mla_kv_format_ = ops::MlaKvFormat::kBf16;
   const WeightQuantRepresentation* weight_quant_ = nullptr;
+  const WeightQuantRepresentation* mxfp4_weight_quant_ = nullptr;
   std::string log_line_;
 };
 

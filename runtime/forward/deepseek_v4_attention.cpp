@@ -8,6 +8,7 @@
 
 #include "genbridge/ops/attention/kv_compress.h"
 #include "genbridge/ops/linear/linear.h"
+#include "genbridge/ops/linear/quant_linear.h"
 #include "genbridge/ops/norm/rms_norm.h"
 #include "runtime/forward/deepseek_attention.h"
 #include "runtime/forward/deepseek_rope.h"
@@ -85,6 +86,11 @@ void copy_row(const ops::MlaKvCache& from, int64_t from_slot, const ops::MlaKvCa
   part(from.rope_cache, to.rope_cache, row.rope);
 }
 
+// A projection: quant_linear with the layer's quantized weight when there is one, else linear (bf16).
+Status project(const TensorView& x, const TensorView& w, const ops::QuantWeight* q, const TensorView& y) {
+  return q ? ops::quant_linear(x, *q, y) : ops::linear(x, w, y);
+}
+
 TensorView f32_view(const std::vector<float>& v) {
   return TensorView(const_cast<float*>(v.data()), DType::kF32, {static_cast<int64_t>(v.size())});
 }
@@ -102,8 +108,9 @@ std::vector<float> to_f32(const TensorView& w) {
 
 Result<std::unique_ptr<V4Attention>> V4Attention::create(const Checkpoint& checkpoint,
                                                          const runtime::DeviceOperator& dev,
-                                                         const runtime::KvPagePool& pool) {
-  std::unique_ptr<V4Attention> a(new V4Attention(checkpoint, dev));
+                                                         const runtime::KvPagePool& pool,
+                                                         const QuantizedWeights* quantized) {
+  std::unique_ptr<V4Attention> a(new V4Attention(checkpoint, dev, quantized));
   const ModelConfig& c = a->config_;
   if (!c.is_deepseek_v4()) return invalid_argument("V4Attention: the model is not DeepSeek-V4");
   const DeepseekV4Config& d = c.dsv4;
@@ -296,11 +303,12 @@ Status V4Attention::forward(Scratch& s, int64_t layer, const TensorView& x, cons
   // Queries: qr = q_norm(wq_a x) (also the indexer's input); q = wq_b qr, each head divided by its RMS; RoPE.
   const TensorView qa(s.qa.data(), DType::kF32, {T, d.q_lora_rank}), qr(s.qr.data(), DType::kF32, {T, d.q_lora_rank});
   const LayerNorms& nw = norms_[layer];
-  GB_RETURN_IF_ERROR(ctx(ops::linear(x, aw.wq_a, qa), "wq_a"));
+  const QuantizedWeights::Layer* ql = quantized_ && quantized_->layer(layer).v4 ? &quantized_->layer(layer) : nullptr;
+  GB_RETURN_IF_ERROR(ctx(project(x, aw.wq_a, ql ? &ql->wq_a : nullptr, qa), "wq_a"));
   GB_RETURN_IF_ERROR(
       ctx(ops::rms_norm(qa, f32_view(nw.q_norm), eps, qr, TensorView(s.rstd.data(), DType::kF32, {T, 1})), "q_norm"));
   const TensorView q(s.q.data(), DType::kF32, {T, heads * D});
-  GB_RETURN_IF_ERROR(ctx(ops::linear(qr, aw.wq_b, q), "wq_b"));
+  GB_RETURN_IF_ERROR(ctx(project(qr, aw.wq_b, ql ? &ql->wq_b : nullptr, q), "wq_b"));
   const TensorView qn(s.qn.data(), DType::kF32, {T, heads, D});
   GB_RETURN_IF_ERROR(ctx(ops::rms_norm(TensorView(s.q.data(), DType::kF32, {T, heads, D}),
                                        TensorView(const_cast<float*>(ones_.data()), DType::kF32, {D}), eps, qn,
@@ -309,7 +317,7 @@ Status V4Attention::forward(Scratch& s, int64_t layer, const TensorView& x, cons
   rotate_trailing(s.qn.data(), T * heads, heads, D, D, s.cos, s.sin, half, /*inverse=*/false);
   // The shared K = V row: kv_norm(wkv x), RoPE on its trailing dims.
   const TensorView kvp(s.kvp.data(), DType::kF32, {T, D});
-  GB_RETURN_IF_ERROR(ctx(ops::linear(x, aw.wkv, kvp), "wkv"));
+  GB_RETURN_IF_ERROR(ctx(project(x, aw.wkv, ql ? &ql->wkv : nullptr, kvp), "wkv"));
   GB_RETURN_IF_ERROR(ctx(ops::rms_norm(kvp, f32_view(nw.kv_norm), eps, TensorView(s.kv.data(), DType::kF32, {T, D}),
                                        TensorView(s.rstd.data(), DType::kF32, {T, 1})),
                          "kv_norm"));
@@ -450,9 +458,10 @@ Status V4Attention::forward(Scratch& s, int64_t layer, const TensorView& x, cons
   for (int64_t gi = 0; gi < g; ++gi) {
     const TensorView og = TensorView::strided(s.attn.data() + gi * hpg * D, DType::kF32, {T, hpg * D}, {heads * D, 1});
     const TensorView zg = TensorView::strided(s.z.data() + gi * lr, DType::kF32, {T, lr}, {g * lr, 1});
-    GB_RETURN_IF_ERROR(ctx(ops::linear(og, aw.wo_a.slice0(gi * lr, (gi + 1) * lr), zg), "wo_a"));
+    GB_RETURN_IF_ERROR(
+        ctx(project(og, aw.wo_a.slice0(gi * lr, (gi + 1) * lr), ql ? &ql->wo_a[gi] : nullptr, zg), "wo_a"));
   }
-  return ctx(ops::linear(TensorView(s.z.data(), DType::kF32, {T, g * lr}), aw.wo_b, out), "wo_b");
+  return ctx(project(TensorView(s.z.data(), DType::kF32, {T, g * lr}), aw.wo_b, ql ? &ql->wo_b : nullptr, out), "wo_b");
 }
 
 }  // namespace genbridge::model

@@ -28,6 +28,7 @@
 #include "genbridge/ops/kv_cache/kv_format.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
+#include "runtime/forward/quant_weights.h"
 #include "runtime/memory/kv_page_pool.h"
 
 namespace genbridge::model {
@@ -45,9 +46,12 @@ struct V4AttentionBatch {
 class V4Attention {
  public:
   // Binds to a DeepSeek-V4 checkpoint (bf16 weights), the DeviceOperator and a pool sized by
-  // dev.kv_page_geometry(kv_model_shape(config)) with state slots. The references must outlive the object.
+  // dev.kv_page_geometry(kv_model_shape(config)) with state slots. With `quantized` (--weight-quant; optional),
+  // the layers it quantized run wq_a, wq_b, wkv, wo_a and wo_b with linear/quant_linear (the compressors and the
+  // indexer stay bf16). The references must outlive the object.
   static Result<std::unique_ptr<V4Attention>> create(const Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
-                                                     const runtime::KvPagePool& pool);
+                                                     const runtime::KvPagePool& pool,
+                                                     const QuantizedWeights* quantized = nullptr);
 
   // Per-micro-batch workspace (planned for up to max_tokens tokens from up to max_seqs sequences; buffers
   // whose size depends on the context length grow on first use).
@@ -65,7 +69,8 @@ class V4Attention {
   TensorView index_selection(const Scratch& scratch, int64_t layer, int64_t num_tokens) const;
 
  private:
-  V4Attention(const Checkpoint& c, const runtime::DeviceOperator& d) : config_(c.config()), w_(c.weights()), dev_(d) {}
+  V4Attention(const Checkpoint& c, const runtime::DeviceOperator& d, const QuantizedWeights* q)
+      : config_(c.config()), w_(c.weights()), dev_(d), quantized_(q) {}
   // The compressor of `layer` (the attention's or, with `indexer`, the indexer's): pools the windows the
   // forward completes and writes them (entries through write_sharedkv, keys through write_indexer_keys), and
   // keeps the unfinished rows in the state slot.
@@ -74,6 +79,7 @@ class V4Attention {
   const ModelConfig& config_;
   const ModelWeights& w_;
   const runtime::DeviceOperator& dev_;
+  const QuantizedWeights* quantized_ = nullptr;
   runtime::KvModelShape shape_;
   // Per layer: the norms' weights as fp32 (the block's activations are fp32).
   struct LayerNorms {

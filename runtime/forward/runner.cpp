@@ -225,11 +225,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
   std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool, quantized));
   const ModelConfig& c = r->config_;
   if (c.is_deepseek_v4()) {  // shared K = V attention over windows and compressed entries, hyper-connections
-    if (quantized) {
-      return unimplemented(fmt::format("model runner: --weight-quant is not implemented for {} yet (bf16 weights only)",
-                                       kDeepseekV4Architecture));
-    }
-    GB_ASSIGN_OR_RETURN(r->v4_, V4Attention::create(checkpoint, dev, pool));
+    GB_ASSIGN_OR_RETURN(r->v4_, V4Attention::create(checkpoint, dev, pool, quantized));
     // The blocks' norms act on fp32 activations: fp32 copies of their weights.
     const auto f32 = [](const TensorView& w) {
       std::vector<float> v(static_cast<size_t>(w.numel()));
@@ -816,10 +812,18 @@ Status ModelRunner::finish_moe_v4(ForwardBatch& fb, int64_t layer, const TensorV
   const LayerWeights& lw = w_.layers[layer];
   const int64_t T = fb.num_tokens_, H = b.hidden, n = b.hc;
   const TensorView y = f32_view(b.out32, {T, H}), shared_out = f32_view(b.shared32, {T, H});
-  const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
-  GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}), std::span(&shared, 1),
-                                                  0, 1, f32_view(b.shared32, {T, 1, H}), model_swiglu_limit(config_)),
-                                  "shared experts", layer));
+  // The shared expert (ungated, the routed experts' SwiGLU clamp), quantized when --weight-quant quantized it.
+  if (quantized_ && quantized_->layer(layer).shared) {
+    GB_RETURN_IF_ERROR(with_context(ops::quant_expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}),
+                                                          std::span(&quantized_->layer(layer).shared_expert, 1), 0, 1,
+                                                          f32_view(b.shared32, {T, 1, H}), model_swiglu_limit(config_)),
+                                    "shared experts", layer));
+  } else {
+    const ops::ExpertWeights shared = as_expert(lw.moe.shared_expert);
+    GB_RETURN_IF_ERROR(with_context(ops::expert_ffn(fb.moe_input(), i32_view(b.zero_ids, {T, 1}), std::span(&shared, 1),
+                                                    0, 1, f32_view(b.shared32, {T, 1, H}), model_swiglu_limit(config_)),
+                                    "shared experts", layer));
+  }
   GB_RETURN_IF_ERROR(
       with_context(ops::moe_combine(outs, fb.topk_weights(), y, &shared_out, nullptr), "combine", layer));
   const TensorView streams = f32_view(b.streams, {T, n, H});

@@ -1,5 +1,5 @@
 #pragma once
-// ModelRunner: the Qwen3-MoE, Qwen3.5-MoE and DeepSeek-V3 / V3.2 forward pass over a paged KV cache (and, for
+// ModelRunner: the Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V3 / V3.2 and DeepSeek-V4 forward pass over a paged KV cache (and, for
 // Qwen3.5's Gated DeltaNet layers, the pool's per-sequence state slots), built from stable operators and
 // the DeviceOperator's adapters. It never asks which generation it runs on.
 //

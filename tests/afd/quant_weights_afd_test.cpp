@@ -1,6 +1,8 @@
 // AFD with quantized weights: the attention ranks run the quantized projections and shared
 // experts, the FFN ranks the quantized routed experts; tokens and logits equal the monolithic engine with
-// the same scheme bit for bit, and differ from the bf16 engine's (the quantized weights are in use).
+// the same scheme bit for bit, and differ from the bf16 engine's (the quantized weights are in use), except on
+// DeepSeek-V4's FP8 + MXFP4 form where auto keeps every value of the file (the generations with an MX data path),
+// which gives the bf16 engine's bits.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -8,6 +10,7 @@
 
 #include "afd/engine_job.h"
 #include "afd/support/engine_job_case.h"
+#include "runtime/checkpoint/deepseek_v4_quant.h"
 #include "runtime/engine/assembly.h"
 #include "runtime/forward/deepseek_attention.h"
 #include "support/temp_dir.h"
@@ -42,20 +45,33 @@ std::vector<engine::RequestResult> monolithic(const model::Checkpoint& ckpt, con
 }
 
 // tiny: a dense layer and a shared expert; tiny-qwen35: Gated DeltaNet layers (bf16) beside quantized
-// full-attention layers, fused experts and the gated shared expert.
-class QuantWeightsAfd : public ::testing::TestWithParam<const char*> {};
+// full-attention layers, fused experts and the gated shared expert; tiny-dsv4: V4 attention's projections, the
+// clamped routed and shared experts, hash routing, in the bf16 form and in DeepSeek's FP8 + MXFP4 form ("fp8").
+struct Model {
+  const char* preset;
+  bool v4_fp8_form = false;
+};
+class QuantWeightsAfd : public ::testing::TestWithParam<Model> {};
 
 TEST_P(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
   testing::TempDir dir;
-  ASSERT_TRUE(model::write_synthetic_checkpoint(GetParam(), 3, dir / "m").ok());
+  ASSERT_TRUE(model::write_synthetic_checkpoint(GetParam().preset, 3, dir / "m").ok());
+  if (GetParam().v4_fp8_form) {
+    ASSERT_TRUE(model::convert_checkpoint_to_deepseek_v4_fp8(dir / "m").ok());
+  }
   auto ckpt = model::Checkpoint::open(dir / "m");
   ASSERT_TRUE(ckpt.ok());
   runtime::DeviceConfig dc;
   dc.weight_quant = "auto";
   const runtime::DeviceOperator dev = runtime::DeviceOperator::create(dc).value();
   const runtime::DeviceOperator bf16_dev = runtime::DeviceOperator::create({}).value();
-  auto q = model::QuantizedWeights::quantize(*ckpt, *dev.weight_quant(), dev.contract().weight_quant.layers);
+  model::QuantizeOptions options;
+  options.mxfp4_repr = dev.mxfp4_weight_quant();
+  auto q = model::QuantizedWeights::quantize(*ckpt, *dev.weight_quant(), dev.contract().weight_quant.layers, options);
   ASSERT_TRUE(q.ok()) << q.status().to_string();
+  // auto on the FP8 + MXFP4 form keeps every value where the generation runs MXFP8 (the linears' codes) and MXFP4.
+  const bool exact = GetParam().v4_fp8_form && dev.weight_quant()->scheme == ops::WeightQuantScheme::kMxfp8 &&
+                     dev.mxfp4_weight_quant()->scheme == ops::WeightQuantScheme::kMxfp4;
 
   // Without the quantized weights the runner refuses to start under --weight-quant.
   {
@@ -70,7 +86,11 @@ TEST_P(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
   ASSERT_EQ(mono.size(), bf16.size());
   bool differs = false;
   for (size_t r = 0; r < mono.size(); ++r) differs |= mono[r].logits != bf16[r].logits;
-  EXPECT_TRUE(differs) << "the quantized engine gave the bf16 engine's logits";
+  if (exact) {
+    EXPECT_FALSE(differs) << "auto on the FP8 + MXFP4 form changed the logits of its exact bf16 dequantization";
+  } else {
+    EXPECT_TRUE(differs) << "the quantized engine gave the bf16 engine's logits";
+  }
 
   struct Case {
     ConnectorKind connector;
@@ -89,11 +109,14 @@ TEST_P(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, QuantWeightsAfd, ::testing::Values("tiny", "tiny-qwen35"), [](const auto& info) {
-  std::string name = info.param;
-  for (char& ch : name) ch = ch == '-' ? '_' : ch;
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Models, QuantWeightsAfd,
+                         ::testing::Values(Model{"tiny"}, Model{"tiny-qwen35"}, Model{"tiny-dsv4"},
+                                           Model{"tiny-dsv4", true}),
+                         [](const auto& info) {
+                           std::string name = info.param.preset;
+                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
+                           return info.param.v4_fp8_form ? name + "_fp8_form" : name;
+                         });
 
 }  // namespace
 }  // namespace genbridge::afd

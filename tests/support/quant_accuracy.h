@@ -54,8 +54,11 @@ inline Result<std::vector<std::vector<float>>> run(const model::Checkpoint& ckpt
   GB_ASSIGN_OR_RETURN(runtime::DeviceOperator dev, runtime::DeviceOperator::create(dc));
   std::unique_ptr<model::QuantizedWeights> q;
   if (dev.weight_quant()) {
-    GB_ASSIGN_OR_RETURN(q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(),
-                                                             roles ? *roles : dev.contract().weight_quant.layers));
+    model::QuantizeOptions options;
+    options.mxfp4_repr = dev.mxfp4_weight_quant();
+    GB_ASSIGN_OR_RETURN(
+        q, model::QuantizedWeights::quantize(ckpt, *dev.weight_quant(),
+                                             roles ? *roles : dev.contract().weight_quant.layers, options));
     if (acc) {
       acc->scheme = std::string(ops::weight_quant_scheme_name(dev.weight_quant()->scheme));
       acc->quantize_seconds = q->seconds();

@@ -12,6 +12,14 @@
 #                                   and logits bytes; make-model --weight-quant fp8 (DeepSeek's FP8 + MXFP4
 #                                   form) runs too (the log names the form, and the MTP layer's 85 tensors, its
 #                                   32 scales included)
+#   dsv4_weight_quant GENBRIDGE WORK
+#                                   make-model --weight-quant fp8 --preset tiny-dsv4 (DeepSeek's FP8 + MXFP4 form),
+#                                   then run: --weight-quant none says the 34 FP8 and 96 MXFP4 weights run as their
+#                                   exact bf16 dequantization; auto on a build whose generation runs MX keeps every
+#                                   value (MXFP8 with the file's e4m3 codes, the experts' own MXFP4 codes) and gives
+#                                   none's logits bit for bit, elsewhere converts everything to w8a8 saying the
+#                                   bytes and the measured error; w8a8 likewise on every build; --afd 2A1F gives
+#                                   the monolithic run's logits
 #   fp8_deepseek GENBRIDGE WORK     make-model --weight-quant fp8 on tiny-dsv3 / tiny-dsa writes every MLA,
 #                                   indexer wq_b/wk and MLP / expert projection as F8_E4M3; run --weight-quant
 #                                   auto converts all 141 quantized matrices (shared experts included) from
@@ -104,6 +112,43 @@ fp8_deepseek)
     diff "$work/$preset.mono.results" "$work/$preset.afd.results" || fail "$preset: --afd 2A1F results differ"
   done
   echo "PASS: DeepSeek FP8 checkpoints convert every quantized matrix from FP8"
+  ;;
+dsv4_weight_quant)
+  work=$1
+  rm -rf "$work" && mkdir -p "$work" || exit 1
+  "$genbridge" make-model --preset tiny-dsv4 --seed 1 --weight-quant fp8 "$work/fp8" > /dev/null 2>&1 ||
+    fail "make-model --weight-quant fp8 failed"
+  # Prompts past a ratio-128 window; 4 layers, 2 output groups, 8 experts, a shared expert: 36 FP8 matrices
+  # (wq_a, wq_b, wkv, wo_a x 2 groups, wo_b, shared w1 / w3 / w2 per layer), 96 MXFP4 expert matrices.
+  common=(--model "$work/fp8" --num-prompts 2 --prompt-len 140 --max-new-tokens 6)
+  for mode in none auto w8a8 auto_afd; do
+    extra=(--weight-quant "${mode%_afd}")
+    [ $mode = auto_afd ] && extra+=(--afd 2A1F)
+    timeout -k 2 100 "$genbridge" run "${common[@]}" "${extra[@]}" --dump-logits "$work/$mode.npy" \
+      > "$work/$mode.out" 2> "$work/$mode.err" || { cat "$work/$mode.err"; fail "$mode: genbridge run failed"; }
+    [ "$(grep -c '^request ' "$work/$mode.out")" = 2 ] || fail "$mode: expected 2 result lines"
+    echo "$mode: $(grep '^weights: ' "$work/$mode.err")"
+    [ "$(grep -c '^weights: ' "$work/$mode.err")" = 1 ] || fail "$mode: expected one weights line"
+  done
+  grep -Eq '^weights: bf16 \(weight_quant=none\), [0-9.]+ MiB; the checkpoint.s 34 FP8 and 96 MXFP4 weights \([0-9.]+ MiB in the file\) run as their bf16 dequantization \([0-9.]+ MiB\), exact$' \
+    "$work/none.err" || fail "none: the weights line does not say the FP8 + MXFP4 weights run as their exact bf16 dequantization"
+  w8a8_line='the checkpoint.s FP8 blocks \(36 matrices, [0-9.]+ MiB in the file\) -> w8a8, [0-9.]+ MiB: 36 requantized from the decoded values \(relative RMS error [0-9.e+-]+%\); the checkpoint.s MXFP4 blocks \(96 matrices, [0-9.]+ MiB in the file\) -> w8a8, [0-9.]+ MiB: 96 requantized from the decoded values \(relative RMS error [0-9.e+-]+%\)'
+  grep -Eq "^weights: w8a8 for attention projections and experts \(132 matrices, 36 of them .*; $w8a8_line" "$work/w8a8.err" ||
+    fail "w8a8: the weights line does not say what the FP8 and MXFP4 weights became"
+  cmp -s "$work/none.npy" "$work/w8a8.npy" && fail "w8a8 gave the bf16 dequantization's logits"
+  if grep -q '| weights (weight_quant=auto): mxfp8 ' "$work/auto.err"; then
+    # A generation with an MX data path: every value the file holds, kept.
+    grep -Fq "; a checkpoint's MXFP4 weights: mxfp4, their own codes" "$work/auto.err" || fail "auto: the device line does not say the MXFP4 weights keep their codes"
+    grep -Eq "^weights: mxfp8 for attention projections and shared experts, mxfp4 for routed experts \(132 matrices, .*; the checkpoint.s FP8 blocks \(36 matrices, [0-9.]+ MiB in the file\) -> mxfp8, [0-9.]+ MiB: 36 exactly \(the file.s e4m3 codes, each block.s scale repeated per 32 along K\); the checkpoint.s MXFP4 blocks \(96 matrices, [0-9.]+ MiB in the file\) -> mxfp4, [0-9.]+ MiB: 96 exactly \(the file.s codes, read in place, and scales\);" \
+      "$work/auto.err" || fail "auto: the weights line does not say every FP8 and MXFP4 weight was kept"
+    cmp "$work/none.npy" "$work/auto.npy" || fail "auto kept every value but its logits differ from the bf16 dequantization's"
+  else
+    grep -Eq "^weights: w8a8 for attention projections and experts \(132 matrices, .*; $w8a8_line" "$work/auto.err" ||
+      fail "auto: the weights line does not say the FP8 and MXFP4 weights were converted to w8a8"
+    cmp "$work/w8a8.npy" "$work/auto.npy" || fail "auto (w8a8 here) differs from --weight-quant w8a8"
+  fi
+  cmp "$work/auto.npy" "$work/auto_afd.npy" || fail "--afd 2A1F logits differ from the monolithic run's"
+  echo "PASS: DeepSeek-V4's FP8 + MXFP4 form under --weight-quant none, auto, w8a8 and --afd 2A1F"
   ;;
 dsv4)
   work=$1

@@ -1,8 +1,9 @@
 // Which matrices --weight-quant quantizes, counted per role for each architecture (Qwen3-MoE, DeepSeek-V3,
-// DeepSeek-V3.2, Qwen3.5-MoE: its full-attention layers' projections, not the Gated DeltaNet's) and each scheme the
-// build's generation offers: attention projections (GQA q/k/v/o; MLA q_a/q_b or q, kv_a, o and kv_b as W_UK^T + W_UV
-// per head), routed experts, shared experts (Qwen's gated shared_expert, DeepSeek's ungated shared_experts) and dense
-// MLPs, as docs/quant_weights.md states. The expected counts come from the config alone; the runner uses the quantized
+// DeepSeek-V3.2, Qwen3.5-MoE: its full-attention layers' projections, not the Gated DeltaNet's; DeepSeek-V4: not its
+// compressors' nor its indexer's) and each scheme the build's generation offers: attention projections (GQA q/k/v/o;
+// MLA q_a/q_b or q, kv_a, o and kv_b as W_UK^T + W_UV per head; V4 wq_a, wq_b, wkv, wo_a per output group, wo_b),
+// routed experts, shared experts (Qwen's gated shared_expert, DeepSeek's ungated shared_experts) and dense MLPs, as
+// docs/quant_weights.md states. The expected counts come from the config alone; the runner uses the quantized
 // DeepSeek shared experts, and an AFD attention rank's share holds them.
 #include <gtest/gtest.h>
 
@@ -28,9 +29,13 @@ struct RoleCounts {
 RoleCounts expected_counts(const ModelConfig& c, bool attention_side, bool experts) {
   RoleCounts n;
   const bool deepseek = c.is_deepseek();
-  const bool has_shared = deepseek ? c.deepseek.n_shared_experts > 0 : c.shared_expert_intermediate_size > 0;
+  const bool has_shared = deepseek             ? c.deepseek.n_shared_experts > 0
+                          : c.is_deepseek_v4() ? c.dsv4.n_shared_experts > 0
+                                               : c.shared_expert_intermediate_size > 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (attention_side && !c.is_linear_layer(l)) {  // Qwen3.5's Gated DeltaNet projections stay bf16
+    if (attention_side && c.is_deepseek_v4()) {
+      n.attention += 4 + c.dsv4.o_groups;                  // wq_a, wq_b, wkv, wo_b and wo_a per group
+    } else if (attention_side && !c.is_linear_layer(l)) {  // Qwen3.5's Gated DeltaNet projections stay bf16
       n.attention += deepseek ? (c.deepseek.q_lora_rank > 0 ? 2 : 1) + 2 + 2 * c.num_attention_heads : 4;
     }
     if (c.is_moe_layer(l)) {
@@ -54,6 +59,8 @@ RoleCounts held_counts(const QuantizedWeights& q) {
                    set(ql.q_b_proj) + set(ql.kv_a_proj);
     for (const ops::QuantWeight& w : ql.w_uk_t) n.attention += set(w);
     for (const ops::QuantWeight& w : ql.w_uv) n.attention += set(w);
+    n.attention += set(ql.wq_a) + set(ql.wq_b) + set(ql.wkv) + set(ql.wo_b);
+    for (const ops::QuantWeight& w : ql.wo_a) n.attention += set(w);
     for (const ops::QuantExpertWeights& e : ql.experts) n.routed += mlp(e);
     if (ql.shared) n.shared += mlp(ql.shared_expert);
     if (ql.dense) n.dense += mlp(ql.dense_mlp);
@@ -149,7 +156,8 @@ TEST_P(QuantRoles, afd_shares_split_the_roles) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, QuantRoles,
-                         ::testing::Values("tiny", "tiny-dsv3", "tiny-dsa", "tiny-dsv3-noq", "tiny-qwen35"),
+                         ::testing::Values("tiny", "tiny-dsv3", "tiny-dsa", "tiny-dsv3-noq", "tiny-qwen35",
+                                           "tiny-dsv4"),
                          [](const auto& p) {
                            std::string s = p.param;
                            for (char& ch : s) ch = ch == '-' ? '_' : ch;
