@@ -14,13 +14,16 @@
 // measures the quantized MoE dispatch instead (docs/afd.md#quantized-dispatch): the same round trip through the
 // sync connector with bf16 rows and with each generation's quantized rows (int8 + fp32 scale per token: H + 4 bytes;
 // MXFP8: H + H/32 bytes), interleaved every iteration, so each cell's bytes and time stand against bf16's of the same
-// run. Expert outputs travel in bf16 either way. Beside them, on world rank 0 alone, what the rows cost to make and
-// to decode (runtime/device/moe_dispatch.h: quantize_dispatch of bf16 [tokens, H], dequantize_dispatch to fp32),
-// medians of the same number of calls, where the build's generation has the representation's data path.
+// run. Expert outputs travel in bf16 either way. Beside them, on world rank 0 while the other rank sleeps, what the
+// rows cost to make and to decode (runtime/device/moe_dispatch.h: quantize_dispatch of bf16 [tokens, H],
+// dequantize_dispatch to fp32), medians of the same number of calls, where the build's generation has the
+// representation's data path.
 
 #ifdef GENBRIDGE_HAVE_MPI
 #include <mpi.h>
 #endif
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -237,22 +240,27 @@ std::pair<double, double> row_costs(const runtime::DispatchRepresentation& r, in
   return {median(q), median(d)};
 }
 
-// --dispatch: bf16 rows against each representation's quantized rows, sync connector, the same run.
+// Waits for the other rank at a barrier without spinning (1 ms naps), so that work measured on the other rank
+// meanwhile has the cores to itself.
+void quiet_barrier() {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  for (int flag = 0; !flag;) {
+    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    if (!flag) usleep(1000);
+  }
+}
+
+// --dispatch: bf16 rows against each representation's quantized rows, sync connector, the same run; then, with
+// the FFN rank asleep, what making and decoding the rows costs on world rank 0.
 void dispatch_table(int rank, int iters, int warmup) {
   const int kDispatchTokens[] = {1, 4, 16, 64, 256};
   const std::vector<Representation> reps = representations();
-  if (rank == 0) {
-    std::printf(
-        "round trip of one layer (top-1, 1A1F, S=1, sync connector), %d samples per cell, microseconds (median); "
-        "bf16 and quantized rows interleaved every iteration; x bf16 = median over iterations of quantized/bf16 of "
-        "the same iteration; quantize / decode: quantize_dispatch and dequantize_dispatch of [tokens, hidden] on "
-        "world rank 0, %d threads, n/a where this build (%s) has no data path\n\n",
-        iters, num_threads(), std::string(ops::build_target()).c_str());
-    std::printf(
-        "| tokens | hidden | dispatch rows | bytes A->F | x bf16 | bytes F->A | round trip us | x bf16 | quantize us | "
-        "decode us |\n");
-    std::printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  }
+  struct Cell {
+    int n, hidden;
+    std::vector<double> median_us, ratio;  // per method (bf16 first); ratio to bf16 of the same iteration
+  };
+  std::vector<Cell> cells;
   for (int hidden : kHidden) {
     std::vector<std::unique_ptr<ConnectorMethod> > methods;
     methods.push_back(std::make_unique<ConnectorMethod>(rank, ConnectorKind::kSync, hidden));
@@ -273,31 +281,53 @@ void dispatch_table(int rank, int iters, int warmup) {
           if (i >= warmup) t[m].push_back((t1 - t0) * 1e6);
         }
       }
-      if (rank != 0) continue;
-      const size_t work_bf16 = wire::work_meta_bytes(n, 1) + wire::dispatch_rows_bytes(n, int64_t{2} * hidden);
-      std::printf("| %d | %d | bf16 | %zu | 1 | %zu | %.2f | 1 | - | - |\n", n, hidden, work_bf16,
-                  result_bytes(n, hidden), median(t[0]));
-      for (size_t m = 1; m < M; ++m) {
-        const runtime::DispatchRepresentation& r = *reps[m - 1].rep;
-        const size_t work =
-            wire::work_meta_bytes(n, 1) + wire::dispatch_rows_bytes(n, runtime::dispatch_row_bytes(r, hidden));
+      Cell c{n, hidden, {}, {}};
+      for (size_t m = 0; m < M; ++m) {
         std::vector<double> ratio;
         for (size_t i = 0; i < t[0].size(); ++i) ratio.push_back(t[m][i] / t[0][i]);
-        const auto [q, d] = row_costs(r, n, hidden, iters);
-        const auto us = [](double v) {
-          char b[32];
-          std::snprintf(b, sizeof(b), "%.2f", v);
-          return v < 0 ? std::string("n/a") : std::string(b);
-        };
-        const std::string qs = us(q), ds = us(d);
-        std::printf("| %d | %d | %s | %zu | %.3f | %zu | %.2f | %.3f | %s | %s |\n", n, hidden, reps[m - 1].name, work,
-                    static_cast<double>(work) / static_cast<double>(work_bf16), result_bytes(n, hidden), median(t[m]),
-                    median(ratio), qs.c_str(), ds.c_str());
+        c.median_us.push_back(median(t[m]));
+        c.ratio.push_back(median(ratio));
       }
-      std::fflush(stdout);
+      cells.push_back(std::move(c));
     }
     for (auto& m : methods) m->finish(rank);
   }
+  if (rank != 0) {
+    quiet_barrier();
+    return;
+  }
+  std::printf(
+      "round trip of one layer (top-1, 1A1F, S=1, sync connector), %d samples per cell, microseconds (median); bf16 "
+      "and quantized rows interleaved every iteration; x bf16 = median over iterations of quantized/bf16 of the same "
+      "iteration; quantize / decode: quantize_dispatch and dequantize_dispatch of [tokens, hidden] on world rank 0 "
+      "while the other rank sleeps, %d threads, median of %d calls, n/a where this build (%s) has no data path\n\n",
+      iters, num_threads(), iters, std::string(ops::build_target()).c_str());
+  std::printf(
+      "| tokens | hidden | dispatch rows | bytes A->F | x bf16 | bytes F->A | round trip us | x bf16 | quantize us | "
+      "decode us |\n");
+  std::printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  const auto us = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.2f", v);
+    return v < 0 ? std::string("n/a") : std::string(b);
+  };
+  for (const Cell& c : cells) {
+    const int n = c.n, hidden = c.hidden;
+    const size_t work_bf16 = wire::work_meta_bytes(n, 1) + wire::dispatch_rows_bytes(n, int64_t{2} * hidden);
+    std::printf("| %d | %d | bf16 | %zu | 1 | %zu | %.2f | 1 | - | - |\n", n, hidden, work_bf16,
+                result_bytes(n, hidden), c.median_us[0]);
+    for (size_t m = 1; m < c.median_us.size(); ++m) {
+      const runtime::DispatchRepresentation& r = *reps[m - 1].rep;
+      const size_t work =
+          wire::work_meta_bytes(n, 1) + wire::dispatch_rows_bytes(n, runtime::dispatch_row_bytes(r, hidden));
+      const auto [q, d] = row_costs(r, n, hidden, iters);
+      std::printf("| %d | %d | %s | %zu | %.3f | %zu | %.2f | %.3f | %s | %s |\n", n, hidden, reps[m - 1].name, work,
+                  static_cast<double>(work) / static_cast<double>(work_bf16), result_bytes(n, hidden), c.median_us[m],
+                  c.ratio[m], us(q).c_str(), us(d).c_str());
+    }
+    std::fflush(stdout);
+  }
+  quiet_barrier();
 }
 
 }  // namespace
