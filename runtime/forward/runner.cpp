@@ -616,9 +616,8 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
                                     "attention", layer));
     const TensorView gate = TensorView::strided(b.q.data() + D, DType::kBF16, {T, b.heads, D}, {b.q_proj, qh, 1});
     GB_RETURN_IF_ERROR(with_context(ops::sigmoid_mul(attn, gate, attn), "output gate", layer));
-    GB_RETURN_IF_ERROR(
-        with_context(project(f32_view(b.attn32, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta),
-                     "o_proj", layer));
+    GB_RETURN_IF_ERROR(with_context(
+        project(f32_view(b.attn32, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
     return post_attention(fb, layer);
   }
   const TensorView attn = bf16_view(b.attn, {T, b.heads, D});
