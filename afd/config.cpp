@@ -68,6 +68,12 @@ Status validate(const AfdConfig& c) {
                             kMaxTopK));
   }
   if (c.hidden_size < 1) return rule("hidden_size", std::to_string(c.hidden_size), "must be >= 1");
+  if (c.dispatch_row_bytes != 0 && (c.dispatch_row_bytes <= c.hidden_size || c.dispatch_row_bytes % 4 != 0)) {
+    return rule("dispatch_row_bytes", std::to_string(c.dispatch_row_bytes),
+                fmt::format("must be 0 (bf16 rows) or a multiple of 4 above 'hidden_size' ({}): a quantized row holds "
+                            "one byte per element and its scales",
+                            c.hidden_size));
+  }
   if (c.num_layers < 1) return rule("num_layers", std::to_string(c.num_layers), "must be >= 1");
   for (size_t i = 0; i < c.dense_layers.size(); ++i) {
     const int l = c.dense_layers[i];
@@ -88,7 +94,7 @@ Status validate(const AfdConfig& c) {
   // Every message must fit one MPI count (int bytes): the largest is a stage's expert outputs.
   const int64_t max_slots = std::min(c.top_k, c.experts_per_ffn());
   const int64_t result_bytes = int64_t{c.max_tokens_per_stage} * max_slots * c.hidden_size * 2;
-  const int64_t work_bytes = int64_t{c.max_tokens_per_stage} * (int64_t{c.hidden_size} * 2 + 8 * c.top_k);
+  const int64_t work_bytes = int64_t{c.max_tokens_per_stage} * (c.dispatch_bytes_per_token() + 8 * c.top_k);
   if (std::max(result_bytes, work_bytes) > (int64_t{1} << 30)) {
     return invalid_argument(
         fmt::format("afd config: 'max_tokens_per_stage' is {} but one stage's transfer would need {} bytes "
@@ -156,6 +162,7 @@ constexpr IntKey kIntKeys[] = {
     {"num_experts", &AfdConfig::num_experts, nullptr},
     {"top_k", &AfdConfig::top_k, nullptr},
     {"hidden_size", &AfdConfig::hidden_size, nullptr},
+    {"dispatch_row_bytes", &AfdConfig::dispatch_row_bytes, nullptr},
     {"num_layers", &AfdConfig::num_layers, nullptr},
 };
 
@@ -192,8 +199,7 @@ Status read_other_key(const std::string& key, const json& v, AfdConfig* c) {
     return invalid_argument(fmt::format(
         "afd config: unknown key '{}' (known keys: attention_ranks, ffn_ranks, stages, connector, transport, "
         "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, init_timeout_ms, num_experts, top_k, "
-        "hidden_size, "
-        "num_layers, dense_layers)",
+        "hidden_size, dispatch_row_bytes, num_layers, dense_layers)",
         key));
   }
   return ok_status();
@@ -257,11 +263,11 @@ std::string canonical_settings(const AfdConfig& c) {
   for (size_t i = 0; i < c.dense_layers.size(); ++i) dense += (i ? "," : "") + std::to_string(c.dense_layers[i]);
   return fmt::format(
       "attention_ranks={}\nffn_ranks={}\nstages={}\nconnector={}\ntransport={}\nasync_dp={}\nmax_tokens_per_stage={}\n"
-      "timeout_ms={}\nidle_timeout_ms={}\ninit_timeout_ms={}\nnum_experts={}\ntop_k={}\nhidden_size={}\nnum_layers={}"
-      "\ndense_layers=[{}]\n",
+      "timeout_ms={}\nidle_timeout_ms={}\ninit_timeout_ms={}\nnum_experts={}\ntop_k={}\nhidden_size={}\n"
+      "dispatch_row_bytes={}\nnum_layers={}\ndense_layers=[{}]\n",
       c.num_attention, c.num_ffn, c.num_stages, connector_kind_name(c.connector), transport_kind_name(c.transport),
       c.async_dp ? "true" : "false", c.max_tokens_per_stage, c.timeout_ms, c.idle_timeout_ms, c.init_timeout_ms,
-      c.num_experts, c.top_k, c.hidden_size, c.num_layers, dense);
+      c.num_experts, c.top_k, c.hidden_size, c.dispatch_row_bytes, c.num_layers, dense);
 }
 
 std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a, std::string* value_b) {

@@ -50,15 +50,22 @@ struct AfdConfig {
   // engine first: init() and an FFN rank waiting for an attention rank's first step.
   int64_t init_timeout_ms = 300000;  // "init_timeout_ms" >= 1
   // Model shape the transfers are sized from (the engine fills these from the model config).
-  int num_experts = 0;            // "num_experts": E >= 1, divisible by F
-  int top_k = 0;                  // "top_k": 1..min(E, 16)
-  int hidden_size = 0;            // "hidden_size" >= 1 (bf16 elements per token)
+  int num_experts = 0;  // "num_experts": E >= 1, divisible by F
+  int top_k = 0;        // "top_k": 1..min(E, 16)
+  int hidden_size = 0;  // "hidden_size" >= 1 (bf16 elements per token)
+  // Bytes per token of a quantized MoE dispatch (runtime/device/moe_dispatch.h: codes and scales of one token);
+  // 0: the dispatch carries bf16 rows (2 x hidden_size bytes). Expert outputs travel in bf16 either way.
+  int dispatch_row_bytes = 0;     // "dispatch_row_bytes": 0, or a multiple of 4 above hidden_size
   int num_layers = 0;             // "num_layers" >= 1
   std::vector<int> dense_layers;  // "dense_layers": layers that stay on the attention side, ascending
 
   // Layers whose FFN runs on the FFN ranks (every layer not listed as dense), ascending.
   std::vector<int> moe_layers() const;
   int experts_per_ffn() const { return num_ffn > 0 ? num_experts / num_ffn : 0; }
+  // Bytes of one token's row in a dispatch (attention -> FFN).
+  int64_t dispatch_bytes_per_token() const {
+    return dispatch_row_bytes > 0 ? dispatch_row_bytes : int64_t{2} * hidden_size;
+  }
 };
 
 // Checks every rule; the error names the key and the rule, e.g.

@@ -102,10 +102,12 @@ class BackendState {
 // One unit of FFN work: the tokens one stage of one MoE layer sent to this FFN rank. All views point into
 // connector-owned buffers and stay valid until `state` is handed back.
 struct FfnWorkItem {
-  TransferMeta meta;        // layer, stage, step, tokens per segment
-  bool warmup = false;      // sync: the step was announced as warm-up
-  int source = -1;          // async: attention rank that sent the item; sync: -1 (segments = ranks 0..A-1)
-  TensorView hidden;        // bf16 [M, H], M = meta.total_tokens(); segments in meta.seq_lens order
+  TransferMeta meta;    // layer, stage, step, tokens per segment
+  bool warmup = false;  // sync: the step was announced as warm-up
+  int source = -1;      // async: attention rank that sent the item; sync: -1 (segments = ranks 0..A-1)
+  // bf16 [M, H], M = meta.total_tokens(); segments in meta.seq_lens order. With a quantized dispatch
+  // (AfdConfig::dispatch_row_bytes > 0): the rows of codes and scales, uint8 [M, dispatch_row_bytes].
+  TensorView hidden;
   TensorView topk_ids;      // i32 [M, k]
   TensorView topk_weights;  // f32 [M, k]
   int expert_begin = 0;     // experts this FFN rank owns: [expert_begin, expert_end)
@@ -176,7 +178,8 @@ class Connector {
   virtual ControlPlane* control_plane() = 0;
 
   // ---- attention side ----
-  // Dispatches one stage: hidden bf16 [n, H] (unit stride along H; any row stride), n = meta.seq_lens[0].
+  // Dispatches one stage: hidden bf16 [n, H] (unit stride along H; any row stride), n = meta.seq_lens[0]; with a
+  // quantized dispatch (AfdConfig::dispatch_row_bytes > 0) its rows of codes and scales, uint8 [n, dispatch_row_bytes].
   // Does not block. Copies the routing; reads `hidden` in place, so `hidden` must stay unmodified until
   // recv_ffn_output() of this stage returns. At most 2 transfers per stage may be outstanding (FIFO).
   virtual Status send_attn_output(TensorView hidden, const TransferMeta& meta, const Routing& routing) = 0;

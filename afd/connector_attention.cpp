@@ -17,12 +17,13 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
   GB_RETURN_IF_ERROR(validate_meta(meta, Role::kAttention, cfg_));
   const int n = meta.seq_lens[0];
   const int stage = meta.stage;
-  if (hidden.dtype() != DType::kBF16 || hidden.rank() != 2 || hidden.dim(0) != n || hidden.dim(1) != hidden_ ||
-      (n > 0 && hidden_ > 1 && hidden.stride(1) != 1)) {
-    return invalid_argument(
-        fmt::format("afd send_attn_output: hidden must be bf16 [{}, {}] with unit stride along hidden, got {} {} "
-                    "(layer {}, stage {})",
-                    n, hidden_, dtype_name(hidden.dtype()), hidden.shape_string(), meta.layer, stage));
+  if (hidden.dtype() != row_dtype_ || hidden.rank() != 2 || hidden.dim(0) != n || hidden.dim(1) != row_elems_ ||
+      (n > 0 && row_elems_ > 1 && hidden.stride(1) != 1)) {
+    return invalid_argument(fmt::format(
+        "afd send_attn_output: hidden must be {} [{}, {}] with unit stride along {}, got {} {} (layer {}, stage {})",
+        dtype_name(row_dtype_), n, row_elems_,
+        row_dtype_ == DType::kBF16 ? "hidden" : "the row (a quantized dispatch's codes and scales)",
+        dtype_name(hidden.dtype()), hidden.shape_string(), meta.layer, stage));
   }
   const TensorView& ids = routing.topk_ids;
   const TensorView& w = routing.topk_weights;
@@ -62,8 +63,8 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
   d.meta = meta;
   d.num_tokens = n;
   d.send_ns = now_ns();
-  const size_t row_bytes = static_cast<size_t>(hidden_) * 2;
-  const int64_t hs0 = hidden.stride(0);
+  const size_t row_bytes = static_cast<size_t>(row_bytes_);
+  const size_t row_stride_bytes = static_cast<size_t>(hidden.stride(0)) * dtype_size(row_dtype_);
   const std::byte* hbase = static_cast<const std::byte*>(hidden.data());
   for (int f = 0; f < cfg_.num_ffn; ++f) {
     const int m = d.layout.num_tokens_to(f);
@@ -101,7 +102,7 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
     // every token goes to this FFN rank and the rows are contiguous).
     send_segs_.clear();
     for (int i = 0; i < m; ++i) {
-      const std::byte* row = hbase + static_cast<size_t>(toks[i]) * hs0 * 2;
+      const std::byte* row = hbase + static_cast<size_t>(toks[i]) * row_stride_bytes;
       if (!send_segs_.empty() &&
           static_cast<const std::byte*>(send_segs_.back().data) + send_segs_.back().bytes == row) {
         send_segs_.back().bytes += row_bytes;

@@ -105,7 +105,13 @@ Result<std::unique_ptr<Connector>> make_connector(const AfdConfig& cfg, std::uni
 // ---- ConnectorBase ----
 
 ConnectorBase::ConnectorBase(const AfdConfig& cfg, std::unique_ptr<Transport> transport)
-    : cfg_(cfg), transport_(std::move(transport)), k_(cfg.top_k), hidden_(cfg.hidden_size) {
+    : cfg_(cfg),
+      transport_(std::move(transport)),
+      k_(cfg.top_k),
+      hidden_(cfg.hidden_size),
+      row_dtype_(cfg.dispatch_row_bytes > 0 ? DType::kU8 : DType::kBF16),
+      row_elems_(cfg.dispatch_row_bytes > 0 ? cfg.dispatch_row_bytes : cfg.hidden_size),
+      row_bytes_(cfg.dispatch_bytes_per_token()) {
   moe_layers_ = cfg_.moe_layers();
   moe_index_of_layer_.assign(cfg_.num_layers, -1);
   for (size_t i = 0; i < moe_layers_.size(); ++i) moe_index_of_layer_[moe_layers_[i]] = static_cast<int>(i);
@@ -384,7 +390,7 @@ Status ConnectorBase::init(std::span<const FingerprintItem> fingerprint) {
         slot.peer = a;
         slot.stage = s;
         GB_ASSIGN_OR_RETURN(slot.meta, transport_->alloc_buffer(wire::work_meta_bytes(max_tokens, k_)));
-        GB_ASSIGN_OR_RETURN(slot.rows, transport_->alloc_buffer(wire::rows_bytes(max_tokens, hidden_)));
+        GB_ASSIGN_OR_RETURN(slot.rows, transport_->alloc_buffer(wire::dispatch_rows_bytes(max_tokens, row_bytes_)));
       }
     }
     peer_heard_.assign(A, Clock::now());

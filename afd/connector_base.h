@@ -85,7 +85,7 @@ class ConnectorBase : public Connector {
     int peer = 0;  // attention rank
     int stage = 0;
     std::span<std::byte> meta;  // header + routing, capacity max_tokens
-    std::span<std::byte> rows;  // hidden rows, capacity max_tokens
+    std::span<std::byte> rows;  // dispatched rows (row_bytes_ each), capacity max_tokens
     RequestId meta_id = kNoRequest;
     RequestId rows_id = kNoRequest;
     int pending = 0;      // receives posted and not yet complete
@@ -171,6 +171,11 @@ class ConnectorBase : public Connector {
   Metrics* metrics_ = nullptr;
   int k_ = 0;
   int hidden_ = 0;
+  // A dispatched token's row: bf16 [hidden_] (row_dtype_ bf16, row_elems_ = hidden_), or a quantized dispatch's
+  // uint8 [dispatch_row_bytes] (row_dtype_ uint8); row_bytes_ either way.
+  DType row_dtype_ = DType::kBF16;
+  int64_t row_elems_ = 0;
+  int64_t row_bytes_ = 0;
 
   std::vector<StageFifo> fifos_;  // attention, per stage
   std::vector<ConstSegment> send_segs_;

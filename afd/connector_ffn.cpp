@@ -59,7 +59,7 @@ Result<const wire::Header*> ConnectorBase::check_work(const RecvSlot& slot, int6
   if (h->kind != wire::Kind::kWork || h->stage != slot.stage || h->source != slot.peer || h->top_k != k_ ||
       h->hidden != hidden_ || h->num_tokens < 0 || h->num_tokens > cfg_.max_tokens_per_stage ||
       got != wire::work_meta_bytes(h->num_tokens, k_) ||
-      slot.rows_done.bytes != wire::rows_bytes(h->num_tokens, hidden_) ||
+      slot.rows_done.bytes != wire::dispatch_rows_bytes(h->num_tokens, row_bytes_) ||
       (expect_step >= 0 && h->step != expect_step)) {
     return internal_error(fmt::format(
         "afd: {} expected a work transfer for stage {}{} from {} but got a {} message of {} + {} bytes (layer {}, "
@@ -144,10 +144,10 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
     int32_t* ids = reinterpret_cast<int32_t*>(slot.meta.data() + wire::kHeaderBytes);
     item.topk_ids = TensorView(ids, DType::kI32, {total, k_});
     item.topk_weights = TensorView(ids + static_cast<size_t>(m) * k_, DType::kF32, {total, k_});
-    item.hidden = TensorView(slot.rows.data(), DType::kBF16, {total, H});
+    item.hidden = TensorView(slot.rows.data(), row_dtype_, {total, row_elems_});
     // Every other segment is empty, so this segment's tokens (and the rows' token indices) start at 0.
   } else {
-    g.pack_hidden.resize(static_cast<size_t>(total * H * 2));
+    g.pack_hidden.resize(static_cast<size_t>(total * row_bytes_));
     g.pack_ids.resize(static_cast<size_t>(total * k_));
     g.pack_weights.resize(static_cast<size_t>(total * k_));
     int64_t off = 0;
@@ -158,12 +158,13 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
       std::memcpy(g.pack_ids.data() + off * k_, meta + wire::kHeaderBytes, static_cast<size_t>(m) * k_ * 4);
       std::memcpy(g.pack_weights.data() + off * k_, meta + wire::kHeaderBytes + static_cast<size_t>(m) * k_ * 4,
                   static_cast<size_t>(m) * k_ * 4);
-      std::memcpy(g.pack_hidden.data() + off * H * 2, slots_[g.slots[i]].rows.data(), static_cast<size_t>(m * H * 2));
+      std::memcpy(g.pack_hidden.data() + off * row_bytes_, slots_[g.slots[i]].rows.data(),
+                  static_cast<size_t>(m * row_bytes_));
       off += m;
     }
     item.topk_ids = TensorView(g.pack_ids.data(), DType::kI32, {total, k_});
     item.topk_weights = TensorView(g.pack_weights.data(), DType::kF32, {total, k_});
-    item.hidden = TensorView(g.pack_hidden.data(), DType::kBF16, {total, H});
+    item.hidden = TensorView(g.pack_hidden.data(), row_dtype_, {total, row_elems_});
   }
   const int64_t rows = static_cast<int64_t>(g.row_token.size());
   if (rows > g.rows_capacity) {
@@ -271,7 +272,7 @@ Status ConnectorBase::add_group(std::vector<int> slots) {
   g.row_slot.reserve(static_cast<size_t>(g.rows_capacity));
   g.seg_rows.reserve(g.slots.size());
   if (g.slots.size() > 1) {
-    g.pack_hidden.reserve(static_cast<size_t>(tokens * hidden_ * 2));
+    g.pack_hidden.reserve(static_cast<size_t>(tokens * row_bytes_));
     g.pack_ids.reserve(static_cast<size_t>(tokens * k_));
     g.pack_weights.reserve(static_cast<size_t>(tokens * k_));
   }

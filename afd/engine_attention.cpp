@@ -68,7 +68,9 @@ Status AfdExecutor::step_forward(const model::ForwardInput& in, std::span<float>
     GB_RETURN_IF_ERROR(runner_.attention_block(b, layer));
     if (moe) {
       GB_RETURN_IF_ERROR(runner_.route(b, layer));
-      *moe = MoeInput{b.moe_input(), b.topk_ids(), b.topk_weights()};
+      // With a quantized dispatch route() quantized the input: its rows travel (docs/afd.md#quantized-dispatch).
+      const TensorView rows = b.moe_dispatch_rows();
+      *moe = MoeInput{rows.rank() == 2 ? rows : b.moe_input(), b.topk_ids(), b.topk_weights()};
     }
     return ok_status();
   };

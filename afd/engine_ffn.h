@@ -8,8 +8,10 @@
 
 namespace genbridge::afd {
 
-// FFN-side work item computation with the model's experts (reuses one scratch buffer; single-threaded
-// caller, as FfnRunner is).
-ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden);
+// FFN-side work item computation with the model's experts (reuses its scratch buffers; single-threaded
+// caller, as FfnRunner is). `dispatch` (not owned; null: bf16 rows): the quantized dispatch representation the
+// items' rows are in (DeviceOperator::moe_dispatch()).
+ExpertComputeFn make_expert_compute(const model::ExpertBank& experts, int64_t top_k, int64_t hidden,
+                                    const runtime::DispatchRepresentation* dispatch = nullptr);
 
 }  // namespace genbridge::afd

@@ -8,6 +8,7 @@
 #include "afd/engine_ffn.h"
 #include "afd/wire.h"
 #include "runtime/checkpoint/config.h"
+#include "runtime/device/moe_dispatch.h"
 #include "runtime/engine/assembly.h"
 #include "runtime/forward/runner.h"
 
@@ -35,6 +36,10 @@ Result<ValidAfdConfig> prepare_rank_job(AfdConfig settings, TransportKind transp
     return invalid_argument(fmt::format("afd: warm-up steps is {} but must be >= 0", job->warmup_steps));
   }
   settings.transport = transport;
+  // A quantized dispatch sends the DeviceOperator's rows of codes and scales instead of bf16 rows.
+  const runtime::DispatchRepresentation* dispatch = job->dev->moe_dispatch();
+  settings.dispatch_row_bytes =
+      dispatch ? static_cast<int>(runtime::dispatch_row_bytes(*dispatch, job->checkpoint->config().hidden_size)) : 0;
   engine::EngineOptions& e = job->engine;
   e.max_batch = std::max<int64_t>(1, e.max_batch);  // as the engine takes it
   int64_t longest = 1;
@@ -83,6 +88,7 @@ std::vector<FingerprintItem> job_fingerprint(const RankJob& job, std::vector<Fin
   items.push_back({"weight quantization",
                    std::string(ops::weight_quant_scheme_name(dev.weight_quant() ? dev.weight_quant()->scheme
                                                                                 : ops::WeightQuantScheme::kNone))});
+  items.push_back({"MoE dispatch", dev.moe_dispatch() ? "quantized" : "bf16"});
   return items;
 }
 
@@ -204,7 +210,7 @@ Status ffn_rank(const RankJob& job, const ValidAfdConfig& cfg, const FfnDriver& 
   std::unique_ptr<model::QuantizedWeights> share;
   GB_ASSIGN_OR_RETURN(const model::QuantizedWeights* quantized, rank_weights(job, cfg, conn, &share));
   const model::ExpertBank experts(*job.checkpoint, quantized);
-  ExpertComputeFn compute = make_expert_compute(experts, c.num_experts_per_tok, c.hidden_size);
+  ExpertComputeFn compute = make_expert_compute(experts, c.num_experts_per_tok, c.hidden_size, job.dev->moe_dispatch());
   if (driver.wrap) compute = driver.wrap(conn, metrics, std::move(compute));
   if (job.ffn_hook) {  // outside the driver's wrap: what the driver measures is the experts' own work
     compute = [hook = job.ffn_hook, inner = std::move(compute), f = conn.rank()](const FfnWorkItem& item) -> Status {

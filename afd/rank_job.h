@@ -62,7 +62,7 @@ Result<ValidAfdConfig> fill_model_shape(const model::ModelConfig& cfg, int64_t m
 // job itself knows, so that a mismatch is caught even when the tool passed nothing: every key of the model
 // config, the weights' size, the requests of a batch job (count, a digest of prompts, lengths, stop tokens
 // and sampling; `requests` null for a serving job, which says so instead), the warm-up, the engine
-// options, the KV pool and the weight quantization. (Topology, connector and stages are AfdConfig
+// options, the KV pool, the weight quantization and the MoE dispatch. (Topology, connector and stages are AfdConfig
 // settings, compared before.)
 std::vector<FingerprintItem> job_fingerprint(const RankJob& job, std::vector<FingerprintItem> items,
                                              const std::vector<engine::Request>* requests);

@@ -89,7 +89,8 @@ Status AttentionRunner::dispatch(int layer, int stage, int64_t step, int n, cons
     }
   } else {
     // An idle stage still sends a well-formed, empty transfer.
-    in.hidden = TensorView(nullptr, DType::kBF16, {0, cfg.hidden_size});
+    in.hidden = cfg.dispatch_row_bytes > 0 ? TensorView(nullptr, DType::kU8, {0, cfg.dispatch_row_bytes})
+                                           : TensorView(nullptr, DType::kBF16, {0, cfg.hidden_size});
     in.topk_ids = TensorView(nullptr, DType::kI32, {0, cfg.top_k});
     in.topk_weights = TensorView(nullptr, DType::kF32, {0, cfg.top_k});
   }

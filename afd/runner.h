@@ -47,7 +47,8 @@ class FfnRunner {
 };
 
 // MoE input of one (layer, stage), produced by the engine's router: hidden bf16 [n, H] (unit stride
-// along H), topk_ids i32 [n, k], topk_weights f32 [n, k].
+// along H; with a quantized dispatch its rows, uint8 [n, dispatch_row_bytes]), topk_ids i32 [n, k],
+// topk_weights f32 [n, k].
 struct MoeInput {
   TensorView hidden;
   TensorView topk_ids;

@@ -8,7 +8,8 @@
 // disable that and cost 2-3x at 64 KiB..1 MiB on shared memory).
 //
 //   work    (attention -> FFN, kDispatch, tag = stage): [header | topk_ids i32 [m, k] | topk_weights f32 [m, k]]
-//           then [hidden bf16 [m, H]] (possibly empty)
+//           then [hidden bf16 [m, H]] (possibly empty), or with a quantized dispatch (AfdConfig::dispatch_row_bytes)
+//           [rows of codes and scales, uint8 [m, dispatch_row_bytes]] (runtime/device/moe_dispatch.h)
 //   result  (FFN -> attention, kCombine, tag = stage):  [header] then [expert outputs bf16 [rows, H]]
 //   done    (attention -> FFN, kDispatch, tag 0; async): [header] (no rows message)
 //   step    (attention -> FFN, kControl, kTagStep; sync): [header | stage token counts i32 [S]]
@@ -80,6 +81,11 @@ inline size_t work_meta_bytes(int64_t tokens, int top_k) {
 // Bytes of the rows message of `rows` rows of `hidden` bf16 elements.
 inline size_t rows_bytes(int64_t rows, int hidden) {
   return static_cast<size_t>(rows) * static_cast<size_t>(hidden) * 2;
+}
+// Bytes of a work transfer's rows message of `tokens` rows of `row_bytes` bytes each
+// (AfdConfig::dispatch_bytes_per_token()).
+inline size_t dispatch_rows_bytes(int64_t tokens, int64_t row_bytes) {
+  return static_cast<size_t>(tokens) * static_cast<size_t>(row_bytes);
 }
 
 inline int64_t now_ns() {

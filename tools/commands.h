@@ -46,6 +46,7 @@ struct RunOptions {
   int64_t kv_memory_mb = 0;  // 0: enough for every request
   std::string kv_cache_dtype = "auto";
   std::string weight_quant = "none";  // none | auto | w8a8 | mxfp8 | mxfp4
+  std::string moe_dispatch = "bf16";  // bf16 | quantized (the routed experts' input; what AFD dispatches)
   std::string soc;
   int threads = 0;
   std::string dump_logits;

@@ -54,6 +54,11 @@ void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
                  "Must hold one KV page and fit this machine's physical memory (checked before allocating)");
   add_choice_flag(run, "--kv-cache-dtype", &ro.kv_cache_dtype, {"auto", "bf16", "quantized"},
                   "Whether KV is quantized; the generation decides how (int8 or fp8)");
+  add_choice_flag(run, "--moe-dispatch", &ro.moe_dispatch, {"bf16", "quantized"},
+                  "The routed experts' input: bf16, or quantized in the generation's activation representation\n"
+                  "(int8 + fp32 scale per token, or MXFP8 with an e8m0 scale per 32). With --afd it is what the\n"
+                  "attention ranks send the FFN ranks; without, the engine quantizes at the same point, so the two\n"
+                  "give the same bits. W8A8 experts take int8 codes as they are (docs/afd.md#quantized-dispatch)");
   add_string_flag(run, "--soc", &ro.soc,
                   "SoC the run is meant for; must match this build's generation. Accepted: " +
                       std::string(genbridge::runtime::accepted_soc_selectors()),

@@ -179,6 +179,7 @@ Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const mo
 Result<runtime::DeviceOperator> make_device(const RunOptions& o) {
   runtime::DeviceConfig config = runtime::DeviceConfig::from_flags(o.soc, o.kv_cache_dtype);
   config.weight_quant = o.weight_quant;
+  config.moe_dispatch = o.moe_dispatch;
   return runtime::DeviceOperator::create(config);
 }
 

@@ -8,10 +8,22 @@
 // same bytes (the connector's headers and routing block included), as one blocking MPI_Send/MPI_Recv
 // each way on preallocated contiguous buffers (the connector sends two messages each way: header, rows). Methods are
 // interleaved in rounds; each cell is the median of all its samples. Overhead = connector median / raw median - 1.
+//
+//   mpirun -np 2 build/<preset>/bench/bench.afd.afd_transfer_bench --dispatch [--iters N]
+//
+// measures the quantized MoE dispatch instead (docs/afd.md#quantized-dispatch): the same round trip through the
+// sync connector with bf16 rows and with each generation's quantized rows (int8 + fp32 scale per token: H + 4 bytes;
+// MXFP8: H + H/32 bytes), interleaved every iteration, so each cell's bytes and time stand against bf16's of the same
+// run. Expert outputs travel in bf16 either way. Beside them, on world rank 0 while the other rank sleeps, what the
+// rows cost to make and to decode (runtime/device/moe_dispatch.h: quantize_dispatch of bf16 [tokens, H],
+// dequantize_dispatch to fp32), medians of the same number of calls, where the build's generation has the
+// representation's data path.
 
 #ifdef GENBRIDGE_HAVE_MPI
 #include <mpi.h>
 #endif
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -23,8 +35,11 @@
 #include "afd/connector.h"
 #include "afd/runner.h"
 #include "afd/wire.h"
+#include "genbridge/build_info.h"
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/formats.h"
+#include "genbridge/core/threading.h"
+#include "runtime/device/moe_dispatch.h"
 #include "support/bench_util.h"
 
 #ifndef GENBRIDGE_HAVE_MPI
@@ -64,8 +79,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-AfdConfig bench_config(ConnectorKind kind, int hidden) {
+AfdConfig bench_config(ConnectorKind kind, int hidden, int dispatch_row_bytes = 0) {
   AfdConfig c;
+  c.dispatch_row_bytes = dispatch_row_bytes;
   c.connector = kind;
   c.transport = TransportKind::kMpi;
   c.num_attention = 1;
@@ -111,16 +127,21 @@ class RawMpi final : public Method {
 
 // A connector over MPI: attention sends one layer and receives its outputs; the FFN rank receives,
 // computes nothing and sends the item's output rows back. Steps of kLayers layers.
+// `dispatch_row_bytes` > 0: the dispatch sends rows of that many bytes (a quantized dispatch) instead of bf16 rows.
 class ConnectorMethod final : public Method {
  public:
-  ConnectorMethod(int rank, ConnectorKind kind, int hidden) : hidden_(hidden) {
-    Result<std::unique_ptr<Connector> > made = make_connector(bench_config(kind, hidden), make_mpi_transport({}));
+  ConnectorMethod(int rank, ConnectorKind kind, int hidden, int dispatch_row_bytes = 0)
+      : hidden_(hidden), row_bytes_(dispatch_row_bytes) {
+    Result<std::unique_ptr<Connector> > made =
+        make_connector(bench_config(kind, hidden, dispatch_row_bytes), make_mpi_transport({}));
     if (!made.ok()) die(made.status());
     c_ = std::move(made).value();
     if (Status s = c_->init(); !s.ok()) die(s);
     if (rank == 0) {
       hidden_buf_.resize(static_cast<size_t>(kMaxTokens) * hidden);
       for (size_t i = 0; i < hidden_buf_.size(); ++i) hidden_buf_[i] = float_to_bf16(static_cast<float>(i % 251));
+      rows_buf_.resize(static_cast<size_t>(kMaxTokens) * std::max(row_bytes_, 1));
+      for (size_t i = 0; i < rows_buf_.size(); ++i) rows_buf_[i] = static_cast<uint8_t>(i % 251);
       out_.resize(static_cast<size_t>(kMaxTokens) * hidden);
       ids_.assign(kMaxTokens, 0);
       w_.assign(kMaxTokens, 1.0f);
@@ -138,7 +159,8 @@ class ConnectorMethod final : public Method {
         if (Status s = cp->send_step(step, counts, false); !s.ok()) die(s);
       }
       const Routing routing{TensorView(ids_.data(), DType::kI32, {n, 1}), TensorView(w_.data(), DType::kF32, {n, 1})};
-      const TensorView hv(hidden_buf_.data(), DType::kBF16, {n, hidden_});
+      const TensorView hv = row_bytes_ > 0 ? TensorView(rows_buf_.data(), DType::kU8, {n, row_bytes_})
+                                           : TensorView(hidden_buf_.data(), DType::kBF16, {n, hidden_});
       if (Status s = c_->send_attn_output(hv, TransferMeta::attention(layer, 0, step, n), routing); !s.ok()) die(s);
       Result<TransferMeta> r = c_->recv_ffn_output(TensorView(out_.data(), DType::kBF16, {n, 1, hidden_}), 0);
       if (!r.ok()) die(r.status());
@@ -176,18 +198,146 @@ class ConnectorMethod final : public Method {
 
  private:
   int hidden_;
+  int row_bytes_;
   std::unique_ptr<Connector> c_;
   std::vector<bf16_t> hidden_buf_, out_;
+  std::vector<uint8_t> rows_buf_;
   std::vector<int32_t> ids_;
   std::vector<float> w_;
 };
+
+// The quantized dispatch's representations, named as the table prints them.
+struct Representation {
+  const char* name;
+  const runtime::DispatchRepresentation* rep;
+};
+std::vector<Representation> representations() {
+  return {{"int8 + fp32 / token (A2/A3)", &runtime::contract_for(runtime::Generation::kAscend910).quantized_dispatch},
+          {"MXFP8 e4m3 + e8m0 / 32 (A5)", &runtime::contract_for(runtime::Generation::kAscend950).quantized_dispatch}};
+}
+
+// Median microseconds of quantize_dispatch and dequantize_dispatch on bf16 [n, H]; negative where the build's
+// generation has no data path for the representation.
+std::pair<double, double> row_costs(const runtime::DispatchRepresentation& r, int n, int hidden, int iters) {
+  std::vector<bf16_t> x(static_cast<size_t>(n) * hidden);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float_to_bf16(static_cast<float>(static_cast<int>(i % 251) - 125) / 16);
+  const int64_t row = runtime::dispatch_row_bytes(r, hidden);
+  std::vector<uint32_t> rows(static_cast<size_t>((n * row + 3) / 4));
+  std::vector<float> y(static_cast<size_t>(n) * hidden);
+  const TensorView xv(x.data(), DType::kBF16, {n, hidden}), rv(rows.data(), DType::kU8, {n, row}),
+      yv(y.data(), DType::kF32, {n, hidden});
+  if (!runtime::quantize_dispatch(r, xv, rv).ok()) return {-1, -1};
+  std::vector<double> q, d;
+  for (int i = 0; i < iters; ++i) {
+    double t0 = MPI_Wtime();
+    if (Status s = runtime::quantize_dispatch(r, xv, rv); !s.ok()) die(s);
+    double t1 = MPI_Wtime();
+    if (Status s = runtime::dequantize_dispatch(r, rv, yv); !s.ok()) die(s);
+    double t2 = MPI_Wtime();
+    q.push_back((t1 - t0) * 1e6);
+    d.push_back((t2 - t1) * 1e6);
+  }
+  return {median(q), median(d)};
+}
+
+// Waits for the other rank at a barrier without spinning (1 ms naps), so that work measured on the other rank
+// meanwhile has the cores to itself.
+void quiet_barrier() {
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  for (int flag = 0; !flag;) {
+    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    if (!flag) usleep(1000);
+  }
+}
+
+// --dispatch: bf16 rows against each representation's quantized rows, sync connector, the same run; then, with
+// the FFN rank asleep, what making and decoding the rows costs on world rank 0.
+void dispatch_table(int rank, int iters, int warmup) {
+  const int kDispatchTokens[] = {1, 4, 16, 64, 256};
+  const std::vector<Representation> reps = representations();
+  struct Cell {
+    int n, hidden;
+    std::vector<double> median_us, ratio;  // per method (bf16 first); ratio to bf16 of the same iteration
+  };
+  std::vector<Cell> cells;
+  for (int hidden : kHidden) {
+    std::vector<std::unique_ptr<ConnectorMethod> > methods;
+    methods.push_back(std::make_unique<ConnectorMethod>(rank, ConnectorKind::kSync, hidden));
+    for (const Representation& r : reps) {
+      methods.push_back(std::make_unique<ConnectorMethod>(
+          rank, ConnectorKind::kSync, hidden, static_cast<int>(runtime::dispatch_row_bytes(*r.rep, hidden))));
+    }
+    const size_t M = methods.size();
+    std::vector<int> done(M, 0);
+    for (int n : kDispatchTokens) {
+      std::vector<std::vector<double> > t(M);
+      for (int i = 0; i < warmup + iters; ++i) {
+        for (size_t m = 0; m < M; ++m) {
+          MPI_Barrier(MPI_COMM_WORLD);
+          const double t0 = MPI_Wtime();
+          methods[m]->round_trip(rank, n, done[m]++);
+          const double t1 = MPI_Wtime();
+          if (i >= warmup) t[m].push_back((t1 - t0) * 1e6);
+        }
+      }
+      Cell c{n, hidden, {}, {}};
+      for (size_t m = 0; m < M; ++m) {
+        std::vector<double> ratio;
+        for (size_t i = 0; i < t[0].size(); ++i) ratio.push_back(t[m][i] / t[0][i]);
+        c.median_us.push_back(median(t[m]));
+        c.ratio.push_back(median(ratio));
+      }
+      cells.push_back(std::move(c));
+    }
+    for (auto& m : methods) m->finish(rank);
+  }
+  if (rank != 0) {
+    quiet_barrier();
+    return;
+  }
+  std::printf(
+      "round trip of one layer (top-1, 1A1F, S=1, sync connector), %d samples per cell, microseconds (median); bf16 "
+      "and quantized rows interleaved every iteration; x bf16 = median over iterations of quantized/bf16 of the same "
+      "iteration; quantize / decode: quantize_dispatch and dequantize_dispatch of [tokens, hidden] on world rank 0 "
+      "while the other rank sleeps, %d threads, median of %d calls, n/a where this build (%s) has no data path\n\n",
+      iters, num_threads(), iters, std::string(ops::build_target()).c_str());
+  std::printf(
+      "| tokens | hidden | dispatch rows | bytes A->F | x bf16 | bytes F->A | round trip us | x bf16 | quantize us | "
+      "decode us |\n");
+  std::printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+  const auto us = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.2f", v);
+    return v < 0 ? std::string("n/a") : std::string(b);
+  };
+  for (const Cell& c : cells) {
+    const int n = c.n, hidden = c.hidden;
+    const size_t work_bf16 = wire::work_meta_bytes(n, 1) + wire::dispatch_rows_bytes(n, int64_t{2} * hidden);
+    std::printf("| %d | %d | bf16 | %zu | 1 | %zu | %.2f | 1 | - | - |\n", n, hidden, work_bf16,
+                result_bytes(n, hidden), c.median_us[0]);
+    for (size_t m = 1; m < c.median_us.size(); ++m) {
+      const runtime::DispatchRepresentation& r = *reps[m - 1].rep;
+      const size_t work =
+          wire::work_meta_bytes(n, 1) + wire::dispatch_rows_bytes(n, runtime::dispatch_row_bytes(r, hidden));
+      const auto [q, d] = row_costs(r, n, hidden, iters);
+      std::printf("| %d | %d | %s | %zu | %.3f | %zu | %.2f | %.3f | %s | %s |\n", n, hidden, reps[m - 1].name, work,
+                  static_cast<double>(work) / static_cast<double>(work_bf16), result_bytes(n, hidden), c.median_us[m],
+                  c.ratio[m], us(q).c_str(), us(d).c_str());
+    }
+    std::fflush(stdout);
+  }
+  quiet_barrier();
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = 64;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
+  bool dispatch = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--dispatch")) dispatch = true;
   }
   iters = std::max(kLayers, iters / kLayers * kLayers);  // whole steps
   const int warmup = kLayers;
@@ -203,6 +353,15 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("cpu_model: %s\ncpu_target: %s (no kernel runs here: the transfer is memory copies and MPI)\n",
                 genbridge::bench::cpu_model_name().c_str(), genbridge::cpu_target().c_str());
+    std::printf("load average (1 min) at start: %.2f\n", genbridge::bench::load_average());
+  }
+  if (dispatch) {
+    dispatch_table(rank, iters, warmup);
+    if (rank == 0) std::printf("\nload average (1 min) at end: %.2f\n", genbridge::bench::load_average());
+    MPI_Finalize();
+    return 0;
+  }
+  if (rank == 0) {
     std::printf(
         "round trip of one layer (top-1, 1A1F, S=1), %d samples per cell, microseconds (median); overhead = "
         "median over iterations of connector/raw of the same iteration, minus 1\n\n",

@@ -56,6 +56,17 @@ constexpr WeightQuantContract kAscend950WeightQuant{
     WeightQuantScheme::kMxfp8, {kMxfp8, kMxfp4, kW8A8}, 3, kQuantizedLayers};
 // ---- end quantized weights ----
 
+// ---- Quantized MoE dispatch: the generation's activation representation ----
+// A2/A3: int8 per token with its fp32 scale, the W8A8 activations (W8A8 experts take the codes as they are, so
+// the dispatch then changes no bit against the monolithic W8A8 engine). A5: MXFP8 (e4m3fn with an e8m0 scale
+// per 32), its low-precision activation format; its per-32 scales follow outliers more closely than one scale
+// per token, at 1 + 1/32 bytes per element.
+constexpr DispatchRepresentation kInt8PerTokenDispatch{ActivationQuant::kPerTokenInt8, DType::kI8, DType::kF32, 0,
+                                                       MxScaleLayout::kNone};
+constexpr DispatchRepresentation kMxfp8Dispatch{ActivationQuant::kMxfp8, DType::kFp8E4M3FN, DType::kE8M0, 32,
+                                                MxScaleLayout::kPair};
+// ---- end quantized MoE dispatch ----
+
 // Both generations keep the conv state in bf16 and the recurrent state in fp32 (A5's recurrent kernel
 // reading bf16 state while the pool held fp32 is the mismatch this entry exists to rule out).
 constexpr LinearStateFormat kLinearState{DType::kBF16, DType::kF32};
@@ -76,6 +87,7 @@ constexpr GenerationContract kAscend910{
     .quantized_sharedkv = ops::MlaKvFormat::kInt8Fp16ScaleSplitRope,
     .weight_quant = kAscend910WeightQuant,
     .linear_state = kLinearState,
+    .quantized_dispatch = kInt8PerTokenDispatch,
 };
 constexpr GenerationContract kAscend950{
     .generation = Generation::kAscend950,
@@ -92,6 +104,7 @@ constexpr GenerationContract kAscend950{
     .quantized_sharedkv = ops::MlaKvFormat::kMxfp8RopeFirstPacked,
     .weight_quant = kAscend950WeightQuant,
     .linear_state = kLinearState,
+    .quantized_dispatch = kMxfp8Dispatch,
 };
 
 std::string offered_weight_quant(const WeightQuantContract& w) {
@@ -116,6 +129,19 @@ std::string describe_weight_quant(const WeightQuantRepresentation* r) {
       break;
   }
   return "none (bf16 weights)";
+}
+
+std::string describe_dispatch(const DispatchRepresentation* r) {
+  if (!r) return "bf16 (2 B per element)";
+  switch (r->activations) {
+    case ActivationQuant::kPerTokenInt8:
+      return "int8 + fp32 scale per token (H + 4 B per token)";
+    case ActivationQuant::kMxfp8:
+      return "mxfp8: fp8 e4m3fn + e8m0 scale per 32, pair layout (H + H/32 B per token)";
+    case ActivationQuant::kNone:
+      break;
+  }
+  return "bf16 (2 B per element)";
 }
 
 // The element-name spelling of a quantized representation in kv_cache_dtype.
@@ -234,6 +260,20 @@ Result<const WeightQuantRepresentation*> resolve_mxfp4_weight_quant(const Genera
   return mxfp4 ? mxfp4 : r;
 }
 
+Result<const DispatchRepresentation*> resolve_moe_dispatch(const GenerationContract& c, std::string_view v) {
+  if (v == "bf16") return static_cast<const DispatchRepresentation*>(nullptr);
+  if (v != "quantized") {
+    return invalid_argument(fmt::format("--moe-dispatch={} is not one of bf16, quantized", v));
+  }
+  if (c.quantized_dispatch.activations == ActivationQuant::kNone) {
+    return invalid_argument(fmt::format(
+        "--moe-dispatch=quantized: {} ({}) has no quantized activation representation for the MoE dispatch; use "
+        "--moe-dispatch=bf16",
+        generation_name(c.generation), generation_family(c.generation)));
+  }
+  return &c.quantized_dispatch;
+}
+
 Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected) {
   const std::string build_text =
       fmt::format("this build targets {} ({}; built for {})", generation_name(build.generation),
@@ -299,23 +339,25 @@ Result<DeviceOperator> DeviceOperator::create(const DeviceConfig& config) {
   d.mla_kv_format_ = d.kv_format_ == KvCacheFormat::kBf16 ? ops::MlaKvFormat::kBf16 : d.contract_->quantized_mla_kv;
   GB_ASSIGN_OR_RETURN(d.weight_quant_, resolve_weight_quant(*d.contract_, config.weight_quant));
   GB_ASSIGN_OR_RETURN(d.mxfp4_weight_quant_, resolve_mxfp4_weight_quant(*d.contract_, config.weight_quant));
+  GB_ASSIGN_OR_RETURN(d.moe_dispatch_, resolve_moe_dispatch(*d.contract_, config.moe_dispatch));
   const GenerationContract& c = *d.contract_;
   const std::string soc_text =
       config.soc.empty() ? std::string("no SoC configured") : fmt::format("configured SoC '{}'", config.soc);
   const std::string device_text = detected ? fmt::format("device {} (npu-smi)", detected->soc)
                                            : std::string("npu-smi not found, device not checked");
+  std::string weights_text = describe_weight_quant(d.weight_quant_);
+  if (d.mxfp4_weight_quant_ != d.weight_quant_) {
+    weights_text += fmt::format("; a checkpoint's MXFP4 weights: {}, their own codes",
+                                ops::weight_quant_scheme_name(d.mxfp4_weight_quant_->scheme));
+  }
   d.log_line_ = fmt::format(
       "genbridge device: {} ({}) build for {}, {}, {} | KV cache (kv_cache_dtype={}): GQA {}; MLA {}, slot mapping {}, "
-      "page {} tokens | MX scale layout: {} | weights (weight_quant={}): {}",
+      "page {} tokens | MX scale layout: {} | weights (weight_quant={}): {} | MoE dispatch (moe_dispatch={}): {}",
       generation_name(gen), generation_family(gen), build.soc, soc_text, device_text, config.kv_cache_dtype,
       describe_kv(d.kv_format_), ops::mla_kv_format_name(d.mla_kv_format_),
       c.slot_mapping == ops::SlotMapping::kFlat ? "flat (block * block_size + offset)" : "[block, offset] pairs",
       c.kv_page_size, c.mx_scale_layout == MxScaleLayout::kPair ? "pair [..., K/64, 2]" : "none (no MX formats)",
-      config.weight_quant, describe_weight_quant(d.weight_quant_));
-  if (d.mxfp4_weight_quant_ != d.weight_quant_) {
-    d.log_line_ += fmt::format("; a checkpoint's MXFP4 weights: {}, their own codes",
-                               ops::weight_quant_scheme_name(d.mxfp4_weight_quant_->scheme));
-  }
+      config.weight_quant, weights_text, config.moe_dispatch, describe_dispatch(d.moe_dispatch_));
   return d;
 }
 

@@ -53,6 +53,9 @@ enum class WeightScaleGranularity {
 enum class ActivationQuant {
   kNone,          // activations enter the matmul as fp32 (widened from the model dtype)
   kPerTokenInt8,  // int8 per token, dynamically (quant/dynamic_quant_per_token)
+  // fp8 e4m3fn with one e8m0 scale per 32 elements in the pair layout, dynamically (quant/dynamic_mx_quant,
+  // MxScaleAlg::kCeil: no element saturates). The quantized MoE dispatch's only (no matmul takes it).
+  kMxfp8,
 };
 struct WeightQuantRepresentation {
   ops::WeightQuantScheme scheme;
@@ -91,6 +94,21 @@ struct WeightQuantContract {
 // Bytes of a [N, K] weight in representation `r` (data + scales).
 int64_t quant_weight_bytes(const WeightQuantRepresentation& r, int64_t n, int64_t k);
 // ---- end quantized weights ---------------------------------------------------------------------------
+
+// ---- Quantized MoE dispatch (DeviceConfig::moe_dispatch = "quantized") --------------------------------
+// How the routed experts' input (the MoE layer's normed hidden states, bf16 [T, H]) is represented when the
+// MoE dispatch is quantized: what travels from the attention ranks to the FFN ranks under AFD, and what the
+// monolithic engine's routed experts compute from, so that both see the same codes
+// (docs/afd.md#quantized-dispatch). One row of bytes per token (runtime/device/moe_dispatch.h): the H codes,
+// zero padding up to a multiple of 4 bytes, then the row's scales, zero padding up to a multiple of 4 bytes.
+struct DispatchRepresentation {
+  ActivationQuant activations;  // kPerTokenInt8 or kMxfp8; kNone: the generation has no quantized dispatch
+  DType element;                // int8 / fp8 e4m3fn
+  DType scale_dtype;            // fp32 / e8m0
+  int64_t block;                // elements per scale: 0 = the whole row (one scale), else 32
+  MxScaleLayout scale_layout;   // kNone: one scale; kPair: [ceil(ceil(H / block) / 2), 2]
+};
+// ---- end quantized MoE dispatch ---------------------------------------------------------------------
 
 // ---- Linear-attention state (Qwen3.5 Gated DeltaNet) ----------------------------------------------------
 // How a generation keeps a sequence's linear-attention state in a state slot (KvPagePool's state pool): one
@@ -134,8 +152,9 @@ struct GenerationContract {
   ops::MlaKvFormat quantized_sharedkv;  // the representation kv_cache_dtype=quantized selects (bf16 otherwise)
   // ---- end DeepSeek-V4 ----
 
-  WeightQuantContract weight_quant;  // quantized weight representations
-  LinearStateFormat linear_state;    // linear-attention state slots
+  WeightQuantContract weight_quant;           // quantized weight representations
+  LinearStateFormat linear_state;             // linear-attention state slots
+  DispatchRepresentation quantized_dispatch;  // the representation moe_dispatch=quantized selects
 };
 
 // The contract of generation `g`.
@@ -165,6 +184,12 @@ Result<const WeightQuantRepresentation*> resolve_weight_quant(const GenerationCo
 Result<const WeightQuantRepresentation*> resolve_mxfp4_weight_quant(const GenerationContract& contract,
                                                                     std::string_view weight_quant);
 
+// Resolves the configured moe_dispatch for a generation: "bf16" gives nullptr (the routed experts' input stays
+// bf16), "quantized" the generation's quantized_dispatch. InvalidArgument naming the generation and the
+// accepted values otherwise, and for "quantized" on a generation without a quantized dispatch representation.
+Result<const DispatchRepresentation*> resolve_moe_dispatch(const GenerationContract& contract,
+                                                           std::string_view moe_dispatch);
+
 // The start-up check (pure): the build's SoC against the configured selector (empty: none) and the
 // SoC detected on the machine (nullopt: no npu-smi). InvalidArgument naming both sides on a mismatch.
 Status check_soc(const SocInfo& build, std::string_view selector, const std::optional<SocInfo>& detected);
@@ -174,6 +199,7 @@ struct DeviceConfig {
   std::string kv_cache_dtype = "auto";  // auto | bf16 | quantized (or the generation's own int8 / fp8)
   std::optional<std::string> path_env;  // where to look for npu-smi; nullopt = $PATH
   std::string weight_quant = "none";    // none | auto | w8a8 | mxfp8 | mxfp4
+  std::string moe_dispatch = "bf16";    // bf16 | quantized (the routed experts' input; AFD's dispatch)
 
   // The environment variable naming the SoC when no selector is given on the command line.
   static constexpr std::string_view kSocEnv = "GENBRIDGE_SOC";
@@ -245,6 +271,8 @@ class DeviceOperator {
   // The representation of the checkpoint's MXFP4 weights (resolve_mxfp4_weight_quant): weight_quant(), or with
   // --weight-quant auto on a generation that runs MXFP4, mxfp4 (QuantizeOptions::mxfp4_repr).
   const WeightQuantRepresentation* mxfp4_weight_quant() const { return mxfp4_weight_quant_; }
+  // The MoE dispatch representation in force (--moe-dispatch), or nullptr for bf16 (the default).
+  const DispatchRepresentation* moe_dispatch() const { return moe_dispatch_; }
   // One line stating the contract in force, for the caller to print.
   const std::string& log_line() const { return log_line_; }
 
@@ -363,6 +391,7 @@ class DeviceOperator {
   ops::MlaKvFormat mla_kv_format_ = ops::MlaKvFormat::kBf16;
   const WeightQuantRepresentation* weight_quant_ = nullptr;
   const WeightQuantRepresentation* mxfp4_weight_quant_ = nullptr;
+  const DispatchRepresentation* moe_dispatch_ = nullptr;
   std::string log_line_;
 };
 

@@ -23,6 +23,7 @@
 #include "genbridge/ops/norm/gemma_rms_norm.h"
 #include "genbridge/ops/norm/rms_norm.h"
 #include "genbridge/ops/residual/hyper_connection.h"
+#include "runtime/device/moe_dispatch.h"
 
 namespace genbridge::model {
 
@@ -53,6 +54,10 @@ struct ForwardBatch::Buffers {
       shared32;
   std::vector<int32_t> tokens, hash_ids;
   std::shared_ptr<V4Attention::Scratch> v4;
+  // A quantized MoE dispatch: the routed experts' input as rows [T, dispatch_row_bytes], and their fp32 decoding.
+  std::vector<uint8_t> dispatch_rows;
+  std::vector<float> dispatch_x32;
+  int64_t dispatch_row_bytes = 0;  // 0: no quantized dispatch
   int64_t hc = 0;
   int64_t max_blocks = 0;
   int64_t hidden = 0, q_size = 0, q_proj = 0, kv_size = 0, heads = 0, kv_heads = 0, head_dim = 0, topk = 0, experts = 0;
@@ -141,6 +146,11 @@ TensorView ForwardBatch::expert_out() const {
   return TensorView(b_->expert_out.data(), DType::kBF16, {num_tokens_, b_->topk, b_->hidden});
 }
 
+TensorView ForwardBatch::moe_dispatch_rows() const {
+  if (!b_ || b_->dispatch_row_bytes == 0) return TensorView();
+  return TensorView(b_->dispatch_rows.data(), DType::kU8, {num_tokens_, b_->dispatch_row_bytes});
+}
+
 TensorView ForwardBatch::index_selection(int64_t layer) const {
   if (v4_ && b_->v4) return v4_->index_selection(*b_->v4, layer, num_tokens_);
   if (!mla_ || !b_->mla) return TensorView();
@@ -154,6 +164,7 @@ float model_swiglu_limit(const ModelConfig& c) {
 ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized)
     : quantized_(quantized),
       num_experts_(checkpoint.config().num_experts),
+      hidden_(checkpoint.config().hidden_size),
       swiglu_limit_(model_swiglu_limit(checkpoint.config())) {
   for (const LayerWeights& l : checkpoint.weights().layers) {
     std::vector<ops::ExpertWeights> e;
@@ -164,8 +175,7 @@ ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* qua
   }
 }
 
-Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
-                           const TensorView& out) const {
+Status ExpertBank::check(int64_t layer, int64_t begin, int64_t end) const {
   if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()) || layers_[layer].empty()) {
     return invalid_argument(fmt::format("experts: layer {} is not a MoE layer of this model", layer));
   }
@@ -178,12 +188,35 @@ Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView&
         "experts: layer {}'s experts [{}, {}) are not among the quantized experts [{}, {}) these weights hold", layer,
         begin, end, quantized_->expert_begin(), quantized_->expert_end()));
   }
+  return ok_status();
+}
+
+Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
+                           const TensorView& out) const {
+  GB_RETURN_IF_ERROR(check(layer, begin, end));
   if (quantized_ && layer < quantized_->num_layers() && !quantized_->layer(layer).experts.empty()) {
     std::span<const ops::QuantExpertWeights> q(quantized_->layer(layer).experts);
     return ops::quant_expert_ffn(x, topk_ids, q.subspan(begin, end - begin), begin, end, out, swiglu_limit_);
   }
   std::span<const ops::ExpertWeights> all(layers_[layer]);
   return ops::expert_ffn(x, topk_ids, all.subspan(begin, end - begin), begin, end, out, swiglu_limit_);
+}
+
+Status ExpertBank::compute_dispatched(int64_t layer, const runtime::DispatchRepresentation& r, const TensorView& rows,
+                                      const TensorView& topk_ids, int64_t begin, int64_t end, const TensorView& out,
+                                      const TensorView& x32) const {
+  GB_RETURN_IF_ERROR(check(layer, begin, end));
+  if (r.activations == runtime::ActivationQuant::kPerTokenInt8 && quantized_ && layer < quantized_->num_layers() &&
+      !quantized_->layer(layer).experts.empty() &&
+      quantized_->representation().scheme == ops::WeightQuantScheme::kW8A8) {
+    // W8A8's own activations: the codes go in as they are, so the dispatch changes no bit.
+    GB_ASSIGN_OR_RETURN(const runtime::DispatchViews v, runtime::dispatch_views(r, rows, hidden_));
+    std::span<const ops::QuantExpertWeights> q(quantized_->layer(layer).experts);
+    return ops::quant_expert_ffn_prequantized(v.codes, v.scales, topk_ids, q.subspan(begin, end - begin), begin, end,
+                                              out, swiglu_limit_);
+  }
+  GB_RETURN_IF_ERROR(runtime::dequantize_dispatch(r, rows, x32));
+  return compute(layer, x32, topk_ids, begin, end, out);
 }
 
 ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, const runtime::KvPagePool& p,
@@ -321,6 +354,11 @@ ForwardBatch ModelRunner::make_batch(int64_t max_tokens, int64_t max_seqs) const
     for (auto* v : {&b.comb_attn, &b.comb_ffn}) v->resize(T * n * n);
     b.hash_ids.resize(T * b.topk);
     b.last_streams.resize(max_seqs * n * H);
+  }
+  if (const runtime::DispatchRepresentation* r = dev_.moe_dispatch()) {
+    b.dispatch_row_bytes = runtime::dispatch_row_bytes(*r, c.hidden_size);
+    b.dispatch_rows.resize(T * static_cast<size_t>(b.dispatch_row_bytes));
+    b.dispatch_x32.resize(T * H);
   }
   b.state_slots.resize(max_seqs);
   fb.mla_ = mla_.get();
@@ -651,6 +689,11 @@ Status ModelRunner::route(ForwardBatch& fb, int64_t layer) const {
     std::memcpy(b.choice_ids.data() + at, b.topk_ids.data(), n * sizeof(int32_t));
     std::memcpy(b.choice_weights.data() + at, b.topk_weights.data(), n * sizeof(float));
   }
+  // The quantize-at-dispatch point, the same for the monolithic engine and an AFD attention rank: the routed
+  // experts compute from these rows wherever they run (the shared experts keep moe_input()).
+  if (const runtime::DispatchRepresentation* r = dev_.moe_dispatch()) {
+    return with_context(runtime::quantize_dispatch(*r, fb.moe_input(), fb.moe_dispatch_rows()), "MoE dispatch", layer);
+  }
   return ok_status();
 }
 
@@ -697,6 +740,13 @@ void ModelRunner::emit_choices(ForwardBatch& fb) const {
 }
 
 Status ModelRunner::local_experts(ForwardBatch& fb, int64_t layer, int64_t expert_begin, int64_t expert_end) const {
+  if (const runtime::DispatchRepresentation* r = dev_.moe_dispatch()) {
+    ForwardBatch::Buffers& b = *fb.b_;
+    return with_context(
+        experts_.compute_dispatched(layer, *r, fb.moe_dispatch_rows(), fb.topk_ids(), expert_begin, expert_end,
+                                    fb.expert_out(), f32_view(b.dispatch_x32, {fb.num_tokens_, b.hidden})),
+        "experts", layer);
+  }
   return with_context(experts_.compute(layer, fb.moe_input(), fb.topk_ids(), expert_begin, expert_end, fb.expert_out()),
                       "experts", layer);
 }

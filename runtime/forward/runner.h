@@ -82,6 +82,9 @@ class ForwardBatch {
   TensorView topk_ids() const;      // int32 [T, k]
   TensorView topk_weights() const;  // fp32 [T, k]
   TensorView expert_out() const;    // bf16 [T, k, hidden]; filled by local_experts() or by FFN ranks
+  // With a quantized MoE dispatch in force (DeviceOperator::moe_dispatch()): moe_input() quantized by route(), the
+  // rows the routed experts compute from (uint8 [T, row bytes], runtime/device/moe_dispatch.h); else an empty view.
+  TensorView moe_dispatch_rows() const;
   // DeepSeek-V3.2: layer `layer`'s indexer selection in the last forward (int32 [T, index_topk], the
   // DeviceOperator's top-k index contract); DeepSeek-V4: a compressed-sparse layer's selected compressed
   // entries (int32 [T, index_topk] entry indices, -1 padded); empty otherwise. For tests and tracing.
@@ -115,12 +118,22 @@ class ExpertBank {
   // out[t, j] for every slot whose expert is in [begin, end) (see ops::expert_ffn). Blocks until done.
   Status compute(int64_t layer, const TensorView& x, const TensorView& topk_ids, int64_t begin, int64_t end,
                  const TensorView& out) const;
+  // compute() on the input as a quantized MoE dispatch carries it: `rows` (uint8 [T, row bytes] in representation
+  // `r`, runtime/device/moe_dispatch.h). W8A8 experts take int8-per-token codes as they are (the bits of compute()
+  // on the activations the codes came from); otherwise the rows are decoded into `x32` (fp32 [T, hidden], the
+  // caller's scratch) and computed from there.
+  Status compute_dispatched(int64_t layer, const runtime::DispatchRepresentation& r, const TensorView& rows,
+                            const TensorView& topk_ids, int64_t begin, int64_t end, const TensorView& out,
+                            const TensorView& x32) const;
   int64_t num_experts() const { return num_experts_; }
 
  private:
+  // The argument checks compute() and compute_dispatched() share.
+  Status check(int64_t layer, int64_t begin, int64_t end) const;
   std::vector<std::vector<ops::ExpertWeights>> layers_;  // empty for dense layers
   const QuantizedWeights* quantized_ = nullptr;
   int64_t num_experts_ = 0;
+  int64_t hidden_ = 0;
   float swiglu_limit_;
 };
 

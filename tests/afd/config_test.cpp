@@ -47,6 +47,18 @@ TEST(AfdConfig, parses_every_key) {
   EXPECT_EQ(c.moe_layers(), (std::vector<int>{1, 3}));
 }
 
+TEST(AfdConfig, dispatch_row_bytes) {
+  EXPECT_EQ(parse_afd_config(kValid)->dispatch_row_bytes, 0);
+  EXPECT_EQ(parse_afd_config(kValid)->dispatch_bytes_per_token(), 256);  // bf16 rows
+  EXPECT_EQ(parse_afd_config(with("dispatch_row_bytes", "132"))->dispatch_bytes_per_token(), 132);
+  for (const char* bad : {"128", "130", "-4"}) {
+    EXPECT_EQ(error_of(with("dispatch_row_bytes", bad)),
+              std::string("afd config: 'dispatch_row_bytes' is ") + bad +
+                  " but must be 0 (bf16 rows) or a multiple of 4 above 'hidden_size' (128): a quantized row holds one "
+                  "byte per element and its scales");
+  }
+}
+
 TEST(AfdConfig, unknown_key) {
   EXPECT_EQ(error_of(with("stage", "2")).substr(0, 30), "afd config: unknown key 'stage");
 }

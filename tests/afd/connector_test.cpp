@@ -4,9 +4,11 @@
 
 #include "afd/connector.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "afd/support/inproc_ranks.h"
@@ -248,6 +250,80 @@ TEST(Connector, sync_hand_driven_step) {
     return ok_status();
   });
   for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+// A quantized dispatch (dispatch_row_bytes > 0): the attention side sends rows of opaque bytes, the FFN side gets
+// them as uint8 [M, dispatch_row_bytes], two attention ranks' segments packed in rank order (sync 2A1F); bf16 rows
+// are refused; expert outputs still travel in bf16.
+TEST(Connector, quantized_dispatch_rows_travel_as_bytes) {
+  AfdConfig cfg = small(ConnectorKind::kSync, 2, 1, 1);  // H 48
+  cfg.dispatch_row_bytes = 52;
+  const int K = cfg.top_k, H = cfg.hidden_size, R = cfg.dispatch_row_bytes;
+  const int n[2] = {3, 2};
+  std::vector<uint8_t> rows[2];
+  for (int a = 0; a < 2; ++a) {
+    for (int i = 0; i < n[a] * R; ++i) rows[a].push_back(static_cast<uint8_t>(31 * a + i));
+  }
+  int32_t ids[] = {0, 7, 3, 4, 6, 1};
+  float w[] = {0.5f, 0.5f, 0.25f, 0.75f, 1.0f, 0.0f};
+  std::vector<Status> st = testing::run_ranks(cfg, [&](int r, Connector& c, const Status& init) -> Status {
+    GB_RETURN_IF_ERROR(init);
+    if (r < 2) {
+      const int m = n[r];
+      const Routing routing{TensorView(ids, DType::kI32, {m, K}), TensorView(w, DType::kF32, {m, K})};
+      const int tokens[] = {m};
+      GB_RETURN_IF_ERROR(c.control_plane()->send_step(0, tokens, false));
+      std::vector<bf16_t> bf16(static_cast<size_t>(m * H));
+      EXPECT_EQ(c.send_attn_output(TensorView(bf16.data(), DType::kBF16, {m, H}), TransferMeta::attention(1, 0, 0, m),
+                                   routing)
+                    .message(),
+                fmt::format("afd send_attn_output: hidden must be uint8 [{}, 52] with unit stride along the row (a "
+                            "quantized dispatch's codes and scales), got bf16 [{}, 48] (layer 1, stage 0)",
+                            m, m));
+      std::vector<bf16_t> out(static_cast<size_t>(m * K * H));
+      for (int layer = 1; layer <= 3; ++layer) {
+        GB_RETURN_IF_ERROR(c.send_attn_output(TensorView(rows[r].data(), DType::kU8, {m, R}),
+                                              TransferMeta::attention(layer, 0, 0, m), routing));
+        GB_ASSIGN_OR_RETURN(TransferMeta got, c.recv_ffn_output(TensorView(out.data(), DType::kBF16, {m, K, H}), 0));
+        EXPECT_EQ(got.layer, layer);
+        EXPECT_EQ(bf16_to_float(out[H + 3]), static_cast<float>(layer));
+      }
+      return c.finish();
+    }
+    GB_ASSIGN_OR_RETURN(StepControl ctl, c.control_plane()->recv_step());
+    EXPECT_FALSE(ctl.stop);
+    for (int layer = 1; layer <= 3; ++layer) {
+      GB_ASSIGN_OR_RETURN(FfnWorkItem item, c.recv_attn_output(0));
+      EXPECT_EQ(item.hidden.dtype(), DType::kU8);
+      EXPECT_EQ(item.hidden.dim(0), 5);
+      EXPECT_EQ(item.hidden.dim(1), R);
+      EXPECT_EQ(std::memcmp(item.hidden.data(), rows[0].data(), rows[0].size()), 0);
+      EXPECT_EQ(std::memcmp(item.hidden.data_as<uint8_t>() + rows[0].size(), rows[1].data(), rows[1].size()), 0);
+      for (int64_t i = 0; i < item.out.numel(); ++i) item.out.data_as<bf16_t>()[i] = float_to_bf16(layer);
+      GB_RETURN_IF_ERROR(c.send_ffn_output(item.out, std::move(item.state)));
+    }
+    GB_ASSIGN_OR_RETURN(StepControl end, c.control_plane()->recv_step());
+    EXPECT_TRUE(end.stop);
+    return ok_status();
+  });
+  for (const Status& s : st) EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+// Ranks that disagree on the dispatch's rows fail init naming the key.
+TEST(Connector, mismatched_dispatch_rows_fail_init) {
+  AfdConfig attn = small(ConnectorKind::kAsync, 1, 1, 1);
+  AfdConfig ffn = attn;
+  ffn.dispatch_row_bytes = 52;
+  std::vector<Status> init(2);
+  testing::run_ranks({attn, ffn}, [&](int r, Connector&, const Status& s) {
+    init[r] = s;
+    return ok_status();
+  });
+  for (const Status& s : init) {
+    EXPECT_EQ(s.message(),
+              "afd config mismatch: 'dispatch_row_bytes' is 0 on world rank 0 but 52 on world rank 1; every rank of "
+              "the job must be started with the same AFD settings");
+  }
 }
 
 // The async FIFO holds two transfers per stage; a third is refused.

@@ -1,6 +1,8 @@
-// The real engine on every AFD topology of the matrix (connector x A:F x stages, in-process transport)
-// gives the monolithic engine's tokens and logits bit for bit, on a synthetic checkpoint with a dense
-// layer and a shared expert. (The same matrix over MPI runs the stand-in model under mpirun.)
+// The real engine on every AFD topology of the matrix (connector x A:F x stages x MoE dispatch, in-process
+// transport) gives the monolithic engine's tokens and logits bit for bit, on a synthetic checkpoint with a dense
+// layer and a shared expert. With --moe-dispatch quantized the attention ranks send the generation's quantized
+// rows and the monolithic engine quantizes at the same point. (The same matrix over MPI runs the stand-in model
+// under mpirun.)
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +11,7 @@
 
 #include "afd/engine_job.h"
 #include "afd/support/engine_job_case.h"
+#include "runtime/device/moe_dispatch.h"
 #include "support/temp_dir.h"
 #include "tools/make_model/synthetic.h"
 
@@ -19,11 +22,17 @@ struct Fixture {
   testing::TempDir dir;
   std::unique_ptr<model::Checkpoint> ckpt;
   std::unique_ptr<runtime::DeviceOperator> dev;
+  std::unique_ptr<runtime::DeviceOperator> quantized_dispatch;  // --moe-dispatch quantized
   Fixture() {
     EXPECT_TRUE(model::write_synthetic_checkpoint("tiny", 3, dir / "m").ok());
     ckpt = std::make_unique<model::Checkpoint>(std::move(model::Checkpoint::open(dir / "m")).value());
     dev = std::make_unique<runtime::DeviceOperator>(std::move(runtime::DeviceOperator::create({})).value());
+    runtime::DeviceConfig dc;
+    dc.moe_dispatch = "quantized";
+    quantized_dispatch =
+        std::make_unique<runtime::DeviceOperator>(std::move(runtime::DeviceOperator::create(dc)).value());
   }
+  const runtime::DeviceOperator& device(bool quantized) const { return quantized ? *quantized_dispatch : *dev; }
 };
 Fixture& fixture() {
   static Fixture f;
@@ -43,25 +52,29 @@ std::vector<engine::Request> requests(int64_t vocab) {
   return reqs;
 }
 
-const std::vector<engine::RequestResult>& monolithic() {
-  static std::vector<engine::RequestResult> res = [] {
-    Fixture& f = fixture();
-    const model::ModelConfig& c = f.ckpt->config();
-    auto pool = runtime::KvPagePool::create(
-        f.dev->kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 16);
-    auto runner = model::ModelRunner::create(*f.ckpt, *f.dev, *pool);
-    engine::LocalExecutor ex(**runner);
-    engine::Engine eng(ex, *pool, {.record_logits = true});
-    for (auto& r : requests(c.vocab_size)) EXPECT_TRUE(eng.submit(r).ok());
-    EXPECT_TRUE(eng.run_to_completion().ok());
-    return eng.results();
-  }();
-  return res;
+std::vector<engine::RequestResult> run_monolithic(const runtime::DeviceOperator& dev) {
+  Fixture& f = fixture();
+  const model::ModelConfig& c = f.ckpt->config();
+  auto pool =
+      runtime::KvPagePool::create(dev.kv_page_geometry({c.num_hidden_layers, c.num_key_value_heads, c.head_dim}), 16);
+  auto runner = model::ModelRunner::create(*f.ckpt, dev, *pool);
+  engine::LocalExecutor ex(**runner);
+  engine::Engine eng(ex, *pool, {.record_logits = true});
+  for (auto& r : requests(c.vocab_size)) EXPECT_TRUE(eng.submit(r).ok());
+  EXPECT_TRUE(eng.run_to_completion().ok());
+  return eng.results();
+}
+
+const std::vector<engine::RequestResult>& monolithic(bool quantized_dispatch = false) {
+  static const std::vector<engine::RequestResult> bf16 = run_monolithic(fixture().device(false));
+  static const std::vector<engine::RequestResult> quantized = run_monolithic(fixture().device(true));
+  return quantized_dispatch ? quantized : bf16;
 }
 
 struct Case {
   ConnectorKind connector;
   int a, f, s;
+  bool quantized_dispatch = false;
 };
 
 class EngineAfd : public ::testing::TestWithParam<Case> {};
@@ -70,9 +83,10 @@ TEST_P(EngineAfd, tokens_and_logits_equal_the_monolithic_engine) {
   const Case k = GetParam();
   Fixture& f = fixture();
   EngineJobOptions o = engine_job_case(k.connector, k.a, k.f, k.s);
-  auto job = run_inproc_engine_job(*f.ckpt, *f.dev, requests(f.ckpt->config().vocab_size), 16, o);
+  auto job =
+      run_inproc_engine_job(*f.ckpt, f.device(k.quantized_dispatch), requests(f.ckpt->config().vocab_size), 16, o);
   ASSERT_TRUE(job.ok()) << job.status().to_string();
-  const auto& mono = monolithic();
+  const auto& mono = monolithic(k.quantized_dispatch);
   ASSERT_EQ(job->results.size(), mono.size());
   for (size_t r = 0; r < mono.size(); ++r) {
     EXPECT_EQ(job->results[r].tokens, mono[r].tokens) << "request " << r;
@@ -84,16 +98,46 @@ TEST_P(EngineAfd, tokens_and_logits_equal_the_monolithic_engine) {
 
 std::vector<Case> matrix() {
   std::vector<Case> out;
-  for (ConnectorKind c : {ConnectorKind::kSync, ConnectorKind::kAsync})
-    for (auto [a, f] : {std::pair{1, 1}, {2, 1}, {2, 2}})
-      for (int s : {1, 2}) out.push_back({c, a, f, s});
+  for (bool q : {false, true})
+    for (ConnectorKind c : {ConnectorKind::kSync, ConnectorKind::kAsync})
+      for (auto [a, f] : {std::pair{1, 1}, {2, 1}, {2, 2}})
+        for (int s : {1, 2}) out.push_back({c, a, f, s, q});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(matrix, EngineAfd, ::testing::ValuesIn(matrix()), [](const auto& info) {
   const Case& k = info.param;
-  return fmt::format("{}_{}A{}F_S{}", connector_kind_name(k.connector), k.a, k.f, k.s);
+  return fmt::format("{}_{}A{}F_S{}{}", connector_kind_name(k.connector), k.a, k.f, k.s,
+                     k.quantized_dispatch ? "_quantized_dispatch" : "");
 });
+
+// The quantized dispatch is in force: its logits are not the bf16 dispatch's, and the attention ranks send
+// fewer bytes (the generation's rows: H + 4 or H + H/32 bytes per token instead of 2 H), expert outputs the same.
+TEST(EngineAfd, quantized_dispatch_sends_the_rows_and_changes_the_experts_input) {
+  Fixture& f = fixture();
+  EXPECT_NE(monolithic(true)[0].logits, monolithic(false)[0].logits);
+  std::map<bool, AfdReport> reports;
+  for (bool q : {false, true}) {
+    auto job = run_inproc_engine_job(*f.ckpt, f.device(q), requests(f.ckpt->config().vocab_size), 16,
+                                     engine_job_case(ConnectorKind::kSync, 1, 1, 1));
+    ASSERT_TRUE(job.ok()) << job.status().to_string();
+    reports[q] = job->report;
+  }
+  auto bytes = [](const AfdReport& r, Direction d) {
+    int64_t n = 0;
+    for (const AfdReport::Link& l : r.links) n += l.direction == d ? l.bytes : 0;
+    return n;
+  };
+  const int64_t H = f.ckpt->config().hidden_size;
+  const int64_t row = runtime::dispatch_row_bytes(*f.quantized_dispatch->moe_dispatch(), H);
+  EXPECT_LT(row, 2 * H);
+  EXPECT_EQ(bytes(reports[true], Direction::kFfnToAttn), bytes(reports[false], Direction::kFfnToAttn));
+  const int64_t bf16_sent = bytes(reports[false], Direction::kAttnToFfn),
+                q_sent = bytes(reports[true], Direction::kAttnToFfn);
+  EXPECT_LT(q_sent, bf16_sent);
+  // The same messages: the difference is the rows, (2 H - row) bytes per dispatched token.
+  EXPECT_EQ((bf16_sent - q_sent) % (2 * H - row), 0);
+}
 
 EngineJobOptions options_for(ConnectorKind kind, int a, int f, int s, int warmup_steps) {
   EngineJobOptions o;

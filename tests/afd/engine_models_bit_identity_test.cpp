@@ -9,7 +9,8 @@
 //   hyper-connections, hash and sqrt-softplus routing, the SwiGLU clamp), whose attention ranks own the window
 //   rings and compressors' state (state slots) and the compressed entries (pages) and route (hash routing reads
 //   the token ids there), with prompts past a ratio-128 window and the indexer's top-16 of ratio-4 windows.
-// (The MPI transport runs the same engine job code under mpirun: afd.mpi.engine.*.)
+// Each case also runs with --moe-dispatch quantized (the generation's quantized rows travel; the monolithic engine
+// quantizes at the same point). (The MPI transport runs the same engine job code under mpirun: afd.mpi.engine.*.)
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -51,14 +52,16 @@ std::vector<engine::Request> requests(int64_t vocab) {
 
 engine::EngineOptions engine_options() { return {.max_batch = kMaxBatch, .record_logits = true}; }
 
-Model& model(const std::string& preset) {
-  static std::map<std::string, std::unique_ptr<Model>> models;
-  std::unique_ptr<Model>& m = models[preset];
+Model& model(const std::string& preset, bool quantized_dispatch) {
+  static std::map<std::pair<std::string, bool>, std::unique_ptr<Model>> models;
+  std::unique_ptr<Model>& m = models[{preset, quantized_dispatch}];
   if (m) return *m;
   m = std::make_unique<Model>();
   EXPECT_TRUE(model::write_synthetic_checkpoint(preset, 3, m->dir / "m").ok());
   m->ckpt = std::make_unique<model::Checkpoint>(std::move(model::Checkpoint::open(m->dir / "m")).value());
-  m->dev = std::make_unique<runtime::DeviceOperator>(std::move(runtime::DeviceOperator::create({})).value());
+  runtime::DeviceConfig dc;
+  dc.moe_dispatch = quantized_dispatch ? "quantized" : "bf16";
+  m->dev = std::make_unique<runtime::DeviceOperator>(std::move(runtime::DeviceOperator::create(dc)).value());
   auto assembled = engine::assemble_engine(*m->ckpt, *m->dev, kPages,
                                            {.engine = engine_options(), .kv_pool = {.state_slots = kMaxBatch}}, {});
   EXPECT_TRUE(assembled.ok()) << assembled.status().to_string();
@@ -73,13 +76,14 @@ struct Case {
   std::string preset;
   ConnectorKind connector;
   int a, f, s;
+  bool quantized_dispatch = false;
 };
 
 class EngineModelsAfd : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EngineModelsAfd, tokens_and_logits_equal_the_monolithic_engine) {
   const Case k = GetParam();
-  Model& m = model(k.preset);
+  Model& m = model(k.preset, k.quantized_dispatch);
   EngineJobOptions o = engine_job_case(k.connector, k.a, k.f, k.s);
   o.engine = engine_options();
   auto job = run_inproc_engine_job(*m.ckpt, *m.dev, requests(m.ckpt->config().vocab_size), kPages, o);
@@ -96,17 +100,27 @@ TEST_P(EngineModelsAfd, tokens_and_logits_equal_the_monolithic_engine) {
 std::vector<Case> matrix() {
   std::vector<Case> out;
   for (const char* preset : {"tiny-dsa", "tiny-qwen35", "tiny-dsv4"})
-    for (ConnectorKind c : {ConnectorKind::kSync, ConnectorKind::kAsync})
-      for (auto [a, f] : {std::pair{1, 1}, {2, 1}, {2, 2}})
-        for (int s : {1, 2}) out.push_back({preset, c, a, f, s});
+    for (bool q : {false, true})
+      for (ConnectorKind c : {ConnectorKind::kSync, ConnectorKind::kAsync})
+        for (auto [a, f] : {std::pair{1, 1}, {2, 1}, {2, 2}})
+          for (int s : {1, 2}) out.push_back({preset, c, a, f, s, q});
   return out;
+}
+
+// Every model family accepts the quantized dispatch, and it is in force: the logits differ from the bf16
+// dispatch's.
+TEST(EngineModelsAfd, quantized_dispatch_changes_the_routed_experts_input_of_every_model) {
+  for (const char* preset : {"tiny-dsa", "tiny-qwen35", "tiny-dsv4"}) {
+    EXPECT_NE(model(preset, true).monolithic[0].logits, model(preset, false).monolithic[0].logits) << preset;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(matrix, EngineModelsAfd, ::testing::ValuesIn(matrix()), [](const auto& info) {
   const Case& k = info.param;
   std::string model = k.preset;
   for (char& ch : model) ch = ch == '-' ? '_' : ch;
-  return fmt::format("{}_{}_{}A{}F_S{}", model, connector_kind_name(k.connector), k.a, k.f, k.s);
+  return fmt::format("{}_{}_{}A{}F_S{}{}", model, connector_kind_name(k.connector), k.a, k.f, k.s,
+                     k.quantized_dispatch ? "_quantized_dispatch" : "");
 });
 
 }  // namespace

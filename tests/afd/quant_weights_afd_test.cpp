@@ -109,6 +109,47 @@ TEST_P(QuantWeightsAfd, afd_equals_monolithic_with_the_same_scheme) {
   }
 }
 
+// Quantized weights with the quantized dispatch: the FFN ranks' quantized experts compute from the rows (W8A8
+// from int8 codes as they are, other schemes from the rows' decoding); AFD equals the monolithic engine with the
+// same flags, and with the int8 representation (W8A8's own activations) also the bf16 dispatch's bits.
+TEST_P(QuantWeightsAfd, quantized_dispatch_with_quantized_weights_equals_monolithic) {
+  if (GetParam().v4_fp8_form) GTEST_SKIP() << "the bf16 form covers the dispatch";
+  testing::TempDir dir;
+  ASSERT_TRUE(model::write_synthetic_checkpoint(GetParam().preset, 3, dir / "m").ok());
+  auto ckpt = model::Checkpoint::open(dir / "m");
+  ASSERT_TRUE(ckpt.ok());
+  for (const char* scheme : {"auto", "w8a8"}) {
+    runtime::DeviceConfig dc;
+    dc.weight_quant = scheme;
+    const runtime::DeviceOperator bf16_dispatch = runtime::DeviceOperator::create(dc).value();
+    dc.moe_dispatch = "quantized";
+    const runtime::DeviceOperator dev = runtime::DeviceOperator::create(dc).value();
+    auto q = model::QuantizedWeights::quantize(*ckpt, *dev.weight_quant(), dev.contract().weight_quant.layers);
+    ASSERT_TRUE(q.ok()) << q.status().to_string();
+    const auto mono = monolithic(*ckpt, dev, q->get());
+    const auto mono_bf16_dispatch = monolithic(*ckpt, bf16_dispatch, q->get());
+    ASSERT_EQ(mono.size(), mono_bf16_dispatch.size());
+    const bool lossless = dev.moe_dispatch()->activations == runtime::ActivationQuant::kPerTokenInt8 &&
+                          dev.weight_quant()->scheme == ops::WeightQuantScheme::kW8A8;
+    if (lossless) {
+      for (size_t r = 0; r < mono.size(); ++r) {
+        EXPECT_EQ(mono[r].logits, mono_bf16_dispatch[r].logits) << scheme << " request " << r;
+      }
+    } else {
+      EXPECT_NE(mono[0].logits, mono_bf16_dispatch[0].logits) << scheme;
+    }
+    EngineJobOptions o = engine_job_case(ConnectorKind::kAsync, 2, 2, 2);
+    o.quantized = q->get();
+    auto job = run_inproc_engine_job(*ckpt, dev, requests(ckpt->config().vocab_size), 16, o);
+    ASSERT_TRUE(job.ok()) << job.status().to_string();
+    ASSERT_EQ(job->results.size(), mono.size());
+    for (size_t r = 0; r < mono.size(); ++r) {
+      EXPECT_EQ(job->results[r].tokens, mono[r].tokens) << scheme << " request " << r;
+      EXPECT_EQ(job->results[r].logits, mono[r].logits) << scheme << " request " << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, QuantWeightsAfd,
                          ::testing::Values(Model{"tiny"}, Model{"tiny-qwen35"}, Model{"tiny-dsv4"},
                                            Model{"tiny-dsv4", true}),

@@ -426,6 +426,9 @@ const std::vector<Row> kRows = {
     // --weight-quant
     {"weight_quant_unknown", R({"--weight-quant", "int4"}), 2,
      "genbridge run: --weight-quant int4: expected one of none | auto | w8a8 | mxfp8 | mxfp4"},
+    // --moe-dispatch
+    {"moe_dispatch_unknown", R({"--moe-dispatch", "int8"}), 2,
+     "genbridge run: --moe-dispatch int8: expected one of bf16 | quantized"},
     // --soc
     {"soc_empty", R({"--soc", ""}), 2, "genbridge run: --soc '': the value is empty"},
     // --threads (before: -1 was accepted)

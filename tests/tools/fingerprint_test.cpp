@@ -101,6 +101,7 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
       "--afd-connector", "--afd-stages", "--afd-timeout", "--afd-warmup-steps", "--afd-transport"};
   // clang-format on
   want.insert(std::find(want.begin(), want.end(), "--kv-memory-mb"), "--weight-quant");
+  want.insert(std::find(want.begin(), want.end(), "--kv-memory-mb"), "--moe-dispatch");
   EXPECT_EQ(names, want);
   EXPECT_EQ(differing(a, b), (std::vector<std::string>{"--num-prompts", "--prompt-len", "--prompt", "prompts"}));
   EXPECT_EQ(b[8].value, "2 prompts, 4 tokens, digest " + b[8].value.substr(b[8].value.size() - 16));
@@ -147,6 +148,7 @@ TEST_F(Fingerprint, each_setting_changes_its_own_item) {
   EXPECT_EQ(changed([](RunOptions& o) { o.max_batch = 4; }, root_ / "seed1"), V{"--max-batch"});
   EXPECT_EQ(changed([](RunOptions& o) { o.kv_cache_dtype = "quantized"; }, root_ / "seed1"), V{"--kv-cache-dtype"});
   EXPECT_EQ(changed([](RunOptions& o) { o.weight_quant = "auto"; }, root_ / "seed1"), V{"--weight-quant"});
+  EXPECT_EQ(changed([](RunOptions& o) { o.moe_dispatch = "quantized"; }, root_ / "seed1"), V{"--moe-dispatch"});
   EXPECT_EQ(changed([](RunOptions& o) { o.kv_memory_mb = 64; }, root_ / "seed1"), V{"--kv-memory-mb"});
   EXPECT_EQ(changed([](RunOptions& o) { o.afd = "2A2F"; }, root_ / "seed1"), V{"--afd"});
   EXPECT_EQ(changed([](RunOptions& o) { o.afd_connector = "async"; }, root_ / "seed1"), V{"--afd-connector"});

@@ -26,30 +26,36 @@ namespace {
 
 constexpr const char* kOp = "quant_expert_ffn";
 
-Status validate(const TensorView& x, const TensorView& ids, std::span<const QuantExpertWeights> experts, int64_t begin,
-                int64_t end, const TensorView& out, float swiglu_limit) {
-  int64_t T = 0, H = 0, k = 0;
-  GB_RETURN_IF_ERROR(detail::check_rows_and_topk_ids(kOp, "x", x, "([T, H])", ids, T, H, k));
+// The checks after the activations' own (T, H from them, k from topk_ids): the expert range, the weights, out
+// (which must not overlap `x` or `x_scale`, an empty view when there is none) and the clamp.
+Status validate_rest(const char* op, int64_t T, int64_t H, int64_t k, const TensorView& x, const TensorView& x_scale,
+                     const TensorView& ids, std::span<const QuantExpertWeights> experts, int64_t begin, int64_t end,
+                     const TensorView& out, float swiglu_limit) {
+  const std::string name(op);
   if (begin < 0 || end < begin) {
-    return invalid_argument("quant_expert_ffn: expert range [" + std::to_string(begin) + ", " + std::to_string(end) +
+    return invalid_argument(name + ": expert range [" + std::to_string(begin) + ", " + std::to_string(end) +
                             ") is invalid; it must satisfy 0 <= expert_begin <= expert_end");
   }
   if (static_cast<int64_t>(experts.size()) != end - begin) {
-    return invalid_argument("quant_expert_ffn: " + std::to_string(experts.size()) +
+    return invalid_argument(name + ": " + std::to_string(experts.size()) +
                             " expert weight sets given for expert range [" + std::to_string(begin) + ", " +
                             std::to_string(end) + "); exactly one per expert in the range is required");
   }
-  GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "out", out));
-  GB_RETURN_IF_ERROR(detail::check_shape(kOp, "out", out, {T, k, H}, "([T, k, H] from x [T, H] and topk_ids [T, k])"));
-  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out, "x", x));
-  GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "out", out, "topk_ids", ids));
-  GB_RETURN_IF_ERROR(detail::check_swiglu_limit(kOp, swiglu_limit));
+  const char* x_name = x.dtype() == DType::kI8 ? "qx" : "x";
+  GB_RETURN_IF_ERROR(detail::check_float_tensor(op, "out", out));
+  GB_RETURN_IF_ERROR(detail::check_shape(op, "out", out, {T, k, H},
+                                         x.dtype() == DType::kI8 ? "([T, k, H] from qx [T, H] and topk_ids [T, k])"
+                                                                 : "([T, k, H] from x [T, H] and topk_ids [T, k])"));
+  GB_RETURN_IF_ERROR(detail::check_no_overlap(op, "out", out, x_name, x));
+  GB_RETURN_IF_ERROR(detail::check_no_overlap(op, "out", out, "sx", x_scale));
+  GB_RETURN_IF_ERROR(detail::check_no_overlap(op, "out", out, "topk_ids", ids));
+  GB_RETURN_IF_ERROR(detail::check_swiglu_limit(op, swiglu_limit));
   if (experts.empty()) return ok_status();
   const WeightQuantScheme s = experts[0].w_gate.scheme;
   const int64_t I = experts[0].w_gate.data.rank() == 2 ? experts[0].w_gate.data.dim(0) : -1;
   for (size_t i = 0; i < experts.size(); ++i) {
     const QuantExpertWeights& e = experts[i];
-    const std::string p = "quant_expert_ffn: experts[" + std::to_string(i) + "]";
+    const std::string p = name + ": experts[" + std::to_string(i) + "]";
     for (const QuantWeight* w : {&e.w_gate, &e.w_up, &e.w_down}) {
       if (w->scheme != s) {
         return invalid_argument(p + " mixes weight schemes " + std::string(weight_quant_scheme_name(w->scheme)) +
@@ -60,8 +66,38 @@ Status validate(const TensorView& x, const TensorView& ids, std::span<const Quan
     if (e.w_gate.in_features != H || e.w_up.in_features != H || e.w_gate.data.dim(0) != I || e.w_up.data.dim(0) != I ||
         e.w_down.in_features != I || e.w_down.data.dim(0) != H) {
       return invalid_argument(p + " does not hold w_gate, w_up [I, H] and w_down [H, I] with H = " + std::to_string(H) +
-                              " (x's last dimension) and I = " + std::to_string(I) + " (experts[0].w_gate's rows)");
+                              " (" + x_name + "'s last dimension) and I = " + std::to_string(I) +
+                              " (experts[0].w_gate's rows)");
     }
+  }
+  return ok_status();
+}
+
+Status validate(const TensorView& x, const TensorView& ids, std::span<const QuantExpertWeights> experts, int64_t begin,
+                int64_t end, const TensorView& out, float swiglu_limit) {
+  int64_t T = 0, H = 0, k = 0;
+  GB_RETURN_IF_ERROR(detail::check_rows_and_topk_ids(kOp, "x", x, "([T, H])", ids, T, H, k));
+  return validate_rest(kOp, T, H, k, x, TensorView(), ids, experts, begin, end, out, swiglu_limit);
+}
+
+constexpr const char* kPrequantizedOp = "quant_expert_ffn_prequantized";
+
+Status validate_prequantized(const TensorView& qx, const TensorView& sx, const TensorView& ids,
+                             std::span<const QuantExpertWeights> experts, int64_t begin, int64_t end,
+                             const TensorView& out, float swiglu_limit) {
+  const char* op = kPrequantizedOp;
+  GB_RETURN_IF_ERROR(detail::check_dtype(op, "qx", qx, DType::kI8));
+  GB_RETURN_IF_ERROR(detail::check_rank(op, "qx", qx, 2, "([T, H])"));
+  const int64_t T = qx.dim(0), H = qx.dim(1);
+  GB_RETURN_IF_ERROR(detail::check_dtype(op, "sx", sx, DType::kF32));
+  GB_RETURN_IF_ERROR(detail::check_shape(op, "sx", sx, {T}, "([T]: one scale per row of qx)"));
+  GB_RETURN_IF_ERROR(detail::check_dtype(op, "topk_ids", ids, DType::kI32));
+  GB_RETURN_IF_ERROR(detail::check_rank(op, "topk_ids", ids, 2, "([T, k])"));
+  GB_RETURN_IF_ERROR(validate_rest(op, T, H, ids.dim(1), qx, sx, ids, experts, begin, end, out, swiglu_limit));
+  if (!experts.empty() && experts[0].w_gate.scheme != WeightQuantScheme::kW8A8) {
+    return invalid_argument(std::string(op) + ": the experts are " +
+                            std::string(weight_quant_scheme_name(experts[0].w_gate.scheme)) +
+                            " but activations quantized int8 per token are the input of w8a8 experts only");
   }
   return ok_status();
 }
@@ -108,10 +144,16 @@ void run_item(const W8A8Item& it, detail::Int8DotRowsFn dot, int64_t H, int64_t 
   }
 }
 
-// The W8A8 path (arguments validated; quant_linear's checks run per expert first, with its messages).
-Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertWeights> experts,
+// The W8A8 path (arguments validated; quant_linear's checks run per expert first, with its messages). `x` is
+// the activations, or (sx non-empty) their codes qx int8 [T, H] with sx fp32 [T], which are then used as they
+// are instead of quantizing the rows.
+Status w8a8_experts(const TensorView& x, const TensorView& sx, int64_t k, std::span<const QuantExpertWeights> experts,
                     const std::vector<std::vector<int64_t>>& slots, int64_t H, int64_t I, float limit,
                     const TensorView& out) {
+  const bool prequantized = x.dtype() == DType::kI8;
+  // quant_linear's checks look at x's dtype and shape only: with codes, an fp32 view of that shape whose
+  // data is never read stands in for it.
+  float unread = 0.f;
   std::vector<W8A8Expert> ex;
   for (size_t e = 0; e < slots.size(); ++e) {
     if (slots[e].empty()) continue;
@@ -125,20 +167,33 @@ Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertW
   int64_t work = 0;
   for (W8A8Expert& e : ex) {
     const int64_t n = static_cast<int64_t>(e.slots->size());
-    e.xs.resize(static_cast<size_t>(n * H));
     e.g.resize(static_cast<size_t>(n * I));
     e.u.resize(static_cast<size_t>(n * I));
     e.y.resize(static_cast<size_t>(n * H));
-    for (int64_t i = 0; i < n; ++i) detail::load_row_f32(x, 1, (*e.slots)[i] / k, H, e.xs.data() + i * H);
-    const TensorView xv(e.xs.data(), DType::kF32, {n, H}), gv(e.g.data(), DType::kF32, {n, I}),
-        yv(e.y.data(), DType::kF32, {n, H});
+    if (!prequantized) {
+      e.xs.resize(static_cast<size_t>(n * H));
+      for (int64_t i = 0; i < n; ++i) detail::load_row_f32(x, 1, (*e.slots)[i] / k, H, e.xs.data() + i * H);
+    }
+    const TensorView xv = prequantized ? TensorView::strided(&unread, DType::kF32, {n, H}, {0, 0})
+                                       : TensorView(e.xs.data(), DType::kF32, {n, H});
+    const TensorView gv(e.g.data(), DType::kF32, {n, I}), yv(e.y.data(), DType::kF32, {n, H});
     int64_t M = 0, N = 0, K = 0;
     for (const QuantWeight* w : {&e.w->w_gate, &e.w->w_up})
       GB_RETURN_IF_ERROR(detail::check_quant_linear(xv, *w, gv, M, N, K));
     GB_RETURN_IF_ERROR(detail::check_quant_linear(gv, e.w->w_down, yv, M, N, K));
     e.qx.resize(static_cast<size_t>(n * H));
     e.sx.resize(static_cast<size_t>(n));
-    detail::w8a8_quantize_rows(xv, e.qx.data(), e.sx.data());
+    if (prequantized) {
+      const int8_t* q = x.data_as<const int8_t>();
+      const float* s = sx.data_as<const float>();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = (*e.slots)[i] / k;
+        for (int64_t c = 0; c < H; ++c) e.qx[i * H + c] = q[t * x.stride(0) + c * x.stride(1)];
+        e.sx[i] = s[t * sx.stride(0)];
+      }
+    } else {
+      detail::w8a8_quantize_rows(xv, e.qx.data(), e.sx.data());
+    }
     e.sw_gate.resize(static_cast<size_t>(I));
     e.sw_up.resize(static_cast<size_t>(I));
     e.sw_down.resize(static_cast<size_t>(H));
@@ -178,15 +233,9 @@ Status w8a8_experts(const TensorView& x, int64_t k, std::span<const QuantExpertW
   return ok_status();
 }
 
-}  // namespace
-
-Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const QuantExpertWeights> experts,
-                        int64_t begin, int64_t end, const TensorView& out, float swiglu_limit) {
-  GB_RETURN_IF_ERROR(validate(x, topk_ids, experts, begin, end, out, swiglu_limit));
-  const int64_t T = x.dim(0), H = x.dim(1), k = topk_ids.dim(1);
-  if (T == 0 || k == 0 || experts.empty() || H == 0) return ok_status();
-  const int64_t I = experts[0].w_gate.data.dim(0);
-  // Layout: the slots of each expert, in (t, j) order.
+// The slots of each expert of [begin, end), in (t, j) order.
+std::vector<std::vector<int64_t>> expert_slots(const TensorView& topk_ids, int64_t begin, int64_t end) {
+  const int64_t T = topk_ids.dim(0), k = topk_ids.dim(1);
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(end - begin));
   const int32_t* ids = topk_ids.data_as<const int32_t>();
   for (int64_t t = 0; t < T; ++t) {
@@ -195,8 +244,30 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
       if (e >= begin && e < end) slots[static_cast<size_t>(e - begin)].push_back(t * k + j);
     }
   }
+  return slots;
+}
+
+}  // namespace
+
+Status quant_expert_ffn_prequantized(const TensorView& qx, const TensorView& sx, const TensorView& topk_ids,
+                                     std::span<const QuantExpertWeights> experts, int64_t begin, int64_t end,
+                                     const TensorView& out, float swiglu_limit) {
+  GB_RETURN_IF_ERROR(validate_prequantized(qx, sx, topk_ids, experts, begin, end, out, swiglu_limit));
+  const int64_t T = qx.dim(0), H = qx.dim(1), k = topk_ids.dim(1);
+  if (T == 0 || k == 0 || experts.empty() || H == 0) return ok_status();
+  return w8a8_experts(qx, sx, k, experts, expert_slots(topk_ids, begin, end), H, experts[0].w_gate.data.dim(0),
+                      swiglu_limit, out);
+}
+
+Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const QuantExpertWeights> experts,
+                        int64_t begin, int64_t end, const TensorView& out, float swiglu_limit) {
+  GB_RETURN_IF_ERROR(validate(x, topk_ids, experts, begin, end, out, swiglu_limit));
+  const int64_t T = x.dim(0), H = x.dim(1), k = topk_ids.dim(1);
+  if (T == 0 || k == 0 || experts.empty() || H == 0) return ok_status();
+  const int64_t I = experts[0].w_gate.data.dim(0);
+  const std::vector<std::vector<int64_t>> slots = expert_slots(topk_ids, begin, end);
   if (experts[0].w_gate.scheme == WeightQuantScheme::kW8A8) {
-    return w8a8_experts(x, k, experts, slots, H, I, swiglu_limit, out);
+    return w8a8_experts(x, TensorView(), k, experts, slots, H, I, swiglu_limit, out);
   }
   // One contiguous fp32 buffer per intermediate, each expert's rows at its first slot.
   std::vector<int64_t> first(static_cast<size_t>(end - begin) + 1, 0);

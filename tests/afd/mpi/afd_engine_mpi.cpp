@@ -34,6 +34,7 @@ struct Options {
   int64_t init_timeout_ms = 0;  // 0: the config's default
   bool extra_request = false;   // this process adds a 6th request (ranks disagree on the requests)
   bool long_prompts = false;    // prompts of 60..140 tokens (past a gated-delta-rule chunk and a KV page)
+  std::string moe_dispatch = "bf16";  // --moe-dispatch: bf16 | quantized (AFD and the monolithic engine alike)
   enum class Fault { kNone, kKill, kFail, kStop } fault = Fault::kNone;
   int fault_rank = 0;
   int fault_step = 1;
@@ -44,6 +45,7 @@ struct Options {
       stderr,
       "afd_engine_mpi: %s\nusage: afd_engine_mpi --model DIR [--role attention|ffn] [--afd 2A1F] "
       "[--connector sync|async] [--stages N] [--timeout-ms N] [--init-timeout-ms N] [--extra-request] [--long-prompts] "
+      "[--moe-dispatch bf16|quantized] "
       "[--kill|--fail FFN_RANK STEP] "
       "[--stop ATTENTION_RANK STEP]\n",
       why.c_str());
@@ -78,6 +80,8 @@ Options parse(int argc, char** argv) {
       o.extra_request = true;
     } else if (a == "--long-prompts") {
       o.long_prompts = true;
+    } else if (a == "--moe-dispatch") {
+      o.moe_dispatch = next();
     } else if (a == "--init-timeout-ms") {
       o.init_timeout_ms = std::atoll(next().c_str());
     } else if (a == "--kill" || a == "--fail" || a == "--stop") {
@@ -142,7 +146,9 @@ int main(int argc, char** argv) {
   };
   auto ckpt = model::Checkpoint::open(o.model_dir);
   if (!ckpt.ok()) return die(ckpt.status());
-  auto dev = runtime::DeviceOperator::create({});
+  runtime::DeviceConfig dc;
+  dc.moe_dispatch = o.moe_dispatch;
+  auto dev = runtime::DeviceOperator::create(dc);
   if (!dev.ok()) return die(dev.status());
 
   EngineJobOptions jo;
@@ -204,8 +210,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "all %zu requests: %lld tokens and %lld logits bit-identical to the monolithic engine (%s connector, "
-      "%s, S=%d, %d ranks)\n",
+      "%s, S=%d, %d ranks, %s MoE dispatch)\n",
       want->size(), static_cast<long long>(tokens), static_cast<long long>(logits),
-      std::string(connector_kind_name(o.connector)).c_str(), o.topology.c_str(), o.stages, job->num_ranks);
+      std::string(connector_kind_name(o.connector)).c_str(), o.topology.c_str(), o.stages, job->num_ranks,
+      o.moe_dispatch.c_str());
   return 0;
 }

@@ -15,6 +15,7 @@
 
 #include "genbridge/build_info.h"
 #include "genbridge/ops/quant/dynamic_mx_quant.h"
+#include "genbridge/ops/quant/dynamic_quant_per_token.h"
 #include "support/each_cpu_target.h"
 #include "support/tensor_util.h"
 
@@ -199,6 +200,72 @@ TEST(QuantExpertFfn, w8a8_many_slots_per_expert_and_column_tails) {
     ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, out.view()).ok());
     EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)), 0) << target;
   });
+}
+
+// Activations quantized before the call (an AFD dispatch carrying int8 codes per token): codes and scales from
+// quant/dynamic_quant_per_token of x give every slot the bits of quant_expert_ffn(x), for bf16 and fp32 x, with
+// strided codes and scales (rows of [codes | scale] as a dispatch packs them), any expert split and every CPU target.
+TEST(QuantExpertFfn, prequantized_int8_rows_give_the_bits_of_the_activations) {
+  const int64_t E = 3, H = 136, I = 300, T = 70, k = 2;
+  Bank bank(WeightQuantScheme::kW8A8, E, H, I);
+  for (DType xt : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(std::string(dtype_name(xt)));
+    OwnedTensor x(xt, {T, H}), ids(DType::kI32, {T, k});
+    fill_uniform(x.view(), 29, -3.f, 3.f);
+    auto* idp = reinterpret_cast<int32_t*>(ids.data());
+    for (int64_t t = 0; t < T; ++t) {
+      idp[t * k] = 0;  // more than 64 slots for expert 0
+      idp[t * k + 1] = static_cast<int32_t>(1 + t % 3);
+    }
+    // Rows of H codes then the fp32 scale (H + 4 bytes, a multiple of 4).
+    const int64_t row = H + 4;
+    std::vector<std::byte> rows(static_cast<size_t>(T * row));
+    const TensorView qx = TensorView::strided(rows.data(), DType::kI8, {T, H}, {row, 1});
+    const TensorView sx = TensorView::strided(rows.data() + H, DType::kF32, {T}, {row / 4});
+    ASSERT_TRUE(ops::dynamic_quant_per_token(x.view(), ops::kDynamicQuantPerTokenDefaultEps, qx, sx).ok());
+    for_each_cpu_target([&](const std::string& target) {
+      OwnedTensor want(DType::kBF16, {T, k, H}), got(DType::kBF16, {T, k, H}), split(DType::kBF16, {T, k, H});
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, want.view()).ok());
+      ASSERT_TRUE(ops::quant_expert_ffn_prequantized(qx, sx, ids.view(), bank.experts, 0, E, got.view()).ok());
+      EXPECT_EQ(got.bytes(), want.bytes()) << target;
+      const std::span<const QuantExpertWeights> all(bank.experts);
+      ASSERT_TRUE(ops::quant_expert_ffn_prequantized(qx, sx, ids.view(), all.subspan(0, 1), 0, 1, split.view()).ok());
+      ASSERT_TRUE(ops::quant_expert_ffn_prequantized(qx, sx, ids.view(), all.subspan(1, 2), 1, 3, split.view()).ok());
+      EXPECT_EQ(split.bytes(), want.bytes()) << target;
+      // With the swiglu clamp too.
+      ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, want.view(), 0.5f).ok());
+      ASSERT_TRUE(ops::quant_expert_ffn_prequantized(qx, sx, ids.view(), bank.experts, 0, E, got.view(), 0.5f).ok());
+      EXPECT_EQ(got.bytes(), want.bytes()) << target;
+    });
+  }
+}
+
+TEST(QuantExpertFfn, prequantized_invalid_arguments) {
+  const int64_t E = 2, H = 64, I = 32, T = 3;
+  Bank bank(WeightQuantScheme::kW8A8, E, H, I);
+  OwnedTensor qx(DType::kI8, {T, H}), sx(DType::kF32, {T}), ids(DType::kI32, {T, 1}), out(DType::kBF16, {T, 1, H});
+  OwnedTensor x(DType::kBF16, {T, H}), s4(DType::kF32, {T + 1});
+  EXPECT_EQ(
+      ops::quant_expert_ffn_prequantized(x.view(), sx.view(), ids.view(), bank.experts, 0, E, out.view()).message(),
+      "quant_expert_ffn_prequantized: qx has dtype bf16 but must be int8");
+  EXPECT_EQ(
+      ops::quant_expert_ffn_prequantized(qx.view(), s4.view(), ids.view(), bank.experts, 0, E, out.view()).message(),
+      "quant_expert_ffn_prequantized: sx has shape [4] but must be [3] ([T]: one scale per row of qx)");
+  EXPECT_EQ(
+      ops::quant_expert_ffn_prequantized(qx.view(), sx.view(), ids.view(), bank.experts, 0, 1, out.view()).message(),
+      "quant_expert_ffn_prequantized: 2 expert weight sets given for expert range [0, 1); exactly one per "
+      "expert in the range is required");
+  const TensorView over = TensorView(out.data(), DType::kF32, {T});
+  EXPECT_EQ(ops::quant_expert_ffn_prequantized(qx.view(), over, ids.view(), bank.experts, 0, E, out.view()).message(),
+            "quant_expert_ffn_prequantized: out overlaps sx in memory; outputs must not alias inputs");
+  OwnedTensor d(DType::kFp8E4M3FN, {I, H}), sc(DType::kE8M0, {I, 1, 2}), dd(DType::kFp8E4M3FN, {H, I}),
+      sd(DType::kE8M0, {H, 1, 2});
+  const QuantWeight gate{WeightQuantScheme::kMxfp8, d.view(), sc.view(), H};
+  const QuantExpertWeights mx{gate, gate, {WeightQuantScheme::kMxfp8, dd.view(), sd.view(), I}};
+  EXPECT_EQ(ops::quant_expert_ffn_prequantized(qx.view(), sx.view(), ids.view(), std::span(&mx, 1), 0, 1, out.view())
+                .message(),
+            "quant_expert_ffn_prequantized: the experts are mxfp8 but activations quantized int8 per token are the "
+            "input of w8a8 experts only");
 }
 
 TEST(QuantExpertFfn, invalid_and_unsupported) {

@@ -148,7 +148,8 @@ TEST(DeviceOperatorCreate, matching_selector_and_no_npu_smi) {
               "device not checked | KV cache (kv_cache_dtype=quantized): GQA int8 + fp16 scale per (token, kv head) in a "
               "separate scale cache (head_dim + 2 B per (token, kv head)); MLA int8 latent+fp16 scale, bf16 rope cache, "
               "slot mapping [block, offset] pairs, page "
-              "128 tokens | MX scale layout: none (no MX formats) | weights (weight_quant=none): none (bf16 weights)");
+              "128 tokens | MX scale layout: none (no MX formats) | weights (weight_quant=none): none (bf16 weights) | "
+              "MoE dispatch (moe_dispatch=bf16): bf16 (2 B per element)");
   } else {
     EXPECT_EQ(line,
               "genbridge device: Ascend950 (A5) build for Ascend950PR_9599, configured SoC 'Ascend950DT_9591', "
@@ -156,7 +157,7 @@ TEST(DeviceOperatorCreate, matching_selector_and_no_npu_smi) {
               "per (token, kv head) packed at the end of the row (head_dim + 4 B per (token, kv head)); MLA fp8_e4m3fn "
               "latent+fp32 scale per 128+bf16 rope, packed, slot mapping "
               "flat (block * block_size + offset), page 128 tokens | MX scale layout: pair [..., K/64, 2] | weights "
-              "(weight_quant=none): none (bf16 weights)");
+              "(weight_quant=none): none (bf16 weights) | MoE dispatch (moe_dispatch=bf16): bf16 (2 B per element)");
   }
 }
 

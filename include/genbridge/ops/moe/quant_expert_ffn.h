@@ -35,4 +35,13 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
                         int64_t expert_begin, int64_t expert_end, const TensorView& out,
                         float swiglu_limit = kNoSwigluLimit);
 
+// quant_expert_ffn with W8A8 experts on activations already quantized the way W8A8 quantizes them: qx int8
+// [T, H] and sx fp32 [T] are quant/dynamic_quant_per_token (default eps) of some x, and every slot gets the bits
+// quant_expert_ffn(x, ...) gives it (the gate and up projections take the codes as they are; the down
+// projection's input is quantized as there). qx, sx: any strides; out must not overlap them. InvalidArgument
+// when the experts are not W8A8; otherwise the arguments, rules and guarantees of quant_expert_ffn.
+Status quant_expert_ffn_prequantized(const TensorView& qx, const TensorView& sx, const TensorView& topk_ids,
+                                     std::span<const QuantExpertWeights> experts, int64_t expert_begin,
+                                     int64_t expert_end, const TensorView& out, float swiglu_limit = kNoSwigluLimit);
+
 }  // namespace genbridge::ops
