@@ -41,21 +41,29 @@ Result<bool> AttentionIdle::idle(bool want_stop,
     return false;
   }
   // Lockstep: sleep only while every rank was idle at the last agreement; something for this rank goes
-  // back to the loop, whose engine step agrees with the others (AfdExecutor::forward).
+  // back to the loop, whose engine step agrees with the others (AfdExecutor::forward). A rank that stepped
+  // since its last idle call had work at that step's agreement: every other rank is then in the lockstep
+  // rounds (stepping, or agreeing without sleeping), so it joins the next round at once instead of sleeping
+  // while they wait for it in that round (which would hold back their next request until its keep-alive).
+  if (executor_.steps() != steps_seen_) others_active_ = true;
   if (!others_active_ && !want_stop && wait(std::chrono::milliseconds(keep_alive_ms_), true) == WorkWait::kMine) {
+    steps_seen_ = executor_.steps();
     return false;
   }
   GB_ASSIGN_OR_RETURN(const bool any_work, agreement->any_active(false));
   if (any_work) {
     others_active_ = true;
     GB_RETURN_IF_ERROR(empty_step());  // beside the others' step
+    steps_seen_ = executor_.steps();
     return false;
   }
   others_active_ = false;
   GB_ASSIGN_OR_RETURN(const bool go_on, agreement->any_active(!want_stop));
+  steps_seen_ = executor_.steps();
   if (!go_on) return true;
   GB_RETURN_IF_ERROR(empty_step());  // every rank: the keep-alive
   ++keep_alive_steps_;
+  steps_seen_ = executor_.steps();
   return false;
 }
 

@@ -66,6 +66,7 @@ class AttentionIdle {
   const int64_t keep_alive_ms_;
   std::function<void()> after_step_;
   bool others_active_ = false;  // lockstep: another rank had work at the last agreement
+  int64_t steps_seen_ = 0;      // lockstep: the executor's steps when the last idle call returned
   int64_t keep_alive_steps_ = 0;
 };
 
