@@ -3,7 +3,8 @@
 // --afd-transport mpi`): attention rank 0 serves HTTP and forwards each request that its service assigns
 // to attention rank a >= 1 over the job's transport; rank a runs it on its own engine and sends the tokens
 // back. Every call is made on the thread that runs the rank (the MPI transport is used by that thread
-// only), so attention rank 0 relays between its own steps and while it waits for work.
+// only), so attention rank 0 relays between its own steps and while it waits for work
+// (docs/afd_mpi.md#serving-under-mpirun).
 //
 // Down (attention rank 0 -> attention rank a): requests to admit, requests to cancel, and two flags: the
 // server is stopping (the rank ends once it holds nothing), and another attention rank holds a request (a

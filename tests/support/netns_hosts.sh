@@ -2,10 +2,10 @@
 # Several "hosts" on one machine for mpirun tests: HOSTS network namespaces made for this run, each with its
 # own hostname (a UTS namespace) and one veth interface, gbnet0, on a private subnet (10.231.7.0/24, host i at
 # 10.231.7.<i+1>) joined by a bridge in a switch namespace of its own. COMMAND runs on host 0 with Open MPI
-# set up as on real machines (docs/afd_mpi.md, "Several hosts"): a hostfile of the hosts' addresses, ranks
-# placed round-robin by host (world rank r on host r mod HOSTS), TCP and Open MPI's own connections pinned to
-# gbnet0, and a launch agent in place of ssh that starts Open MPI's daemon (orted) inside the namespaces of
-# the host it is given. Afterwards it prints the bytes each host moved over gbnet0 and fails unless every
+# set up as docs/afd_mpi.md#several-hosts sets it up on real machines: a hostfile of the hosts' addresses,
+# ranks placed round-robin by host (world rank r on host r mod HOSTS), the ranks' TCP and Open MPI's own
+# connections pinned to the subnet and to port ranges (ranks 47000-47099, daemons 46000-46099), and a launch
+# agent in place of ssh that starts Open MPI's daemon (orted) inside the namespaces of the host it is given. Afterwards it prints the bytes each host moved over gbnet0 and fails unless every
 # other host received at least MIN_BYTES (GB_NETNS_MIN_BYTES, default 16384): the ranks talked over the
 # hosts' network, not through anything they share.
 # usage: netns_hosts.sh HOSTS SECONDS -- COMMAND...
@@ -92,7 +92,8 @@ chmod +x "$dir/launch_agent"
 
 export OMPI_MCA_plm_rsh_agent="$dir/launch_agent" OMPI_MCA_plm_rsh_no_tree_spawn=1
 export OMPI_MCA_orte_default_hostfile="$dir/hostfile" OMPI_MCA_rmaps_base_mapping_policy=node
-export OMPI_MCA_btl_tcp_if_include=gbnet0 OMPI_MCA_oob_tcp_if_include=gbnet0
+export OMPI_MCA_btl_tcp_if_include="$subnet.0/24" OMPI_MCA_oob_tcp_if_include="$subnet.0/24"
+export OMPI_MCA_btl_tcp_port_min_v4=47000 OMPI_MCA_btl_tcp_port_range_v4=100 OMPI_MCA_oob_tcp_dynamic_ipv4_ports=46000-46099
 export GENBRIDGE_NETNS_HOSTS="${addresses# }"
 echo "== $hosts hosts (network namespaces $run-h0..h$((hosts - 1))):${addresses}; the command runs on host 0"
 
