@@ -171,6 +171,7 @@ struct Outbound {
   int peer = 0;
   std::span<std::byte> buffer;
   RequestId ids[2] = {kNoRequest, kNoRequest};
+  bool awaited = true;  // flush() waits for it
   bool done() const { return ids[0] == kNoRequest && ids[1] == kNoRequest; }
 };
 
@@ -183,9 +184,9 @@ class RelayBase {
   std::string name(int a) const { return o_.rank_names[o_.attention_world[a]]; }
   std::string me() const { return name(o_.attention_rank); }
 
-  Status post(int a, int tag, const std::string& bytes) {
+  Status post(int a, int tag, const std::string& bytes, bool awaited = true) {
     GB_RETURN_IF_ERROR(reap());
-    Outbound o{.peer = a};
+    Outbound o{.peer = a, .awaited = awaited};
     GB_ASSIGN_OR_RETURN(o.buffer, buffers_.get(sizeof(uint64_t) + bytes.size()));
     const uint64_t n = bytes.size();
     std::memcpy(o.buffer.data(), &n, sizeof(n));
@@ -219,7 +220,7 @@ class RelayBase {
     Completion c;
     for (Outbound& o : outbound_) {
       for (RequestId& id : o.ids) {
-        if (id == kNoRequest) continue;
+        if (id == kNoRequest || !o.awaited) continue;
         Result<int> r = t_.wait_any({&id, 1}, deadline, &c);
         if (!r.ok()) {
           return Status(r.status().code(),
@@ -300,6 +301,7 @@ class Hub final : public RelayHub, RelayBase {
     const int A = num_attention();
     heard_ns_.assign(static_cast<size_t>(A), 0);
     open_.assign(static_cast<size_t>(A), 0);
+    stop_sent_.assign(static_cast<size_t>(A), false);
     ready_.assign(static_cast<size_t>(A), false);
     for (int a = 1; a < A; ++a) {
       GB_ASSIGN_OR_RETURN(Inbound in, make_inbound(a, wire::kTagRelayUp));
@@ -351,7 +353,12 @@ class Hub final : public RelayHub, RelayBase {
     // A rank given a request owes its next message from now on (it may have been quiet for long).
     if (!down.submit.empty() && open_[a] == 0) heard_ns_[a] = progress_now_ns();
     open_[a] += static_cast<int64_t>(down.submit.size());
-    return post(a, wire::kTagRelayDown, encode_relay_down(down));
+    // What follows the stop flag (cancels of requests the rank may have finished meanwhile) is not waited
+    // for: a rank that was told to stop ends once it holds nothing, without reading on; the transport
+    // withdraws what it never took when it closes.
+    const bool awaited = !stop_sent_[a];
+    stop_sent_[a] = stop_sent_[a] || down.stopping;
+    return post(a, wire::kTagRelayDown, encode_relay_down(down), awaited);
   }
 
   Status poll(const std::function<void(int a, RelayUp&& up)>& on_up) override {
@@ -388,6 +395,7 @@ class Hub final : public RelayHub, RelayBase {
   std::vector<Inbound> in_;        // attention ranks 1..A-1
   std::vector<int64_t> heard_ns_;  // by attention rank: the progress clock when its last message arrived
   std::vector<int64_t> open_;      // by attention rank: requests sent to it and not reported finished
+  std::vector<bool> stop_sent_;    // by attention rank: the stop flag was sent to it
   std::vector<bool> ready_;
 };
 

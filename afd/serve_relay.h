@@ -93,7 +93,8 @@ class RelayHub {
   // Does not block: hands every message that arrived to `on_up(a, up)`, in arrival order per rank, and
   // checks the deadline of each rank that holds requests (sent to it and not reported finished).
   virtual Status poll(const std::function<void(int a, RelayUp&& up)>& on_up) = 0;
-  // Blocks (timeout_ms) until every posted send completed.
+  // Blocks (timeout_ms) until every send posted up to the stop flag of its rank completed (what follows it
+  // may never be read: a rank told to stop ends once it holds nothing).
   virtual Status flush() = 0;
 };
 
