@@ -41,21 +41,29 @@ Result<bool> AttentionIdle::idle(bool want_stop,
     return false;
   }
   // Lockstep: sleep only while every rank was idle at the last agreement; something for this rank goes
-  // back to the loop, whose engine step agrees with the others (AfdExecutor::forward).
+  // back to the loop, whose engine step agrees with the others (AfdExecutor::forward). A rank that stepped
+  // since its last idle call had work at that step's agreement: every other rank is then in the lockstep
+  // rounds (stepping, or agreeing without sleeping), so it joins the next round at once instead of sleeping
+  // while they wait for it in that round (which would hold back their next request until its keep-alive).
+  if (executor_.steps() != steps_seen_) others_active_ = true;
   if (!others_active_ && !want_stop && wait(std::chrono::milliseconds(keep_alive_ms_), true) == WorkWait::kMine) {
+    steps_seen_ = executor_.steps();
     return false;
   }
   GB_ASSIGN_OR_RETURN(const bool any_work, agreement->any_active(false));
   if (any_work) {
     others_active_ = true;
     GB_RETURN_IF_ERROR(empty_step());  // beside the others' step
+    steps_seen_ = executor_.steps();
     return false;
   }
   others_active_ = false;
   GB_ASSIGN_OR_RETURN(const bool go_on, agreement->any_active(!want_stop));
+  steps_seen_ = executor_.steps();
   if (!go_on) return true;
   GB_RETURN_IF_ERROR(empty_step());  // every rank: the keep-alive
   ++keep_alive_steps_;
+  steps_seen_ = executor_.steps();
   return false;
 }
 
@@ -147,16 +155,100 @@ class LivePublisher {
   int64_t bytes_ = 0, messages_ = 0, wait_ns_ = 0, prefill_ = 0, decode_ = 0, empty_ = 0;
 };
 
+// Attention rank a >= 1 of a relayed job: runs what attention rank 0 forwards on its engine and reports
+// every token and ended request back (after each step, or when a request ended without one), idling
+// through `idle` as any serving rank. Its first message says its engine is up.
+Status serve_relayed_rank(RelayLink& link, engine::Engine& eng, runtime::KvPagePool& pool, AttentionIdle& idle) {
+  RelayUp up;
+  eng.set_listener({.on_token =
+                        [&up](int64_t id, int32_t token, const engine::TokenLogprobs* lp) {
+                          up.tokens.push_back({.id = id,
+                                               .token = token,
+                                               .has_logprobs = lp != nullptr,
+                                               .logprobs = lp ? *lp : engine::TokenLogprobs{}});
+                        },
+                    .on_finish =
+                        [&up](engine::RequestResult&& r) {
+                          up.finishes.push_back({.id = r.id, .reason = r.reason, .message = std::move(r.message)});
+                        }});
+  auto report = [&]() -> Status {
+    up.running = eng.num_running();
+    up.kv_pages_used = pool.used_pages();
+    GB_RETURN_IF_ERROR(link.send(up));
+    up.tokens.clear();
+    up.finishes.clear();
+    return ok_status();
+  };
+  GB_RETURN_IF_ERROR(report());
+  Status wait_error;
+  const auto wait = [&link, &wait_error](std::chrono::milliseconds timeout, bool others) {
+    Result<WorkWait> w = link.wait(timeout, others);
+    if (w.ok()) return *w;
+    wait_error = w.status();
+    return WorkWait::kMine;  // back to the loop, which returns the error
+  };
+  bool stopping = false;
+  for (;;) {
+    GB_RETURN_IF_ERROR(wait_error);
+    RelayDown down;
+    GB_RETURN_IF_ERROR(link.take(&down));
+    stopping = stopping || down.stopping;
+    for (engine::Request& r : down.submit) {
+      const int64_t id = r.id;
+      if (Status s = eng.submit(std::move(r)); !s.ok()) {
+        up.finishes.push_back({.id = id, .reason = engine::FinishReason::kError, .message = s.message()});
+      }
+    }
+    for (int64_t id : down.cancel) eng.cancel(id);
+    if (eng.has_work()) {
+      GB_RETURN_IF_ERROR(eng.step());
+      GB_RETURN_IF_ERROR(report());
+      continue;
+    }
+    if (up.has_events()) GB_RETURN_IF_ERROR(report());
+    GB_ASSIGN_OR_RETURN(const bool stop, idle.idle(stopping, wait));
+    if (stop) break;
+  }
+  return link.flush();
+}
+
+RelayOptions relay_options(const Connector& conn, const AfdConfig& cfg) {
+  return RelayOptions{.attention_world = conn.topology().attention_world,
+                      .rank_names = conn.topology().rank_names(),
+                      .attention_rank = conn.rank(),
+                      .timeout_ms = cfg.timeout_ms,
+                      .init_timeout_ms = cfg.init_timeout_ms};
+}
+
 // The serving driver of an attention rank: publishes the live counters after every step and runs `serve`
-// over the rank's engine, idling through an AttentionIdle.
-AttentionDriver serve_driver(const AfdConfig& cfg, ServeLiveMetrics* live, const AttentionServeFn& serve) {
-  return [&cfg, live, &serve](Connector&, Metrics& metrics, AttentionEngine& e) -> Status {
+// over the rank's engine (or, on a relayed rank, what attention rank 0 forwards), idling through an
+// AttentionIdle.
+AttentionDriver serve_driver(const AfdConfig& cfg, bool relayed, ServeLiveMetrics* live,
+                             const AttentionServeFn& serve) {
+  return [&cfg, relayed, live, &serve](Connector& conn, Metrics& metrics, AttentionEngine& e) -> Status {
     // Shared with the executor's hook, which outlives this call.
     auto publisher = std::make_shared<LivePublisher>(metrics, live);
     AfdExecutor& executor = e.executor;
     executor.set_after_forward([publisher, &executor] { publisher->attention(executor.steps()); });
     AttentionIdle idle(executor, keep_alive_ms(cfg), [&] { publisher->attention(executor.steps()); });
-    Status s = serve(e.attention_rank, e.engine, e.pool, idle);
+    Status s;
+    if (!relayed) {
+      s = serve(e.attention_rank, e.engine, e.pool, idle, nullptr);
+    } else if (e.attention_rank == 0) {
+      if (!serve) {
+        return invalid_argument(fmt::format(
+            "afd: {} has no server to run: under mpirun world rank 0 serves HTTP, so it must be attention rank 0 "
+            "(start the attention ranks first)",
+            conn.topology().rank_name(conn.world_rank())));
+      }
+      GB_ASSIGN_OR_RETURN(std::unique_ptr<RelayHub> hub, make_relay_hub(conn.transport(), relay_options(conn, cfg)));
+      GB_RETURN_IF_ERROR(hub->wait_ready());
+      s = serve(0, e.engine, e.pool, idle, hub.get());
+      if (s.ok()) s = hub->flush();
+    } else {
+      GB_ASSIGN_OR_RETURN(std::unique_ptr<RelayLink> link, make_relay_link(conn.transport(), relay_options(conn, cfg)));
+      s = serve_relayed_rank(*link, e.engine, e.pool, idle);
+    }
     publisher->attention(executor.steps());
     GB_RETURN_IF_ERROR(s);
     return executor.finish();
@@ -192,7 +284,8 @@ Status run_serve_job(const model::Checkpoint& checkpoint, const runtime::DeviceO
     job.on_weight_lines = [&options](std::vector<std::string> lines) { options.on_weight_lines(lines); };
   }
   GB_ASSIGN_OR_RETURN(const ValidAfdConfig cfg, prepare_rank_job(options.afd, transport, {}, &job));
-  const AttentionDriver attention = serve_driver(cfg, options.live, serve);
+  const bool relayed = cfg->num_attention > 1 && (transport == TransportKind::kMpi || options.relay_in_process);
+  const AttentionDriver attention = serve_driver(cfg, relayed, options.live, serve);
   const FfnDriver ffn = serve_ffn_driver(options.live);
   JobOptions jo;
   jo.fingerprint = job_fingerprint(job, options.fingerprint, nullptr);

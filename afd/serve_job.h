@@ -17,6 +17,11 @@
 // keep-alive), if not every one of them stops (the server is shutting down). Both answers are the same on
 // every rank, so the ranks' step numbers never diverge. An idle lockstep rank sleeps at most keep_alive_ms
 // between agreements (a server wakes it earlier when a request arrives for any rank).
+//
+// Relayed attention ranks (under mpirun with several attention ranks: only world rank 0 serves HTTP):
+// attention rank 0's server feeds the other attention ranks through the relay (afd/serve_relay.h) on its own
+// thread; each of them runs what it is sent on its engine and reports back, idling through its own
+// AttentionIdle. Attention rank 0 starts serving once every other attention rank's engine is up.
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +34,7 @@
 #include "afd/connector.h"
 #include "afd/engine_attention.h"
 #include "afd/metrics.h"
+#include "afd/serve_relay.h"
 #include "afd/work_wait.h"
 #include "genbridge/core/status.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -60,6 +66,7 @@ class AttentionIdle {
   const int64_t keep_alive_ms_;
   std::function<void()> after_step_;
   bool others_active_ = false;  // lockstep: another rank had work at the last agreement
+  int64_t steps_seen_ = 0;      // lockstep: the executor's steps when the last idle call returned
   int64_t keep_alive_steps_ = 0;
 };
 
@@ -79,9 +86,10 @@ struct ServeLiveMetrics {
 
 // The serving loop of attention rank `attention_rank`: it owns `engine` (built over `pool`, with the AFD
 // executor) until it returns; calls `idle.idle()` whenever the engine has no work. OK once `idle` said
-// stop; an error ends the job.
-using AttentionServeFn =
-    std::function<Status(int attention_rank, engine::Engine& engine, runtime::KvPagePool& pool, AttentionIdle& idle)>;
+// stop; an error ends the job. `relay`: null, or (attention rank 0 of a relayed job, see above) the other
+// attention ranks, which the loop feeds through it on this thread and which must be done before it stops.
+using AttentionServeFn = std::function<Status(int attention_rank, engine::Engine& engine, runtime::KvPagePool& pool,
+                                              AttentionIdle& idle, RelayHub* relay)>;
 
 struct ServeJobOptions {
   AfdConfig afd;  // topology, connector, stages, deadlines; model-shape keys and buffer sizes are filled here
@@ -98,6 +106,9 @@ struct ServeJobOptions {
   ServeLiveMetrics* live = nullptr;  // optional
   // Tests only (fault injection), as EngineJobOptions::ffn_hook.
   std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;
+  // Tests only: in process, relay the attention ranks other than 0 as under mpirun (`serve` then runs on
+  // attention rank 0 alone).
+  bool relay_in_process = false;
 };
 
 // keep_alive_ms of a config: timeout_ms / 4, at least 1.
@@ -114,8 +125,9 @@ Status run_inproc_serve_job(const model::Checkpoint& checkpoint, const runtime::
                             int64_t pool_pages_per_rank, const ServeJobOptions& options, const AttentionServeFn& serve);
 
 // This process's rank of an mpirun job (`declared_role` as in run_mpi_rank); `serve` runs on an attention
-// rank. Errors: the transport cannot start (e.g. not under mpirun) is returned; any later failure ends the
-// whole job (MPI_Abort; does not return).
+// rank, or with several attention ranks on attention rank 0 alone, which must then be world rank 0 (the
+// others are relayed; `serve` may be empty on every other process). Errors: the transport cannot start
+// (e.g. not under mpirun) is returned; any later failure ends the whole job (MPI_Abort; does not return).
 Status run_mpi_serve_rank(const model::Checkpoint& checkpoint, const runtime::DeviceOperator& dev,
                           int64_t pool_pages_per_rank, const ServeJobOptions& options, int declared_role,
                           const AttentionServeFn& serve);

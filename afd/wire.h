@@ -52,6 +52,9 @@ inline constexpr int kTagScatterData = 5;
 inline constexpr int kTagLoadRelease = 6;  // world rank 0 -> every rank: every rank has loaded its weights
 // StepAgreement instance i uses tags kTagStepAgreement + 2i (to the coordinator) and + 2i + 1 (its answer).
 inline constexpr int kTagStepAgreement = 16;
+// A serving job's relay (afd/serve_relay.h): attention rank 0 -> attention rank a, and back.
+inline constexpr int kTagRelayDown = 32;
+inline constexpr int kTagRelayUp = 33;
 
 struct Header {
   uint32_t magic;

@@ -1,7 +1,7 @@
 # Sourced by the README's commands: installs the Debian packages genbridge needs when they are missing.
 GB_DEBIAN_PACKAGES=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
                     nlohmann-json3-dev libfmt-dev libcli11-dev ccache libpcre2-dev libutf8proc-dev libhwy-dev
-                    libcpp-httplib-dev curl)
+                    libcpp-httplib-dev curl iproute2)
 # The aarch64 cross build of scripts/test.sh (x86-64 hosts only): Debian's cross compiler, qemu-user to run
 # its tests, and the arm64 (multiarch) dev packages of what the library, the CLI and the op tests link.
 GB_AARCH64_PACKAGES=(g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64

@@ -70,6 +70,8 @@ for preset in "${presets[@]}"; do
   echo "== ctest: $preset"
   ctest --preset "$preset" -j "$GB_TEST_JOBS" --timeout 900 | tee "build/$preset/ctest.log" | grep -vE '^ *(Start|[0-9]+/[0-9]+ Test) ' || true
   grep -q '100% tests passed' "build/$preset/ctest.log" || failed=1
+  # A test that skips itself says why (e.g. the several-hosts tests without network namespaces).
+  grep -h '^SKIP: ' "build/$preset/Testing/Temporary/LastTest.log" 2>/dev/null | sort | uniq -c | sed -E 's/^ *([0-9]+) SKIP: /== \1 test(s) skipped: /' || true
   phase_end "ctest $preset"
 done
 

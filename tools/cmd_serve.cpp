@@ -4,8 +4,9 @@
 //   --shutdown-timeout, the rest are cancelled -> close the listener -> exit 0.
 // With --afd the engine thread is an AFD job instead (afd/serve_job.h): in-process, every rank a thread
 // of this process and each attention rank an engine the service feeds; under mpirun (--afd-transport mpi),
-// this process is the attention rank (world rank 0: it serves HTTP) or an FFN rank (no HTTP; it serves
-// until the attention rank finishes). The listener opens once the job is up (every rank agreed on the job
+// this process is attention rank 0 (world rank 0: it serves HTTP and relays the requests of the other
+// attention ranks), another attention rank or an FFN rank (no HTTP; they serve until attention rank 0
+// finishes). The listener opens once the job is up (every rank agreed on the job
 // and every attention rank's engine serves), so a job its ranks refuse (e.g. another --model or
 // --weight-quant on one rank) exits before any client saw /health 200. A job that fails later ends the
 // server: in-flight requests are answered with the error, the listener closes and the process exits 1
@@ -85,16 +86,21 @@ Status check_serve_afd_flags(const ServeOptions& so, RunMode mode) {
     return invalid_argument(
         fmt::format("--role {} applies under mpirun only (--afd-transport mpi); drop --role", so.role));
   }
-  if (mode == RunMode::kAfdMpi) {
-    GB_ASSIGN_OR_RETURN(const afd::AfdConfig cfg, afd_config_from(so.run, mode));
-    if (cfg.num_attention != 1) {
-      return invalid_argument(fmt::format(
-          "--afd {} --afd-transport mpi: under mpirun one attention rank (world rank 0) serves HTTP, so A must be 1 "
-          "(e.g. 1A{}F); for several attention ranks use the in-process transport",
-          so.run.afd, cfg.num_ffn));
-    }
-  }
   return ok_status();
+}
+
+// Under mpirun with several attention ranks, world rank 0 serves HTTP and relays the others' requests, so
+// it must be an attention rank (known before MPI starts: its --role, or rank order).
+Status check_http_rank(const ServeOptions& so, const afd::AfdConfig& cfg, int declared_role) {
+  if (cfg.num_attention == 1 || afd::launcher_world_rank() != 0 ||
+      !afd::launcher_says_ffn(declared_role, cfg.num_attention)) {
+    return ok_status();
+  }
+  return invalid_argument(fmt::format(
+      "--afd {} --afd-transport mpi: world rank 0 serves HTTP and relays the other attention ranks' requests, so it "
+      "must be an attention rank, but it was started with --role ffn; list the attention ranks first (mpirun -np {} "
+      "genbridge serve --role attention ... : -np {} genbridge serve --role ffn ...)",
+      so.run.afd, cfg.num_attention, cfg.num_ffn));
 }
 
 // How this process serves: the mode, the AFD settings and this rank's declared role (--role).
@@ -104,6 +110,9 @@ struct ServeSetup {
   std::optional<afd::AfdConfig> afd;
   int declared = afd::kRoleUndeclared;
   int attention_ranks() const { return afd_mode ? afd->num_attention : 1; }
+  // Attention ranks whose engines run in this process (under mpirun, attention rank 0's alone: the others'
+  // engines are up once the relay heard from each of them, before attention rank 0 serves).
+  int local_attention_ranks() const { return mpi ? 1 : attention_ranks(); }
 };
 
 // The KV pool of each of `pools` attention ranks in this process: --kv-memory-mb, or room for --max-batch
@@ -115,14 +124,16 @@ engine::AssemblyOptions serve_assembly(const RunOptions& o, int pools, const mod
   return assembly_options(o, kv_pool_options(o, 1, pools, o.max_batch), quantized);
 }
 
-// An FFN rank of an mpirun serving job: no HTTP; serves its experts until the attention rank finishes.
-int serve_ffn_rank(const ServeOptions& so, int declared_role) {
+// A rank of an mpirun serving job other than world rank 0: no HTTP. An FFN rank serves its experts, another
+// attention rank the requests attention rank 0 relays to it, until attention rank 0 finishes.
+int serve_job_rank(const ServeOptions& so, int declared_role, afd::Role role) {
   const RunOptions& o = so.run;
   const Reporter report{"serve"};
   int code = kExitOk;
-  // Reads the expert weights only.
-  const std::unique_ptr<StartedModel> m =
-      start_model(o, {.mode = RunMode::kAfdMpi, .log = false, .build_model = false, .populate = false}, report, &code);
+  // An FFN rank reads the expert weights only.
+  const std::unique_ptr<StartedModel> m = start_model(
+      o, {.mode = RunMode::kAfdMpi, .log = false, .build_model = false, .populate = role == afd::Role::kAttention},
+      report, &code);
   if (!m) return code;
   const model::ModelConfig& mc = m->ckpt.config();
   if (Status s = check_run_flags_against_model(o, RunMode::kAfdMpi, mc); !s.ok()) return report.usage(s);
@@ -134,6 +145,7 @@ int serve_ffn_rank(const ServeOptions& so, int declared_role) {
   afd::ServeJobOptions jo{.afd = afd_config_from(o, RunMode::kAfdMpi).value(),
                           .engine = assembly.engine,
                           .fingerprint = std::move(fp).value()};
+  // No serving function: a relayed attention rank runs what attention rank 0 sends (afd/serve_job.h).
   const Status s = afd::run_mpi_serve_rank(m->ckpt, m->dev, plan->pages, jo, declared_role, {});
   if (!s.ok()) return report.fail(s);
   return kExitOk;
@@ -326,9 +338,9 @@ void ServeLoop::start_job() {
   }
   const afd::AttentionServeFn worker = service_worker_fn(service_);
   const afd::AttentionServeFn serve_fn = [this, worker](int a, engine::Engine& eng, runtime::KvPagePool& pool,
-                                                        afd::AttentionIdle& idle) {
+                                                        afd::AttentionIdle& idle, afd::RelayHub* relay) {
     ++workers_up_;
-    return worker(a, eng, pool, idle);
+    return worker(a, eng, pool, idle, relay);
   };
   job_thread_ = std::thread([this, serve_fn] {
     const StartedModel& m = *b_.model;
@@ -409,10 +421,10 @@ int ServeLoop::run(int port) {
   // without having answered anything. The wait is bounded by the job's own init deadlines.
   if (setup_.afd_mode) {
     if (!so_.run.quiet) fmt::print(stderr, "genbridge serve: waiting for the AFD job to start before listening\n");
-    while (workers_up_.load() < setup_.afd->num_attention && !job_done_.load()) {
+    while (workers_up_.load() < setup_.local_attention_ranks() && !job_done_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    if (workers_up_.load() < setup_.afd->num_attention) {
+    if (workers_up_.load() < setup_.local_attention_ranks()) {
       listener_done_ = true;
       signal_thread_.join();
       job_thread_.join();
@@ -483,7 +495,14 @@ int serve(const ServeOptions& so) {
   if (const int code = check_serve(so, report, &setup); code != kExitOk) return code;
   if (setup.mpi) {
     // Open MPI names this process's world rank before MPI_Init; without --role ranks 0..A-1 are attention.
-    if (afd::launcher_says_ffn(setup.declared, setup.afd->num_attention)) return serve_ffn_rank(so, setup.declared);
+    if (Status s = check_http_rank(so, *setup.afd, setup.declared); !s.ok()) return report.usage(s);
+    if (afd::launcher_says_ffn(setup.declared, setup.afd->num_attention)) {
+      return serve_job_rank(so, setup.declared, afd::Role::kFfn);
+    }
+    // World rank 0 serves HTTP; another attention rank is relayed (not under mpirun: the transport says so).
+    if (setup.afd->num_attention > 1 && afd::launcher_world_rank() > 0) {
+      return serve_job_rank(so, setup.declared, afd::Role::kAttention);
+    }
   }
   if (!so.port_file.empty()) {
     if (Status s = write_port_file(so.port_file + ".check", 0); !s.ok()) return report.usage(s);

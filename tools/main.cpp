@@ -212,10 +212,10 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
   add_string_flag(srv, "--afd", &so.run.afd,
                   "Serve with attention-FFN disaggregation, topology <A>A<F>F (e.g. 2A1F). In-process (default),\n"
                   "every rank is a thread and a request goes to the attention rank with the fewest unfinished\n"
-                  "requests; under mpirun (--afd-transport mpi) A must be 1: world rank 0 is the attention rank and\n"
-                  "serves HTTP, the other ranks (started with the same flags) serve their experts:\n"
-                  "  mpirun -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role attention ...\n"
-                  "       : -np 1 genbridge serve --afd 1A1F --afd-transport mpi --role ffn ...\n"
+                  "requests; under mpirun (--afd-transport mpi) world rank 0 is attention rank 0: it serves HTTP and\n"
+                  "forwards requests to the other attention ranks; every rank is started with the same flags:\n"
+                  "  mpirun -np 2 genbridge serve --afd 2A1F --afd-transport mpi --role attention ...\n"
+                  "       : -np 1 genbridge serve --afd 2A1F --afd-transport mpi --role ffn ...\n"
                   "Send SIGTERM to world rank 0 to drain and end every rank. Every --afd-* flag needs --afd",
                   "none (monolithic)");
   add_choice_flag(srv, "--afd-connector", &so.run.afd_connector, {"sync", "async"},

@@ -4,8 +4,10 @@
 // usage: node serve_test.mjs --case NAME --genbridge PATH --model DIR --work DIR [--clients N --rounds N
 //        --max-tokens N] [--client-dir DIR] [--serve-args "FLAGS"] [--mpirun PATH] [--idle-ms N]
 // --serve-args: more `genbridge serve` flags for every server (e.g. "--afd 2A1F"). --mpirun: every server is
-// an mpirun job of two `genbridge serve` processes (--role attention, --role ffn; the flags must include
-// --afd 1A1F --afd-transport mpi); it is stopped by SIGTERM to world rank 0 and mpirun must exit 0.
+// an mpirun job of A + F `genbridge serve` processes (A with --role attention, then F with --role ffn, from the
+// flags' --afd <A>A<F>F, which must include --afd-transport mpi); it is stopped by SIGTERM to world rank 0
+// and mpirun must exit 0. Its ranks are found by their environment wherever mpirun placed them (on other
+// "hosts" too: tests/support/netns_hosts.sh).
 // --drain-tokens: the in-flight request's length in sigterm_drains (default 1500). --oracle-dir: the text oracle's
 // npm packages (tests/text/oracle): openai_client then checks its chats' prompts exactly against the model's own
 // template rendered by @huggingface/jinja and encoded by Hugging Face tokenizers. --state-of dsv4|qwen35: the
@@ -22,6 +24,14 @@ const args = Object.fromEntries(
 const G = args.genbridge, MODEL = args.model, WORK = args.work;
 const SERVE_ARGS = (args["serve-args"] ?? "").split(" ").filter((a) => a.length > 0);
 const MPIRUN = args.mpirun;
+// The mpirun job's ranks: A attention, F FFN (--afd in --serve-args).
+const [MPI_A, MPI_F] = (() => {
+  const i = SERVE_ARGS.indexOf("--afd");
+  const m = i >= 0 ? /^(\d+)A(\d+)F$/i.exec(SERVE_ARGS[i + 1] ?? "") : null;
+  return m ? [Number(m[1]), Number(m[2])] : [1, 1];
+})();
+const mpiRoles = (flags, ffnCmd = [G, ...flags, "--role", "ffn"]) =>
+  ["--bind-to", "none", "-np", String(MPI_A), G, ...flags, "--role", "attention", ":", "-np", String(MPI_F), ...ffnCmd];
 const NAME = path.basename(MODEL);
 fs.mkdirSync(WORK, { recursive: true });
 const servers = [];
@@ -52,14 +62,13 @@ async function startServer(extra = [], model = MODEL, quiet = true) {
   const flags = ["serve", "--model", model, "--port", "0", "--port-file", portFile, ...(quiet ? ["--quiet"] : []),
                  ...SERVE_ARGS, ...extra];
   const proc = MPIRUN
-    ? spawn(MPIRUN, ["--bind-to", "none", "-np", "1", G, ...flags, "--role", "attention", ":", "-np", "1", G, ...flags,
-                     "--role", "ffn"], { stdio: ["ignore", "pipe", "pipe"] })
+    ? spawn(MPIRUN, mpiRoles(flags), { stdio: ["ignore", "pipe", "pipe"] })
     : spawn(G, flags, { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
   proc.stdout.on("data", (d) => (log += d));
   proc.stderr.on("data", (d) => (log += d));
   const exited = new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig })));
-  const s = { proc, exited, log: () => log };
+  const s = { proc, exited, log: () => log, portFile };
   servers.push(s);
   const deadline = Date.now() + 60000;
   while (!fs.existsSync(portFile)) {
@@ -70,18 +79,18 @@ async function startServer(extra = [], model = MODEL, quiet = true) {
   s.base = `http://127.0.0.1:${s.port}`;
   return s;
 }
-// The pid of world rank `rank` of an mpirun job (a child of mpirun whose environment names it), or null.
+// The pid of world rank `rank` of server `s`'s mpirun job, or null: the genbridge process whose command line
+// has the server's port file and whose environment names the rank. Not necessarily a child of mpirun: a rank
+// on another "host" is a child of that host's Open MPI daemon (the hosts share this machine's processes).
 function mpiRankPid(s, rank) {
-  let children = [];
-  try {
-    for (const t of fs.readdirSync(`/proc/${s.proc.pid}/task`)) {
-      children = children.concat(fs.readFileSync(`/proc/${s.proc.pid}/task/${t}/children`, "utf8").trim().split(/\s+/).filter(Boolean));
-    }
-  } catch { return null; }
-  for (const pid of children) {
+  let pids = [];
+  try { pids = fs.readdirSync("/proc").filter((p) => /^\d+$/.test(p)); } catch { return null; }
+  for (const pid of pids) {
     try {
+      const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+      if (cmd[0] !== G || !cmd.includes(s.portFile)) continue;
       if (fs.readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(`OMPI_COMM_WORLD_RANK=${rank}`)) return Number(pid);
-    } catch { /* exited */ }
+    } catch { /* exited, or not ours to read */ }
   }
   return null;
 }
@@ -351,7 +360,7 @@ const cases = {
     // The weights line (under mpirun each rank's share, printed by world rank 0 once every rank has loaded:
     // before the first step, so before the replies above).
     const wantLog = MPIRUN ? [`weights quantized per rank at load:`, `(world rank 0): ${scheme} for the attention side (`,
-                              `(world rank 1): ${scheme} for routed experts [0, `]
+                              `(world rank ${MPI_A}): ${scheme} for routed experts [0, `]
                            : [`weights: ${scheme} for attention projections and experts (`];
     for (const w of wantLog) check(s.log().includes(w), `start-up log: ${w}`, s.log());
     await stopServer(s);
@@ -838,15 +847,24 @@ const cases = {
 
   // SIGTERM: /health and new requests 503, the in-flight stream (--drain-tokens, 1,500: it outlasts the checks)
   // finishes, exit 0.
+  // --streams N: N streams in flight (default 1; with --afd one per attention rank, as a request goes to the
+  // rank with the fewest unfinished requests), each of which finishes.
   async sigterm_drains() {
-    const DRAIN_TOKENS = Number(args["drain-tokens"] ?? 1500);
+    const DRAIN_TOKENS = Number(args["drain-tokens"] ?? 1500), STREAMS = Number(args.streams ?? 1);
     const s = await startServer(["--shutdown-timeout", "60"]);
-    const res = await fetch(s.base + "/v1/completions", {
-      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
-      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: DRAIN_TOKENS, temperature: 0, stream: true,
-                             ignore_eos: true }) });
-    const reader = res.body.getReader();
-    let text = new TextDecoder().decode((await reader.read()).value);
+    const open = async (i) => {
+      const res = await fetch(s.base + "/v1/completions", {
+        method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
+        body: JSON.stringify({ model: NAME, prompt: [1, 2, 3 + i], max_tokens: DRAIN_TOKENS, temperature: 0, stream: true,
+                               ignore_eos: true }) });
+      const reader = res.body.getReader();
+      return { reader, text: new TextDecoder().decode((await reader.read()).value) };
+    };
+    const others = [];
+    for (let i = 1; i < STREAMS; ++i) others.push(await open(i));
+    const first = await open(0);
+    const reader = first.reader;
+    let text = first.text;
     terminate(s);
     const deadline = Date.now() + 10000;
     let h;
@@ -862,6 +880,16 @@ const cases = {
     const sse = parseSse(text);
     const j = joinChunks(sse.chunks, false);
     eq([sse.wellFormed, sse.done, j.finish, j.usage?.completion_tokens], [true, true, "length", DRAIN_TOKENS], "the in-flight stream finished");
+    for (const [i, o] of others.entries()) {
+      for (let k = 0; k < 100000; ++k) {
+        const { value, done } = await o.reader.read();
+        if (done) break;
+        o.text += new TextDecoder().decode(value);
+      }
+      const so = parseSse(o.text), jo = joinChunks(so.chunks, false);
+      eq([so.wellFormed, so.done, jo.finish, jo.usage?.completion_tokens], [true, true, "length", DRAIN_TOKENS],
+         `in-flight stream ${i + 1} finished`);
+    }
     const e = await Promise.race([s.exited, sleep(30000).then(() => ({ code: "timeout" }))]);
     eq(e.code, 0, "exit 0 after draining");
   },
@@ -1078,44 +1106,61 @@ const cases = {
     await stopServer(s);
   },
 
-  // Under mpirun: a killed FFN rank (SIGKILL) ends the server: the stream in flight ends with an error event
-  // naming the rank once --afd-timeout passes (or its connection closes, when mpirun kills world rank 0
-  // first: it sends SIGTERM, then SIGKILL odls_base_sigkill_timeout seconds later; --want-error-event
-  // requires the event), and mpirun exits non-zero, within a bound.
-  async afd_killed_ffn() {
+  // Under mpirun: a killed rank (SIGKILL; --kill-rank, default the first FFN rank) ends the server. One stream
+  // per attention rank up to the killed one is in flight (a request goes to the attention rank with the fewest
+  // unfinished requests), so a killed relayed attention rank holds one. Each stream ends with an error event
+  // naming the killed rank once --afd-timeout passes (or its connection closes, when mpirun kills world rank 0
+  // first: it sends SIGTERM, then SIGKILL odls_base_sigkill_timeout seconds later; --want-error-event requires
+  // the events), and mpirun exits non-zero, within --exit-within-ms (default 60 s). --error-names: what the
+  // error events must name instead (a regex; e.g. for a killed attention rank, whichever rank attention rank 0
+  // waited for when it gave up: the dead rank in the step agreement, or an FFN rank that waits for the dead
+  // rank's transfer).
+  async afd_killed_rank() {
+    const rank = Number(args["kill-rank"] ?? MPI_A);
+    const name = rank < MPI_A ? `attention rank ${rank} (world rank ${rank})` : `ffn rank ${rank - MPI_A} (world rank ${rank})`;
+    const nameRe = name.replace(/[()]/g, "\\$&");
+    const errorRe = args["error-names"] ?? nameRe;
     const s = await startServer([]);
-    const res = await fetch(s.base + "/v1/completions", {
-      method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(90000),
-      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true, ignore_eos: true }) });
-    const reader = res.body.getReader();
-    let text = new TextDecoder().decode((await reader.read()).value);
-    const pid = mpiRankPid(s, 1);
-    check(pid !== null, "found world rank 1 (the FFN rank)");
+    const streams = [];
+    for (let i = 0; i < Math.min(rank, MPI_A - 1) + 1; ++i) {
+      const res = await fetch(s.base + "/v1/completions", {
+        method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(90000),
+        body: JSON.stringify({ model: NAME, prompt: [1, 2, 3 + i], max_tokens: 4000, temperature: 0, stream: true, ignore_eos: true }) });
+      const reader = res.body.getReader();
+      streams.push({ reader, text: new TextDecoder().decode((await reader.read()).value), closed: false });
+    }
+    const pid = mpiRankPid(s, rank);
+    check(pid !== null, `found world rank ${rank} (${name})`);
     const t0 = Date.now();
     if (pid !== null) process.kill(pid, "SIGKILL");
-    let closed = false;
-    try {
-      for (let i = 0; i < 100000; ++i) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        text += new TextDecoder().decode(value);
+    await Promise.all(streams.map(async (st) => {
+      try {
+        for (let i = 0; i < 100000; ++i) {
+          const { value, done } = await st.reader.read();
+          if (done) break;
+          st.text += new TextDecoder().decode(value);
+        }
+      } catch { st.closed = true; }
+    }));
+    streams.forEach((st, i) => {
+      const sse = parseSse(st.text);
+      const last = sse.chunks[sse.chunks.length - 1];
+      const errorEvent = last?.error?.code === "generation_error" && new RegExp(errorRe).test(last?.error?.message ?? "");
+      if (args["want-error-event"]) {
+        check(errorEvent && sse.done, `stream ${i} ends with an error event naming /${errorRe}/, then [DONE]`, st.text.slice(-600));
+      } else {
+        check(errorEvent || st.closed || !sse.done, `stream ${i} ends with an error event naming /${errorRe}/, or is cut off`,
+              st.text.slice(-600));
       }
-    } catch { closed = true; }
-    const sse = parseSse(text);
-    const last = sse.chunks[sse.chunks.length - 1];
-    const errorEvent = last?.error?.code === "generation_error" && /ffn rank 0 \(world rank 1\)/.test(last?.error?.message ?? "");
-    if (args["want-error-event"]) {
-      check(errorEvent && sse.done, "the stream ends with an error event naming the FFN rank, then [DONE]", text.slice(-600));
-    } else {
-      check(errorEvent || closed || !sse.done, "the stream ends with an error event naming the FFN rank, or is cut off",
-            text.slice(-600));
-    }
-    console.log(errorEvent ? `error event: ${last.error.message}` : "the connection was closed");
-    check(joinChunks(sse.chunks, false).finish !== "length", "the stream did not complete");
+      console.log(errorEvent ? `stream ${i}: error event: ${last.error.message}` : `stream ${i}: the connection was closed`);
+      check(joinChunks(sse.chunks, false).finish !== "length", `stream ${i} did not complete`);
+    });
     const e = await Promise.race([s.exited, sleep(60000).then(() => ({ code: "timeout" }))]);
     check(e.code !== 0 && e.code !== "timeout", "mpirun exits non-zero", e);
-    console.log(`mpirun exited (${JSON.stringify(e)}) ${Date.now() - t0} ms after the kill`);
-    check(/rank 1[^\n]*(signal 9|Killed)|from ffn rank 0 \(world rank 1\)/.test(s.log()), "the log names the killed rank", s.log());
+    const took = Date.now() - t0, bound = Number(args["exit-within-ms"] ?? 60000);
+    console.log(`mpirun exited (${JSON.stringify(e)}) ${took} ms after the kill`);
+    check(took <= bound, `mpirun exited within ${bound} ms of the kill (--exit-within-ms)`, took);
+    check(new RegExp(`rank ${rank}[^\\n]*(signal 9|Killed)|${nameRe}`).test(s.log()), "the log names the killed rank", s.log());
   },
 
   // Under mpirun, the FFN rank started --ffn-delay-ms late (so the job cannot be up before) with --ffn-args
@@ -1155,7 +1200,7 @@ const cases = {
       log = "";
       proc.stdout.on("data", (d) => (log += d));
       proc.stderr.on("data", (d) => (log += d));
-      s = { proc, exited: new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig }))), log: () => log };
+      s = { proc, exited: new Promise((r) => proc.on("exit", (code, sig) => r({ code, sig }))), log: () => log, portFile };
       servers.push(s);
       t0 = Date.now();
       answers = [];

@@ -1,8 +1,9 @@
 // `genbridge serve --afd` without HTTP: the service (tools/serve/service.h) feeding the attention ranks of an
 // in-process AFD serving job (afd/serve_job.h). An idle server outlives the AFD deadline (keep-alive empty
 // steps), greedy tokens equal the monolithic engine's, SIGTERM's drain ends every rank cleanly, and a
-// failing FFN rank ends the requests and the job with its error. The HTTP side, curl and mpirun are tested
-// on loopback by tests/serve/ (serve.afd.*).
+// failing FFN rank ends the requests and the job with its error. Each also with the attention ranks other
+// than 0 relayed (afd/serve_relay.h), as under mpirun with several attention ranks. The HTTP side, curl and
+// mpirun are tested on loopback by tests/serve/ (serve.afd.*).
 #include "tools/serve_afd.h"
 
 #include <gtest/gtest.h>
@@ -105,10 +106,11 @@ struct Server {
 struct Case {
   afd::ConnectorKind connector;
   int a, f, s;
+  bool relay = false;
 };
 std::string case_name(const Case& k) {
   return std::string(k.connector == afd::ConnectorKind::kSync ? "sync_" : "async_") + std::to_string(k.a) + "A" +
-         std::to_string(k.f) + "F_S" + std::to_string(k.s);
+         std::to_string(k.f) + "F_S" + std::to_string(k.s) + (k.relay ? "_relayed" : "");
 }
 void PrintTo(const Case& k, std::ostream* os) { *os << case_name(k); }
 
@@ -121,6 +123,7 @@ afd::ServeJobOptions options(const Case& k, int64_t timeout_ms) {
   o.afd.async_dp = k.connector == afd::ConnectorKind::kAsync;
   o.afd.timeout_ms = timeout_ms;
   o.engine.max_batch = 8;
+  o.relay_in_process = k.relay;
   return o;
 }
 
@@ -158,21 +161,60 @@ TEST_P(ServeAfd, idle_past_the_deadline_then_serves_the_monolithic_tokens_and_dr
   EXPECT_EQ(server.service.counters().kv_pages_used, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Topologies, ServeAfd,
-                         ::testing::Values(Case{afd::ConnectorKind::kSync, 2, 1, 2},
-                                           Case{afd::ConnectorKind::kAsync, 2, 2, 1}),
-                         [](const auto& info) { return case_name(info.param); });
+// Three requests at once on three relayed attention ranks (one each, the last two on relayed ranks) with
+// log-probabilities: the monolithic tokens, each token's log-probabilities, and the drain.
+TEST_P(ServeAfd, concurrent_requests_with_logprobs_give_the_monolithic_tokens) {
+  const Case k = GetParam();
+  Server server(options(k, 20000), k.a);
+  std::vector<std::shared_ptr<serve::RequestStream>> streams;
+  for (int r = 0; r < 3; ++r) {
+    auto s = server.service.submit({.prompt = prompt(r), .max_tokens = 6, .logprobs = 2});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    streams.push_back(*s);
+  }
+  for (int r = 0; r < 3; ++r) {
+    Served got;
+    std::vector<engine::TokenLogprobs> logprobs;
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(60);
+    while (!streams[r]->wait(deadline, &got.tokens, &got.reason, &got.message, &logprobs) && Clock::now() < deadline) {
+    }
+    EXPECT_EQ(got.reason, engine::FinishReason::kLength) << got.message;
+    EXPECT_EQ(got.tokens, monolithic(r, 6)) << "request " << r;
+    ASSERT_EQ(logprobs.size(), got.tokens.size());
+    for (size_t i = 0; i < got.tokens.size(); ++i) {
+      EXPECT_EQ(logprobs[i].sampled.token, got.tokens[i]);
+      EXPECT_EQ(logprobs[i].top.size(), 2u);
+    }
+  }
+  EXPECT_EQ(server.service.shutdown(Clock::now() + std::chrono::seconds(60)), 0);
+  server.job.join();
+  EXPECT_TRUE(server.job_status.ok()) << server.job_status.to_string();
+  EXPECT_EQ(server.service.counters().kv_pages_used, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Topologies, ServeAfd,
+    ::testing::Values(Case{afd::ConnectorKind::kSync, 2, 1, 2}, Case{afd::ConnectorKind::kAsync, 2, 2, 1},
+                      Case{afd::ConnectorKind::kSync, 2, 1, 2, true}, Case{afd::ConnectorKind::kAsync, 2, 2, 1, true},
+                      Case{afd::ConnectorKind::kSync, 3, 1, 1, true}, Case{afd::ConnectorKind::kAsync, 3, 2, 2, true}),
+    [](const auto& info) { return case_name(info.param); });
 
 // An FFN rank whose expert compute fails at its 5th work item: the request in flight ends with the job's
-// error naming the rank, the job returns it, the service refuses new requests, and every rank ends.
-TEST(ServeAfdFailure, failing_ffn_rank_ends_the_request_and_the_job_naming_the_rank) {
-  afd::ServeJobOptions o = options({afd::ConnectorKind::kSync, 2, 1, 1}, 20000);
+// error naming the rank, the job returns it, the service refuses new requests, and every rank ends. Relayed:
+// the request runs on attention rank 1 (the service gives the second request to it).
+class ServeAfdFailure : public ::testing::TestWithParam<bool> {};
+TEST_P(ServeAfdFailure, failing_ffn_rank_ends_the_request_and_the_job_naming_the_rank) {
+  const bool relay = GetParam();
+  afd::ServeJobOptions o = options({afd::ConnectorKind::kSync, 2, 1, 1, relay}, 20000);
   auto items = std::make_shared<std::atomic<int>>(0);
   o.ffn_hook = [items](int, const afd::FfnWorkItem&) -> Status {
     return ++*items == 5 ? internal_error("injected failure") : ok_status();
   };
   Server server(std::move(o), 2);
+  std::shared_ptr<serve::RequestStream> first;
+  if (relay) first = server.submit(1, 500);  // occupies attention rank 0
   Served r = read_all(*server.submit(0, 50));
+  first.reset();  // the failed worker waits for every stream's reader to let go (at most 5 s)
   EXPECT_EQ(r.reason, engine::FinishReason::kError);
   EXPECT_NE(r.message.find("ffn rank 0 (world rank 2)"), std::string::npos) << r.message;
   EXPECT_NE(r.message.find("injected failure"), std::string::npos) << r.message;
@@ -185,6 +227,8 @@ TEST(ServeAfdFailure, failing_ffn_rank_ends_the_request_and_the_job_naming_the_r
   EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
   server.service.shutdown(Clock::now());
 }
+INSTANTIATE_TEST_SUITE_P(Relay, ServeAfdFailure, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "relayed" : "in_process"); });
 
 }  // namespace
 }  // namespace genbridge::tools

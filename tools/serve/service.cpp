@@ -96,6 +96,7 @@ GenerationService::GenerationService(const WorkerPools& pools, const ServiceOpti
       load_(static_cast<size_t>(workers_), 0),
       running_(static_cast<size_t>(workers_), 0),
       kv_used_(static_cast<size_t>(workers_), 0),
+      remote_epoch_(static_cast<size_t>(workers_), 0),
       state_used_(static_cast<size_t>(workers_), 0),
       ttft_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
       tpot_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
@@ -313,10 +314,38 @@ void GenerationService::on_finish(engine::RequestResult&& r) {
   entries_.erase(it);
 }
 
-Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPagePool& pool, const WorkerIdleFn& idle) {
-  eng.set_listener(
-      {.on_token = [this](int64_t id, int32_t t, const engine::TokenLogprobs* lp) { on_token(id, t, lp); },
-       .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
+afd::RelayDown GenerationService::take_remote_work(int w) {
+  std::lock_guard lk(mu_);
+  afd::RelayDown out;
+  for (auto& [req, stream] : inboxes_[w]) out.submit.push_back(std::move(req));
+  inboxes_[w].clear();
+  out.cancel.swap(cancels_[w]);
+  if (remote_epoch_[w] != abort_epoch_) {
+    remote_epoch_[w] = abort_epoch_;
+    for (const auto& [id, e] : entries_) {
+      if (e.worker == w) out.cancel.push_back(id);
+    }
+  }
+  out.stopping = stop_;
+  for (int o = 0; o < workers_; ++o) out.others_busy = out.others_busy || (o != w && load_[o] > 0);
+  return out;
+}
+
+void GenerationService::remote_gauges(int w, int64_t running, int64_t kv_pages_used) {
+  std::lock_guard lk(mu_);
+  running_[w] = running;
+  kv_used_[w] = kv_pages_used;
+}
+
+int64_t GenerationService::unfinished(int w) const {
+  std::lock_guard lk(mu_);
+  return load_[w];
+}
+
+Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPagePool& pool, const WorkerIdleFn& idle,
+                                     const std::function<Status()>& each_round) {
+  eng.set_listener({.on_token = [this](int64_t id, int32_t t, const engine::TokenLogprobs* lp) { on_token(id, t, lp); },
+                    .on_finish = [this](engine::RequestResult&& r) { on_finish(std::move(r)); }});
   uint64_t seen_epoch = 0, seen_seq = 0;
   {
     std::lock_guard lk(mu_);
@@ -349,6 +378,13 @@ Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPage
   };
   Status result;
   for (;;) {
+    if (each_round) {
+      if (Status s = each_round(); !s.ok()) {
+        fail(s.to_string());
+        result = s;
+        break;
+      }
+    }
     Inbox in;
     std::vector<int64_t> cancels, abort_ids;
     bool stopping = false;

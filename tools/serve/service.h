@@ -6,7 +6,9 @@
 //
 // With --afd the service feeds several engines (workers), one per attention rank, each driven by its rank's
 // thread through run_worker(): a request goes to the worker with the fewest unfinished requests (the
-// lowest index on a tie), and stays there.
+// lowest index on a tie), and stays there. Under mpirun with several attention ranks only worker 0 runs in
+// this process; the others are remote workers, which the relay of worker 0's thread feeds
+// (take_remote_work) and whose engines' reports it hands back (remote_token, remote_finish, remote_gauges).
 //
 // Every wait is bounded: the engine thread sleeps at most kIdleWait between checks (a worker: what its idle
 // function decides), and readers pass a deadline to RequestStream::wait.
@@ -26,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "afd/serve_relay.h"
 #include "afd/work_wait.h"
 #include "genbridge/core/status.h"
 #include "runtime/engine/engine.h"
@@ -140,8 +143,20 @@ class GenerationService {
 
   // Workers mode: drives `engine` (over `pool`) as worker `w` until `idle` says stop (OK) or the engine or
   // `idle` fails: then every unfinished request ends with that error, new ones get Unavailable, the other
-  // workers end too (Unavailable), and the error is returned. Sets the engine's listener.
-  Status run_worker(int w, engine::Engine& engine, runtime::KvPagePool& pool, const WorkerIdleFn& idle);
+  // workers end too (Unavailable), and the error is returned. Sets the engine's listener. `each_round`
+  // (optional) runs on this thread before every look for work; its error fails the worker the same way.
+  Status run_worker(int w, engine::Engine& engine, runtime::KvPagePool& pool, const WorkerIdleFn& idle,
+                    const std::function<Status()>& each_round = {});
+  // Workers mode, remote worker `w`: what was queued for it since the last call, to forward (requests in
+  // the order accepted; cancels, and once the shutdown deadline passed every request it holds); `stopping`:
+  // the service accepts nothing more; `others_busy`: another worker holds a request. One caller thread.
+  afd::RelayDown take_remote_work(int w);
+  // What remote worker `w`'s engine reported, as run_worker's listener hands it on.
+  void remote_token(int64_t id, int32_t token, const engine::TokenLogprobs* logprobs) { on_token(id, token, logprobs); }
+  void remote_finish(engine::RequestResult&& result) { on_finish(std::move(result)); }
+  void remote_gauges(int w, int64_t running, int64_t kv_pages_used);
+  // Requests of worker `w` that have not ended (queued or running).
+  int64_t unfinished(int w) const;
   // Fails the service from outside (e.g. the job around the workers failed): as a worker's failure.
   void fail(const std::string& message);
   // Waits until no RequestStream handed out is referenced any more (every HTTP handler has finished its
@@ -202,11 +217,12 @@ class GenerationService {
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   using Inbox = std::vector<std::pair<engine::Request, std::shared_ptr<RequestStream>>>;
-  std::vector<Inbox> inboxes_;                 // per worker
-  std::vector<std::vector<int64_t>> cancels_;  // per worker
-  std::vector<int64_t> load_;                  // per worker: unfinished requests
-  std::vector<int64_t> running_, kv_used_;     // per worker, as last published
-  std::unordered_map<int64_t, Entry> entries_;  // every accepted, unfinished request
+  std::vector<Inbox> inboxes_;                         // per worker
+  std::vector<std::vector<int64_t>> cancels_;          // per worker
+  std::vector<int64_t> load_;                          // per worker: unfinished requests
+  std::vector<int64_t> running_, kv_used_;             // per worker, as last published
+  std::vector<uint64_t> remote_epoch_;                 // per remote worker: the abort_epoch_ take_remote_work last saw
+  std::unordered_map<int64_t, Entry> entries_;         // every accepted, unfinished request
   std::vector<std::weak_ptr<RequestStream>> streams_;  // handed out (wait_streams_released)
   std::vector<int64_t> state_used_;  // per worker: state slots in use, as last published
   int64_t next_id_ = 0;
