@@ -562,9 +562,11 @@ std::variant<std::string, ApiError> render_chat(const Json& body, const ServedMo
                "Cannot set both 'continue_final_message' and 'add_generation_prompt' to true (add_generation_prompt "
                "is true unless the request sets it to false).");
   }
-  const Json& last = messages.back();
+  const std::string last_role = messages.back()["role"].get<std::string>();
   std::string final_content;
-  if (auto c = last.find("content"); c != last.end() && c->is_string()) final_content = c->get<std::string>();
+  if (auto c = messages.back().find("content"); c != messages.back().end() && c->is_string()) {
+    final_content = c->get<std::string>();
+  }
   if (continue_final && final_content.empty()) {
     return bad("continue_final_message",
                "'continue_final_message' is set but the final message has no text content to continue.");
@@ -607,8 +609,8 @@ std::variant<std::string, ApiError> render_chat(const Json& body, const ServedMo
   if (r) {
     // vLLM: the reply's role is the assistant's, or with add_generation_prompt false the last message's; echo
     // puts the last message's content before the reply when it has that role.
-    r->role = add_generation_prompt ? "assistant" : last["role"].get<std::string>();
-    if (r->echo && last["role"] == r->role) r->echo_text = final_content;
+    r->role = add_generation_prompt ? "assistant" : last_role;
+    if (r->echo && last_role == r->role) r->echo_text = final_content;
   }
   return text;
 }
