@@ -163,6 +163,16 @@ function joinChunks(chunks, chat, index = 0) {
   return { text, ids, finish, usage };
 }
 
+// The text the server puts before a completions text prompt when it encodes it with special tokens (the default):
+// tokenizer_config.json's bos_token when its add_bos_token is true (DeepSeek-V3's, as transformers' Llama-style
+// tokenizers and vLLM add it), else nothing. `genbridge run --prompt-text` encodes the text as given, so a
+// comparison with it puts this before the prompt (the BOS token's text encodes to its id).
+function bosText(model = MODEL) {
+  const config = JSON.parse(fs.readFileSync(path.join(model, "tokenizer_config.json"), "utf8"));
+  const bos = config.bos_token;
+  return config.add_bos_token && bos ? (typeof bos === "string" ? bos : bos.content) : "";
+}
+
 // `genbridge run` on the same model: [{ids, text}] per prompt, greedy. `extra`: more flags (--dump-logits).
 function runCli(prompts, maxNew, model = MODEL, extra = []) {
   const flags = [];
@@ -369,7 +379,7 @@ const cases = {
     r = curl(s, "/v1/models");
     eq([r.status, r.json.object, r.json.data.map((d) => [d.id, d.object])], [200, "list", [[NAME, "model"]]], "GET /v1/models");
     const prompt = "Hello world, this is genbridge.";
-    const want = runCli([prompt], 8)[0];
+    const want = runCli([bosText() + prompt], 8)[0];
     const req = { model: NAME, prompt, max_tokens: 8, temperature: 0, return_token_ids: true, ignore_eos: true };
     r = curl(s, "/v1/completions", req);
     eq(r.status, 200, "POST /v1/completions: 200");
@@ -906,7 +916,7 @@ const cases = {
     // genbridge run first: execFileSync blocks this event loop, and a pooled keep-alive connection whose
     // server closed it meanwhile would be reused before its close is seen.
     const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
-    const want = runCli([prompt], 12)[0];
+    const want = runCli([bosText() + prompt], 12)[0];
     const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: "Say hello in 中文." }];
     const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city",
                                                    parameters: { type: "object", properties: { city: { type: "string" } } } } }];
@@ -929,11 +939,15 @@ const cases = {
     const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
     const models = await client.models.list();
     eq(models.data.map((m) => m.id), [NAME], "models.list");
-    const c = await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true });
+    // genbridge run's text keeps special tokens (a DeepSeek placeholder token may come up): so does skip_special_tokens
+    // false here (the server's default, as vLLM's, leaves them out).
+    const keep = { skip_special_tokens: false };
+    const c = await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true, ...keep });
     eq([c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens], [want.text, "length", 12],
        "completions.create: genbridge run's text");
     let text = "", finish = null, usage = null;
-    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true, stream: true })) {
+    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true, stream: true,
+                                                             ...keep })) {
       text += ch.choices[0]?.text ?? "";
       finish = ch.choices[0]?.finish_reason ?? finish;
       usage = ch.usage ?? usage;
@@ -941,7 +955,7 @@ const cases = {
     eq([text, finish, usage], [want.text, "length", null], "completions.create stream: the same text, no usage unless asked");
     text = "";
     for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true,
-                                                             stream: true, stream_options: { include_usage: true } })) {
+                                                             stream: true, stream_options: { include_usage: true }, ...keep })) {
       text += ch.choices[0]?.text ?? "";
       usage = ch.usage ?? usage;
     }
