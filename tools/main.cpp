@@ -174,8 +174,11 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
   CLI::App* srv = app->add_subcommand(
       "serve",
       "Serve the model over HTTP with the OpenAI API: POST /v1/completions and /v1/chat/completions (JSON, or\n"
-      "server-sent events with \"stream\": true), GET /v1/models, /health and /metrics (Prometheus). Text goes\n"
-      "through the model directory's tokenizer.json; chat through tokenizer_config.json's chat template.\n"
+      "server-sent events with \"stream\": true), GET /v1/models and /v1/models/{id}, POST /tokenize and\n"
+      "/detokenize, GET /health and /metrics (Prometheus, also under vLLM's names). Every request field of\n"
+      "OpenAI's API and vLLM's extensions is honoured or refused by name (docs/serving.md). Text goes through\n"
+      "the model directory's tokenizer.json; chat through its chat template; generation_config.json gives the\n"
+      "end-of-generation tokens and sampling defaults.\n"
       "Every request runs through the continuous-batching engine. SIGTERM or SIGINT: new requests get 503,\n"
       "in-flight ones finish (cancelled at --shutdown-timeout), then the server exits 0.");
   add_model_flags(srv, so.run);

@@ -80,7 +80,7 @@ constexpr std::array kFields{
     RequestField{"kv_transfer_params", B, S::kRefused},
     RequestField{"vllm_xargs", B, S::kRefused},
     RequestField{"mm_processor_kwargs", H, S::kRefused},
-    // Tools and structured outputs (issue 25, parts 2 and 3).
+    // Tool calling and structured outputs: passed on as before, their own work fills these rows.
     RequestField{"tools", H, S::kStructuredOutputs},
     RequestField{"tool_choice", H, S::kStructuredOutputs},
     RequestField{"parallel_tool_calls", H, S::kStructuredOutputs},

@@ -16,7 +16,7 @@ enum class FieldStatus {
   kHonoured,           // implemented (a value outside its rule: 400 naming the field)
   kDefaultOnly,        // accepted at its default (or neutral) value only; anything else: 400 naming the field
   kRefused,            // any value but null: 400 naming the field
-  kStructuredOutputs,  // tools and structured outputs (issue 25, parts 2 and 3): passed on as before, theirs
+  kStructuredOutputs,  // tool calling and structured outputs: passed on as before; their own work decides
 };
 
 struct RequestField {
