@@ -1216,6 +1216,15 @@ const cases = {
     const elp = echo.choices[0].logprobs;
     eq([echo.choices[0].text.startsWith(promptText), elp.tokens.length, elp.token_logprobs[0], elp.top_logprobs[0], elp.text_offset[0]],
        [true, P.length + 3, null, null, 0], "echo with logprobs: the prompt's text, one entry per prompt and generated token, the first null");
+    // Streamed with n 2: every choice's first chunk is the prompt with its logprobs (the first choice fed it).
+    const echoed = [[], []];
+    for await (const ch of await client2.completions.create({ model: NAME, prompt: P, n: 2, max_tokens: 3, temperature: 1, seed: 4,
+                                                              ignore_eos: true, echo: true, logprobs: 1, stream: true })) {
+      for (const x of ch.choices) echoed[x.index] = echoed[x.index].concat(x.logprobs?.token_logprobs ?? []);
+    }
+    eq(echoed.map((e) => [e.length, JSON.stringify(e.slice(0, P.length))]),
+       [0, 1].map(() => [P.length + 3, JSON.stringify(elp.token_logprobs.slice(0, P.length))]),
+       "streamed echo with logprobs, n 2: each choice carries the prompt's logprobs, then its own");
     const only = await complete2({ echo: true, logprobs: 1, max_tokens: 0 });
     eq([only.choices[0].text, only.choices[0].logprobs.token_logprobs.length, only.usage.completion_tokens], [promptText, P.length, 0],
        "echo with max_tokens 0: the prompt alone");

@@ -369,6 +369,14 @@ bool stream_step(StreamState* st, GenerationService* svc, const ServedModel* mod
   bool failed = false;
   for (ChoiceRun& run : g.runs) {
     if (run.ended && run.began) continue;
+    // Echo with logprobs: a choice whose prompt another choice feeds starts once that one has (its echo carries
+    // the prompt's logprobs); its tokens wait in its stream meanwhile.
+    if (!run.began && r.prompt_logprobs() && run.forced == 0 &&
+        std::any_of(g.runs.begin(), g.runs.end(), [&](const ChoiceRun& o) {
+          return o.prompt == run.prompt && o.consumed < o.forced && !o.ended;
+        })) {
+      continue;
+    }
     ChoiceOut c{.index = run.index, .first_chat_chunk = !run.began && r.chat};
     Delta d = absorb(run, g, *svc);
     if (run.failed) {
@@ -383,7 +391,8 @@ bool stream_step(StreamState* st, GenerationService* svc, const ServedModel* mod
       run.began = true;
     }
     if (!run.began && !r.chat) {
-      // Completions: the echoed prompt (with its logprobs once the prompt's tokens were fed).
+      // Completions: the echoed prompt (with its logprobs once the prompt's tokens were fed: until then the
+      // feeding choice's deltas hold nothing else).
       if (r.echo && !d.prompt_done) continue;
       run.began = true;
       if (r.echo) {
