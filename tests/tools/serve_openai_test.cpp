@@ -573,6 +573,24 @@ TEST(ParseRequest, prompt_lists_choices_echo_and_model_defaults) {
   EXPECT_EQ(std::get<ApiError>(ctx).code, "context_length_exceeded");
 }
 
+// add_special_tokens: tokenizer_config.json's add_bos_token puts bos_token before a completions text prompt
+// (default true), not before token ids, and not before a chat prompt (default false: the template writes it).
+TEST(ParseRequest, add_special_tokens_follows_add_bos_token) {
+  text::TokenizerConfig config = synthetic_config();
+  config.add_bos_token = true;
+  config.bos_token = "a";  // a token of the synthetic tokenizer: id 'a'
+  ServedModel m = model_of(64);
+  m.tokenizer_config = &config;
+  EXPECT_EQ(parsed(R"({"prompt": "b"})", m).prompts[0].ids, (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(parsed(R"({"prompt": "b", "add_special_tokens": false})", m).prompts[0].ids, (std::vector<int32_t>{'b'}));
+  EXPECT_EQ(parsed(R"({"prompt": [98]})", m).prompts[0].ids, (std::vector<int32_t>{98}));
+  const ParsedRequest chat = parsed_chat(R"({"messages": [{"role": "user", "content": "b"}]})", m);
+  const ParsedRequest chat_bos =
+      parsed_chat(R"({"messages": [{"role": "user", "content": "b"}], "add_special_tokens": true})", m);
+  EXPECT_EQ(chat_bos.prompts[0].ids.size(), chat.prompts[0].ids.size() + 1);
+  EXPECT_EQ(chat_bos.prompts[0].ids[0], 'a');
+}
+
 // The chat template sees the request's key order (tojson prints it), as transformers renders it: two orders of
 // the same message give two prompts, each in its order.
 TEST(ParseRequest, chat_template_sees_the_request_key_order) {
