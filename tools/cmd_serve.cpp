@@ -232,9 +232,8 @@ Result<serve::ServedModel> served_model(const ServeOptions& so, Backend& b) {
   served.tokenizer_config = b.tok_config ? &*b.tok_config : nullptr;
   const auto add_eos = [&](int32_t id, const std::string& from) -> Status {
     if (id >= mc.vocab_size) {
-      return invalid_argument(
-          fmt::format("{}: end-of-generation token {} is outside the model's vocabulary [0, {})", from, id,
-                      mc.vocab_size));
+      return invalid_argument(fmt::format("{}: end-of-generation token {} is outside the model's vocabulary [0, {})",
+                                          from, id, mc.vocab_size));
     }
     if (std::find(served.eos_tokens.begin(), served.eos_tokens.end(), id) == served.eos_tokens.end()) {
       served.eos_tokens.push_back(id);
@@ -269,8 +268,7 @@ Result<serve::ServedModel> served_model(const ServeOptions& so, Backend& b) {
     std::string eos;
     for (int32_t id : served.eos_tokens) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
     fmt::print(stderr, "generation config ({}): end-of-generation tokens [{}]; {}\n",
-               gc.source.empty() ? so.generation_config == "vllm" ? "--generation-config vllm" : "none"
-                                 : gc.source,
+               gc.source.empty() ? so.generation_config == "vllm" ? "--generation-config vllm" : "none" : gc.source,
                eos, serve::describe_generation_config(gc));
   }
   if (so.reasoning_parser == "qwen3") served.reasoning_parser = serve::ReasoningParser::kQwen3;

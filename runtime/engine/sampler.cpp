@@ -97,16 +97,30 @@ Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams
   const size_t vocab = logits.size();
   std::span<int32_t> ids = scratch.first(vocab);
   for (size_t i = 0; i < vocab; ++i) ids[i] = static_cast<int32_t>(i);
-  size_t k = p.top_k > 0 ? std::min<size_t>(static_cast<size_t>(p.top_k), vocab) : vocab;
+  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  // Masked tokens (-inf) have probability 0; min_p (vLLM's order: after temperature, before top-k and top-p)
+  // keeps the tokens whose probability is at least min_p times the likeliest one's, a prefix of the order. The
+  // tokens it drops are left out before sorting (the same test as below, so the kept prefix is the same): with
+  // a 151,936-token vocabulary the sort of every token is most of a draw.
+  const double min_log_ratio = p.min_p > 0.f ? std::log(static_cast<double>(p.min_p)) : -HUGE_VAL;
+  size_t candidates = vocab;
+  if (p.min_p > 0.f) {
+    const double max_scaled = static_cast<double>(*std::max_element(logits.begin(), logits.end())) * inv_t;
+    candidates = static_cast<size_t>(std::partition(ids.begin(), ids.end(),
+                                                    [&](int32_t i) {
+                                                      const double x =
+                                                          static_cast<double>(logits[i]) * inv_t - max_scaled;
+                                                      return x >= min_log_ratio && !std::isinf(x);
+                                                    }) -
+                                     ids.begin());
+  }
+  size_t k = p.top_k > 0 ? std::min<size_t>(static_cast<size_t>(p.top_k), candidates) : candidates;
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), by_logit);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k),
+                    ids.begin() + static_cast<std::ptrdiff_t>(candidates), by_logit);
 
   // Softmax over the k candidates in fp64, then the nucleus.
-  const double inv_t = 1.0 / static_cast<double>(p.temperature);
   const double top = static_cast<double>(logits[ids[0]]) * inv_t;
-  // Masked tokens (-inf) have probability 0; min_p (vLLM's order: after temperature, before top-k and top-p)
-  // keeps the tokens whose probability is at least min_p times the likeliest one's, a prefix of the order.
-  const double min_log_ratio = p.min_p > 0.f ? std::log(static_cast<double>(p.min_p)) : -HUGE_VAL;
   for (size_t i = 1; i < k; ++i) {
     const double x = static_cast<double>(logits[ids[i]]) * inv_t - top;
     if (!(x >= min_log_ratio) || std::isinf(x)) {

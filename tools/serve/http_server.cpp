@@ -372,9 +372,8 @@ bool stream_step(StreamState* st, GenerationService* svc, const ServedModel* mod
     // Echo with logprobs: a choice whose prompt another choice feeds starts once that one has (its echo carries
     // the prompt's logprobs); its tokens wait in its stream meanwhile.
     if (!run.began && r.prompt_logprobs() && run.forced == 0 &&
-        std::any_of(g.runs.begin(), g.runs.end(), [&](const ChoiceRun& o) {
-          return o.prompt == run.prompt && o.consumed < o.forced && !o.ended;
-        })) {
+        std::any_of(g.runs.begin(), g.runs.end(),
+                    [&](const ChoiceRun& o) { return o.prompt == run.prompt && o.consumed < o.forced && !o.ended; })) {
       continue;
     }
     ChoiceOut c{.index = run.index, .first_chat_chunk = !run.began && r.chat};

@@ -161,8 +161,7 @@ Result<std::vector<std::shared_ptr<RequestStream>>> GenerationService::submit_al
     if (stop_ || draining_) return unavailable("The server is shutting down and accepts no new requests.");
     if (!failure_.empty()) return unavailable("The engine failed and accepts no new requests: " + failure_);
     for (const GenerationRequest& request : requests) {
-      if (options_.max_prompt_tokens > 0 &&
-          static_cast<int64_t>(request.prompt.size()) > options_.max_prompt_tokens) {
+      if (options_.max_prompt_tokens > 0 && static_cast<int64_t>(request.prompt.size()) > options_.max_prompt_tokens) {
         return invalid_argument(fmt::format("The prompt has {} tokens but this server takes at most {} ({}).",
                                             request.prompt.size(), options_.max_prompt_tokens,
                                             options_.max_prompt_why));

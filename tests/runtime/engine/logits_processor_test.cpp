@@ -36,10 +36,10 @@ TEST(LogitsProcessor, penalties_follow_vllm) {
   p.observe(2);
   p.observe(2);
   const std::vector<float> got = applied(p, {4.f, -4.f, 6.f, 8.f});
-  EXPECT_EQ(got[0], 2.f);                       // prompt only: 4 / 2
+  EXPECT_EQ(got[0], 2.f);                        // prompt only: 4 / 2
   EXPECT_EQ(got[1], -4.f * 2.f - 0.5f - 0.25f);  // prompt and output once: -4 x 2, then the output penalties
   EXPECT_EQ(got[2], 6.f / 2.f - 1.f - 0.25f);    // output twice: 6 / 2 - 0.5 x 2 - 0.25
-  EXPECT_EQ(got[3], 8.f);                       // neither
+  EXPECT_EQ(got[3], 8.f);                        // neither
 }
 
 TEST(LogitsProcessor, frequency_and_presence_ignore_the_prompt) {

@@ -198,6 +198,20 @@ TEST(Sampler, min_p_drops_tokens_below_the_ratio) {
   }
 }
 
+// min_p's cut is made before the sort: a cut that keeps every token draws exactly what no cut draws, and a cut
+// with top_k / top_p draws from the same order.
+TEST(Sampler, min_p_that_keeps_every_token_changes_no_draw) {
+  std::vector<float> l(3000);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)) * 3.0);
+  auto s = scratch(l.size());
+  for (uint64_t step = 0; step < 300; ++step) {
+    const SamplingParams none{.temperature = 0.9f, .top_k = 40, .top_p = 0.9f, .seed = 4};
+    SamplingParams all = none;
+    all.min_p = 1e-6f;  // e^-6 / e^3 = 1.2e-4 > 1e-6: every token is kept
+    EXPECT_EQ(*sample_token(l, none, step, s), *sample_token(l, all, step, s)) << step;
+  }
+}
+
 TEST(Sampler, masked_tokens_are_never_drawn_and_all_masked_is_an_error) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> l{-inf, 0.f, -inf, 0.f};
