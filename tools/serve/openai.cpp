@@ -347,7 +347,7 @@ std::optional<ApiError> parse_unimplemented(const Json& body) {
 }
 
 // stop strings and tokens, streaming and the output options.
-std::optional<ApiError> parse_stop_and_stream(const Json& body, bool chat, const ServedModel& model, ParsedRequest& r) {
+std::optional<ApiError> parse_stop_and_stream(const Json& body, const ServedModel& model, ParsedRequest& r) {
   if (const Json* v = field(body, "stop")) {
     if (v->is_string()) {
       r.stop.push_back(v->get<std::string>());
@@ -401,7 +401,6 @@ std::optional<ApiError> parse_stop_and_stream(const Json& body, bool chat, const
                              kMaxRequestIdBytes, shown(*v)));
     }
   }
-  (void)chat;
   return std::nullopt;
 }
 
@@ -777,7 +776,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   if (auto e = parse_model(body, model, &r.model)) return *e;
   if (auto e = check_field_names(body, chat)) return *e;
   if (auto e = parse_unimplemented(body)) return *e;
-  if (auto e = parse_stop_and_stream(body, chat, model, r)) return *e;
+  if (auto e = parse_stop_and_stream(body, model, r)) return *e;
   if (auto e = parse_choice_options(body, chat, r)) return *e;
   if (auto e = chat ? parse_chat_prompt(body, model, render_limits, r) : parse_completion_prompts(body, model, r)) {
     return *e;
