@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "text/jinja/template.h"
@@ -46,6 +47,13 @@ Result<TokenizerConfig> TokenizerConfig::from_json_text(std::string_view json_te
   GB_RETURN_IF_ERROR(token("eos_token", c.eos_token));
   GB_RETURN_IF_ERROR(token("pad_token", c.pad_token));
   GB_RETURN_IF_ERROR(token("unk_token", c.unk_token));
+  for (const auto& [key, out] :
+       {std::pair<const char*, bool*>{"add_bos_token", &c.add_bos_token}, {"add_eos_token", &c.add_eos_token}}) {
+    const auto it = root.find(key);
+    if (it == root.end() || it->is_null()) continue;
+    if (!it->is_boolean()) return invalid_argument(src + ": $." + key + " must be a boolean");
+    *out = it->get<bool>();
+  }
   const auto it = root.find("chat_template");
   if (it == root.end() || it->is_null()) return c;
   const auto parse = [&](const ojson& text, const std::string& path) -> Result<ChatTemplate> {

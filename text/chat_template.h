@@ -92,6 +92,9 @@ inline constexpr const char* kChatTemplateDir = "additional_chat_templates";  //
 // What a server needs from tokenizer_config.json: the chat template(s) and the special-token strings.
 struct TokenizerConfig {
   std::optional<std::string> bos_token, eos_token, pad_token, unk_token;  // AddedToken objects -> content
+  // Whether encoding with special tokens adds bos_token before / eos_token after the text (Llama-style
+  // tokenizers in transformers; the server's add_special_tokens).
+  bool add_bos_token = false, add_eos_token = false;
   std::optional<ChatTemplate> chat_template;                              // "chat_template" (or its "default")
   std::map<std::string, ChatTemplate> named_templates;                    // a list form's other entries
 

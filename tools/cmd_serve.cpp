@@ -23,7 +23,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "afd/job.h"
@@ -39,6 +41,7 @@
 #include "tools/fingerprint.h"
 #include "tools/flags.h"
 #include "tools/run_support.h"
+#include "tools/serve/generation_config.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
 #include "tools/serve_afd.h"
@@ -183,26 +186,118 @@ int load_tokenizer(const std::filesystem::path& dir, const Reporter& report, Bac
   return kExitOk;
 }
 
-// The model as the HTTP side names and checks it.
-serve::ServedModel served_model(const ServeOptions& so, const Backend& b) {
+// --chat-template: a file, or the template itself; replaces every template of the model directory.
+Status apply_chat_template_flag(const std::string& value, Backend* b) {
+  std::error_code ec;
+  std::string source;
+  if (std::filesystem::is_regular_file(value, ec)) {
+    std::ifstream in(value, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) return invalid_argument(fmt::format("--chat-template {}: cannot read the file", value));
+    source = text.str();
+  } else if (value.find("{{") != std::string::npos || value.find("{%") != std::string::npos) {
+    source = value;
+  } else {
+    return invalid_argument(fmt::format(
+        "--chat-template {}: no such file, and not a template either (a template holds '{{{{' or '{{%')", value));
+  }
+  auto t = text::ChatTemplate::parse(source);
+  if (!t.ok()) return invalid_argument(fmt::format("--chat-template: {}", t.status().message()));
+  if (!b->tok_config) b->tok_config.emplace();
+  b->tok_config->chat_template = std::move(t).value();
+  b->tok_config->named_templates.clear();
+  return ok_status();
+}
+
+// --allowed-origins: each value an origin or "*", or a JSON list of them (vLLM's form).
+Result<std::vector<std::string>> allowed_origins(const std::vector<std::string>& values) {
+  std::vector<std::string> out;
+  for (const std::string& v : values) {
+    if (v.front() != '[') {
+      out.push_back(v);
+      continue;
+    }
+    const nlohmann::json list = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+    if (!list.is_array() || list.empty() ||
+        !std::all_of(list.begin(), list.end(), [](const nlohmann::json& o) { return o.is_string() && o != ""; })) {
+      return invalid_argument(fmt::format("--allowed-origins {}: a JSON list must hold origins (strings)", v));
+    }
+    for (const auto& o : list) out.push_back(o.get<std::string>());
+  }
+  return out;
+}
+
+// The model as the HTTP side names and checks it: its names, its end-of-generation tokens and sampling defaults
+// (generation_config.json, --override-generation-config), its chat template (--chat-template) and fingerprint.
+Result<serve::ServedModel> served_model(const ServeOptions& so, Backend& b) {
   const model::ModelConfig& mc = b.model->ckpt.config();
   const std::filesystem::path dir = std::filesystem::absolute(b.model->dir).lexically_normal();
   serve::ServedModel served;
-  served.name = so.served_model_name.empty() ? dir.filename().string() : so.served_model_name;
-  if (served.name.empty()) served.name = dir.parent_path().filename().string();
+  served.names = so.served_model_names;
+  if (served.names.empty()) {
+    served.names.push_back(dir.filename().string());
+    if (served.names[0].empty()) served.names[0] = dir.parent_path().filename().string();
+  }
+  if (!so.chat_template.empty()) GB_RETURN_IF_ERROR(apply_chat_template_flag(so.chat_template, &b));
   served.tokenizer = &*b.tokenizer;
   served.tokenizer_config = b.tok_config ? &*b.tok_config : nullptr;
+  const auto add_eos = [&](int32_t id, const std::string& from) -> Status {
+    if (id >= mc.vocab_size) {
+      return invalid_argument(fmt::format("{}: end-of-generation token {} is outside the model's vocabulary [0, {})",
+                                          from, id, mc.vocab_size));
+    }
+    if (std::find(served.eos_tokens.begin(), served.eos_tokens.end(), id) == served.eos_tokens.end()) {
+      served.eos_tokens.push_back(id);
+    }
+    return ok_status();
+  };
   if (b.tok_config && b.tok_config->eos_token) {
     if (auto id = b.tokenizer->token_to_id(*b.tok_config->eos_token); id && *id < mc.vocab_size) {
-      served.stop_tokens = {*id};
+      served.eos_tokens.push_back(*id);
     }
   }
+  // --generation-config: auto (the model directory's file), vllm (none), or a directory.
+  serve::GenerationConfig gc;
+  if (so.generation_config != "vllm") {
+    const std::filesystem::path from =
+        so.generation_config == "auto" ? b.model->dir : std::filesystem::path(so.generation_config);
+    if (so.generation_config != "auto" && !std::filesystem::is_directory(from)) {
+      return invalid_argument(fmt::format(
+          "--generation-config {}: expected auto, vllm or a directory holding generation_config.json", from.string()));
+    }
+    GB_ASSIGN_OR_RETURN(gc, serve::read_generation_config(from));
+    for (int32_t id : gc.eos_token_ids) GB_RETURN_IF_ERROR(add_eos(id, gc.source));
+  }
+  served.defaults = gc.defaults;
+  if (!so.override_generation_config.empty()) {
+    GB_RETURN_IF_ERROR(serve::override_generation_config(so.override_generation_config, "--override-generation-config",
+                                                         &served.defaults));
+  }
+  if (so.run.given.count("--default-max-tokens")) served.defaults.max_tokens.reset();  // the flag wins
+  if (!so.run.quiet) {
+    gc.defaults = served.defaults;
+    std::string eos;
+    for (int32_t id : served.eos_tokens) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
+    fmt::print(stderr, "generation config ({}): end-of-generation tokens [{}]; {}\n",
+               gc.source.empty() ? so.generation_config == "vllm" ? "--generation-config vllm" : "none" : gc.source,
+               eos, serve::describe_generation_config(gc));
+  }
+  if (so.reasoning_parser == "qwen3") served.reasoning_parser = serve::ReasoningParser::kQwen3;
+  if (so.reasoning_parser == "deepseek_r1") served.reasoning_parser = serve::ReasoningParser::kDeepSeekR1;
+  // system_fingerprint: the build, the weights and every flag that shapes the outputs (serve's job fingerprint),
+  // and the chat template and sampling defaults in force.
+  GB_ASSIGN_OR_RETURN(const std::vector<afd::FingerprintItem> items, serve_fingerprint(so.run, b.model->ckpt));
+  std::string all = so.chat_template + "\n" + so.override_generation_config + "\n" + gc.source + "\n";
+  for (const afd::FingerprintItem& item : items) all += item.name + "=" + item.value + "\n";
+  served.system_fingerprint = "fp_" + afd::fingerprint_digest(all).substr(0, 10);
   served.vocab_size = mc.vocab_size;
   served.max_position_embeddings = mc.max_position_embeddings;
   served.kv_pages = b.pool.pages;
   served.kv_page_size = b.pool.geometry.page_size;
   served.kv_memory_mb = b.assembly.kv_pool.memory_mb;
   served.default_max_tokens = so.default_max_tokens;
+  served.max_sequences = so.max_queued_requests;
   return served;
 }
 
@@ -232,7 +327,9 @@ int load_backend(const ServeOptions& so, const ServeSetup& setup, const Reporter
   if (!o.quiet) {
     fmt::print(stderr, "{}\n", engine::describe_kv_pool(b->pool, b->model->dev, mc, setup.afd_mode));
   }
-  b->served = served_model(so, *b);
+  auto served = served_model(so, *b);
+  if (!served.ok()) return report.usage(served.status());
+  b->served = std::move(served).value();
   return kExitOk;
 }
 
@@ -441,7 +538,7 @@ int ServeLoop::run(int port) {
     }
   }
   fmt::print(stderr, "genbridge serve: listening on http://{}:{} (model '{}', {} KV pages of {} tokens{})\n", so_.host,
-             port, b_.served.name, b_.pool.pages, b_.pool.geometry.page_size,
+             port, b_.served.name(), b_.pool.pages, b_.pool.geometry.page_size,
              setup_.afd_mode ? " per attention rank" : "");
   const Status listened = http_.listen();
   listener_done_ = true;
@@ -520,12 +617,16 @@ int serve(const ServeOptions& so) {
   Backend b;
   if (const int code = load_backend(so, setup, report, &b); code != kExitOk) return code;
   if (Status s = build_service(so, setup, &b); !s.ok()) return report.fail(s);
+  auto origins = allowed_origins(so.allowed_origins);
+  if (!origins.ok()) return report.usage(origins.status());
   serve::HttpServer http(*b.service, b.served,
                          {.host = so.host,
                           .port = so.port,
                           .threads = so.http_threads,
                           .request_timeout_s = so.request_timeout_s,
-                          .max_body_bytes = static_cast<size_t>(so.max_body_mb) << 20},
+                          .max_body_bytes = static_cast<size_t>(so.max_body_mb) << 20,
+                          .api_keys = so.api_keys,
+                          .allowed_origins = std::move(origins).value()},
                          so.run.max_batch * setup.attention_ranks() + so.max_queued_requests + 8);
   auto port = http.bind();
   if (!port.ok()) return report.fail(port.status());

@@ -77,7 +77,13 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                 // 0: any free port (see port_file)
   std::string port_file;           // written with the bound port once listening
-  std::string served_model_name;   // default: the model directory's name
+  std::vector<std::string> served_model_names;  // --served-model-name (repeatable); default: the model directory's
+  std::string chat_template;                    // --chat-template: a file, or the template itself; empty: the model's
+  std::string generation_config = "auto";       // --generation-config: auto | vllm | a directory
+  std::string override_generation_config;       // --override-generation-config: a JSON object
+  std::string reasoning_parser;                 // --reasoning-parser: qwen3 | deepseek_r1; empty: none
+  std::vector<std::string> api_keys;            // --api-key (repeatable)
+  std::vector<std::string> allowed_origins;     // --allowed-origins (repeatable, or a JSON list)
   int max_queued_requests = 64;    // accepted requests waiting to start; more get 429
   int default_max_tokens = 256;    // when a request gives no max_tokens
   int http_threads = 0;            // 0: --max-batch x attention ranks + --max-queued-requests + 8

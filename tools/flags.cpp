@@ -203,6 +203,23 @@ CLI::Option* add_float_flag(CLI::App* app, const std::string& name, float* targe
       ->type_name("NUMBER");
 }
 
+CLI::Option* add_string_list_flag(CLI::App* app, const std::string& name, std::vector<std::string>* target,
+                                  std::string help, std::string default_text) {
+  if (!default_text.empty()) help += fmt::format("\nDefault: {}", default_text);
+  return app
+      ->add_option_function<std::vector<std::string>>(
+          name,
+          [name, target](const std::vector<std::string>& values) {
+            for (const std::string& s : values) {
+              if (s.empty()) throw_usage(invalid_argument(fmt::format("{} '': the value is empty", name)));
+              target->push_back(s);
+            }
+          },
+          help)
+      ->type_name("TEXT")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
 CLI::Option* add_string_flag(CLI::App* app, const std::string& name, std::string* target, std::string help,
                              std::string default_text) {
   if (!default_text.empty()) help += fmt::format("\nDefault: {}", default_text);

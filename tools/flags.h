@@ -54,6 +54,10 @@ CLI::Option* add_float_flag(CLI::App* app, const std::string& name, float* targe
 // A non-empty string; `default_text` (if any) is shown as the default.
 CLI::Option* add_string_flag(CLI::App* app, const std::string& name, std::string* target, std::string help,
                              std::string default_text = "");
+// A repeatable string flag: every occurrence appends its values (`--name a --name b` or `--name a b`), each
+// non-empty.
+CLI::Option* add_string_list_flag(CLI::App* app, const std::string& name, std::vector<std::string>* target,
+                                  std::string help, std::string default_text = "");
 // One of `choices`.
 CLI::Option* add_choice_flag(CLI::App* app, const std::string& name, std::string* target,
                              std::vector<std::string> choices, std::string help);

@@ -24,6 +24,7 @@ using genbridge::tools::add_int_flag;
 using genbridge::tools::add_int_list_flag;
 using genbridge::tools::add_real_flag;
 using genbridge::tools::add_string_flag;
+using genbridge::tools::add_string_list_flag;
 using genbridge::tools::add_uint64_flag;
 
 constexpr const char* kExitCodes =
@@ -178,8 +179,11 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
   CLI::App* srv = app->add_subcommand(
       "serve",
       "Serve the model over HTTP with the OpenAI API: POST /v1/completions and /v1/chat/completions (JSON, or\n"
-      "server-sent events with \"stream\": true), GET /v1/models, /health and /metrics (Prometheus). Text goes\n"
-      "through the model directory's tokenizer.json; chat through tokenizer_config.json's chat template.\n"
+      "server-sent events with \"stream\": true), GET /v1/models and /v1/models/{id}, POST /tokenize and\n"
+      "/detokenize, GET /health and /metrics (Prometheus, also under vLLM's names). Every request field of\n"
+      "OpenAI's API and vLLM's extensions is honoured or refused by name (docs/serving.md). Text goes through\n"
+      "the model directory's tokenizer.json; chat through its chat template; generation_config.json gives the\n"
+      "end-of-generation tokens and sampling defaults.\n"
       "Every request runs through the continuous-batching engine. SIGTERM or SIGINT: new requests get 503,\n"
       "in-flight ones finish (cancelled at --shutdown-timeout), then the server exits 0.");
   add_model_flags(srv, so.run);
@@ -192,8 +196,33 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
   add_string_flag(srv, "--host", &so.host, "Address to listen on", "127.0.0.1");
   add_int_flag(srv, "--port", &so.port, 0, 65535, "Port to listen on; 0 = any free port (see --port-file)");
   add_string_flag(srv, "--port-file", &so.port_file, "Write the bound port to FILE once listening", "none");
-  add_string_flag(srv, "--served-model-name", &so.served_model_name,
-                  "The model name requests must give (\"model\") and /v1/models lists", "the model directory's name");
+  add_string_list_flag(srv, "--served-model-name", &so.served_model_names,
+                       "The model names requests may give (\"model\"; a request without one gets the first) and\n"
+                       "/v1/models lists; repeat the flag (or give several) for more than one",
+                       "the model directory's name");
+  add_string_flag(srv, "--chat-template", &so.chat_template,
+                  "The chat template for /v1/chat/completions instead of the model's: a Jinja file, or the template\n"
+                  "itself (a value holding '{{' or '{%')",
+                  "the model directory's chat_template.jinja or tokenizer_config.json's chat_template");
+  add_string_flag(srv, "--generation-config", &so.generation_config,
+                  "Where the sampling defaults and end-of-generation ids come from: auto (the model directory's\n"
+                  "generation_config.json), vllm (none: the API's defaults, the tokenizer's eos token), or a\n"
+                  "directory holding a generation_config.json",
+                  "auto");
+  add_string_flag(srv, "--override-generation-config", &so.override_generation_config,
+                  "A JSON object over the generation config's sampling defaults, e.g. '{\"temperature\": 0.5}'\n"
+                  "(keys: temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens)",
+                  "none");
+  add_choice_flag(srv, "--reasoning-parser", &so.reasoning_parser, {"qwen3", "deepseek_r1"},
+                  "Split a thinking model's chat replies into reasoning_content (<think>...</think>) and content");
+  add_string_list_flag(srv, "--api-key", &so.api_keys,
+                       "Requests must send 'Authorization: Bearer <key>' with one of these keys (401 otherwise);\n"
+                       "/health, /metrics and CORS preflights stay open. Repeatable",
+                       "none (no authentication)");
+  add_string_list_flag(srv, "--allowed-origins", &so.allowed_origins,
+                       "Origins a browser may call the API from (CORS), each an origin such as https://a.example\n"
+                       "or * for any; repeatable, or a JSON list as vLLM takes it ('[\"https://a.example\"]')",
+                       "none (no cross-origin access)");
   add_int_flag(srv, "--max-queued-requests", &so.max_queued_requests, 1, 1 << 20,
                "Accepted requests waiting to start (beyond the --max-batch running ones); more get 429");
   add_int_flag(srv, "--default-max-tokens", &so.default_max_tokens, 1, 1 << 20,

@@ -54,6 +54,7 @@ struct Engine::Active {
   int64_t kv_tokens_needed = 0;  // prompt + generated tokens that are fed back
   double last_token_time = 0;
   bool done = false;
+  LogitsProcessor processor;  // the request's logits processing (penalties, logit_bias, ...)
 };
 
 Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const EngineOptions& options)
@@ -63,6 +64,7 @@ Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const Engin
   const int64_t vocab = executor_.config().vocab_size;
   logits_.resize(static_cast<size_t>(options_.max_batch * vocab));
   scratch_.resize(static_cast<size_t>(vocab));
+  processed_.resize(static_cast<size_t>(vocab));
   metrics_.kv_bytes_per_token = pool_.geometry().bytes_per_token();
   if (options_.record_choices) {
     choice_sink_ = [this](const model::TokenChoices& c) {
@@ -108,6 +110,24 @@ Status Engine::submit(Request r) {
                                         kMaxLogprobs));
   }
   if (Status s = validate(r.sampling); !s.ok()) return Status(s.code(), fmt::format("request {}: {}", r.id, s.message()));
+  // Token ids of the sampling options and the forced tokens: within the vocabulary.
+  const auto check_ids = [&](const char* what, const auto& ids, auto id_of) -> Status {
+    for (const auto& e : ids) {
+      if (const int32_t t = id_of(e); t < 0 || t >= vocab) {
+        return invalid_argument(
+            fmt::format("request {}: {} token {} is outside the vocabulary [0, {})", r.id, what, t, vocab));
+      }
+    }
+    return ok_status();
+  };
+  const auto same = [](int32_t t) { return t; };
+  GB_RETURN_IF_ERROR(check_ids("logit_bias", r.sampling.logit_bias, [](const auto& e) { return e.first; }));
+  GB_RETURN_IF_ERROR(check_ids("allowed_token_ids", r.sampling.allowed_token_ids, same));
+  GB_RETURN_IF_ERROR(check_ids("forced", r.forced, same));
+  if (static_cast<int64_t>(r.forced.size()) > r.max_new_tokens) {
+    return invalid_argument(
+        fmt::format("request {}: {} forced tokens but max_new_tokens is {}", r.id, r.forced.size(), r.max_new_tokens));
+  }
   if (!ids_.insert(r.id).second) return invalid_argument(fmt::format("request {}: the id is already in use", r.id));
   auto a = std::make_unique<Active>();
   a->result.id = r.id;
@@ -117,6 +137,11 @@ Status Engine::submit(Request r) {
     results_.push_back(RequestResult{.id = r.id});
   }
   a->kv_tokens_needed = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens - 1;
+  {
+    std::vector<int32_t> prompt = r.prompt;  // forced tokens count as prompt for the processing
+    prompt.insert(prompt.end(), r.forced.begin(), r.forced.end());
+    a->processor = LogitsProcessor(r.sampling, prompt, r.stop_tokens);
+  }
   a->request = std::move(r);
   waiting_.push_back(std::move(a));
   return ok_status();
@@ -197,8 +222,22 @@ Status Engine::sample_into(Active& a, const float* logits) {
                         bad.count == 1 ? "" : "s", vocab, bad.first, logits[bad.first]));
     return ok_status();
   }
-  GB_ASSIGN_OR_RETURN(const int32_t tok,
-                      sample_token(std::span<const float>(logits, vocab), a.request.sampling, step, scratch_));
+  // A forced token (teacher forcing), or a draw from the logits after the request's processing.
+  const uint64_t num_forced = a.request.forced.size();
+  const bool forced = step < num_forced;
+  int32_t tok = 0;
+  if (forced) {
+    tok = a.request.forced[step];
+  } else {
+    std::span<const float> row(logits, vocab);
+    if (a.processor.active()) {
+      std::copy(logits, logits + vocab, processed_.begin());
+      a.processor.apply(processed_);
+      row = processed_;
+    }
+    GB_ASSIGN_OR_RETURN(tok, sample_token(row, a.request.sampling, step - num_forced, scratch_));
+    a.processor.observe(tok);
+  }
   const double t = now_seconds();
   if (step == 0) {
     metrics_.ttft_seconds.push_back(t - (streaming_ ? a.submit_time : start_time_));
@@ -217,7 +256,7 @@ Status Engine::sample_into(Active& a, const float* logits) {
   }
   if (listener_.on_token) listener_.on_token(a.request.id, tok, lp);
   const auto& stops = a.request.stop_tokens;
-  if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
+  if (!forced && std::find(stops.begin(), stops.end(), tok) != stops.end()) {
     finish(a, FinishReason::kStop);
   } else if (static_cast<int64_t>(res.tokens.size()) >= a.request.max_new_tokens) {
     finish(a, FinishReason::kLength);

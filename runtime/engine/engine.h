@@ -24,6 +24,7 @@
 
 #include "genbridge/core/status.h"
 #include "runtime/engine/executor.h"
+#include "runtime/engine/logits_processor.h"
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/sampler.h"
 #include "runtime/memory/kv_page_pool.h"
@@ -37,6 +38,12 @@ struct Request {
   std::vector<int32_t> stop_tokens;  // generating one of these ends the request (the token is kept)
   SamplingParams sampling;
   int logprobs = -1;  // -1: none; k in [0, kMaxLogprobs]: each token's logprob and the k most likely tokens'
+  // Teacher forcing: the first forced.size() tokens are these instead of drawn ones (each with its logprobs,
+  // as a drawn token's). They never end the request on a stop token, count as prompt for the logits
+  // processing (penalties, min_tokens), and the draws after them use the steps a request without them would
+  // (a seed gives the same tokens). The server feeds a prompt this way to report its tokens' logprobs
+  // (`echo`): the kernels give a prompt fed one token per step the same logits as its prefill.
+  std::vector<int32_t> forced;
 };
 
 // kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
@@ -153,6 +160,7 @@ class Engine {
   model::ChoiceSink choice_sink_;  // record_choices: into the Active of current_[seq_index]
   std::vector<Active*> current_;   // the sequences of the forward in flight
   std::vector<int32_t> scratch_;
+  std::vector<float> processed_;  // one sequence's logits after its LogitsProcessor
   int64_t generated_ = 0;
   double start_time_ = 0;
 };

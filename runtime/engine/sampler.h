@@ -1,11 +1,14 @@
 #pragma once
-// Token sampling: greedy, or seeded temperature / top-k / top-p. A draw depends only on the logits, the
-// request's seed and the step index, so batching never changes a request's tokens.
+// Token sampling: greedy, or seeded temperature / min-p / top-k / top-p. A draw depends only on the logits,
+// the request's seed and the step index, so batching never changes a request's tokens. The per-request
+// logits processing that precedes the draw (penalties, logit_bias, allowed_token_ids, min_tokens) is
+// runtime/engine/logits_processor.h's; its fields live here so that one struct states a request's sampling.
 
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "genbridge/core/status.h"
@@ -17,6 +20,16 @@ struct SamplingParams {
   int top_k = 0;            // 0 = no top-k filter; else in [1, kMaxTopK]
   float top_p = 1.f;        // nucleus mass within kTopPRange
   uint64_t seed = 0;        // any value
+  // vLLM's semantics (docs/serving.md, "Sampling controls"); the defaults leave the logits as they are.
+  float min_p = 0.f;               // within kMinPRange: drop tokens less likely than min_p x the likeliest (after
+                                   // temperature; no effect on greedy)
+  float presence_penalty = 0.f;    // within kPenaltyRange: subtracted once from every token already generated
+  float frequency_penalty = 0.f;   // within kPenaltyRange: subtracted per occurrence in the generated tokens
+  float repetition_penalty = 1.f;  // within kRepetitionPenaltyRange: divides a positive, multiplies a negative
+                                   // logit of every token of the prompt or the generated tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias within kLogitBiasRange), added to its logit
+  std::vector<int32_t> allowed_token_ids;             // non-empty: every other token is masked out
+  int min_tokens = 0;  // >= 0: the stop tokens are masked out until this many tokens were generated
 };
 
 // The values a float parameter accepts, stated once for every reader of them: validate() checks
@@ -43,12 +56,23 @@ inline constexpr FloatRange kTemperatureRange{std::numeric_limits<float>::min(),
 inline constexpr FloatRange kTopPRange{std::numeric_limits<float>::min(), 1.f, /*zero=*/false};
 // top_k: an integer in [0, kMaxTopK], 0 = no filter (k >= the vocabulary keeps every token).
 inline constexpr int kMaxTopK = std::numeric_limits<int32_t>::max();
+// min_p: a probability ratio in [0, 1] (0: no filter).
+inline constexpr FloatRange kMinPRange{0.f, 1.f, /*zero=*/true};
+// presence_penalty, frequency_penalty: OpenAI's range [-2, 2].
+inline constexpr FloatRange kPenaltyRange{-2.f, 2.f, /*zero=*/true};
+// repetition_penalty: a positive normal float (1: none), so that dividing by it stays finite.
+inline constexpr FloatRange kRepetitionPenaltyRange{std::numeric_limits<float>::min(),
+                                                    std::numeric_limits<float>::max(), /*zero=*/false};
+// logit_bias values: OpenAI's range [-100, 100].
+inline constexpr FloatRange kLogitBiasRange{-100.f, 100.f, /*zero=*/true};
 
-// InvalidArgument naming the field and the rule, or OK.
+// InvalidArgument naming the field and the rule, or OK (token ids are checked against the vocabulary by the
+// engine, which knows it).
 Status validate(const SamplingParams& p);
 
-// Picks the next token from fp32 logits of one sequence; InvalidArgument naming the first non-finite logit. `step` is
-// the index of the token being generated (0 for the first). Allocation-free apart from a scratch buffer owned by the
+// Picks the next token from fp32 logits of one sequence; InvalidArgument naming the first NaN or +Inf logit, or
+// when every logit is -Inf. A -Inf logit is a masked token (logits processing): it is never drawn. `step` is the
+// index of the token being generated (0 for the first). Allocation-free apart from a scratch buffer owned by the
 // caller (size >= vocab).
 Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams& p, uint64_t step,
                              std::span<int32_t> scratch);

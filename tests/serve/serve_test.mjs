@@ -8,7 +8,8 @@
 // flags' --afd <A>A<F>F, which must include --afd-transport mpi); it is stopped by SIGTERM to world rank 0
 // and mpirun must exit 0. Its ranks are found by their environment wherever mpirun placed them (on other
 // "hosts" too: tests/support/netns_hosts.sh).
-// --drain-tokens: the in-flight request's length in sigterm_drains (default 1500). --oracle-dir: the text oracle's
+// --drain-tokens: the in-flight request's length in sigterm_drains (default 1500). --docs: docs/serving.md (field_table
+// sends every row of its field table). --oracle-dir: the text oracle's
 // npm packages (tests/text/oracle): openai_client then checks its chats' prompts exactly against the model's own
 // template rendered by @huggingface/jinja and encoded by Hugging Face tokenizers. --state-of dsv4|qwen35: the
 // model's per-sequence state, which kv_state_lines expects /metrics to name.
@@ -155,16 +156,30 @@ function parseSse(text) {
   }
   return { chunks, done, wellFormed, comments };
 }
-function joinChunks(chunks, chat) {
-  let text = "", ids = [];
+// The text, token ids and finish reason of choice `index` of a stream's chunks, and the usage of the chunk that
+// carries it (only with stream_options.include_usage: OpenAI's last chunk, with no choices).
+function joinChunks(chunks, chat, index = 0) {
+  let text = "", ids = [], finish, usage;
   for (const c of chunks) {
-    if (!c.choices?.length) continue;
-    const ch = c.choices[0];
-    text += chat ? (ch.delta?.content ?? "") : ch.text;
-    ids = ids.concat(ch.token_ids ?? []);
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices ?? []) {
+      if (ch.index !== index) continue;
+      text += chat ? (ch.delta?.content ?? "") : ch.text;
+      ids = ids.concat(ch.token_ids ?? []);
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
   }
-  const last = chunks[chunks.length - 1];
-  return { text, ids, finish: last?.choices?.[0]?.finish_reason, usage: last?.usage };
+  return { text, ids, finish, usage };
+}
+
+// The text the server puts before a completions text prompt when it encodes it with special tokens (the default):
+// tokenizer_config.json's bos_token when its add_bos_token is true (DeepSeek-V3's, as transformers' Llama-style
+// tokenizers and vLLM add it), else nothing. `genbridge run --prompt-text` encodes the text as given, so a
+// comparison with it puts this before the prompt (the BOS token's text encodes to its id).
+function bosText(model = MODEL) {
+  const config = JSON.parse(fs.readFileSync(path.join(model, "tokenizer_config.json"), "utf8"));
+  const bos = config.bos_token;
+  return config.add_bos_token && bos ? (typeof bos === "string" ? bos : bos.content) : "";
 }
 
 // `genbridge run` on the same model: [{ids, text}] per prompt, greedy. `extra`: more flags (--dump-logits).
@@ -373,7 +388,7 @@ const cases = {
     r = curl(s, "/v1/models");
     eq([r.status, r.json.object, r.json.data.map((d) => [d.id, d.object])], [200, "list", [[NAME, "model"]]], "GET /v1/models");
     const prompt = "Hello world, this is genbridge.";
-    const want = runCli([prompt], 8)[0];
+    const want = runCli([bosText() + prompt], 8)[0];
     const req = { model: NAME, prompt, max_tokens: 8, temperature: 0, return_token_ids: true, ignore_eos: true };
     r = curl(s, "/v1/completions", req);
     eq(r.status, 200, "POST /v1/completions: 200");
@@ -387,8 +402,8 @@ const cases = {
     let sse = parseSse(r.text);
     check(r.status === 200 && sse.wellFormed && sse.done, "streamed completion: well-formed events ending in [DONE]", r.text);
     let j = joinChunks(sse.chunks, false);
-    eq([j.text, j.ids, j.finish, j.usage?.completion_tokens], [want.text, want.ids, "length", 8],
-       "streamed completion: the same text and tokens, finish_reason and usage on the last chunk");
+    eq([j.text, j.ids, j.finish, j.usage, sse.chunks.some((ch) => "usage" in ch)], [want.text, want.ids, "length", undefined, false],
+       "streamed completion: the same text and tokens, finish_reason, no usage unless asked");
     r = curl(s, "/v1/completions", { ...req, stream: true, stream_options: { include_usage: true } });
     sse = parseSse(r.text);
     const tail = sse.chunks[sse.chunks.length - 1];
@@ -406,8 +421,8 @@ const cases = {
     check(sse.wellFormed && sse.done, "streamed chat: well-formed events ending in [DONE]", r.text);
     eq(sse.chunks[0].choices[0].delta.role, "assistant", "streamed chat: the first delta names the role");
     j = joinChunks(sse.chunks, true);
-    eq([j.text, j.ids, j.finish, j.usage?.completion_tokens], [chatText, chatIds, "length", 6],
-       "streamed chat: the same content and tokens as the non-streamed reply");
+    eq([j.text, j.ids, j.finish, j.usage], [chatText, chatIds, "length", undefined],
+       "streamed chat: the same content and tokens as the non-streamed reply (no usage unless asked)");
     // Stop strings, matched across a token boundary and not emitted.
     // Token boundaries: the text of the first k tokens is a prefix of the text of 16 (greedy).
     const full = curl(s, "/v1/completions", { ...req, max_tokens: 16 }).json.choices[0].text;
@@ -546,12 +561,11 @@ const cases = {
     const cases = [
       ["/v1/completions", '{"model": ', 400, "The request body is not valid JSON (parse error at byte 11).", null],
       ["/v1/completions", "[1, 2]", 400, "The request body must be a JSON object, got [1,2].", null],
-      ["/v1/completions", { prompt: "x" }, 400, "'model' is required.", "model"],
       ["/v1/completions", { ...base, model: 7 }, 400, "'model' must be a string, got 7.", "model"],
-      ["/v1/completions", { ...base, model: "gpt-4" }, 400, `The model 'gpt-4' does not exist; this server serves '${NAME}'.`, "model"],
+      ["/v1/completions", { ...base, model: "gpt-4" }, 404, `The model 'gpt-4' does not exist; this server serves '${NAME}'.`, "model"],
       ["/v1/completions", { model: NAME }, 400, "'prompt' is required.", "prompt"],
-      ["/v1/completions", { ...base, prompt: 5 }, 400, "'prompt' must be a string or a list of token ids, got 5.", "prompt"],
-      ["/v1/completions", { ...base, prompt: ["a", "b"] }, 400, "'prompt' holds 2 prompts; this server takes one prompt per request.", "prompt"],
+      ["/v1/completions", { ...base, prompt: 5 }, 400, "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists, got 5.", "prompt"],
+      ["/v1/completions", { ...base, prompt: ["a", 5] }, 400, "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists, got [\"a\",5].", "prompt"],
       ["/v1/completions", { ...base, prompt: [1, 512] }, 400, "'prompt' token 512 is outside the vocabulary [0, 512).", "prompt"],
       ["/v1/completions", { ...base, prompt: "" }, 400, "'prompt' is empty: it encodes to no token.", "prompt"],
       ["/v1/completions", { ...base, max_tokens: "8" }, 400, "'max_tokens' must be an integer, got \"8\".", "max_tokens"],
@@ -575,13 +589,14 @@ const cases = {
        "'seed' is 1e999, a number beyond the range of a double (magnitude at most 1.7976931348623157e+308).", "seed"],
       ["/v1/completions", { ...base, seed: 18446744073709551616 }, 400,
        "'seed' must be an integer in [-9223372036854775808, 18446744073709551615], got 1.8446744073709552e+19.", "seed"],
-      ["/v1/completions", { ...base, frequency_penalty: 0.5 }, 400,
-       "'frequency_penalty' is not supported by this server: it must be 0 (or absent), got 0.5.", "frequency_penalty"],
+      ["/v1/completions", { ...base, frequency_penalty: 2.5 }, 400,
+       "'frequency_penalty' must be a number in [-2, 2], got 2.5.", "frequency_penalty"],
       ["/v1/completions", { ...base, temperature: "hot" }, 400, "'temperature' must be a number, got \"hot\".", "temperature"],
       ["/v1/completions", { ...base, top_p: 0 }, 400, "'top_p' must be a number in [1.1754944e-38, 1], got 0.", "top_p"],
       ["/v1/completions", { ...base, top_k: -2 }, 400, "'top_k' must be -1 or 0 (no limit) or an integer in [1, 2147483647], got -2.", "top_k"],
       ["/v1/completions", { ...base, seed: 1.5 }, 400, "'seed' must be an integer, got 1.5.", "seed"],
-      ["/v1/completions", { ...base, n: 2 }, 400, "'n' must be 1 (this server generates one choice per request), got 2.", "n"],
+      ["/v1/completions", { ...base, n: 0 }, 400, "'n' must be an integer in [1, 128], got 0.", "n"],
+      ["/v1/completions", { ...base, frobnicate: true }, 400, "Unrecognized request argument supplied: frobnicate", "frobnicate"],
       ["/v1/completions", { ...base, stop: ["a", "b", "c", "d", "e"] }, 400, "'stop' holds 5 strings; at most 4 are allowed.", "stop"],
       ["/v1/completions", { ...base, stop: [""] }, 400, "'stop' strings must not be empty.", "stop"],
       ["/v1/completions", { ...base, stop: 3 }, 400, "'stop' must be a string or a list of strings, got 3.", "stop"],
@@ -591,7 +606,8 @@ const cases = {
       ["/v1/completions", { ...base, logprobs: true }, 400, "'logprobs' must be an integer, got true.", "logprobs"],
       ["/v1/completions", { ...base, top_logprobs: 2 }, 400,
        "'top_logprobs' belongs to /v1/chat/completions; /v1/completions takes 'logprobs': k.", "top_logprobs"],
-      ["/v1/completions", { ...base, echo: true }, 400, "'echo' is not supported by this server.", "echo"],
+      ["/v1/completions", { ...base, suffix: "x" }, 400,
+       "'suffix' is not supported by this server: it inserts text after the completion (fill-in-the-middle), which this server does not do; got \"x\".", "suffix"],
       ["/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "hi" }], logprobs: 2 }, 400,
        "'logprobs' must be a boolean, got 2.", "logprobs"],
       ["/v1/chat/completions", { model: NAME, messages: [{ role: "user", content: "hi" }], logprobs: true, top_logprobs: 21 }, 400,
@@ -610,7 +626,9 @@ const cases = {
          [status, message, param, "invalid_request_error"], `${route} ${typeof body === "string" ? body : JSON.stringify(body)}`);
     }
     let r = await post(s, "/v1/completions", { ...base, model: "gpt-4" });
-    eq(r.json.error.code, "model_not_found", "unknown model: code model_not_found");
+    eq([r.status, r.json.error.code], [404, "model_not_found"], "unknown model: 404 model_not_found");
+    r = await post(s, "/v1/completions", { ...base, max_tokens: 5000 });
+    eq(r.json.error.code, "context_length_exceeded", "beyond the context: code context_length_exceeded");
     r = await fetch(s.base + "/v1/nothing", { signal: AbortSignal.timeout(10000) });
     eq([r.status, (await r.json()).error.message], [404, "No route GET /v1/nothing."], "unknown route: 404 JSON error");
     // A full queue: one request running (--max-batch 1), one waiting (--max-queued-requests 1), the next: 429.
@@ -640,9 +658,10 @@ const cases = {
       const w = await waiting;
       eq([w.status, w.json?.choices?.[0]?.finish_reason], [200, "length"], "the waiting request completes once the first is gone");
     }
-    eq([got429?.status, got429?.json?.error?.message, got429?.json?.error?.type, got429?.json?.error?.code],
+    eq([got429?.status, got429?.json?.error?.message, got429?.json?.error?.type, got429?.json?.error?.code,
+        got429?.headers?.get("retry-after")],
        [429, "The server's queue is full (--max-queued-requests 1: that many requests are waiting to start); retry later.",
-        "rate_limit_error", "queue_full"], "a full queue: 429");
+        "rate_limit_error", "queue_full", "1"], "a full queue: 429 with Retry-After");
     await waitMetrics(s, (m) => m['genbridge_requests_total{outcome="queue_full"}'] === 1 &&
                                  m['genbridge_requests_finished_total{reason="cancelled"}'] >= 1 &&
                                  m.genbridge_kv_pages_used === 0 && m.genbridge_running_requests === 0,
@@ -856,7 +875,7 @@ const cases = {
       const res = await fetch(s.base + "/v1/completions", {
         method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(120000),
         body: JSON.stringify({ model: NAME, prompt: [1, 2, 3 + i], max_tokens: DRAIN_TOKENS, temperature: 0, stream: true,
-                               ignore_eos: true }) });
+                               ignore_eos: true, stream_options: { include_usage: true } }) });
       const reader = res.body.getReader();
       return { reader, text: new TextDecoder().decode((await reader.read()).value) };
     };
@@ -925,7 +944,7 @@ const cases = {
     // genbridge run first: execFileSync blocks this event loop, and a pooled keep-alive connection whose
     // server closed it meanwhile would be reused before its close is seen.
     const prompt = "The capital of France is 巴黎, and the emoji is 🙂.";
-    const want = runCli([prompt], 12)[0];
+    const want = runCli([bosText() + prompt], 12)[0];
     const messages = [{ role: "system", content: "You are terse." }, { role: "user", content: "Say hello in 中文." }];
     const tools = [{ type: "function", function: { name: "get_weather", description: "The weather in a city",
                                                    parameters: { type: "object", properties: { city: { type: "string" } } } } }];
@@ -948,16 +967,27 @@ const cases = {
     const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
     const models = await client.models.list();
     eq(models.data.map((m) => m.id), [NAME], "models.list");
-    const c = await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true });
+    // genbridge run's text keeps special tokens (a DeepSeek placeholder token may come up): so does skip_special_tokens
+    // false here (the server's default, as vLLM's, leaves them out).
+    const keep = { skip_special_tokens: false };
+    const c = await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true, ...keep });
     eq([c.choices[0].text, c.choices[0].finish_reason, c.usage.completion_tokens], [want.text, "length", 12],
        "completions.create: genbridge run's text");
     let text = "", finish = null, usage = null;
-    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true, stream: true })) {
+    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true, stream: true,
+                                                             ...keep })) {
       text += ch.choices[0]?.text ?? "";
       finish = ch.choices[0]?.finish_reason ?? finish;
       usage = ch.usage ?? usage;
     }
-    eq([text, finish, usage?.completion_tokens], [want.text, "length", 12], "completions.create stream: the same text");
+    eq([text, finish, usage], [want.text, "length", null], "completions.create stream: the same text, no usage unless asked");
+    text = "";
+    for await (const ch of await client.completions.create({ model: NAME, prompt, max_tokens: 12, temperature: 0, ignore_eos: true,
+                                                             stream: true, stream_options: { include_usage: true }, ...keep })) {
+      text += ch.choices[0]?.text ?? "";
+      usage = ch.usage ?? usage;
+    }
+    eq([text, usage?.completion_tokens], [want.text, 12], "completions.create stream with include_usage: the usage");
     const chat = await client.chat.completions.create({ model: NAME, messages, max_tokens: 10, temperature: 0 });
     eq([chat.choices[0].message.role, chat.choices[0].finish_reason, chat.usage.completion_tokens], ["assistant", "length", 10],
        "chat.completions.create");
@@ -1033,9 +1063,346 @@ const cases = {
       await client.completions.create({ model: "nope", prompt: "x" });
       check(false, "an unknown model throws");
     } catch (e) {
-      eq([e.status, e.error?.message], [400, `The model 'nope' does not exist; this server serves '${NAME}'.`], "the client sees the 400 error object");
+      eq([e.constructor.name, e.status, e.error?.message, e.error?.code],
+         ["NotFoundError", 404, `The model 'nope' does not exist; this server serves '${NAME}'.`, "model_not_found"],
+         "an unknown model: the client's NotFoundError (404, model_not_found)");
     }
     await stopServer(s);
+  },
+
+  // docs/serving.md's field table, row by row (--docs FILE): each row's request merged into a minimal one of its
+  // endpoint(s), without "model" (optional); honoured rows answer 200, "default only" rows 400 naming the field
+  // (and 200 at their default), refused rows 400 naming the field. A field of neither API, and one of the other
+  // endpoint, are refused by name.
+  async field_table() {
+    const rowRe = /^\| `([a-z_]+)` \| (both|completions|chat) \| (honoured|default only|refused|parts 2-3) \| (.*?) \| (.*?) \|/;
+    const rows = [];
+    for (const line of fs.readFileSync(args.docs, "utf8").split("\n")) {
+      const m = rowRe.exec(line);
+      if (m) rows.push({ field: m[1], endpoints: m[2], status: m[3], request: m[4].trim(), dflt: m[5].trim() });
+    }
+    check(rows.length >= 70, `docs/serving.md: the field table has its rows (${rows.length})`);
+    const s = await startServer(["--served-model-name", "served-a", "--served-model-name", "served-b"]);
+    const base = { completions: { prompt: "Hello", max_tokens: 2, temperature: 0 },
+                   chat: { messages: [{ role: "user", content: "Hi" }], max_tokens: 2, temperature: 0 } };
+    const route = { completions: "/v1/completions", chat: "/v1/chat/completions" };
+    const cell = (c) => JSON.parse(c.replace(/^`|`$/g, ""));
+    let sent = 0;
+    for (const row of rows) {
+      if (row.status === "parts 2-3") { console.log(`skip: ${row.field} (tool calling and structured outputs: their rows are theirs to fill)`); continue; }
+      for (const ep of row.endpoints === "both" ? ["completions", "chat"] : [row.endpoints]) {
+        const body = { ...base[ep], ...cell(row.request) };
+        const r = await post(s, route[ep], body);
+        ++sent;
+        if (row.status === "honoured") {
+          check(r.status === 200 && (body.stream ? parseSse(r.text).done : r.json?.choices?.length > 0),
+                `${row.field} (${ep}, honoured): 200 ${JSON.stringify(cell(row.request))}`, r.text.slice(0, 300));
+        } else {
+          eq([r.status, r.json?.error?.param], [400, row.field], `${row.field} (${ep}, ${row.status}): 400 naming it`);
+          if (row.status === "default only") {
+            const d = await post(s, route[ep], { ...base[ep], [row.field]: cell(row.dflt) });
+            eq(d.status, 200, `${row.field} (${ep}) at its default ${row.dflt}: 200`);
+          }
+        }
+      }
+    }
+    // What the rows claim beyond the status, for a few of them.
+    let r = await post(s, "/v1/completions", { ...base.completions, model: "served-b" });
+    eq(r.json?.model, "served-b", "model: the response names the model asked for");
+    r = await post(s, "/v1/completions", base.completions);
+    eq(r.json?.model, "served-a", "no model: the first served name");
+    r = await post(s, "/v1/completions", { ...base.completions, request_id: "field-table-1" });
+    eq(r.json?.id, "cmpl-field-table-1", "request_id: the response id");
+    for (const [ep, body, param, message] of [
+      ["completions", { ...base.completions, frobnicate: 1 }, "frobnicate", "Unrecognized request argument supplied: frobnicate"],
+      ["completions", { ...base.completions, messages: [] }, "messages", "'messages' belongs to /v1/chat/completions, not /v1/completions."],
+      ["chat", { ...base.chat, suffix: "x" }, "suffix", "'suffix' belongs to /v1/completions, not /v1/chat/completions."],
+    ]) {
+      r = await post(s, route[ep], body);
+      eq([r.status, r.json?.error?.param, r.json?.error?.message], [400, param, message], `${ep}: ${param} refused by name`);
+    }
+    console.log(`sent ${sent} requests for ${rows.length} rows`);
+    await stopServer(s);
+  },
+
+  // The sampling controls through the official OpenAI Node client, each checked for what vLLM documents:
+  // penalties, logit_bias and allowed_token_ids exactly against an oracle (the raw logits genbridge run dumps
+  // after each prefix of the server's own output, processed in float32 as vLLM does, then the argmax),
+  // min_p, stop_token_ids, include_stop_str_in_output, min_tokens, n, best_of, a prompt list and echo with
+  // the prompt's logprobs (against the dumped logits).
+  async sampling_controls() {
+    const { default: OpenAI } = await import(path.join(args["client-dir"], "node_modules/openai/index.mjs"));
+    const P = [9707, 11, 1879, 0, 5209, 3256];  // token ids of the Qwen3 vocabulary
+    const N = 8;
+    // genbridge run first (execFileSync blocks the event loop): the greedy tokens and, for the oracles below, the
+    // raw logits after each prefix they need.
+    const greedy = runCli([P], N)[0].ids;
+    const s = await startServer([]);
+    const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
+    const complete = (extra) => client.completions.create({ model: NAME, prompt: P, max_tokens: N, temperature: 0,
+                                                            ignore_eos: true, return_token_ids: true, ...extra });
+    const ids = (c, i = 0) => c.choices[i].token_ids;
+    let c = await complete({});
+    eq(ids(c), greedy, "greedy: genbridge run's tokens");
+    // logit_bias +100 on one token: greedy picks it every step; allowed_token_ids: nothing else is drawn.
+    c = await complete({ logit_bias: { "1000": 100 } });
+    eq(ids(c), Array(N).fill(1000), "logit_bias {1000: 100}: every token is 1000");
+    c = await complete({ allowed_token_ids: [500, 600, 700], temperature: 1, seed: 3 });
+    check(ids(c).every((t) => [500, 600, 700].includes(t)), "allowed_token_ids: only those are drawn", ids(c));
+    // Penalties, bias and allowed tokens together, greedy: each token is the argmax of the processed raw logits.
+    const controls = { allowed_token_ids: [100, 200, 300, 400], logit_bias: { "100": 3, "200": 2.5, "300": 2, "400": 1.5 },
+                       presence_penalty: 1.5, frequency_penalty: 0.7, repetition_penalty: 1.3 };
+    c = await complete({ ...controls, max_tokens: 10 });
+    const S = ids(c);
+    const prefixes = S.map((_, k) => [...P, ...S.slice(0, k)]);
+    await stopServer(s);  // genbridge run blocks the event loop: no server meanwhile
+    const npyFile = path.join(WORK, "prefixes.npy");
+    runCli(prefixes, 1, MODEL, ["--dump-logits", npyFile]);
+    const npy = readNpyF32(npyFile);
+    const f = Math.fround;
+    const oracle = [];
+    for (let k = 0; k < S.length; ++k) {
+      const row = npy.data.subarray(k * npy.cols, (k + 1) * npy.cols);
+      const out = S.slice(0, k), seen = new Set([...P, ...out]);
+      let best = -1, bestV = -Infinity;
+      for (const t of controls.allowed_token_ids) {
+        let x = f(row[t] + f(controls.logit_bias[String(t)]));
+        if (seen.has(t)) x = x > 0 ? f(x / f(controls.repetition_penalty)) : f(x * f(controls.repetition_penalty));
+        const count = out.filter((o) => o === t).length;
+        x = f(x - f(f(controls.frequency_penalty) * count));
+        if (count > 0) x = f(x - f(controls.presence_penalty));
+        if (x > bestV || (x === bestV && t < best)) { best = t; bestV = x; }
+      }
+      oracle.push(best);
+    }
+    eq(S, oracle, "presence, frequency and repetition penalties with logit_bias over allowed tokens: vLLM's processing of the raw logits, greedy");
+    check(new Set(S).size > 1, "the penalties moved greedy decoding off its first token", S);
+    // The rest on a fresh server.
+    const s2 = await startServer([]);
+    const client2 = new OpenAI({ baseURL: s2.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
+    const complete2 = (extra) => client2.completions.create({ model: NAME, prompt: P, max_tokens: N, temperature: 0,
+                                                              ignore_eos: true, return_token_ids: true, ...extra });
+    // repetition_penalty after logit_bias: biases 100 / 75 / 50 walk a, b, c and back to a.
+    c = await complete2({ allowed_token_ids: [30, 40, 50], logit_bias: { "40": 100, "30": 75, "50": 50 }, repetition_penalty: 1000,
+                          max_tokens: 4 });
+    eq(ids(c), [40, 30, 50, 40], "repetition_penalty 1000 after logit_bias: 40, 30, 50, then 40 again");
+    // min_p 1 at temperature 1 keeps only the likeliest token: greedy.
+    c = await complete2({ temperature: 1, min_p: 1, seed: 11 });
+    eq(ids(c), greedy, "min_p 1 at temperature 1: the greedy tokens");
+    // stop_token_ids: the choice ends at the token; its text is left out unless include_stop_str_in_output.
+    const k = greedy.findIndex((t, i) => i >= 2 && !greedy.slice(0, i).includes(t));
+    const text = async (toks) => (await post(s2, "/detokenize", { tokens: toks })).json.prompt;
+    c = await complete2({ stop_token_ids: [greedy[k]] });
+    eq([ids(c), c.choices[0].finish_reason, c.choices[0].stop_reason, c.choices[0].text],
+       [greedy.slice(0, k + 1), "stop", greedy[k], await text(greedy.slice(0, k))],
+       `stop_token_ids [${greedy[k]}]: ends there, stop_reason the id, its text left out`);
+    c = await complete2({ stop_token_ids: [greedy[k]], include_stop_str_in_output: true });
+    eq(c.choices[0].text, await text(greedy.slice(0, k + 1)), "include_stop_str_in_output: the stop token's text is in");
+    // min_tokens: the stop token cannot come first.
+    c = await complete2({ stop_token_ids: [greedy[0]], min_tokens: 3, max_tokens: 6 });
+    check(ids(c).length >= 3 && !ids(c).slice(0, 3).includes(greedy[0]),
+          `min_tokens 3: stop token ${greedy[0]} not among the first 3 tokens`, ids(c));
+    // A stop string with include_stop_str_in_output: the text ends with it.
+    const full = (await complete2({})).choices[0].text;
+    const stop = [...full].slice(1, 3).join("");
+    c = await complete2({ stop: [stop], include_stop_str_in_output: true });
+    eq([c.choices[0].text, c.choices[0].finish_reason, c.choices[0].stop_reason],
+       [full.slice(0, full.indexOf(stop) + stop.length), "stop", stop], `stop ${JSON.stringify(stop)} included in the output`);
+    // n: choice i samples with seed + i; best_of keeps the highest summed logprob.
+    const sampled = (extra) => complete2({ temperature: 1, seed: 7, ...extra });
+    const three = await sampled({ n: 3, logprobs: 0 });
+    eq(three.choices.map((x) => x.index), [0, 1, 2], "n 3: three choices");
+    for (let i = 0; i < 3; ++i) {
+      eq(ids(three, i), ids(await sampled({ seed: 7 + i })), `n 3: choice ${i} is the request with seed ${7 + i}`);
+    }
+    const sums = three.choices.map((x) => x.logprobs.token_logprobs.reduce((a, b) => a + b, 0));
+    const best = await sampled({ best_of: 3, logprobs: 0 });
+    eq([best.choices.length, ids(best)], [1, ids(three, sums.indexOf(Math.max(...sums)))],
+       "best_of 3: the choice with the highest summed logprob");
+    eq(best.usage.completion_tokens, 3 * N, "best_of 3: usage counts every sequence");
+    // A prompt list: choice p * n + c is prompt p's choice c.
+    const Q = [P, [1, 2, 3]];
+    const list = await client2.completions.create({ model: NAME, prompt: Q, n: 2, max_tokens: 4, temperature: 1, seed: 9,
+                                                    ignore_eos: true, return_token_ids: true });
+    for (let p = 0; p < 2; ++p) {
+      for (let i = 0; i < 2; ++i) {
+        const alone = await client2.completions.create({ model: NAME, prompt: Q[p], max_tokens: 4, temperature: 1, seed: 9 + i,
+                                                         ignore_eos: true, return_token_ids: true });
+        eq(ids(list, p * 2 + i), ids(alone), `prompt list: choice ${p * 2 + i} is prompt ${p}'s choice ${i}`);
+      }
+    }
+    eq(list.usage.prompt_tokens, P.length + 3, "prompt list: usage counts each prompt once");
+    // Streamed n 2: each index carries its choice.
+    const streamed = await client2.completions.create({ model: NAME, prompt: P, n: 2, max_tokens: N, temperature: 1, seed: 7,
+                                                        ignore_eos: true, stream: true });
+    const texts = ["", ""];
+    for await (const ch of streamed) for (const x of ch.choices) texts[x.index] += x.text;
+    eq(texts, three.choices.slice(0, 2).map((x) => x.text), "streamed n 2: each index's text is its choice's");
+    // echo with logprobs: the prompt's text and its tokens' logprobs (the first null) before the generation.
+    const promptText = await text(P);
+    const echo = await complete2({ echo: true, logprobs: 1, max_tokens: 3 });
+    const elp = echo.choices[0].logprobs;
+    eq([echo.choices[0].text.startsWith(promptText), elp.tokens.length, elp.token_logprobs[0], elp.top_logprobs[0], elp.text_offset[0]],
+       [true, P.length + 3, null, null, 0], "echo with logprobs: the prompt's text, one entry per prompt and generated token, the first null");
+    // Streamed with n 2: every choice's first chunk is the prompt with its logprobs (the first choice fed it).
+    const echoed = [[], []];
+    for await (const ch of await client2.completions.create({ model: NAME, prompt: P, n: 2, max_tokens: 3, temperature: 1, seed: 4,
+                                                              ignore_eos: true, echo: true, logprobs: 1, stream: true })) {
+      for (const x of ch.choices) echoed[x.index] = echoed[x.index].concat(x.logprobs?.token_logprobs ?? []);
+    }
+    eq(echoed.map((e) => [e.length, JSON.stringify(e.slice(0, P.length))]),
+       [0, 1].map(() => [P.length + 3, JSON.stringify(elp.token_logprobs.slice(0, P.length))]),
+       "streamed echo with logprobs, n 2: each choice carries the prompt's logprobs, then its own");
+    const only = await complete2({ echo: true, logprobs: 1, max_tokens: 0 });
+    eq([only.choices[0].text, only.choices[0].logprobs.token_logprobs.length, only.usage.completion_tokens], [promptText, P.length, 0],
+       "echo with max_tokens 0: the prompt alone");
+    await stopServer(s2);
+    const promptFile = path.join(WORK, "prompt_prefixes.npy");
+    runCli(P.slice(1).map((_, i) => P.slice(0, i + 1)), 1, MODEL, ["--dump-logits", promptFile]);
+    const pn = readNpyF32(promptFile);
+    let worst = 0;
+    for (let i = 1; i < P.length; ++i) worst = Math.max(worst, Math.abs(elp.token_logprobs[i] - logSoftmaxRow(pn, i - 1, P[i], 1).chosen));
+    check(worst < 1e-9, `echo: each prompt token's logprob is the log-softmax of the logits after its prefix (worst ${worst})`);
+    eq(elp.tokens.slice(P.length).length, 3, "echo: then the generated tokens");
+  },
+
+  // The checkpoint's generation_config.json (a copy of the model directory, its files linked, with one added):
+  // any of its eos ids ends a choice (stop, stop_reason null; ignore_eos goes past), its temperature is the
+  // default of a request without one, --override-generation-config goes over it.
+  async generation_config() {
+    const P = [9707, 11, 1879, 0, 5209, 3256];
+    const greedy = runCli([P], 8)[0].ids;
+    const dir = path.join(WORK, "with_generation_config");
+    fs.rmSync(dir, { recursive: true, force: true });
+    fs.mkdirSync(dir, { recursive: true });
+    for (const f of fs.readdirSync(MODEL)) fs.symlinkSync(path.join(MODEL, f), path.join(dir, f));
+    const k = greedy.findIndex((t, i) => i >= 2 && !greedy.slice(0, i).includes(t));
+    fs.writeFileSync(path.join(dir, "generation_config.json"),
+                     JSON.stringify({ eos_token_id: [151645, greedy[k]], temperature: 1.0, do_sample: true }));
+    const name = path.basename(dir);
+    let s = await startServer(["--override-generation-config", '{"temperature": 0}'], dir, /*quiet=*/false);
+    const req = { model: name, prompt: P, max_tokens: 8, return_token_ids: true };
+    let r = await post(s, "/v1/completions", req);
+    eq([r.json?.choices?.[0]?.token_ids, r.json?.choices?.[0]?.finish_reason, r.json?.choices?.[0]?.stop_reason],
+       [greedy.slice(0, k + 1), "stop", null], `generation_config.json eos_token_id [151645, ${greedy[k]}]: the second one stops (no temperature: the override's 0, greedy)`);
+    r = await post(s, "/v1/completions", { ...req, ignore_eos: true });
+    eq(r.json?.choices?.[0]?.token_ids, greedy, "ignore_eos: past every eos id");
+    check(s.log().includes(`end-of-generation tokens [151645, ${greedy[k]}]; sampling defaults: temperature 0`),
+          "start-up log: the eos tokens and the defaults in force", s.log());
+    await stopServer(s);
+    s = await startServer([], dir);
+    r = await post(s, "/v1/completions", { ...req, ignore_eos: true, seed: 5 });
+    check(JSON.stringify(r.json?.choices?.[0]?.token_ids) !== JSON.stringify(greedy),
+          "no override: the file's temperature 1 samples (seeded, not the greedy tokens)", r.json);
+    r = await post(s, "/v1/completions", { ...req, ignore_eos: true, temperature: 0 });
+    eq(r.json?.choices?.[0]?.token_ids, greedy, "a request's own temperature wins over the file's");
+    await stopServer(s);
+  },
+
+  // --reasoning-parser qwen3: a reply "<think>X</think>Y" (made with allowed_token_ids, logit_bias and a
+  // repetition penalty) is split into reasoning_content X and content Y, non-streamed and streamed, through the
+  // OpenAI client; include_reasoning false leaves the reasoning out.
+  async reasoning() {
+    const { default: OpenAI } = await import(path.join(args["client-dir"], "node_modules/openai/index.mjs"));
+    const s = await startServer(["--reasoning-parser", "qwen3"]);
+    const client = new OpenAI({ baseURL: s.base + "/v1", apiKey: "unused", timeout: 60000, maxRetries: 0 });
+    const tok = async (t) => (await post(s, "/tokenize", { prompt: t })).json.tokens;
+    const [X] = await tok("Hi"), [Y] = await tok(" there"), T = 151667, E = 151668;
+    const walk = { allowed_token_ids: [T, X, E, Y], logit_bias: { [T]: 100, [X]: 75, [E]: 50, [Y]: 25 }, repetition_penalty: 1000,
+                   max_tokens: 4, temperature: 0 };
+    const messages = [{ role: "user", content: "Say hi" }];
+    const r = await client.chat.completions.create({ model: NAME, messages, ...walk });
+    eq([r.choices[0].message.reasoning_content, r.choices[0].message.content], ["Hi", " there"],
+       "qwen3 parser: <think>Hi</think> there -> reasoning_content 'Hi', content ' there'");
+    let reasoning = "", content = "";
+    for await (const ch of await client.chat.completions.create({ model: NAME, messages, ...walk, stream: true })) {
+      reasoning += ch.choices[0]?.delta?.reasoning_content ?? "";
+      content += ch.choices[0]?.delta?.content ?? "";
+    }
+    eq([reasoning, content], ["Hi", " there"], "streamed: the same split in delta.reasoning_content and delta.content");
+    const hidden = await client.chat.completions.create({ model: NAME, messages, ...walk, include_reasoning: false });
+    eq(["reasoning_content" in hidden.choices[0].message, hidden.choices[0].message.content], [false, " there"],
+       "include_reasoning false: no reasoning_content");
+    await stopServer(s);
+  },
+
+  // Operations over raw HTTP (curl): --api-key (401, /health and /metrics open), CORS (--allowed-origins: the
+  // preflight, a refused origin, the header on replies), /tokenize and /detokenize, GET /v1/models/{id},
+  // --served-model-name repeated, --chat-template, the key order a template sees, vLLM's metric names, response
+  // ids unique across processes, system_fingerprint.
+  async operations() {
+    const tmpl = path.join(WORK, "template.jinja");
+    fs.writeFileSync(tmpl, "{% for m in messages %}[{{ m.role }}] {{ m | tojson }}\n{% endfor %}{% if add_generation_prompt %}>{% endif %}");
+    const flags = ["--api-key", "k1", "--api-key", "k2", "--allowed-origins", "https://ok.example", "--served-model-name", "one",
+                   "--served-model-name", "two", "--chat-template", tmpl];
+    const s = await startServer(flags);
+    const key = ["-H", "Authorization: Bearer k2"];
+    const body = { prompt: "Hello", max_tokens: 2, temperature: 0 };
+    let r = curl(s, "/v1/completions", body);
+    eq([r.status, r.json?.error?.code], [401, "invalid_api_key"], "--api-key: no key, 401 invalid_api_key");
+    r = curl(s, "/v1/completions", body, ["-H", "Authorization: Bearer nope"]);
+    eq(r.status, 401, "--api-key: a wrong key, 401");
+    r = curl(s, "/v1/models", undefined);
+    eq(r.status, 401, "--api-key: GET /v1/models needs it too");
+    r = curl(s, "/v1/completions", body, key);
+    eq([r.status, r.json?.model], [200, "one"], "--api-key: the second key passes; no model: the first served name");
+    eq([curl(s, "/health").status, curl(s, "/metrics").status], [200, 200], "/health and /metrics stay open");
+    r = curl(s, "/v1/models", undefined, key);
+    eq(r.json?.data?.map((d) => d.id), ["one", "two"], "--served-model-name twice: both listed");
+    r = curl(s, "/v1/models/two", undefined, key);
+    eq([r.status, r.json?.id], [200, "two"], "GET /v1/models/two");
+    r = curl(s, "/v1/models/three", undefined, key);
+    eq([r.status, r.json?.error?.code], [404, "model_not_found"], "GET /v1/models/three: 404");
+    r = curl(s, "/v1/completions", { ...body, model: "three" }, key);
+    eq([r.status, r.json?.error?.code], [404, "model_not_found"], "an unknown model: 404 model_not_found");
+    // CORS.
+    const pre = execFileSync("curl", ["-sS", "-i", "-X", "OPTIONS", "--max-time", "20", "-H", "Origin: https://ok.example",
+                                      "-H", "Access-Control-Request-Method: POST", "-H", "Access-Control-Request-Headers: authorization, content-type",
+                                      s.base + "/v1/chat/completions"], { encoding: "utf8", timeout: 30000 });
+    check(/^HTTP\/1\.1 204/.test(pre) && /access-control-allow-origin: https:\/\/ok\.example/i.test(pre) &&
+          /access-control-allow-headers: authorization, content-type/i.test(pre) && /access-control-allow-methods: GET, POST, OPTIONS/i.test(pre),
+          "CORS preflight from an allowed origin: 204 with the Access-Control headers (no API key needed)", pre);
+    const bad = execFileSync("curl", ["-sS", "-i", "-X", "OPTIONS", "--max-time", "20", "-H", "Origin: https://evil.example",
+                                      "-H", "Access-Control-Request-Method: POST", s.base + "/v1/completions"], { encoding: "utf8", timeout: 30000 });
+    check(/^HTTP\/1\.1 403/.test(bad) && /origin_not_allowed/.test(bad) && !/access-control-allow-origin/i.test(bad),
+          "CORS preflight from another origin: 403", bad);
+    const withOrigin = execFileSync("curl", ["-sS", "-i", "--max-time", "20", "-H", "Origin: https://ok.example", ...key,
+                                             s.base + "/v1/models"], { encoding: "utf8", timeout: 30000 });
+    check(/access-control-allow-origin: https:\/\/ok\.example/i.test(withOrigin), "a reply to an allowed Origin carries the header", withOrigin);
+    // /tokenize and /detokenize; --chat-template; the request's key order reaches tojson.
+    r = curl(s, "/tokenize", { prompt: "Hello", return_token_strs: true }, key);
+    eq([r.status, r.json?.count, r.json?.tokens?.length, r.json?.token_strs?.length], [200, r.json?.tokens?.length, r.json?.count, r.json?.count],
+       "/tokenize prompt: count, tokens, token_strs");
+    const back = curl(s, "/detokenize", { tokens: r.json.tokens }, key);
+    eq([back.status, back.json?.prompt], [200, "Hello"], "/detokenize: the text back");
+    const render = async (m) => curl(s, "/detokenize", { tokens: curl(s, "/tokenize", { messages: m }, key).json.tokens }, key).json.prompt;
+    eq(await render([{ role: "user", content: "hi" }]), '[user] {"role": "user", "content": "hi"}\n>',
+       "--chat-template FILE renders the messages (with the generation prompt)");
+    eq(await render([{ content: "hi", role: "user" }]), '[user] {"content": "hi", "role": "user"}\n>',
+       "the template's tojson keeps the request's key order (another order, another prompt)");
+    r = curl(s, "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 2, temperature: 0,
+                                          add_generation_prompt: false }, key);
+    eq([r.status, r.json?.choices?.[0]?.message?.role], [200, "user"], "add_generation_prompt false: the reply's role is the last message's");
+    // Ids and fingerprint.
+    const a = curl(s, "/v1/completions", body, key).json, b = curl(s, "/v1/completions", body, key).json;
+    check(/^cmpl-[0-9a-f]{32}$/.test(a.id) && a.id !== b.id, "response ids: 32 hex digits, one per response", [a.id, b.id]);
+    check(/^fp_[0-9a-f]{10}$/.test(a.system_fingerprint) && a.system_fingerprint === b.system_fingerprint, "system_fingerprint", a.system_fingerprint);
+    // vLLM's metric names with model_name.
+    const m = await (await fetch(s.base + "/metrics", { signal: AbortSignal.timeout(10000) })).text();
+    for (const want of ['vllm:num_requests_running{model_name="one"} 0', 'vllm:num_requests_waiting{model_name="one"} 0',
+                        'vllm:kv_cache_usage_perc{model_name="one"} 0', '# TYPE vllm:time_to_first_token_seconds histogram',
+                        'vllm:inter_token_latency_seconds_bucket{model_name="one",le="+Inf"}', 'vllm:e2e_request_latency_seconds_count{model_name="one"} ',
+                        'vllm:prompt_tokens_total{model_name="one"} ', 'vllm:generation_tokens_total{model_name="one"} ']) {
+      check(m.includes(want), `metrics: ${want}`);
+    }
+    const prompts = Number(/vllm:prompt_tokens_total\{model_name="one"\} (\d+)/.exec(m)?.[1]);
+    check(prompts > 0, "vllm:prompt_tokens_total counts the prompts", prompts);
+    await stopServer(s);
+    // A restarted server does not repeat the ids.
+    const s2 = await startServer(flags);
+    const c = curl(s2, "/v1/completions", body, key).json;
+    check(c.id !== a.id && c.id !== b.id, "a new process: other response ids", [a.id, c.id]);
+    await stopServer(s2);
   },
 
   // A model with per-sequence state (--state-of dsv4|qwen35: what its slots hold, as the DeviceOperator names it): the
@@ -1305,7 +1672,7 @@ const cases = {
       const res = await fetch(s.base + "/v1/completions", {
         method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(90000),
         body: JSON.stringify({ model: NAME, prompt: p, max_tokens: N, temperature: 0, stream: true, return_token_ids: true,
-                              ignore_eos: true }) });
+                              ignore_eos: true, stream_options: { include_usage: true } }) });
       const reader = res.body.getReader();
       let text = "", first = 0;
       const dec = new TextDecoder();
@@ -1384,12 +1751,14 @@ const cases = {
          [400, depthMessage(start + (128 - outer) * step), "invalid_request_error"], `${what} nested ~60,000 levels: 400 naming the limit`);
     }
     const ok = { model: NAME, prompt: [1, 2, 3], max_tokens: 1, temperature: 0 };
-    const at = (n) => JSON.stringify(ok).slice(0, -1) + `,"x":${nested(n)}}`;
-    let r = await post(s, "/v1/completions", at(127));
-    eq(r.status, 200, "128 levels (an object holding 127 nested arrays): accepted");
-    r = await post(s, "/v1/completions", at(128));
-    eq([r.status, r.json?.error?.message], [400, depthMessage(at(128).indexOf('"x":') + 4 + 127)], "129 levels: refused");
-    r = await post(s, "/v1/completions", { ...ok, prompt: "[".repeat(300) + "\\\"{", x: "{".repeat(300) });
+    // A chat template keyword takes any JSON value: the body, chat_template_kwargs and n arrays.
+    const chat = { model: NAME, messages: [{ role: "user", content: "hi" }], max_tokens: 1, temperature: 0 };
+    const at = (n) => JSON.stringify(chat).slice(0, -1) + `,"chat_template_kwargs":{"x":${nested(n)}}}`;
+    let r = await post(s, "/v1/chat/completions", at(126));
+    eq(r.status, 200, "128 levels (an object holding an object holding 126 nested arrays): accepted");
+    r = await post(s, "/v1/chat/completions", at(127));
+    eq([r.status, r.json?.error?.message], [400, depthMessage(at(127).indexOf('"x":') + 4 + 126)], "129 levels: refused");
+    r = await post(s, "/v1/completions", { ...ok, prompt: "[".repeat(300) + "\\\"{", user: "{".repeat(300) });
     eq([r.status, r.json?.error?.message], [200, undefined], "300 brackets inside strings (an escaped quote among them) are not nesting");
     eq((await post(s, "/v1/completions", ok)).status, 200, "the server still answers");
     await stopServer(s);
@@ -1600,7 +1969,7 @@ const cases = {
     const MiB = 1 << 20;
     const small = { model: NAME, prompt: [1, 2, 3], max_tokens: 4, temperature: 0, ignore_eos: true, return_token_ids: true };
     // 15 MiB bodies refused after tokenizing (longer than the context), after parsing 7.8M token ids, or
-    // at once (an unknown model).
+    // at once (an unknown model: 404).
     const large = [JSON.stringify({ model: NAME, prompt: "ab c".repeat((15 * MiB) / 4), max_tokens: 1 }),
                    JSON.stringify({ model: NAME, prompt: new Array((15 * MiB) / 2).fill(1), max_tokens: 1 }),
                    ...new Array(4).fill(JSON.stringify({ model: "none", prompt: "ab c".repeat((15 * MiB) / 4) }))];
@@ -1629,7 +1998,7 @@ const cases = {
       ]);
       return got;
     };
-    const wantStatuses = [...new Array(6).fill(400), ...new Array(4).fill(400), 413, 413, ...new Array(4).fill("200,200,200"),
+    const wantStatuses = [400, 400, ...new Array(4).fill(404), ...new Array(4).fill(400), 413, 413, ...new Array(4).fill("200,200,200"),
                           ...new Array(40).fill(200)];
     const first = await post(s, "/v1/completions", small);
     eq(first.status, 200, "a first completion");

@@ -176,6 +176,18 @@ TEST(TokenizerConfig, special_tokens_and_named_templates) {
             "tokenizer_config.json, no chat_template.jinja)");
 }
 
+// add_bos_token / add_eos_token (what encoding with special tokens adds, e.g. DeepSeek-V3's BOS): booleans, false when
+// absent or null.
+TEST(TokenizerConfig, add_bos_and_eos_token_flags) {
+  const auto c = TokenizerConfig::from_json_text(R"({"add_bos_token": true, "add_eos_token": null})");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->add_bos_token);
+  EXPECT_FALSE(c->add_eos_token);
+  EXPECT_FALSE(TokenizerConfig::from_json_text("{}")->add_bos_token);
+  EXPECT_EQ(TokenizerConfig::from_json_text(R"({"add_bos_token": "yes"})").status().message(),
+            "tokenizer_config.json: $.add_bos_token must be a boolean");
+}
+
 // A model directory's chat_template.jinja (and additional_chat_templates/<name>.jinja) replace every template of its
 // tokenizer_config.json, as transformers loads them (DeepSeek-V4's Jinja template was published as such a file).
 TEST(TokenizerConfig, chat_template_jinja_file_replaces_the_configs_templates) {

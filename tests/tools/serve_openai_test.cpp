@@ -4,12 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
 #include <limits>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <tuple>
 
 #include "support/temp_dir.h"
 #include "text/synthetic_tokenizer.h"
+#include "tools/serve/generation_config.h"
 #include "tools/serve/openai.h"
+#include "tools/serve/reasoning.h"
+#include "tools/serve/request_fields.h"
 
 namespace genbridge::serve {
 namespace {
@@ -61,9 +68,18 @@ TEST(TextStream, multibyte_characters_are_never_split) {
   EXPECT_EQ(feed(plain, "\xc3\xa9"), (std::vector<std::string>{"", "\xc3\xa9"}));
 }
 
+const text::TokenizerConfig& synthetic_config() {
+  static text::TokenizerConfig config = [] {
+    genbridge::testing::TempDir dir;
+    EXPECT_TRUE(text::write_synthetic_tokenizer(dir.path(), 512).ok());
+    return text::TokenizerConfig::load(dir.path() / "tokenizer_config.json").value();
+  }();
+  return config;
+}
+
 ServedModel model_of(int64_t kv_pages) {
   ServedModel m;
-  m.name = "m";
+  m.names = {"m"};
   m.tokenizer = &tokenizer();
   m.vocab_size = 512;
   m.max_position_embeddings = 4096;
@@ -85,7 +101,8 @@ ParsedRequest parsed(const std::string& body, const ServedModel& m) {
 
 TEST(ParseRequest, defaults_follow_openai_and_max_tokens_fits_context_and_kv_pool) {
   const ParsedRequest r = parsed(R"({"model": "m", "prompt": [1, 2, 3]})", model_of(64));
-  EXPECT_EQ(r.prompt, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(r.max_tokens, 256);
   EXPECT_EQ(r.sampling.temperature, 1.f);
   EXPECT_EQ(r.sampling.top_p, 1.f);
@@ -103,15 +120,15 @@ TEST(ParseRequest, top_k_minus_one_means_no_limit_and_negative_seeds_wrap) {
   EXPECT_TRUE(r.seeded);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"x"}));
   EXPECT_EQ(r.sampling.temperature, 0.f);
-  EXPECT_EQ(r.prompt, (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(r.prompts.at(0).ids, (std::vector<int32_t>{'a', 'b'}));
 }
 
 TEST(ParseRequest, chat_without_a_template_is_refused) {
   auto r = parse_request(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})", true, model_of(64));
   ASSERT_TRUE(std::holds_alternative<ApiError>(r));
   EXPECT_EQ(std::get<ApiError>(r).message,
-            "This model has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja); use "
-            "/v1/completions.");
+            "This model has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja, no "
+            "--chat-template); use /v1/completions or give 'chat_template'.");
 }
 
 TEST(ParseRequest, nesting_past_the_depth_limit_is_refused_before_parsing) {
@@ -127,10 +144,14 @@ TEST(ParseRequest, nesting_past_the_depth_limit_is_refused_before_parsing) {
   // Brackets inside strings, escaped quotes included, are not nesting.
   EXPECT_EQ(json_too_deep_at(R"(["\"[[[", "\\", "[[[[\\"])", 1), std::nullopt);
   EXPECT_EQ(json_too_deep_at(R"(["\\", [1]])", 1), 7u);
-  // A request at the limit parses.
-  const std::string at_limit = std::string(127, '[') + std::string(127, ']');
-  EXPECT_EQ(parsed(R"({"model": "m", "prompt": [1], "x": )" + at_limit + "}", model_of(64)).prompt,
-            (std::vector<int32_t>{1}));
+  // A request at the limit parses (the body, chat_template_kwargs and 126 levels below).
+  const std::string at_limit = std::string(126, '[') + std::string(126, ']');
+  ServedModel chat = model_of(64);
+  chat.tokenizer_config = &synthetic_config();
+  auto deep_ok = parse_request(
+      R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": )" + at_limit + "}}", true,
+      chat);
+  EXPECT_TRUE(std::holds_alternative<ParsedRequest>(deep_ok)) << std::get<ApiError>(deep_ok).message;
 }
 
 TEST(ParseRequest, error_object_is_openai_shaped) {
@@ -247,7 +268,9 @@ TEST(ParseRequest, bad_logprobs_name_the_field_and_the_rule) {
       {false, R"("logprobs": 2.5)", "logprobs", "'logprobs' must be an integer, got 2.5."},
       {false, R"("top_logprobs": 2)", "top_logprobs",
        "'top_logprobs' belongs to /v1/chat/completions; /v1/completions takes 'logprobs': k."},
-      {false, R"("echo": true)", "echo", "'echo' is not supported by this server."},
+      {false, R"("suffix": "x")", "suffix",
+       "'suffix' is not supported by this server: it inserts text after the completion (fill-in-the-middle), "
+       "which this server does not do; got \"x\"."},
       {true, R"("logprobs": 3)", "logprobs", "'logprobs' must be a boolean, got 3."},
       {true, R"("logprobs": true, "top_logprobs": 21)", "top_logprobs",
        "'top_logprobs' must be between 0 and 20, got 21."},
@@ -331,17 +354,35 @@ TEST(ParseRequest, every_numeric_field_at_its_extremes_is_a_400_naming_it) {
       {false, R"("logprobs": 20.0)", "logprobs", "'logprobs' must be an integer, got 20.0."},
       {true, R"("logprobs": true, "top_logprobs": 1e400)", "top_logprobs", "'top_logprobs' is 1e400" + dbl},
       {false, R"("n": 1e400)", "n", "'n' is 1e400" + dbl},
-      {false, R"("n": 0)", "n", "'n' must be 1 (this server generates one choice per request), got 0."},
-      {false, R"("best_of": 2)", "best_of",
-       "'best_of' must be 1 (this server generates one choice per request), got 2."},
-      {false, R"("frequency_penalty": 0.5)", "frequency_penalty",
-       "'frequency_penalty' is not supported by this server: it must be 0 (or absent), got 0.5."},
-      {true, R"("presence_penalty": -2)", "presence_penalty",
-       "'presence_penalty' is not supported by this server: it must be 0 (or absent), got -2."},
-      {false, R"("repetition_penalty": 1.1)", "repetition_penalty",
-       "'repetition_penalty' is not supported by this server: it must be 1 (or absent), got 1.1."},
-      {false, R"("min_p": 0.05)", "min_p",
-       "'min_p' is not supported by this server: it must be 0 (or absent), got 0.05."},
+      {false, R"("n": 0)", "n", "'n' must be an integer in [1, 128], got 0."},
+      {false, R"("n": 129)", "n", "'n' must be an integer in [1, 128], got 129."},
+      {false, R"("best_of": 0)", "best_of", "'best_of' must be an integer in [1, 128], got 0."},
+      {false, R"("n": 3, "best_of": 2)", "best_of", "'best_of' must be at least 'n' (3), got 2."},
+      {false, R"("best_of": 2, "stream": true)", "best_of",
+       "'best_of' 2 > 'n' 1 cannot be streamed: the best 1 of 2 are known only when every one has ended."},
+      {false, R"("frequency_penalty": 2.5)", "frequency_penalty",
+       "'frequency_penalty' must be a number in [-2, 2], got 2.5."},
+      {true, R"("presence_penalty": -3)", "presence_penalty", "'presence_penalty' must be a number in [-2, 2], got -3."},
+      {false, R"("repetition_penalty": 0)", "repetition_penalty",
+       "'repetition_penalty' must be a number in [1.1754944e-38, 3.4028235e+38], got 0."},
+      {false, R"("repetition_penalty": "1.1")", "repetition_penalty",
+       "'repetition_penalty' must be a number, got \"1.1\"."},
+      {false, R"("min_p": 1.5)", "min_p", "'min_p' must be a number in [0, 1], got 1.5."},
+      {false, R"("min_p": 1e-50)", "min_p", "'min_p' must be a number in [0, 1], got 1e-50."},
+      {false, R"("logit_bias": {"5": 101})", "logit_bias.5", "'logit_bias.5' must be a number in [-100, 100], got 101."},
+      {false, R"("logit_bias": {"512": 1})", "logit_bias", "'logit_bias' keys must be token ids in [0, 512), got \"512\"."},
+      {false, R"("logit_bias": {"x": 1})", "logit_bias", "'logit_bias' keys must be token ids in [0, 512), got \"x\"."},
+      {false, R"("allowed_token_ids": [])", "allowed_token_ids",
+       "'allowed_token_ids' must not be empty (it would mask every token)."},
+      {false, R"("allowed_token_ids": [600])", "allowed_token_ids",
+       "'allowed_token_ids' token 600 is outside the vocabulary [0, 512)."},
+      {false, R"("stop_token_ids": [1, -1])", "stop_token_ids",
+       "'stop_token_ids' token -1 is outside the vocabulary [0, 512)."},
+      {false, R"("max_tokens": 3, "min_tokens": 4)", "min_tokens",
+       "'min_tokens' must be an integer in [0, 3] (at most 'max_tokens'), got 4."},
+      {false, R"("truncate_prompt_tokens": 0)", "truncate_prompt_tokens", "'truncate_prompt_tokens' must be at least 1, got 0."},
+      {false, R"("max_tokens": 0, "echo": true, "n": 2)", "max_tokens",
+       "'max_tokens' 0 (the echoed prompt alone) takes one choice, but 'n' / 'best_of' is 2."},
       {false, R"("min_p": "0")", "min_p", "'min_p' must be a number, got \"0\"."},
       {false, R"("frequency_penalty": 1e400)", "frequency_penalty", "'frequency_penalty' is 1e400" + dbl},
       {false, R"("logit_bias": {"5": 1e400})", "logit_bias.5", "'logit_bias.5' is 1e400" + dbl},
@@ -366,7 +407,15 @@ TEST(ParseRequest, every_numeric_field_at_its_extremes_is_a_400_naming_it) {
        "'messages[0].w' is 1e400" + dbl},
       {false, "1e400", "", "The request body holds 1e400" + dbl},
       {false, R"({"model": "m", "prompt": [1, 2.5]})", "prompt",
-       "'prompt' must be a string or a list of token ids, got [1,2.5]."},
+       "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists, got [1,2.5]."},
+      {false, R"({"model": "m", "prompt": [[1], [2.5]]})", "prompt[1]",
+       "'prompt[1]' must be a list of token ids, got [2.5]."},
+      {false, R"({"model": "m", "prompt": ["a", ""]})", "prompt", "'prompt[1]' is empty: it encodes to no token."},
+      {false, R"({"model": "x", "prompt": "a"})", "model", "The model 'x' does not exist; this server serves 'm'."},
+      {false, R"({"model": "m", "prompt": "a", "frobnicate": 1})", "frobnicate",
+       "Unrecognized request argument supplied: frobnicate"},
+      {false, R"({"model": "m", "prompt": "a", "messages": []})", "messages",
+       "'messages' belongs to /v1/chat/completions, not /v1/completions."},
       {false, R"({"model": "m", "prompt": [18446744073709551615]})", "prompt",
        "'prompt' token 18446744073709551615 is outside the vocabulary [0, 512)."},
       {false, R"({"model": "m", "prompt": [-1]})", "prompt", "'prompt' token -1 is outside the vocabulary [0, 512)."},
@@ -392,7 +441,18 @@ TEST(ParseRequest, every_numeric_field_at_its_extremes_is_a_400_naming_it) {
   EXPECT_EQ(ok(R"("max_tokens": 4095)").max_tokens, 4095);
   EXPECT_EQ(ok(R"("frequency_penalty": 0, "presence_penalty": -0.0, "repetition_penalty": 1, "min_p": 0)").max_tokens,
             256);
-  EXPECT_EQ(ok(R"("best_of": 1.0, "n": 1)").max_tokens, 256);
+  EXPECT_EQ(ok(R"("best_of": 1, "n": 1)").max_tokens, 256);
+  const ParsedRequest controls = ok(
+      R"("frequency_penalty": -2, "presence_penalty": 2, "repetition_penalty": 1.5, "min_p": 1, "logit_bias": )"
+      R"({"7": -100, "8": 100}, "allowed_token_ids": [7, 8], "min_tokens": 5, "stop_token_ids": [9])");
+  EXPECT_EQ(controls.sampling.frequency_penalty, -2.f);
+  EXPECT_EQ(controls.sampling.presence_penalty, 2.f);
+  EXPECT_EQ(controls.sampling.repetition_penalty, 1.5f);
+  EXPECT_EQ(controls.sampling.min_p, 1.f);
+  EXPECT_EQ(controls.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, -100.f}, {8, 100.f}}));
+  EXPECT_EQ(controls.sampling.allowed_token_ids, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(controls.sampling.min_tokens, 5);
+  EXPECT_EQ(controls.stop_token_ids, (std::vector<int32_t>{9}));
   for (const char* f : {R"("temperature": 1e-300)", R"("top_p": 1e-300)"}) {
     auto r = parse_request(std::string(R"({"model": "m", "prompt": "a", )") + f + "}", false, m);
     ASSERT_TRUE(std::holds_alternative<ApiError>(r));
@@ -419,6 +479,206 @@ TEST(LogprobsJson, legacy_completions_and_chat_formats) {
       R"({"content":[{"bytes":[104],"logprob":-0.5,"token":"h","top_logprobs":[{"bytes":[105],"logprob":-0.25,"token":"i"}]}]})");
   r.logprobs = -1;
   EXPECT_TRUE(logprobs_json(r, tokenizer(), entries).is_null());
+}
+
+
+// vLLM's stop rules: include_stop_str_in_output releases the stop string with the text; a stop string must end
+// in the text of a token after the first min_tokens ones.
+TEST(TextStream, include_stop_and_min_tokens_follow_vllm) {
+  TextStream with(tokenizer(), {"bc"}, /*include_stop=*/true);
+  EXPECT_EQ(feed(with, "abcd"), (std::vector<std::string>{"a", "", "bc", ""}));
+  EXPECT_EQ(with.stop_string(), "bc");
+  // min_tokens 3: "bc" ends in the 3rd token's text (not counted), the second "bc" ends in the 6th.
+  TextStream held(tokenizer(), {"bc"}, false, /*min_tokens=*/3);
+  std::string out;
+  for (const std::string& piece : feed(held, "abcxbcz")) out += piece;
+  EXPECT_EQ(out, "abcx");
+  EXPECT_TRUE(held.stopped());
+  // A stop string that starts within the first min_tokens tokens and ends after them counts.
+  TextStream across(tokenizer(), {"bc"}, false, /*min_tokens=*/2);
+  out.clear();
+  for (const std::string& piece : feed(across, "abcx")) out += piece;
+  EXPECT_EQ(out, "a");
+}
+
+TEST(Reasoning, qwen3_splits_a_think_block_streamed_in_pieces) {
+  ReasoningSplitter r(ReasoningParser::kQwen3);
+  std::string reasoning, content;
+  for (std::string_view piece : {"<th", "ink>let me", " see</th", "ink>\n\nThe answer", " is 4."}) {
+    auto p = r.push(piece);
+    reasoning += p.reasoning;
+    content += p.content;
+  }
+  auto p = r.finish();
+  EXPECT_EQ(reasoning + p.reasoning, "let me see");
+  EXPECT_EQ(content + p.content, "\n\nThe answer is 4.");
+  EXPECT_TRUE(r.saw_reasoning());
+  // No opening tag: all content (enable_thinking false closed an empty block in the prompt).
+  ReasoningSplitter plain(ReasoningParser::kQwen3);
+  EXPECT_EQ(plain.push("<t").content, "");
+  EXPECT_EQ(plain.push("able>").content, "<table>");
+  EXPECT_FALSE(plain.saw_reasoning());
+}
+
+TEST(Reasoning, deepseek_r1_is_reasoning_from_the_start_until_the_close) {
+  ReasoningSplitter r(ReasoningParser::kDeepSeekR1);
+  auto a = r.push("thinking</think>done");
+  EXPECT_EQ(a.reasoning, "thinking");
+  EXPECT_EQ(a.content, "done");
+  ReasoningSplitter open(ReasoningParser::kDeepSeekR1);
+  auto b = open.push("<think>never closed</");
+  auto c = open.finish();
+  EXPECT_EQ(b.reasoning + c.reasoning, "never closed</");
+  EXPECT_EQ(b.content + c.content, "");
+}
+
+ServedModel chat_model() {
+  ServedModel m = model_of(64);
+  m.tokenizer_config = &synthetic_config();
+  return m;
+}
+
+TEST(ParseRequest, prompt_lists_choices_echo_and_model_defaults) {
+  const ServedModel m = model_of(64);
+  const ParsedRequest r = parsed(R"({"prompt": [[1, 2], [3]], "n": 2, "best_of": 3, "echo": true, "logprobs": 1})", m);
+  EXPECT_EQ(r.model, "m") << "model is optional: the first served name";
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].ids, (std::vector<int32_t>{3}));
+  EXPECT_EQ(r.prompts[0].text, "\x01\x02");
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.best_of, 3);
+  EXPECT_TRUE(r.prompt_logprobs());
+  EXPECT_EQ(r.prompt_tokens(), 3);
+  EXPECT_EQ(parsed(R"({"prompt": ["ab", "c"]})", m).prompts[0].text, "ab");
+  EXPECT_EQ(parsed(R"({"prompt": [1, 2, 3, 4], "truncate_prompt_tokens": 2})", m).prompts[0].ids,
+            (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(parsed(R"({"prompt": "a", "echo": true, "max_tokens": 0})", m).max_tokens, 0);
+  ServedModel two = m;
+  two.names = {"m", "alias"};
+  two.defaults.temperature = 0.6f;
+  two.defaults.top_k = 20;
+  two.defaults.max_tokens = 7;
+  const ParsedRequest d = parsed(R"({"model": "alias", "prompt": "a"})", two);
+  EXPECT_EQ(d.model, "alias");
+  EXPECT_EQ(d.sampling.temperature, 0.6f);
+  EXPECT_EQ(d.sampling.top_k, 20);
+  EXPECT_EQ(d.max_tokens, 7);
+  EXPECT_EQ(parsed(R"({"prompt": "a", "temperature": 0, "top_k": 3})", two).sampling.temperature, 0.f);
+  auto unknown = parse_request(R"({"model": "other", "prompt": "a"})", false, two);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(unknown));
+  EXPECT_EQ(std::get<ApiError>(unknown).http_status, 404);
+  EXPECT_EQ(std::get<ApiError>(unknown).code, "model_not_found");
+  EXPECT_EQ(std::get<ApiError>(unknown).message, "The model 'other' does not exist; this server serves 'm', 'alias'.");
+  auto ctx = parse_request(R"({"prompt": "a", "max_tokens": 5000})", false, m);
+  EXPECT_EQ(std::get<ApiError>(ctx).code, "context_length_exceeded");
+}
+
+// add_special_tokens: tokenizer_config.json's add_bos_token puts bos_token before a completions text prompt
+// (default true), not before token ids, and not before a chat prompt (default false: the template writes it).
+TEST(ParseRequest, add_special_tokens_follows_add_bos_token) {
+  text::TokenizerConfig config = synthetic_config();
+  config.add_bos_token = true;
+  config.bos_token = "a";  // a token of the synthetic tokenizer: id 'a'
+  ServedModel m = model_of(64);
+  m.tokenizer_config = &config;
+  EXPECT_EQ(parsed(R"({"prompt": "b"})", m).prompts[0].ids, (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(parsed(R"({"prompt": "b", "add_special_tokens": false})", m).prompts[0].ids, (std::vector<int32_t>{'b'}));
+  EXPECT_EQ(parsed(R"({"prompt": [98]})", m).prompts[0].ids, (std::vector<int32_t>{98}));
+  const ParsedRequest chat = parsed_chat(R"({"messages": [{"role": "user", "content": "b"}]})", m);
+  const ParsedRequest chat_bos =
+      parsed_chat(R"({"messages": [{"role": "user", "content": "b"}], "add_special_tokens": true})", m);
+  EXPECT_EQ(chat_bos.prompts[0].ids.size(), chat.prompts[0].ids.size() + 1);
+  EXPECT_EQ(chat_bos.prompts[0].ids[0], 'a');
+}
+
+// The chat template sees the request's key order (tojson prints it), as transformers renders it: two orders of
+// the same message give two prompts, each in its order.
+TEST(ParseRequest, chat_template_sees_the_request_key_order) {
+  const ServedModel m = chat_model();
+  const std::string tmpl = R"("chat_template": "{{ messages[0] | tojson }}")";
+  const ParsedRequest a = parsed_chat(R"({"messages": [{"role": "user", "content": "x"}], )" + tmpl + "}", m);
+  const ParsedRequest b = parsed_chat(R"({"messages": [{"content": "x", "role": "user"}], )" + tmpl + "}", m);
+  EXPECT_EQ(tokenizer().decode(a.prompts[0].ids), R"({"role": "user", "content": "x"})");
+  EXPECT_EQ(tokenizer().decode(b.prompts[0].ids), R"({"content": "x", "role": "user"})");
+}
+
+TEST(ParseRequest, continue_final_message_and_generation_prompt) {
+  const ServedModel m = chat_model();
+  const std::string msgs =
+      R"("messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello the"}])";
+  const ParsedRequest c = parsed_chat(
+      "{" + msgs + R"(, "add_generation_prompt": false, "continue_final_message": true, "echo": true})", m);
+  const std::string text = tokenizer().decode(c.prompts[0].ids);
+  EXPECT_TRUE(text.size() >= 9 && text.compare(text.size() - 9, 9, "Hello the") == 0) << text;
+  EXPECT_EQ(c.role, "assistant");
+  EXPECT_EQ(c.echo_text, "Hello the");
+  auto both = parse_request("{" + msgs + R"(, "continue_final_message": true})", true, m);
+  EXPECT_EQ(std::get<ApiError>(both).message,
+            "Cannot set both 'continue_final_message' and 'add_generation_prompt' to true (add_generation_prompt is "
+            "true unless the request sets it to false).");
+  const ParsedRequest plain = parsed_chat("{" + msgs + R"(, "add_generation_prompt": false})", m);
+  const ParsedRequest gen = parsed_chat("{" + msgs + "}", m);
+  EXPECT_LT(plain.prompts[0].ids.size(), gen.prompts[0].ids.size()) << "the generation prompt is added by default";
+}
+
+// docs/serving.md's field table and the server's list of fields agree row for row: name, endpoints, status.
+TEST(RequestFields, the_docs_table_lists_every_field_with_its_status) {
+  std::ifstream in(std::string(GENBRIDGE_SOURCE_DIR) + "/docs/serving.md");
+  ASSERT_TRUE(in) << "docs/serving.md";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::regex row(R"(^\| `([a-z_]+)` \| (both|completions|chat) \| (honoured|default only|refused|parts 2-3) \|)");
+  std::map<std::string, std::pair<unsigned, std::string>> docs;
+  std::string line;
+  while (std::getline(text, line)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, row)) continue;
+    const unsigned ep = m[2] == "both" ? kBothEndpoints : m[2] == "chat" ? kChat : kCompletions;
+    auto& [endpoints, status] = docs[m[1]];
+    endpoints |= ep;
+    if (!status.empty()) EXPECT_EQ(status, m[3]) << m[1] << ": two statuses";
+    status = m[3];
+  }
+  const std::map<FieldStatus, std::string> names = {{FieldStatus::kHonoured, "honoured"},
+                                                    {FieldStatus::kDefaultOnly, "default only"},
+                                                    {FieldStatus::kRefused, "refused"},
+                                                    {FieldStatus::kStructuredOutputs, "parts 2-3"}};
+  for (const RequestField& f : request_fields()) {
+    auto it = docs.find(std::string(f.name));
+    ASSERT_NE(it, docs.end()) << f.name << " is not in docs/serving.md's field table";
+    EXPECT_EQ(it->second.first, f.endpoints) << f.name << ": endpoints";
+    EXPECT_EQ(it->second.second, names.at(f.status)) << f.name << ": status";
+    docs.erase(it);
+  }
+  for (const auto& [name, rest] : docs) ADD_FAILURE() << name << " is in the docs' table but not a field of the server";
+}
+
+TEST(GenerationConfig, eos_ids_and_sampling_defaults_with_their_rules) {
+  auto c = parse_generation_config(
+      R"({"eos_token_id": [151645, 151643], "temperature": 0.6, "top_k": 20, "top_p": 0.95, "do_sample": true,
+          "max_new_tokens": 64})",
+      "generation_config.json");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{151645, 151643}));
+  EXPECT_EQ(c->defaults.temperature, 0.6f);
+  EXPECT_EQ(c->defaults.top_k, 20);
+  EXPECT_EQ(c->defaults.top_p, 0.95f);
+  EXPECT_EQ(c->defaults.max_tokens, 64);
+  EXPECT_FALSE(c->defaults.min_p);
+  EXPECT_EQ(parse_generation_config(R"({"eos_token_id": 7})", "g").value().eos_token_ids, std::vector<int32_t>{7});
+  EXPECT_EQ(parse_generation_config(R"({"temperature": -1})", "g").status().message(),
+            "g: \"temperature\" is -1; it must be 0 or a number in [1.1754944e-38, 2]");
+  EXPECT_EQ(parse_generation_config(R"({"eos_token_id": "x"})", "g").status().message(),
+            "g: \"eos_token_id\" is \"x\"; it must be a token id or a list of them");
+  SamplingDefaults d = c->defaults;
+  ASSERT_TRUE(override_generation_config(R"({"temperature": 0.5, "min_p": 0.1})", "--override-generation-config", &d)
+                  .ok());
+  EXPECT_EQ(d.temperature, 0.5f);
+  EXPECT_EQ(d.min_p, 0.1f);
+  EXPECT_EQ(d.top_k, 20);
+  EXPECT_EQ(override_generation_config(R"({"do_sample": true})", "--override-generation-config", &d).message(),
+            "--override-generation-config: \"do_sample\" is not a sampling default (temperature, top_p, top_k, "
+            "min_p, repetition_penalty, max_new_tokens)");
 }
 
 }  // namespace

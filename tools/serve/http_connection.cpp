@@ -198,6 +198,13 @@ WireServer::WireServer(WireLimits limits) : limits_(limits) {
       c->stream->end_head();
     }
     if (refuse_before_body(req, res)) return HandlerResponse::Handled;
+    if (gate_ && gate_(req, res)) {
+      const std::string length = req.get_header_value("Content-Length");
+      if (c && (req.has_header("Transfer-Encoding") || (!length.empty() && length != "0"))) {
+        c->close_after_response = true;  // its body is never read
+      }
+      return HandlerResponse::Handled;
+    }
     return HandlerResponse::Unhandled;
   });
   // "Expect: 100-continue": a body that would be refused is never asked for.
@@ -205,7 +212,8 @@ WireServer::WireServer(WireLimits limits) : limits_(limits) {
     if (auto status = refuse_before_body(req, res)) return *status;
     return 100;
   });
-  set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+  set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (response_hook_) response_hook_(req, res);
     Connection* c = current_connection();
     if (!c || !c->close_after_response) return;
     res.headers.erase("Keep-Alive");

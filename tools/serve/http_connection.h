@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -123,6 +124,14 @@ class WireServer : public httplib::Server {
   // A POST route that reads its body (with read_body); a body sent to any other route is never read and
   // its connection closes after the response.
   void post_with_body(const std::string& path, HandlerWithContentReader handler);
+  // Called for every routed request that passed the framing checks, before its body is read: true when it
+  // answered the request itself (an API key refused, a CORS preflight); a body it leaves unread closes the
+  // connection after the response. Set before listening.
+  void set_gate(std::function<bool(const httplib::Request&, httplib::Response&)> gate) { gate_ = std::move(gate); }
+  // Called on every response before its head is written (e.g. CORS headers). Set before listening.
+  void set_response_hook(std::function<void(const httplib::Request&, httplib::Response&)> hook) {
+    response_hook_ = std::move(hook);
+  }
   // Reads the body of `req` into `*body` through `reader` (the route's), at most limits().max_body_bytes;
   // nullopt when it was read whole, else the refusal to answer with (the connection then closes after the
   // response). A request with neither Content-Length nor chunked Transfer-Encoding has an empty body.
@@ -139,6 +148,8 @@ class WireServer : public httplib::Server {
 
   WireLimits limits_;
   std::vector<std::string> body_paths_;
+  std::function<bool(const httplib::Request&, httplib::Response&)> gate_;
+  std::function<void(const httplib::Request&, httplib::Response&)> response_hook_;
   std::atomic<int> in_flight_{0};
   std::atomic<int> since_trim_{0};
 };

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <poll.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <ctime>
+#include <random>
 
 #include "tools/serve/http_connection.h"
 
@@ -22,7 +24,11 @@ void reply_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n", "application/json");
 }
-void reply_error(httplib::Response& res, const ApiError& e) { reply_json(res, e.http_status, error_json(e)); }
+void reply_error(httplib::Response& res, const ApiError& e) {
+  // A full queue: OpenAI's clients retry after Retry-After seconds.
+  if (e.http_status == 429) res.set_header("Retry-After", "1");
+  reply_json(res, e.http_status, error_json(e));
+}
 
 ApiError server_error(int status, std::string message, std::string code) {
   return ApiError{
@@ -136,161 +142,414 @@ ApiError client_closed_error() {
                   .code = "client_closed_request"};
 }
 
+// One choice of a request (one engine sequence) as the HTTP side follows it: its text (stop strings), its
+// logprobs, the reasoning split, and how it ended.
+struct ChoiceRun {
+  std::shared_ptr<RequestStream> stream;
+  size_t prompt = 0;       // the prompt it continues
+  int index = 0;           // its index in the response (streamed: prompt x n + choice)
+  size_t forced = 0;       // prompt tokens fed for their logprobs (echo with logprobs)
+  size_t consumed = 0;     // tokens taken from the stream
+  bool echo_only = false;  // max_tokens 0: the one generated token is discarded
+  std::optional<TextStream> text;
+  LogprobQueue logprobs;
+  std::optional<ReasoningSplitter> reasoning;
+  std::vector<engine::TokenLogprobs> prompt_lps;  // the forced tokens' logprobs
+  std::vector<int32_t> ids;                       // generated ids (streamed: of the next chunk)
+  int64_t completion_tokens = 0;
+  double cumulative_logprob = 0;  // best_of: the sum of its tokens' logprobs
+  bool ended = false, failed = false, began = false;
+  size_t echo_chars = 0;  // completions' echo: the prompt's characters before the generated text
+  engine::FinishReason reason = engine::FinishReason::kLength;
+  std::string message;
+  const char* finish = nullptr;
+  json stop_reason;
+  // A whole (non-streamed) reply's parts.
+  std::string out_text, out_reasoning;
+  std::vector<LogprobEntry> out_entries;
+  std::vector<int32_t> out_ids;
+};
+
+// The request's choices, submitted together (one sequence per prompt and best_of choice).
+struct Generation {
+  ParsedRequest request;
+  std::vector<ChoiceRun> runs;
+  std::vector<int32_t> stop_tokens;  // what ends a sequence (eos unless ignore_eos, and the request's)
+};
+
+std::vector<int32_t> stop_set(const ParsedRequest& p, const ServedModel& model) {
+  std::vector<int32_t> stops = p.ignore_eos ? std::vector<int32_t>{} : model.eos_tokens;
+  for (int32_t t : p.stop_token_ids) {
+    if (std::find(stops.begin(), stops.end(), t) == stops.end()) stops.push_back(t);
+  }
+  return stops;
+}
+
+// Submits every sequence of `p`: ok, or the error to answer with.
+std::optional<ApiError> start_generation(GenerationService& service, const ServedModel& model, ParsedRequest p,
+                                         uint64_t drawn_seed, Generation* g) {
+  g->stop_tokens = stop_set(p, model);
+  const uint64_t seed = p.seeded ? p.sampling.seed : drawn_seed;
+  std::vector<GenerationRequest> requests;
+  const bool best = p.best_of > p.n;
+  for (size_t q = 0; q < p.prompts.size(); ++q) {
+    const Prompt& prompt = p.prompts[q];
+    for (int c = 0; c < p.best_of; ++c) {
+      GenerationRequest gr{.prompt = prompt.ids,
+                           .max_tokens = std::max(p.max_tokens, 1),
+                           .sampling = p.sampling,
+                           .stop_tokens = g->stop_tokens,
+                           .logprobs = p.logprobs >= 0 ? p.logprobs : (best ? 0 : -1)};
+      gr.sampling.seed = seed + static_cast<uint64_t>(c);  // choice c of every prompt: seed + c
+      ChoiceRun run;
+      run.prompt = q;
+      run.index = static_cast<int>(q) * p.n + c;
+      run.echo_only = p.max_tokens == 0;
+      // Echo with logprobs: the prompt after its first token is fed (forced) for its tokens' logprobs; the
+      // first choice of each prompt computes them for all.
+      if (p.prompt_logprobs() && c == 0 && prompt.ids.size() > 1) {
+        gr.forced.assign(prompt.ids.begin() + 1, prompt.ids.end());
+        gr.prompt.resize(1);
+        gr.max_tokens += static_cast<int>(gr.forced.size());
+        run.forced = gr.forced.size();
+      }
+      run.text.emplace(*model.tokenizer, p.stop, p.include_stop_str_in_output, p.sampling.min_tokens,
+                       p.skip_special_tokens);
+      if (p.chat && model.reasoning_parser != ReasoningParser::kNone) run.reasoning.emplace(model.reasoning_parser);
+      g->runs.push_back(std::move(run));
+      requests.push_back(std::move(gr));
+    }
+  }
+  auto sub = service.submit_all(std::move(requests));
+  if (!sub.ok()) return submit_error(sub.status());
+  for (size_t i = 0; i < g->runs.size(); ++i) g->runs[i].stream = (*sub)[i];
+  g->request = std::move(p);
+  return std::nullopt;
+}
+
+// What one step of a run released: text (and its reasoning part), logprob entries, ids.
+struct Delta {
+  std::string text, reasoning;
+  std::vector<LogprobEntry> entries;
+  std::vector<int32_t> ids;
+  bool prompt_done = false;  // the forced prompt tokens have all arrived (this step or before)
+};
+
+// Takes what the engine sent for `run` since the last call (without waiting), ends it on a stop string.
+Delta absorb(ChoiceRun& run, const Generation& g, GenerationService& service) {
+  const ParsedRequest& r = g.request;
+  Delta d;
+  if (run.ended) return d;
+  std::vector<int32_t> toks;
+  std::vector<engine::TokenLogprobs> lps;
+  const bool ended = run.stream->wait(Clock::now(), &toks, &run.reason, &run.message, &lps);
+  TextStream& ts = *run.text;
+  std::string released;
+  for (size_t i = 0; i < toks.size(); ++i) {
+    const engine::TokenLogprobs* lp = i < lps.size() ? &lps[i] : nullptr;
+    if (run.consumed < run.forced) {
+      ++run.consumed;
+      if (lp) run.prompt_lps.push_back(*lp);
+      continue;
+    }
+    ++run.consumed;
+    if (run.echo_only || ts.stopped()) continue;
+    const int32_t t = toks[i];
+    if (lp) {
+      run.cumulative_logprob += lp->sampled.logprob;
+      if (r.logprobs >= 0) run.logprobs.add(*lp, ts.decoded_bytes(), ts.decoded_chars());
+    }
+    // A stop token ends the sequence; its text is shown only with include_stop_str_in_output (vLLM).
+    const bool stop_token = std::find(g.stop_tokens.begin(), g.stop_tokens.end(), t) != g.stop_tokens.end();
+    if (!stop_token || r.include_stop_str_in_output) released += ts.push(t);
+    if (stop_token && std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) {
+      run.stop_reason = t;
+    }
+    d.ids.push_back(t);
+    ++run.completion_tokens;
+  }
+  d.prompt_done = run.consumed >= run.forced;
+  bool all = false;
+  if (ts.stopped()) {
+    service.stop(run.stream->id());
+    run.ended = true;
+    run.finish = "stop";
+    run.stop_reason = ts.stop_string();
+  } else if (ended && finish_name(run.reason)) {
+    released += ts.finish();
+    run.ended = true;
+    run.finish = ts.stopped() ? "stop" : finish_name(run.reason);
+    if (ts.stopped()) run.stop_reason = ts.stop_string();
+    all = !ts.stopped();
+  } else if (ended) {
+    run.ended = run.failed = true;
+  }
+  if (r.logprobs >= 0) d.entries = run.logprobs.take(ts.released_bytes(), all);
+  if (run.reasoning) {
+    ReasoningSplitter::Parts parts = run.reasoning->push(released);
+    if (run.ended) {
+      ReasoningSplitter::Parts rest = run.reasoning->finish();
+      parts.reasoning += rest.reasoning;
+      parts.content += rest.content;
+    }
+    d.text = std::move(parts.content);
+    d.reasoning = std::move(parts.reasoning);
+  } else {
+    d.text = std::move(released);
+  }
+  return d;
+}
+
+// The echoed prompt of a completions choice: its text, and with logprobs its tokens' entries (`*chars`: its
+// length in characters, which shifts the generated tokens' text offsets).
+std::vector<LogprobEntry> echo_entries(const Generation& g, const ChoiceRun& run, const std::vector<ChoiceRun>& runs,
+                                       const ServedModel& model, size_t* chars) {
+  const ParsedRequest& r = g.request;
+  const Prompt& prompt = r.prompts[run.prompt];
+  if (!r.prompt_logprobs()) {
+    *chars = 0;
+    for (unsigned char c : prompt.text) *chars += (c & 0xc0) != 0x80;
+    return {};
+  }
+  // The first choice of the prompt fed it; every choice shows its logprobs.
+  const ChoiceRun* feeder = &run;
+  for (const ChoiceRun& o : runs) {
+    if (o.prompt == run.prompt && o.forced > 0) feeder = &o;
+  }
+  return prompt_logprob_entries(*model.tokenizer, prompt.ids, feeder->prompt_lps, chars);
+}
+
+void cancel_unfinished(std::vector<ChoiceRun>& runs, GenerationService& service) {
+  for (ChoiceRun& run : runs) {
+    if (!run.ended) service.cancel(run.stream->id());
+    run.ended = true;
+  }
+}
+
+int64_t completion_tokens(const std::vector<ChoiceRun>& runs) {
+  int64_t n = 0;
+  for (const ChoiceRun& run : runs) n += run.completion_tokens;
+  return n;
+}
+
 // One streamed response: everything its content provider needs between calls.
 struct StreamState {
-  ParsedRequest request;
-  std::shared_ptr<RequestStream> stream;
-  TextStream text;
+  Generation g;
   std::string id;
   int64_t created = 0;
   Clock::time_point deadline;
-  bool first = true, ended = false;
-  int64_t completion_tokens = 0;
-  std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
-  LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
+  uint64_t seen = 0;  // the StreamGroup's counter at the last look
+  bool ended = false;
   PeerWatch peer{PeerWatch::Fin::kIgnored};
 };
 
-// One call of a streamed reply's content provider: waits a short slice for tokens and writes their chunks (at
-// the end the finish, the usage and [DONE]); false once the client went away.
-bool stream_step(StreamState* st, GenerationService* svc, const text::Tokenizer* tokenizer,
-                 const std::string& model_name, double timeout_s, httplib::DataSink& sink) {
+// One call of a streamed reply's content provider: waits a short slice for any choice's tokens and writes their
+// chunks (at each choice's end its finish; at the end the usage when asked, and [DONE]); false once the client
+// went away.
+bool stream_step(StreamState* st, GenerationService* svc, const ServedModel* model, double timeout_s,
+                 httplib::DataSink& sink) {
   if (st->ended) {
     sink.done();
     return true;
   }
-  const ParsedRequest& r = st->request;
-  std::vector<int32_t> toks;
-  std::vector<engine::TokenLogprobs> lps;
-  engine::FinishReason reason = engine::FinishReason::kLength;
-  std::string message;
-  // Short slices: a client that went away is noticed at the next write.
-  const bool ended = st->stream->wait(std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)), &toks,
-                                      &reason, &message, &lps);
+  Generation& g = st->g;
+  const ParsedRequest& r = g.request;
+  // The runs share one StreamGroup: its counter read before looking, so that whatever arrives after the look
+  // ends the wait below at once.
+  StreamGroup& group = *g.runs.front().stream->group();
+  st->seen = group.seq();
   std::string out;
-  auto chunk = [&](const std::string& text, const char* finish, bool last,
-                   const std::vector<LogprobEntry>* entries = nullptr) {
-    std::optional<Usage> usage;
-    if (last) {
-      usage = Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()), .completion_tokens = st->completion_tokens};
-    }
-    out += sse(chunk_json(r, st->id, st->created, model_name, text, finish, usage, st->first && r.chat, st->ids_pending,
-                          entries ? logprobs_json(r, *tokenizer, *entries) : json()));
-    st->ids_pending.clear();
-    st->first = false;
+  const auto usage_now = [&]() -> std::optional<Usage> {
+    if (!r.continuous_usage) return std::nullopt;
+    return Usage{.prompt_tokens = r.prompt_tokens(), .completion_tokens = completion_tokens(g.runs)};
   };
-  if (st->first && r.chat) chunk("", nullptr, false);  // the role first, as OpenAI does
-  std::string text;
-  for (size_t i = 0; i < toks.size(); ++i) {
-    if (st->text.stopped()) break;
-    if (i < lps.size()) st->logprobs.add(std::move(lps[i]), st->text.decoded_bytes(), st->text.decoded_chars());
-    text += st->text.push(toks[i]);
-    st->ids_pending.push_back(toks[i]);
-    ++st->completion_tokens;
-  }
-  // The text of this call and the logprobs of the tokens it begins; every one left at an end without
-  // a stop string.
-  auto text_chunk = [&](bool all) {
-    std::vector<LogprobEntry> entries;
-    if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
-    if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
+  const auto chunk = [&](const ChoiceOut& c) {
+    out += sse(chunk_json(r, st->id, st->created, model->system_fingerprint, &c, usage_now()));
   };
-  const Clock::time_point now = Clock::now();
-  if (st->text.stopped()) {
-    svc->stop(st->stream->id());
-    text_chunk(false);
-    chunk("", "stop", true);
-    st->ended = true;
-  } else if (ended && finish_name(reason)) {
-    text += st->text.finish();
-    text_chunk(!st->text.stopped());
-    chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
-    st->ended = true;
-  } else {
-    text_chunk(false);
-    if (ended || now >= st->deadline) {
-      if (!ended) svc->cancel(st->stream->id());
-      out += sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
-      st->ended = true;
+  bool failed = false;
+  for (ChoiceRun& run : g.runs) {
+    if (run.ended && run.began) continue;
+    // Echo with logprobs: a choice whose prompt another choice feeds starts once that one has (its echo carries
+    // the prompt's logprobs); its tokens wait in its stream meanwhile.
+    if (!run.began && r.prompt_logprobs() && run.forced == 0 &&
+        std::any_of(g.runs.begin(), g.runs.end(),
+                    [&](const ChoiceRun& o) { return o.prompt == run.prompt && o.consumed < o.forced && !o.ended; })) {
+      continue;
+    }
+    ChoiceOut c{.index = run.index, .first_chat_chunk = !run.began && r.chat};
+    Delta d = absorb(run, g, *svc);
+    if (run.failed) {
+      failed = true;
+      continue;
+    }
+    if (!run.began && r.chat) {
+      // The role first (with vLLM's echo, the last message's content), as OpenAI does.
+      c.text = r.echo_text;
+      chunk(c);
+      c.first_chat_chunk = false;
+      run.began = true;
+    }
+    if (!run.began && !r.chat) {
+      // Completions: the echoed prompt (with its logprobs once the prompt's tokens were fed: until then the
+      // feeding choice's deltas hold nothing else).
+      if (r.echo && !d.prompt_done) continue;
+      run.began = true;
+      if (r.echo) {
+        std::vector<LogprobEntry> entries = echo_entries(g, run, g.runs, *model, &run.echo_chars);
+        ChoiceOut e{.index = run.index, .text = r.prompts[run.prompt].text};
+        if (r.logprobs >= 0) e.logprobs = logprobs_json(r, *model->tokenizer, entries);
+        chunk(e);
+      }
+    }
+    run.ids.insert(run.ids.end(), d.ids.begin(), d.ids.end());  // sent with the next chunk of text
+    if (!d.text.empty() || !d.reasoning.empty() || !d.entries.empty()) {
+      c.text = std::move(d.text);
+      c.reasoning = std::move(d.reasoning);
+      c.token_ids = std::move(run.ids);
+      run.ids.clear();
+      if (r.logprobs >= 0) c.logprobs = logprobs_json(r, *model->tokenizer, d.entries, run.echo_chars);
+      chunk(c);
+    }
+    if (run.ended) {
+      ChoiceOut f{.index = run.index, .finish_reason = run.finish, .stop_reason = run.stop_reason};
+      f.token_ids = std::move(run.ids);
+      run.ids.clear();
+      chunk(f);
     }
   }
-  if (st->ended && r.include_usage) {
-    // OpenAI's usage chunk: no choices, the whole request's usage.
-    out += sse(json{{"id", st->id},
-                    {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
-                    {"created", st->created},
-                    {"model", model_name},
-                    {"choices", json::array()},
-                    {"usage", usage_json(Usage{.prompt_tokens = static_cast<int64_t>(r.prompt.size()),
-                                               .completion_tokens = st->completion_tokens})}});
+  const bool all_ended = std::all_of(g.runs.begin(), g.runs.end(), [](const ChoiceRun& x) { return x.ended; });
+  if (failed || (!all_ended && Clock::now() >= st->deadline)) {
+    const ChoiceRun* bad = nullptr;
+    for (const ChoiceRun& run : g.runs) {
+      if (run.failed) bad = &run;
+    }
+    cancel_unfinished(g.runs, *svc);
+    out += sse(error_json(
+        finish_error(bad ? bad->reason : engine::FinishReason::kLength, bad ? bad->message : "", timeout_s)));
+    st->ended = true;
+  } else if (all_ended) {
+    if (r.include_usage) {
+      // OpenAI's usage chunk: no choices, the whole request's usage.
+      out += sse(chunk_json(r, st->id, st->created, model->system_fingerprint, nullptr,
+                            Usage{.prompt_tokens = r.prompt_tokens(), .completion_tokens = completion_tokens(g.runs)}));
+    }
+    st->ended = true;
   }
   if (st->ended) out += "data: [DONE]\n\n";
   // Nothing to send to a client that shut its side: is it still reading? A comment asks.
   if (out.empty() && st->peer.fin_seen()) out = ":\n\n";
   // Is anyone still there? Paced while there is nothing to write (queued), else before every write.
   if (out.empty() ? st->peer.gone() : st->peer.gone_now()) {
-    svc->cancel(st->stream->id());
+    cancel_unfinished(g.runs, *svc);
     st->ended = true;
     return false;
   }
   if (!out.empty() && !sink.write(out.data(), out.size())) {
-    svc->cancel(st->stream->id());  // the client went away
+    cancel_unfinished(g.runs, *svc);  // the client went away
     st->ended = true;
     return false;
   }
-  if (st->ended) sink.done();
+  if (st->ended) {
+    sink.done();
+  } else if (out.empty()) {
+    // Nothing moved: wait a short slice for any choice of the request to move (a client that went away is
+    // noticed at the next write or look).
+    group.wait(st->seen, std::min(st->deadline, Clock::now() + std::chrono::milliseconds(200)));
+  }
   return true;
 }
 
-// A reply without streaming: waits for every token of `stream` (or a stop string, the deadline, the client
-// going away) and answers with the whole completion.
+// A reply without streaming: waits for every choice (each until its end, a stop string, the deadline or the
+// client going away) and answers with the whole completion; with best_of > n, each prompt's n choices with the
+// highest summed logprob.
 void reply_whole(httplib::Response& res, GenerationService& service, const ServedModel& model, double timeout_s,
-                 const ParsedRequest& p, const std::shared_ptr<RequestStream>& stream, const std::string& id,
-                 int64_t created, Clock::time_point deadline, const Usage& prompt_usage) {
-  TextStream ts(*model.tokenizer, p.stop);
-  LogprobQueue lq;
-  std::string out;
-  std::vector<int32_t> ids;
-  const char* finish = nullptr;
-  engine::FinishReason reason = engine::FinishReason::kLength;
-  std::string message;
-  bool ended = false;
+                 Generation& g, const std::string& id, int64_t created, Clock::time_point deadline) {
+  const ParsedRequest& r = g.request;
   // A client that goes away while it waits is noticed within kPeerCheckInterval (its socket polled).
   PeerWatch peer(PeerWatch::Fin::kLeaving);
-  while (!ended && !ts.stopped()) {
-    std::vector<int32_t> toks;
-    std::vector<engine::TokenLogprobs> lps;
-    ended = stream->wait(std::min(deadline, peer.next_check()), &toks, &reason, &message, &lps);
-    if (!ended && peer.gone()) {
-      service.cancel(stream->id());
+  StreamGroup& group = *g.runs.front().stream->group();
+  uint64_t seen = group.seq();
+  for (;;) {
+    for (ChoiceRun& run : g.runs) {
+      Delta d = absorb(run, g, service);
+      run.out_text += d.text;
+      run.out_reasoning += d.reasoning;
+      run.out_ids.insert(run.out_ids.end(), d.ids.begin(), d.ids.end());
+      for (LogprobEntry& e : d.entries) run.out_entries.push_back(std::move(e));
+    }
+    const ChoiceRun* bad = nullptr;
+    for (const ChoiceRun& run : g.runs) {
+      if (run.failed) bad = &run;
+    }
+    if (bad) {
+      const ApiError e = finish_error(bad->reason, bad->message, timeout_s);
+      cancel_unfinished(g.runs, service);
+      reply_error(res, e);
+      return;
+    }
+    if (std::all_of(g.runs.begin(), g.runs.end(), [](const ChoiceRun& x) { return x.ended; })) break;
+    if (Clock::now() >= deadline) {
+      cancel_unfinished(g.runs, service);
+      reply_error(res, finish_error(engine::FinishReason::kLength, "", timeout_s));
+      return;
+    }
+    seen = group.wait(seen, std::min(deadline, peer.next_check()));
+    if (peer.gone()) {
+      cancel_unfinished(g.runs, service);
       if (Connection* c = current_connection()) c->close_after_response = true;
       reply_error(res, client_closed_error());
       return;
     }
-    for (size_t i = 0; i < toks.size(); ++i) {
-      if (ts.stopped()) break;
-      if (i < lps.size()) lq.add(std::move(lps[i]), ts.decoded_bytes(), ts.decoded_chars());
-      out += ts.push(toks[i]);
-      ids.push_back(toks[i]);
+  }
+  // best_of: per prompt, the n runs with the highest summed logprob (stable: ties keep the lower index).
+  std::vector<const ChoiceRun*> chosen;
+  for (size_t q = 0; q < r.prompts.size(); ++q) {
+    std::vector<const ChoiceRun*> of;
+    for (const ChoiceRun& run : g.runs) {
+      if (run.prompt == q) of.push_back(&run);
     }
-    if (!ended && !ts.stopped() && Clock::now() >= deadline) break;
+    if (r.best_of > r.n) {
+      std::stable_sort(of.begin(), of.end(), [](const ChoiceRun* a, const ChoiceRun* b) {
+        return a->cumulative_logprob > b->cumulative_logprob;
+      });
+      of.resize(static_cast<size_t>(r.n));
+    }
+    chosen.insert(chosen.end(), of.begin(), of.end());
   }
-  if (ts.stopped()) {
-    service.stop(stream->id());
-    finish = "stop";
-  } else if (ended && finish_name(reason)) {
-    out += ts.finish();
-    finish = ts.stopped() ? "stop" : finish_name(reason);
-  } else {
-    if (!ended) service.cancel(stream->id());
-    reply_error(res, finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s));
-    return;
+  std::vector<ChoiceOut> choices;
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const ChoiceRun& run = *chosen[i];
+    ChoiceOut c{.index = static_cast<int>(i), .finish_reason = run.finish, .stop_reason = run.stop_reason};
+    c.token_ids = run.out_ids;
+    std::vector<LogprobEntry> entries;
+    size_t shift = 0;  // the echoed prompt's characters
+    if (r.echo && !r.chat) {
+      entries = echo_entries(g, run, g.runs, model, &shift);
+      c.text = r.prompts[run.prompt].text;
+    }
+    if (r.chat) c.text = r.echo_text;
+    c.text += run.out_text;
+    if (run.reasoning) {
+      c.has_reasoning = run.reasoning->saw_reasoning();
+      c.reasoning = run.out_reasoning;
+      c.content_null = c.has_reasoning && c.text.empty();
+    }
+    if (r.logprobs >= 0) {
+      json lp = logprobs_json(r, *model.tokenizer, entries);
+      json gen = logprobs_json(r, *model.tokenizer, run.out_entries, shift);
+      if (r.chat) {
+        c.logprobs = std::move(gen);
+      } else {
+        for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+          for (auto& v : gen[key]) lp[key].push_back(std::move(v));
+        }
+        c.logprobs = std::move(lp);
+      }
+    }
+    choices.push_back(std::move(c));
   }
-  Usage u = prompt_usage;
-  u.completion_tokens = static_cast<int64_t>(ids.size());
-  reply_json(res, 200,
-             completion_json(p, id, created, model.name, out, finish, u, ids,
-                             logprobs_json(p, *model.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
+  const Usage u{.prompt_tokens = r.prompt_tokens(), .completion_tokens = completion_tokens(g.runs)};
+  reply_json(res, 200, completion_json(r, id, created, model.system_fingerprint, choices, u));
 }
 
 // The replies httplib makes itself: errors (a route that does not exist, a head refused while it was read)
@@ -342,6 +601,9 @@ HttpServer::HttpServer(GenerationService& service, const ServedModel& model, con
       options_(options),
       server_(std::make_unique<WireServer>(WireLimits{.max_body_bytes = options.max_body_bytes})) {
   next_seed_ = mix(static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()));
+  // Response ids: unique across processes (a restarted server does not begin again at the same ids).
+  std::random_device entropy;
+  id_salt_ = mix((static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^ next_seed_.load());
   created_ = static_cast<int64_t>(std::time(nullptr));
   const int threads = options_.threads > 0 ? options_.threads : default_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
@@ -434,13 +696,99 @@ std::string HttpServer::metrics_text() const {
   o += service_.tpot().prometheus("genbridge_time_per_output_token_seconds",
                                   "Time between consecutive tokens of a request.");
   o += service_.e2e().prometheus("genbridge_request_duration_seconds", "Time from acceptance to the end of a request.");
+  // The same measurements under vLLM's names and label (dashboards and autoscalers made for vLLM read them).
+  // One engine sequence is one vLLM request (a request's n choices count n).
+  const std::string label = fmt::format("model_name=\"{}\"", model_.name());
+  const auto vllm_gauge = [&](const char* name, const char* help, double v) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} {}\n", name, help, name, name, label, v);
+  };
+  const auto vllm_counter = [&](const char* name, const char* help, int64_t v) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{{}}} {}\n", name, help, name, name, label, v);
+  };
+  vllm_gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+             static_cast<double>(c.running));
+  vllm_gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", static_cast<double>(c.queued));
+  vllm_gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+             c.kv_pages_total > 0 ? static_cast<double>(c.kv_pages_used) / static_cast<double>(c.kv_pages_total) : 0.0);
+  vllm_counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens);
+  vllm_counter("vllm:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens);
+  o += service_.ttft().prometheus("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                                  label);
+  o += service_.tpot().prometheus("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                  label);
+  o += service_.e2e().prometheus("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                                 label);
   o += service_.extra_metrics_text();
   return o;
+}
+
+std::string HttpServer::response_id(const char* prefix, const std::string& request_id) {
+  if (!request_id.empty()) return fmt::format("{}-{}", prefix, request_id);
+  const uint64_t n = next_id_++;
+  return fmt::format("{}-{:016x}{:016x}", prefix, mix(id_salt_ ^ n), mix(mix(id_salt_) + n));
+}
+
+bool HttpServer::authorized(const httplib::Request& req) const {
+  if (options_.api_keys.empty()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (header.size() <= kBearer.size() || strncasecmp(header.c_str(), kBearer.data(), kBearer.size()) != 0) return false;
+  const std::string_view key = std::string_view(header).substr(kBearer.size());
+  bool match = false;
+  for (const std::string& k : options_.api_keys) {
+    // Compared in time independent of where they differ.
+    unsigned diff = k.size() != key.size();
+    for (size_t i = 0; i < k.size(); ++i) diff |= static_cast<unsigned char>(k[i]) ^ (i < key.size() ? key[i] : 0);
+    match = match || diff == 0;
+  }
+  return match;
+}
+
+bool HttpServer::origin_allowed(const std::string& origin) const {
+  if (origin.empty()) return false;
+  return std::any_of(options_.allowed_origins.begin(), options_.allowed_origins.end(),
+                     [&](const std::string& o) { return o == "*" || o == origin; });
 }
 
 void HttpServer::routes() {
   httplib::Server& s = *server_;
   set_error_handlers(s);
+  // --api-key and CORS preflights, before a route reads anything.
+  server_->set_gate([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "OPTIONS") {
+      const std::string origin = req.get_header_value("Origin");
+      if (!origin.empty() && req.has_header("Access-Control-Request-Method") && !origin_allowed(origin)) {
+        reply_error(res, ApiError{.http_status = 403,
+                                  .message = fmt::format("The origin '{}' is not allowed (--allowed-origins).", origin),
+                                  .code = "origin_not_allowed"});
+        return true;
+      }
+      res.status = 204;
+      res.set_header("Allow", "GET, POST, OPTIONS");
+      if (origin_allowed(origin)) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      return true;
+    }
+    if (req.path == "/health" || req.path == "/metrics" || authorized(req)) return false;
+    res.set_header("WWW-Authenticate", "Bearer");
+    reply_error(res, ApiError{.http_status = 401,
+                              .message = "Incorrect or missing API key: send 'Authorization: Bearer <key>' with a key "
+                                         "the server was started with (--api-key).",
+                              .code = "invalid_api_key"});
+    return true;
+  });
+  server_->set_response_hook([this](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = req.get_header_value("Origin");
+    if (!origin_allowed(origin)) return;
+    const bool any = std::find(options_.allowed_origins.begin(), options_.allowed_origins.end(), "*") !=
+                     options_.allowed_origins.end();
+    res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+    if (!any) res.set_header("Vary", "Origin");
+  });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (service_.failed()) {
       reply_json(res, 503, json{{"status", "engine_failed"}});
@@ -450,86 +798,116 @@ void HttpServer::routes() {
       reply_json(res, 200, json{{"status", "ok"}});
     }
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    reply_json(res, 200,
-               json{{"object", "list"},
-                    {"data", json::array({json{{"id", model_.name},
-                                               {"object", "model"},
-                                               {"created", created_},
-                                               {"owned_by", "genbridge"},
-                                               {"max_model_len", model_.max_position_embeddings}}})}});
+  const auto card = [this](const std::string& name) {
+    return json{{"id", name},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "genbridge"},
+                {"root", model_.name()},
+                {"parent", nullptr},
+                {"max_model_len", model_.max_position_embeddings}};
+  };
+  s.Get("/v1/models", [this, card](const httplib::Request&, httplib::Response& res) {
+    json data = json::array();
+    for (const std::string& name : model_.names) data.push_back(card(name));
+    reply_json(res, 200, json{{"object", "list"}, {"data", std::move(data)}});
+  });
+  s.Get(R"(/v1/models/(.+))", [this, card](const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1];
+    if (!model_.serves(name)) {
+      reply_error(res, ApiError{.http_status = 404,
+                                .message = fmt::format("The model '{}' does not exist.", name),
+                                .param = "model",
+                                .code = "model_not_found"});
+      return;
+    }
+    reply_json(res, 200, card(name));
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  for (bool chat : {false, true}) {
-    const char* route = chat ? "/v1/chat/completions" : "/v1/completions";
-    server_->post_with_body(route, [this, chat](const httplib::Request& req, httplib::Response& res,
-                                                const httplib::ContentReader& reader) {
-      ++http_requests_;
-      const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                            std::chrono::duration<double>(options_.request_timeout_s));
-      std::string body;
-      if (auto refused = server_->read_body(req, reader, &body)) {
-        ++bad_requests_;
-        reply_error(res, ApiError{.http_status = refused->status, .message = refused->message});
-        return;
-      }
-      // The chat template renders within the request's deadline and stops when its client goes or the server drains.
-      PeerWatch render_peer(PeerWatch::Fin::kLeaving);
-      text::RenderLimits render_limits;
-      render_limits.deadline = deadline;
-      render_limits.cancelled = [&] { return service_.draining() || render_peer.gone(); };
-      auto parsed = parse_request(body, chat, model_, render_limits);
-      body.clear();
-      body.shrink_to_fit();
-      if (auto* e = std::get_if<ApiError>(&parsed)) {
-        ++bad_requests_;
-        reply_error(res, *e);
-        return;
-      }
-      ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
-      if (!p.seeded) p.sampling.seed = mix(next_seed_++);
-      auto sub =
-          service_.submit(GenerationRequest{.prompt = p.prompt,
-                                            .max_tokens = p.max_tokens,
-                                            .sampling = p.sampling,
-                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens,
-                                            .logprobs = p.logprobs});
-      if (!sub.ok()) {
-        reply_error(res, submit_error(sub.status()));
-        return;
-      }
-      std::shared_ptr<RequestStream> stream = std::move(sub).value();
-      const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
-      const int64_t created = static_cast<int64_t>(std::time(nullptr));
-      const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
-      if (!p.stream) {
-        reply_whole(res, service_, model_, options_.request_timeout_s, p, stream, id, created, deadline, prompt_usage);
-        return;
-      }
-      auto st = std::make_shared<StreamState>(StreamState{.request = p,
-                                                          .stream = stream,
-                                                          .text = TextStream(*model_.tokenizer, p.stop),
-                                                          .id = id,
-                                                          .created = created,
-                                                          .deadline = deadline,
-                                                          .peer = PeerWatch(PeerWatch::Fin::kIgnored)});
-      res.set_header("Cache-Control", "no-cache");
-      GenerationService* svc = &service_;
-      const text::Tokenizer* tokenizer = model_.tokenizer;
-      const std::string model_name = model_.name;
-      const double timeout_s = options_.request_timeout_s;
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [st, svc, tokenizer, model_name, timeout_s](size_t, httplib::DataSink& sink) {
-            return stream_step(st.get(), svc, tokenizer, model_name, timeout_s, sink);
-          },
-          [st, svc](bool) {
-            if (!st->ended) svc->cancel(st->stream->id());
-          });
-    });
+  for (bool tokenize_route : {true, false}) {
+    server_->post_with_body(tokenize_route ? "/tokenize" : "/detokenize",
+                            [this, tokenize_route](const httplib::Request& req, httplib::Response& res,
+                                                   const httplib::ContentReader& reader) {
+                              std::string body;
+                              if (auto refused = server_->read_body(req, reader, &body)) {
+                                reply_error(res, ApiError{.http_status = refused->status, .message = refused->message});
+                                return;
+                              }
+                              text::RenderLimits limits;
+                              limits.deadline =
+                                  Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(options_.request_timeout_s));
+                              auto out = tokenize_route ? tokenize(body, model_, limits) : detokenize(body, model_);
+                              if (auto* e = std::get_if<ApiError>(&out)) {
+                                reply_error(res, *e);
+                                return;
+                              }
+                              reply_json(res, 200, std::get<json>(out));
+                            });
   }
+  generation_route(false);
+  generation_route(true);
+}
+
+void HttpServer::generation_route(bool chat) {
+  const char* route = chat ? "/v1/chat/completions" : "/v1/completions";
+  server_->post_with_body(
+      route, [this, chat](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+        ++http_requests_;
+        const Clock::time_point deadline =
+            Clock::now() +
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.request_timeout_s));
+        std::string body;
+        if (auto refused = server_->read_body(req, reader, &body)) {
+          ++bad_requests_;
+          reply_error(res, ApiError{.http_status = refused->status, .message = refused->message});
+          return;
+        }
+        // The chat template renders within the request's deadline and stops when its client goes or the server drains.
+        PeerWatch render_peer(PeerWatch::Fin::kLeaving);
+        text::RenderLimits render_limits;
+        render_limits.deadline = deadline;
+        render_limits.cancelled = [&] { return service_.draining() || render_peer.gone(); };
+        auto parsed = parse_request(body, chat, model_, render_limits);
+        body.clear();
+        body.shrink_to_fit();
+        if (auto* e = std::get_if<ApiError>(&parsed)) {
+          ++bad_requests_;
+          reply_error(res, *e);
+          return;
+        }
+        ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
+        const std::string id = response_id(chat ? "chatcmpl" : "cmpl", p.request_id);
+        const bool stream = p.stream;
+        auto st = std::make_shared<StreamState>();
+        if (auto e = start_generation(service_, model_, std::move(p), mix(next_seed_++), &st->g)) {
+          reply_error(res, *e);
+          return;
+        }
+        const int64_t created = static_cast<int64_t>(std::time(nullptr));
+        if (!stream) {
+          reply_whole(res, service_, model_, options_.request_timeout_s, st->g, id, created, deadline);
+          return;
+        }
+        st->id = id;
+        st->created = created;
+        st->deadline = deadline;
+        st->peer = PeerWatch(PeerWatch::Fin::kIgnored);
+        res.set_header("Cache-Control", "no-cache");
+        GenerationService* svc = &service_;
+        const ServedModel* model = &model_;
+        const double timeout_s = options_.request_timeout_s;
+        res.set_chunked_content_provider(
+            "text/event-stream",
+            [st, svc, model, timeout_s](size_t, httplib::DataSink& sink) {
+              return stream_step(st.get(), svc, model, timeout_s, sink);
+            },
+            [st, svc](bool) {
+              if (!st->ended) cancel_unfinished(st->g.runs, *svc);
+            });
+      });
 }
 
 }  // namespace genbridge::serve

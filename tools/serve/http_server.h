@@ -2,7 +2,11 @@
 // The HTTP side of `genbridge serve` (cpp-httplib, Debian libcpp-httplib-dev): the OpenAI-compatible
 // endpoints over a GenerationService.
 //   POST /v1/completions, POST /v1/chat/completions   (JSON, or server-sent events with "stream": true)
-//   GET /v1/models, GET /health, GET /metrics          (Prometheus text format)
+//   GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus text format, genbridge's and
+//   vLLM's names), POST /tokenize, POST /detokenize (vLLM's)
+// --api-key: every route but /health, /metrics and CORS preflights needs "Authorization: Bearer <key>" (401
+// otherwise); --allowed-origins: CORS (preflight OPTIONS answered 204, Access-Control-Allow-Origin on replies
+// to an allowed Origin). docs/serving.md, "Operations".
 // Connections: tools/serve/http_connection.h (pipelining, half-close, the limits of docs/serving.md).
 // A request whose client goes away is cancelled (its KV pages are freed): a streamed one before the next
 // event it would send, one with nothing to send (a non-streamed reply, a queued stream) within 100 ms (its
@@ -16,10 +20,15 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "genbridge/core/status.h"
 #include "tools/serve/openai.h"
 #include "tools/serve/service.h"
+
+namespace httplib {
+struct Request;
+}
 
 namespace genbridge::serve {
 
@@ -39,6 +48,8 @@ struct HttpOptions {
   int threads = 0;                 // HTTP worker threads; 0: max_batch + max_queued_requests + 8
   double request_timeout_s = 600;  // most seconds one request may take; then it is cancelled
   size_t max_body_bytes = size_t{16} << 20;  // a request body beyond it is refused (413) while it is read
+  std::vector<std::string> api_keys;         // --api-key (any of them); empty: no authentication
+  std::vector<std::string> allowed_origins;  // --allowed-origins; "*": any; empty: no CORS headers
 };
 
 class HttpServer {
@@ -56,11 +67,18 @@ class HttpServer {
 
  private:
   void routes();
+  void generation_route(bool chat);
+  // A response id: "<prefix>-<request_id>" when the request named one, else 32 hex digits unique to the process.
+  std::string response_id(const char* prefix, const std::string& request_id);
+  // Whether `req` may pass (--api-key); the CORS headers of a response.
+  bool authorized(const httplib::Request& req) const;
+  bool origin_allowed(const std::string& origin) const;
   GenerationService& service_;
   const ServedModel& model_;
   HttpOptions options_;
   std::unique_ptr<WireServer> server_;
-  std::atomic<int64_t> next_id_{0};
+  std::atomic<uint64_t> next_id_{0};
+  uint64_t id_salt_ = 0;  // drawn at start-up: response ids differ across processes
   std::atomic<uint64_t> next_seed_;
   std::atomic<int64_t> bad_requests_{0}, http_requests_{0};
   int64_t created_ = 0;

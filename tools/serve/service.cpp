@@ -26,18 +26,39 @@ std::vector<double> Histogram::samples() const {
   return samples_;
 }
 
-std::string Histogram::prometheus(const std::string& name, const std::string& help) const {
+std::string Histogram::prometheus(const std::string& name, const std::string& help, const std::string& labels) const {
   std::lock_guard lk(mu_);
   std::string out = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  const std::string pre = labels.empty() ? "" : labels + ",";
+  const std::string own = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+    out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, pre, bounds_[i], cumulative);
   }
   cumulative += counts_.back();
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cumulative, name, sum_, name,
-                     cumulative);
+  out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n{}_sum{} {}\n{}_count{} {}\n", name, pre, cumulative, name, own,
+                     sum_, name, own, cumulative);
   return out;
+}
+
+uint64_t StreamGroup::seq() const {
+  std::lock_guard lk(mu_);
+  return seq_;
+}
+
+uint64_t StreamGroup::wait(uint64_t seen, Clock::time_point deadline) {
+  std::unique_lock lk(mu_);
+  cv_.wait_until(lk, deadline, [&] { return seq_ != seen; });
+  return seq_;
+}
+
+void StreamGroup::bump() {
+  {
+    std::lock_guard lk(mu_);
+    ++seq_;
+  }
+  cv_.notify_all();
 }
 
 bool RequestStream::wait(Clock::time_point deadline, std::vector<int32_t>* tokens, engine::FinishReason* reason,
@@ -64,6 +85,7 @@ void RequestStream::push(int32_t token, const engine::TokenLogprobs* logprobs) {
     if (logprobs) pending_logprobs_.push_back(*logprobs);
   }
   cv_.notify_all();
+  if (group_) group_->bump();
 }
 
 void RequestStream::finish(engine::FinishReason reason, std::string message) {
@@ -74,6 +96,7 @@ void RequestStream::finish(engine::FinishReason reason, std::string message) {
     message_ = std::move(message);
   }
   cv_.notify_all();
+  if (group_) group_->bump();
 }
 
 GenerationService::GenerationService(engine::Engine& engine, runtime::KvPagePool& pool, const ServiceOptions& options)
@@ -125,46 +148,70 @@ void GenerationService::start() {
 }
 
 Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationRequest request) {
-  std::shared_ptr<RequestStream> stream;
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  GB_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams, submit_all(std::move(one)));
+  return streams.front();
+}
+
+Result<std::vector<std::shared_ptr<RequestStream>>> GenerationService::submit_all(
+    std::vector<GenerationRequest> requests) {
+  std::vector<std::shared_ptr<RequestStream>> out;
   {
     std::lock_guard lk(mu_);
     if (stop_ || draining_) return unavailable("The server is shutting down and accepts no new requests.");
     if (!failure_.empty()) return unavailable("The engine failed and accepts no new requests: " + failure_);
-    if (options_.max_prompt_tokens > 0 && static_cast<int64_t>(request.prompt.size()) > options_.max_prompt_tokens) {
-      return invalid_argument(fmt::format("The prompt has {} tokens but this server takes at most {} ({}).",
-                                          request.prompt.size(), options_.max_prompt_tokens, options_.max_prompt_why));
+    for (const GenerationRequest& request : requests) {
+      if (options_.max_prompt_tokens > 0 && static_cast<int64_t>(request.prompt.size()) > options_.max_prompt_tokens) {
+        return invalid_argument(fmt::format("The prompt has {} tokens but this server takes at most {} ({}).",
+                                            request.prompt.size(), options_.max_prompt_tokens,
+                                            options_.max_prompt_why));
+      }
     }
-    if (counters_.queued >= options_.max_queued_requests) {
+    const auto wanted = static_cast<int64_t>(requests.size());
+    if (counters_.queued + wanted > options_.max_queued_requests) {
       ++counters_.requests_rejected_queue_full;
-      return resource_exhausted(
-          fmt::format("The server's queue is full (--max-queued-requests {}: that many requests are waiting to "
-                      "start); retry later.",
-                      options_.max_queued_requests));
+      if (wanted == 1 || counters_.queued >= options_.max_queued_requests) {
+        return resource_exhausted(
+            fmt::format("The server's queue is full (--max-queued-requests {}: that many requests are waiting to "
+                        "start); retry later.",
+                        options_.max_queued_requests));
+      }
+      return resource_exhausted(fmt::format(
+          "The server's queue has room for {} more sequences but this request needs {} (--max-queued-requests {}); "
+          "retry later.",
+          options_.max_queued_requests - counters_.queued, wanted, options_.max_queued_requests));
     }
-    const int64_t id = next_id_++;
-    stream = std::make_shared<RequestStream>(id);
-    engine::Request r{.id = id,
-                      .prompt = std::move(request.prompt),
-                      .max_new_tokens = request.max_tokens,
-                      .stop_tokens = std::move(request.stop_tokens),
-                      .sampling = request.sampling,
-                      .logprobs = request.logprobs};
-    const int w = static_cast<int>(std::min_element(load_.begin(), load_.end()) - load_.begin());
-    ++load_[w];
-    const Clock::time_point now = Clock::now();
-    entries_[id] = Entry{.stream = stream, .submitted = now, .last_token = now, .worker = w};
-    ++counters_.queued;
-    ++counters_.requests_accepted;
-    counters_.prompt_tokens += static_cast<int64_t>(r.prompt.size());
-    inboxes_[w].emplace_back(std::move(r), stream);
-    if (streams_.size() >= 1024 && streams_.size() >= 2 * entries_.size()) {
-      std::erase_if(streams_, [](const std::weak_ptr<RequestStream>& p) { return p.expired(); });
+    auto group = std::make_shared<StreamGroup>();
+    for (GenerationRequest& request : requests) {
+      const int64_t id = next_id_++;
+      auto stream = std::make_shared<RequestStream>(id, group);
+      const auto forced = static_cast<int64_t>(request.forced.size());
+      engine::Request r{.id = id,
+                        .prompt = std::move(request.prompt),
+                        .max_new_tokens = request.max_tokens,
+                        .stop_tokens = std::move(request.stop_tokens),
+                        .sampling = std::move(request.sampling),
+                        .logprobs = request.logprobs,
+                        .forced = std::move(request.forced)};
+      const int w = static_cast<int>(std::min_element(load_.begin(), load_.end()) - load_.begin());
+      ++load_[w];
+      const Clock::time_point now = Clock::now();
+      entries_[id] = Entry{.stream = stream, .submitted = now, .last_token = now, .forced = forced, .worker = w};
+      ++counters_.queued;
+      ++counters_.requests_accepted;
+      counters_.prompt_tokens += static_cast<int64_t>(r.prompt.size()) + forced;
+      inboxes_[w].emplace_back(std::move(r), stream);
+      if (streams_.size() >= 1024 && streams_.size() >= 2 * entries_.size()) {
+        std::erase_if(streams_, [](const std::weak_ptr<RequestStream>& p) { return p.expired(); });
+      }
+      streams_.push_back(stream);
+      out.push_back(std::move(stream));
     }
-    streams_.push_back(stream);
     wake_locked();
   }
   cv_.notify_all();
-  return stream;
+  return out;
 }
 
 void GenerationService::cancel(int64_t id) {
@@ -273,15 +320,18 @@ void GenerationService::on_token(int64_t id, int32_t token, const engine::TokenL
   if (it == entries_.end()) return;
   Entry& e = it->second;
   const Clock::time_point now = Clock::now();
-  if (e.tokens == 0) {
+  if (e.tokens == 0) dequeue(e);  // running
+  if (e.tokens < e.forced) {
+    // A prompt token fed for its logprobs: neither generated nor timed.
+  } else if (e.tokens == e.forced) {
     ttft_.observe(seconds(now - e.submitted));
-    dequeue(e);
+    ++counters_.generation_tokens;
   } else {
     tpot_.observe(seconds(now - e.last_token));
+    ++counters_.generation_tokens;
   }
   e.last_token = now;
   ++e.tokens;
-  ++counters_.generation_tokens;
   e.stream->push(token, logprobs);
 }
 

@@ -43,8 +43,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
-  // "# TYPE name histogram" and the _bucket / _sum / _count lines.
-  std::string prometheus(const std::string& name, const std::string& help) const;
+  // "# TYPE name histogram" and the _bucket / _sum / _count lines; `labels` (e.g. `model_name="m"`) go into
+  // every line's braces.
+  std::string prometheus(const std::string& name, const std::string& help, const std::string& labels = "") const;
   std::vector<double> samples() const;  // every observation (the load test's percentiles)
 
  private:
@@ -55,11 +56,29 @@ class Histogram {
   std::vector<double> samples_;
 };
 
+// What the streams of one HTTP request share: a counter bumped by every push and finish of any of them, so
+// that the thread serving the request waits for whichever of its choices moves first.
+class StreamGroup {
+ public:
+  uint64_t seq() const;
+  // Waits until seq() differs from `seen` or `deadline` passes; returns seq().
+  uint64_t wait(uint64_t seen, Clock::time_point deadline);
+  void bump();
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t seq_ = 0;
+};
+
 // The tokens of one request, from the engine thread to the HTTP thread that serves it.
 class RequestStream {
  public:
-  explicit RequestStream(int64_t id) : id_(id) {}
+  explicit RequestStream(int64_t id, std::shared_ptr<StreamGroup> group = nullptr)
+      : id_(id), group_(std::move(group)) {}
   int64_t id() const { return id_; }
+  // The group of the HTTP request's streams (never null for a stream the service handed out).
+  const std::shared_ptr<StreamGroup>& group() const { return group_; }
   // Moves the tokens generated since the last call into `tokens`; true once the request has ended (then
   // `reason` and `message` say how). Waits until there is something new or `deadline` passes. `logprobs`
   // (optional) receives the tokens' log-probabilities, one per token, when the request asked for them.
@@ -71,6 +90,7 @@ class RequestStream {
 
  private:
   const int64_t id_;
+  std::shared_ptr<StreamGroup> group_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> pending_;
@@ -116,7 +136,8 @@ struct GenerationRequest {
   int max_tokens = 16;
   engine::SamplingParams sampling;
   std::vector<int32_t> stop_tokens;
-  int logprobs = -1;  // engine::Request::logprobs
+  int logprobs = -1;            // engine::Request::logprobs
+  std::vector<int32_t> forced;  // engine::Request::forced (a prompt's tokens fed for their logprobs)
 };
 
 // Counters and gauges for /metrics.
@@ -167,6 +188,9 @@ class GenerationService {
   // Queues a request: ResourceExhausted when max_queued_requests are already waiting, Unavailable while
   // shutting down (or after an engine failure), InvalidArgument for what the engine refuses at submit.
   Result<std::shared_ptr<RequestStream>> submit(GenerationRequest request);
+  // Queues every one of `requests` (the choices of one HTTP request) or none: ResourceExhausted when the queue
+  // lacks room for all of them. Their streams share one StreamGroup.
+  Result<std::vector<std::shared_ptr<RequestStream>>> submit_all(std::vector<GenerationRequest> requests);
   // Asks the engine thread to end request `id` (it reaches its stream as kCancelled); frees its KV pages.
   void cancel(int64_t id);
   // The same for a request whose text reached a stop string: counted as finished by "stop", not cancelled.
@@ -198,6 +222,7 @@ class GenerationService {
     std::shared_ptr<RequestStream> stream;
     Clock::time_point submitted, last_token;
     int64_t tokens = 0;
+    int64_t forced = 0;  // tokens fed for their logprobs (a prompt's): not generated ones
     int worker = 0;
     bool counted_queued = true;
     bool stop_string = false;  // ended by stop(): a stop string in its text

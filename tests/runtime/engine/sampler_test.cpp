@@ -109,17 +109,18 @@ TEST(Sampler, parameter_ranges_at_their_extremes) {
   EXPECT_EQ(*sample_token(l, {.temperature = 1.f, .top_p = kMin, .seed = 1}, 0, s), 1);
 }
 
-TEST(Sampler, non_finite_logits_are_an_error_not_a_token) {
+TEST(Sampler, nan_and_positive_inf_logits_are_an_error_not_a_token) {
   auto s = scratch(3);
   for (const SamplingParams& p : {SamplingParams{}, SamplingParams{.temperature = 0.7f, .top_k = 2}}) {
     std::vector<float> l{1.f, NAN, 0.f};
     Result<int32_t> r = sample_token(l, p, 0, s);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(r.status().message(), "sampling: logits[1] is nan; every logit must be finite");
+    EXPECT_EQ(r.status().message(), "sampling: logits[1] is nan; every logit must be finite or -inf (masked)");
     l = {1.f, 2.f, INFINITY};  // greedy would pick the +inf and sampling would divide inf by inf
-    EXPECT_EQ(sample_token(l, p, 0, s).status().message(), "sampling: logits[2] is inf; every logit must be finite");
-    l = {-INFINITY, 2.f, 1.f};
-    EXPECT_EQ(sample_token(l, p, 0, s).status().message(), "sampling: logits[0] is -inf; every logit must be finite");
+    EXPECT_EQ(sample_token(l, p, 0, s).status().message(),
+              "sampling: logits[2] is inf; every logit must be finite or -inf (masked)");
+    l = {-INFINITY, 2.f, 1.f};  // -inf is a masked token (logits processing): never drawn
+    EXPECT_EQ(*sample_token(l, p, 0, s), 1);
   }
 }
 
@@ -173,6 +174,77 @@ TEST(Logprobs, probabilities_sum_to_one_and_a_uniform_row_gives_log_one_over_n) 
     total += std::exp(lp.sampled.logprob);
   }
   EXPECT_NEAR(total, 1.0, 1e-15);
+}
+
+}  // namespace
+}  // namespace genbridge::engine
+
+namespace genbridge::engine {
+namespace {
+
+// min_p keeps the tokens at least min_p times as likely as the likeliest (after temperature).
+TEST(Sampler, min_p_drops_tokens_below_the_ratio) {
+  std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.2f), std::log(0.04f)};
+  auto s = scratch(4);
+  std::vector<int> count(4);
+  for (int step = 0; step < 4000; ++step) {
+    ++count[*sample_token(l, {.temperature = 1.f, .seed = 8, .min_p = 0.5f}, step, s)];
+  }
+  EXPECT_EQ(count[2] + count[3], 0) << "0.2 and 0.04 are below 0.5 x 0.5";
+  EXPECT_NEAR(count[0] / 4000.0, 0.5 / 0.8, 0.03);
+  // At temperature 0.5 the ratios square: 0.3/0.5 = 0.6 becomes 0.36 < 0.5, so only the likeliest remains.
+  for (int step = 0; step < 200; ++step) {
+    EXPECT_EQ(*sample_token(l, {.temperature = 0.5f, .seed = 8, .min_p = 0.5f}, step, s), 0);
+  }
+}
+
+// min_p's cut is made before the sort: a cut that keeps every token draws exactly what no cut draws, and a cut
+// with top_k / top_p draws from the same order.
+TEST(Sampler, min_p_that_keeps_every_token_changes_no_draw) {
+  std::vector<float> l(3000);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)) * 3.0);
+  auto s = scratch(l.size());
+  for (uint64_t step = 0; step < 300; ++step) {
+    const SamplingParams none{.temperature = 0.9f, .top_k = 40, .top_p = 0.9f, .seed = 4};
+    SamplingParams all = none;
+    all.min_p = 1e-6f;  // e^-6 / e^3 = 1.2e-4 > 1e-6: every token is kept
+    EXPECT_EQ(*sample_token(l, none, step, s), *sample_token(l, all, step, s)) << step;
+  }
+}
+
+TEST(Sampler, masked_tokens_are_never_drawn_and_all_masked_is_an_error) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> l{-inf, 0.f, -inf, 0.f};
+  auto s = scratch(4);
+  for (int step = 0; step < 500; ++step) {
+    const int32_t t = *sample_token(l, {.temperature = 1.5f, .seed = 2}, step, s);
+    EXPECT_TRUE(t == 1 || t == 3);
+  }
+  EXPECT_EQ(*sample_token(l, {}, 0, s), 1);
+  std::vector<float> all(3, -inf);
+  EXPECT_EQ(sample_token(all, {}, 0, s).status().message(), "sampling: every token is masked (every logit is -inf)");
+  std::vector<float> pos{0.f, inf};
+  EXPECT_EQ(sample_token(pos, {}, 0, s).status().message(),
+            "sampling: logits[1] is inf; every logit must be finite or -inf (masked)");
+}
+
+TEST(Sampler, validate_names_each_sampling_control_and_its_range) {
+  const auto msg = [](SamplingParams p) { return validate(p).message(); };
+  SamplingParams p;
+  p.min_p = 1.5f;
+  EXPECT_EQ(msg(p), "sampling: min_p is 1.5 but must be a number in [0, 1]");
+  p = {};
+  p.presence_penalty = -2.5f;
+  EXPECT_EQ(msg(p), "sampling: presence_penalty is -2.5 but must be a number in [-2, 2]");
+  p = {};
+  p.repetition_penalty = 0.f;
+  EXPECT_EQ(msg(p), "sampling: repetition_penalty is 0 but must be a number in [1.1754944e-38, 3.4028235e+38]");
+  p = {};
+  p.logit_bias = {{3, 101.f}};
+  EXPECT_EQ(msg(p), "sampling: logit_bias of token 3 is 101 but must be a number in [-100, 100]");
+  p = {};
+  p.min_tokens = -1;
+  EXPECT_EQ(msg(p), "sampling: min_tokens is -1 but must be >= 0");
 }
 
 }  // namespace
