@@ -40,6 +40,7 @@
 #include "tools/run_support.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
+#include "tools/serve/structured_output.h"
 #include "tools/serve_afd.h"
 
 namespace genbridge::tools {
@@ -191,6 +192,7 @@ serve::ServedModel served_model(const ServeOptions& so, const Backend& b) {
   served.kv_page_size = b.pool.geometry.page_size;
   served.kv_memory_mb = b.assembly.kv_pool.memory_mb;
   served.default_max_tokens = so.default_max_tokens;
+  served.structured = std::make_shared<serve::StructuredSupport>(*b.tokenizer, served.tokenizer_config, mc.vocab_size);
   return served;
 }
 

@@ -63,6 +63,8 @@ Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const Engin
   const int64_t vocab = executor_.config().vocab_size;
   logits_.resize(static_cast<size_t>(options_.max_batch * vocab));
   scratch_.resize(static_cast<size_t>(vocab));
+  masked_.resize(static_cast<size_t>(vocab));
+  allowed_.resize(static_cast<size_t>((vocab + 31) / 32));
   metrics_.kv_bytes_per_token = pool_.geometry().bytes_per_token();
   if (options_.record_choices) {
     choice_sink_ = [this](const model::TokenChoices& c) {
@@ -197,8 +199,26 @@ Status Engine::sample_into(Active& a, const float* logits) {
                         bad.count == 1 ? "" : "s", vocab, bad.first, logits[bad.first]));
     return ok_status();
   }
-  GB_ASSIGN_OR_RETURN(const int32_t tok,
-                      sample_token(std::span<const float>(logits, vocab), a.request.sampling, step, scratch_));
+  std::span<const float> row(logits, vocab);
+  if (TokenConstraint* c = a.request.constraint.get()) {
+    // Sampled from the allowed tokens only; logprobs below stay those of the model's own distribution.
+    Result<int64_t> n = c->allowed_tokens(allowed_, a.request.max_new_tokens - static_cast<int64_t>(step));
+    if (!n.ok() || *n == 0) {
+      if (!n.ok()) a.result.message = fmt::format("request {}, step {}: {}", a.request.id, step, n.status().message());
+      finish(a, n.ok() ? FinishReason::kStop : FinishReason::kError);
+      return ok_status();
+    }
+    apply_token_mask(row, allowed_, masked_);
+    row = masked_;
+  }
+  GB_ASSIGN_OR_RETURN(const int32_t tok, sample_token(row, a.request.sampling, step, scratch_));
+  if (TokenConstraint* c = a.request.constraint.get()) {
+    if (Status s = c->accept(tok); !s.ok()) {
+      a.result.message = fmt::format("request {}, step {}: {}", a.request.id, step, s.message());
+      finish(a, FinishReason::kError);
+      return ok_status();
+    }
+  }
   const double t = now_seconds();
   if (step == 0) {
     metrics_.ttft_seconds.push_back(t - (streaming_ ? a.submit_time : start_time_));

@@ -26,6 +26,7 @@
 #include "runtime/engine/executor.h"
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/sampler.h"
+#include "runtime/engine/token_constraint.h"
 #include "runtime/memory/kv_page_pool.h"
 
 namespace genbridge::engine {
@@ -37,6 +38,8 @@ struct Request {
   std::vector<int32_t> stop_tokens;  // generating one of these ends the request (the token is kept)
   SamplingParams sampling;
   int logprobs = -1;  // -1: none; k in [0, kMaxLogprobs]: each token's logprob and the k most likely tokens'
+  // Which tokens may be drawn (structured outputs); null: any. Used on the engine's thread only.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
@@ -153,6 +156,8 @@ class Engine {
   model::ChoiceSink choice_sink_;  // record_choices: into the Active of current_[seq_index]
   std::vector<Active*> current_;   // the sequences of the forward in flight
   std::vector<int32_t> scratch_;
+  std::vector<float> masked_;      // a constrained request's logits row with the disallowed tokens masked
+  std::vector<uint32_t> allowed_;  // its allowed tokens, one bit each
   int64_t generated_ = 0;
   double start_time_ = 0;
 };

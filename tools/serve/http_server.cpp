@@ -11,6 +11,7 @@
 #include <ctime>
 
 #include "tools/serve/http_connection.h"
+#include "tools/serve/structured_output.h"
 
 namespace genbridge::serve {
 
@@ -136,6 +137,30 @@ ApiError client_closed_error() {
                   .code = "client_closed_request"};
 }
 
+// OpenAI's tool_calls entries: whole calls (a message), or a stream's deltas (a chunk's delta).
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json a = json::array();
+  for (const ToolCall& c : calls) {
+    a.push_back(json{{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return a;
+}
+json tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas) {
+  json a = json::array();
+  for (const ToolCallDelta& d : deltas) {
+    json e = {{"index", d.index}};
+    if (d.first) {
+      e["id"] = d.id;
+      e["type"] = "function";
+      e["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+    } else {
+      e["function"] = {{"arguments", d.arguments}};
+    }
+    a.push_back(std::move(e));
+  }
+  return a;
+}
+
 // One streamed response: everything its content provider needs between calls.
 struct StreamState {
   ParsedRequest request;
@@ -149,6 +174,7 @@ struct StreamState {
   std::vector<int32_t> ids_pending;  // token ids of the next chunk (return_token_ids)
   LogprobQueue logprobs;             // requests with logprobs: entries waiting for their text
   PeerWatch peer{PeerWatch::Fin::kIgnored};
+  std::shared_ptr<ToolCallParser> tools;  // tool calls parsed out of the text (null: none)
 };
 
 // One call of a streamed reply's content provider: waits a short slice for tokens and writes their chunks (at
@@ -189,25 +215,45 @@ bool stream_step(StreamState* st, GenerationService* svc, const text::Tokenizer*
     ++st->completion_tokens;
   }
   // The text of this call and the logprobs of the tokens it begins; every one left at an end without
-  // a stop string.
-  auto text_chunk = [&](bool all) {
+  // a stop string. With tool calls: the parser's content, then its tool-call deltas (`last`: the parser's rest).
+  auto text_chunk = [&](bool all, bool last = false) {
     std::vector<LogprobEntry> entries;
     if (r.logprobs >= 0) entries = st->logprobs.take(st->text.released_bytes(), all);
-    if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
+    if (!st->tools) {
+      if (!text.empty() || !entries.empty()) chunk(text, nullptr, false, &entries);
+      return;
+    }
+    ParseDelta d = st->tools->feed(text);
+    if (last) {
+      ParseDelta rest = st->tools->finish();
+      d.content += rest.content;
+      d.calls.insert(d.calls.end(), rest.calls.begin(), rest.calls.end());
+    }
+    if (!d.content.empty() || !entries.empty()) chunk(d.content, nullptr, false, &entries);
+    if (!d.calls.empty()) {
+      json j = chunk_json(r, st->id, st->created, model_name, "", nullptr, std::nullopt, false, st->ids_pending);
+      j["choices"][0]["delta"]["tool_calls"] = tool_call_deltas_json(d.calls);
+      out += sse(j);
+      st->ids_pending.clear();
+    }
+  };
+  // "tool_calls" when the model called a tool and stopped (OpenAI's finish reason), else `reason`.
+  auto finish_of = [&](const char* reason) {
+    return st->tools && st->tools->num_calls() > 0 && std::string(reason) == "stop" ? "tool_calls" : reason;
   };
   const Clock::time_point now = Clock::now();
   if (st->text.stopped()) {
     svc->stop(st->stream->id());
-    text_chunk(false);
-    chunk("", "stop", true);
+    text_chunk(false, true);
+    chunk("", finish_of("stop"), true);
     st->ended = true;
   } else if (ended && finish_name(reason)) {
     text += st->text.finish();
-    text_chunk(!st->text.stopped());
-    chunk("", st->text.stopped() ? "stop" : finish_name(reason), true);
+    text_chunk(!st->text.stopped(), true);
+    chunk("", finish_of(st->text.stopped() ? "stop" : finish_name(reason)), true);
     st->ended = true;
   } else {
-    text_chunk(false);
+    text_chunk(false, ended || now >= st->deadline);
     if (ended || now >= st->deadline) {
       if (!ended) svc->cancel(st->stream->id());
       out += sse(error_json(finish_error(ended ? reason : engine::FinishReason::kLength, message, timeout_s)));
@@ -246,7 +292,7 @@ bool stream_step(StreamState* st, GenerationService* svc, const text::Tokenizer*
 // going away) and answers with the whole completion.
 void reply_whole(httplib::Response& res, GenerationService& service, const ServedModel& model, double timeout_s,
                  const ParsedRequest& p, const std::shared_ptr<RequestStream>& stream, const std::string& id,
-                 int64_t created, Clock::time_point deadline, const Usage& prompt_usage) {
+                 int64_t created, Clock::time_point deadline, const Usage& prompt_usage, uint64_t tool_seed) {
   TextStream ts(*model.tokenizer, p.stop);
   LogprobQueue lq;
   std::string out;
@@ -288,9 +334,20 @@ void reply_whole(httplib::Response& res, GenerationService& service, const Serve
   }
   Usage u = prompt_usage;
   u.completion_tokens = static_cast<int64_t>(ids.size());
-  reply_json(res, 200,
-             completion_json(p, id, created, model.name, out, finish, u, ids,
-                             logprobs_json(p, *model.tokenizer, lq.take(ts.released_bytes(), !ts.stopped()))));
+  std::optional<ToolCallParser::Whole> tools;
+  if (p.max_tool_calls > 0) {
+    tools = ToolCallParser::parse(p.tool_format, out, tool_seed, p.max_tool_calls);
+    out = tools->content;
+    if (!tools->calls.empty() && std::string(finish) == "stop") finish = "tool_calls";
+  }
+  json j = completion_json(p, id, created, model.name, out, finish, u, ids,
+                           logprobs_json(p, *model.tokenizer, lq.take(ts.released_bytes(), !ts.stopped())));
+  if (tools && !tools->calls.empty()) {
+    json& m = j["choices"][0]["message"];
+    if (tools->content.empty()) m["content"] = nullptr;
+    m["tool_calls"] = tool_calls_json(tools->calls);
+  }
+  reply_json(res, 200, j);
 }
 
 // The replies httplib makes itself: errors (a route that does not exist, a head refused while it was read)
@@ -490,12 +547,15 @@ void HttpServer::routes() {
       }
       ParsedRequest p = std::get<ParsedRequest>(std::move(parsed));
       if (!p.seeded) p.sampling.seed = mix(next_seed_++);
-      auto sub =
-          service_.submit(GenerationRequest{.prompt = p.prompt,
-                                            .max_tokens = p.max_tokens,
-                                            .sampling = p.sampling,
-                                            .stop_tokens = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens,
-                                            .logprobs = p.logprobs});
+      const uint64_t tool_seed = mix(next_seed_++);  // the tool calls' ids
+      const std::vector<int32_t> stops = p.ignore_eos ? std::vector<int32_t>{} : model_.stop_tokens;
+      auto sub = service_.submit(GenerationRequest{.prompt = p.prompt,
+                                                   .max_tokens = p.max_tokens,
+                                                   .sampling = p.sampling,
+                                                   .stop_tokens = stops,
+                                                   .logprobs = p.logprobs,
+                                                   .constraint = p.grammar ? make_token_constraint(p.grammar, stops)
+                                                                           : nullptr});
       if (!sub.ok()) {
         reply_error(res, submit_error(sub.status()));
         return;
@@ -505,7 +565,8 @@ void HttpServer::routes() {
       const int64_t created = static_cast<int64_t>(std::time(nullptr));
       const Usage prompt_usage{.prompt_tokens = static_cast<int64_t>(p.prompt.size())};
       if (!p.stream) {
-        reply_whole(res, service_, model_, options_.request_timeout_s, p, stream, id, created, deadline, prompt_usage);
+        reply_whole(res, service_, model_, options_.request_timeout_s, p, stream, id, created, deadline, prompt_usage,
+                    tool_seed);
         return;
       }
       auto st = std::make_shared<StreamState>(StreamState{.request = p,
@@ -515,6 +576,9 @@ void HttpServer::routes() {
                                                           .created = created,
                                                           .deadline = deadline,
                                                           .peer = PeerWatch(PeerWatch::Fin::kIgnored)});
+      if (p.max_tool_calls > 0) {
+        st->tools = std::make_shared<ToolCallParser>(p.tool_format, tool_seed, p.max_tool_calls);
+      }
       res.set_header("Cache-Control", "no-cache");
       GenerationService* svc = &service_;
       const text::Tokenizer* tokenizer = model_.tokenizer;

@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "text/utf8.h"
+#include "tools/serve/output_fields.h"
+#include "tools/serve/structured_output.h"
 
 namespace genbridge::serve {
 
@@ -76,11 +78,20 @@ std::optional<ApiError> get_bool(const json& body, const std::string& name, bool
   return std::nullopt;
 }
 
-// "content" of a chat message: a string, null, or a list of {"type": "text", "text": "..."} parts (joined).
-std::optional<ApiError> normalize_content(json& msg, size_t i) {
+// "content" of a chat message as the reference servers pass it to the template: a string; a list of
+// {"type": "text", "text": "..."} parts joined with "\n" (vLLM, llama.cpp); null or absent as "" (vLLM), except
+// on an assistant turn with tool_calls when the template renders such a turn's calls from a null content
+// (DeepSeek-V3's tests `content is none`; `null_content`, found by probing the template at start-up).
+std::optional<ApiError> normalize_content(json& msg, size_t i, bool null_content) {
   const std::string name = fmt::format("messages[{}].content", i);
   auto it = msg.find("content");
-  if (it == msg.end() || it->is_null() || it->is_string()) return std::nullopt;
+  if (it == msg.end() || it->is_null()) {
+    const bool calls = msg.value("role", json()) == "assistant" && msg.contains("tool_calls") &&
+                       msg["tool_calls"].is_array() && !msg["tool_calls"].empty();
+    msg["content"] = calls && null_content ? json(nullptr) : json("");
+    return std::nullopt;
+  }
+  if (it->is_string()) return std::nullopt;
   if (!it->is_array()) return type_error(name, "a string, null or a list of text parts", *it);
   std::string joined;
   for (size_t p = 0; p < it->size(); ++p) {
@@ -92,6 +103,7 @@ std::optional<ApiError> normalize_content(json& msg, size_t i) {
                              "server takes text only.",
                              name, p, shown(part)));
     }
+    if (p > 0) joined += "\n";
     joined += part["text"].get<std::string>();
   }
   *it = joined;
@@ -213,7 +225,7 @@ std::optional<ApiError> parse_choice_options(json& body, bool chat, ParsedReques
 
 // The prompt's tokens: /v1/completions' prompt (text or token ids), or /v1/chat/completions' messages
 // rendered by the chat template; encoded with the model's tokenizer.
-std::optional<ApiError> parse_prompt(json& body, bool chat, const ServedModel& model,
+std::optional<ApiError> parse_prompt(json& body, const ojson* obody, bool chat, const ServedModel& model,
                                      const text::RenderLimits& render_limits, ParsedRequest& r) {
   // prompt / messages
   std::string prompt_text;
@@ -261,13 +273,15 @@ std::optional<ApiError> parse_prompt(json& body, bool chat, const ServedModel& m
       if (role == msg.end() || !role->is_string()) {
         return bad(fmt::format("messages[{}].role", i), fmt::format("'messages[{}].role' must be a string.", i));
       }
-      if (auto e = normalize_content(msg, i)) return *e;
+      if (auto e = normalize_content(msg, i, model.structured && model.structured->template_tools().null_content)) {
+        return *e;
+      }
     }
     ojson req = ojson::parse(json{{"messages", messages}}.dump());
     req["add_generation_prompt"] = true;
     if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
       if (!t->is_array()) return type_error("tools", "a list of tools", *t);
-      req["tools"] = ojson::parse(t->dump());
+      req["tools"] = obody ? (*obody)["tools"] : ojson::parse(t->dump());  // as sent: templates print them
     }
     if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
       if (!k->is_object()) return type_error("chat_template_kwargs", "an object", *k);
@@ -450,12 +464,18 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
     return e;
   }
 
+  // The fields that shape the output read the body with its key order (a schema's properties, tools as sent).
+  std::optional<ojson> obody;
+  if (has_output_fields(body)) obody = ojson::parse(text);
   if (auto e = parse_choice_options(body, chat, r)) return *e;
-  if (auto e = parse_prompt(body, chat, model, render_limits, r)) return *e;
+  if (auto e = parse_prompt(body, obody ? &*obody : nullptr, chat, model, render_limits, r)) return *e;
   if (r.prompt.empty()) return bad("prompt", "'prompt' is empty: it encodes to no token.");
   if (auto e = parse_length(body, chat, model, r)) return *e;
   if (auto e = parse_sampling(body, r)) return *e;
   if (auto e = parse_stop_and_stream(body, r)) return *e;
+  if (obody) {
+    if (auto e = parse_output_fields(*obody, chat, model, render_limits, r)) return *e;
+  }
   return r;
 }
 

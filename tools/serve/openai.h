@@ -16,8 +16,15 @@
 #include "text/chat_template.h"
 #include "text/stream_decoder.h"
 #include "text/tokenizer.h"
+#include "tools/serve/tool_calls.h"
+
+namespace genbridge::text::grammar {
+class CompiledGrammar;
+}
 
 namespace genbridge::serve {
+
+class StructuredSupport;
 
 // {"error": {"message", "type", "param", "code"}} with the HTTP status it goes with.
 struct ApiError {
@@ -39,6 +46,9 @@ struct ServedModel {
   int64_t max_position_embeddings = 0;
   int64_t kv_pages = 0, kv_page_size = 0, kv_memory_mb = 0;
   int default_max_tokens = 256;
+  // Tool calls and structured outputs: the vocabulary trie, the template's tool-call format, compiled grammars
+  // (tools/serve/structured_output.h); null: none of them is served.
+  std::shared_ptr<StructuredSupport> structured;
 };
 
 struct ParsedRequest {
@@ -55,6 +65,12 @@ struct ParsedRequest {
   engine::SamplingParams sampling;
   bool seeded = false;  // "seed" was given (else the server draws one)
   std::vector<std::string> stop;
+  // The grammar the output follows (response_format, guided_*, tool_choice "required" or named); null: none.
+  std::shared_ptr<const text::grammar::CompiledGrammar> grammar;
+  // Tool calls are parsed out of the output in this format (kNone: tools not given or tool_choice "none"), at
+  // most max_tool_calls of them (1 with parallel_tool_calls false).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+  int max_tool_calls = 0;
 };
 
 // The deepest nesting of arrays and objects a request body may have (docs/serving.md, "Limits"): the

@@ -147,7 +147,8 @@ Result<std::shared_ptr<RequestStream>> GenerationService::submit(GenerationReque
                       .max_new_tokens = request.max_tokens,
                       .stop_tokens = std::move(request.stop_tokens),
                       .sampling = request.sampling,
-                      .logprobs = request.logprobs};
+                      .logprobs = request.logprobs,
+                      .constraint = std::move(request.constraint)};
     const int w = static_cast<int>(std::min_element(load_.begin(), load_.end()) - load_.begin());
     ++load_[w];
     const Clock::time_point now = Clock::now();

@@ -113,7 +113,8 @@ struct GenerationRequest {
   int max_tokens = 16;
   engine::SamplingParams sampling;
   std::vector<int32_t> stop_tokens;
-  int logprobs = -1;  // engine::Request::logprobs
+  int logprobs = -1;                                    // engine::Request::logprobs
+  std::shared_ptr<engine::TokenConstraint> constraint;  // engine::Request::constraint
 };
 
 // Counters and gauges for /metrics.

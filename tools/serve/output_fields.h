@@ -1,0 +1,25 @@
+#pragma once
+// The request fields that shape the output (docs/serving.md, "Tool calls and structured outputs"): tools,
+// tool_choice, parallel_tool_calls, response_format, and vLLM's guided_json / guided_regex / guided_choice /
+// structured_outputs. Each is honoured or refused with a 400 naming it; none is ignored.
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "text/chat_template.h"
+#include "tools/serve/openai.h"
+
+namespace genbridge::serve {
+
+// Whether `body` has a field that parse_output_fields reads (then the body is parsed once more keeping the order
+// of object keys: schemas list their properties in order, and templates render tools as sent).
+bool has_output_fields(const nlohmann::json& body);
+
+// Validates the fields of `obody` (the request body with its key order), sets r.tool_format / r.max_tool_calls
+// and compiles r.grammar (within `limits`' deadline; stopped when `limits.cancelled`). r.prompt and r.max_tokens
+// are set already: a grammar whose shortest output does not fit max_tokens is refused naming it.
+std::optional<ApiError> parse_output_fields(const nlohmann::ordered_json& obody, bool chat, const ServedModel& model,
+                                            const text::RenderLimits& limits, ParsedRequest& r);
+
+}  // namespace genbridge::serve
