@@ -16,6 +16,7 @@ import net from "node:net";
 import zlib from "node:zlib";
 import path from "node:path";
 import { createRequire } from "node:module";
+import { toolCases } from "./tools_cases.mjs";
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
@@ -1610,6 +1611,7 @@ const cases = {
   },
 
 };
+Object.assign(cases, toolCases({ args, NAME, startServer, stopServer, check, eq, post }));
 
 try {
   const fn = cases[args.case];

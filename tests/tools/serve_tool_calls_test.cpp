@@ -2,11 +2,10 @@
 // call by itself): whole parses, the same calls streamed one byte at a time, content before and after calls,
 // markers split across pieces, broken calls falling back to content; the forced-call grammar accepts exactly
 // the format; the template probe finds the format and how null content renders.
-#include "tools/serve/tool_calls.h"
-
 #include <gtest/gtest.h>
 
 #include "text/grammar/matcher.h"
+#include "tools/serve/tool_calls.h"
 
 namespace genbridge::serve {
 namespace {
@@ -99,8 +98,9 @@ TEST(ToolCallParser, hermes_broken_call_is_content) {
 }
 
 TEST(ToolCallParser, parallel_tool_calls_false_keeps_the_first_call) {
-  const std::string text = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n"
-                           "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>";
+  const std::string text =
+      "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n"
+      "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>";
   expect_calls(ToolCallParser::parse(ToolCallFormat::kHermes, text, 1, 1).calls, {{"a", "{}"}});
   expect_calls(stream(ToolCallFormat::kHermes, text, 2, 1).calls, {{"a", "{}"}});
 }
@@ -121,14 +121,15 @@ TEST(ToolCallParser, deepseek_v31_calls) {
 }
 
 TEST(ToolCallParser, dsml_parameters_become_json_arguments) {
-  expect_parse(ToolCallFormat::kDsml,
-               "ok\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
-               "<｜DSML｜parameter name=\"location\" string=\"true\">杭州 \"x\"</｜DSML｜parameter>\n"
-               "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
-               "<｜DSML｜parameter name=\"opts\" string=\"false\">{\"a\": [1, 2]}</｜DSML｜parameter>\n"
-               "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"now\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
-               "ok\n\n", {{"get_weather", "{\"location\": \"杭州 \\\"x\\\"\", \"days\": 3, \"opts\": {\"a\":[1,2]}}"},
-                          {"now", "{}"}});
+  expect_parse(
+      ToolCallFormat::kDsml,
+      "ok\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+      "<｜DSML｜parameter name=\"location\" string=\"true\">杭州 \"x\"</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"opts\" string=\"false\">{\"a\": [1, 2]}</｜DSML｜parameter>\n"
+      "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"now\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+      "ok\n\n",
+      {{"get_weather", "{\"location\": \"杭州 \\\"x\\\"\", \"days\": 3, \"opts\": {\"a\":[1,2]}}"}, {"now", "{}"}});
 }
 
 // A forced call's grammar accepts the format with arguments of the tool's schema, and nothing else.
@@ -153,7 +154,8 @@ TEST(ToolCallGrammar, forced_calls_follow_the_format_and_the_schema) {
   const std::string n = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
   EXPECT_TRUE(accepts(ToolCallFormat::kHermes, r, w));
   EXPECT_TRUE(accepts(ToolCallFormat::kHermes, r, w + "\n" + n));
-  EXPECT_FALSE(accepts(ToolCallFormat::kHermes, r, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(
+      accepts(ToolCallFormat::kHermes, r, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(accepts(ToolCallFormat::kHermes, r, "Sure. " + w));
   ToolRequest one = r;
   one.parallel = false;

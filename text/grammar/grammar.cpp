@@ -484,13 +484,6 @@ Result<Grammar> GrammarBuilder::build(RuleId root, const BuildLimits& limits) co
       }
     }
   }
-  for (size_t r = 0; r < rules_.size(); ++r) {
-    if (g.min_bytes_[g.rule_start_[r]] == kInf) {
-      return invalid_argument(
-          fmt::format("grammar: rule '{}' can never complete (every way through it goes on forever)", rules_[r].name));
-    }
-  }
-
   // Left recursion: a rule reaching a call of itself without reading a byte would grow the stack forever. Edges of
   // the "no byte read" graph: a call site to the callee's start (a push), and past a nullable callee to the
   // return state (no push). A strongly connected component holding a push edge is left recursion.
@@ -554,6 +547,13 @@ Result<Grammar> GrammarBuilder::build(RuleId root, const BuildLimits& limits) co
               rules_[g.state_rule_[s]].name));
         }
       }
+    }
+  }
+
+  for (size_t r = 0; r < rules_.size(); ++r) {
+    if (g.min_bytes_[g.rule_start_[r]] == kInf) {
+      return invalid_argument(
+          fmt::format("grammar: rule '{}' can never complete (every way through it goes on forever)", rules_[r].name));
     }
   }
 

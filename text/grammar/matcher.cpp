@@ -79,7 +79,7 @@ const std::string& Vocabulary::bytes(int32_t id) const {
 
 CompiledGrammar::~CompiledGrammar() = default;
 
-int64_t CompiledGrammar::min_bytes() const { return grammar_.min_bytes(grammar_.rule_start(grammar_.root())); }
+int64_t CompiledGrammar::min_tokens() const { return costs_[grammar_.rule_start(grammar_.root())]; }
 
 Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar grammar,
                                                                         std::shared_ptr<const Vocabulary> vocabulary,
@@ -103,6 +103,14 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
   };
   std::vector<Frame> frames;
   std::vector<int32_t> escapes;
+  // Where each state's accepted tokens lead (their sets as frame lists), for the token costs computed after the
+  // walks: per state, a list of results {complete, stacks (states, innermost first)}.
+  struct Result {
+    bool complete = false;
+    std::vector<std::vector<int32_t>> stacks;
+  };
+  std::vector<std::vector<Result>> results(static_cast<size_t>(g.num_states()));
+  std::vector<int32_t> result_sets;
   int64_t polls = 0;
   auto stopped = [&]() -> Status {
     if (std::chrono::steady_clock::now() >= options.deadline) {
@@ -120,7 +128,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
     std::fill(bits.begin(), bits.end(), 0);
     num_accepted = 0;
     suffixes.clear();
-    int64_t max_local = 0;
+    result_sets.clear();
     const int32_t start = sets->push(StackSets::kEmptyStack, t);
     frames.clear();
     escapes.clear();
@@ -149,7 +157,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
       }
       const int32_t k1 = v.token_begin(i + 1);
       if (v.token_begin(i) < k1) {
-        max_local = std::max(max_local, sets->min_bytes_set(c));
+        if (std::find(result_sets.begin(), result_sets.end(), c) == result_sets.end()) result_sets.push_back(c);
         for (int32_t k = v.token_begin(i); k < k1; ++k) set_bit(bits, v.sorted_token(k));
         num_accepted += k1 - v.token_begin(i);
       }
@@ -164,7 +172,15 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
       ++i;
     }
     Node& n = cg->nodes_[t];
-    n.max_local_bytes = static_cast<int32_t>(std::min<int64_t>(max_local, INT32_MAX));
+    for (int32_t c : result_sets) {
+      Result r{.complete = sets->complete(c)};
+      for (int32_t st : sets->stacks(c)) {
+        std::vector<int32_t> frames_of;
+        for (int32_t x = st; x != StackSets::kEmptyStack; x = sets->parent(x)) frames_of.push_back(sets->state(x));
+        r.stacks.push_back(std::move(frames_of));
+      }
+      results[t].push_back(std::move(r));
+    }
     // Whichever is smaller: a bitmask, or the list of ids (4 bytes each).
     if (num_accepted * 32 > v.size()) {
       n.acc_bits = static_cast<int32_t>(cg->acc_bits_.size());
@@ -194,6 +210,46 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
     n.suffix_end = static_cast<int32_t>(cg->suffixes_.size());
     ++cg->stats_.nodes;
   }
+  // Token costs: what finishing each state's rule takes in tokens, the least over its accepted tokens (1 + the
+  // cost of where the token leads, a set's least) and its calls (the callee's start + the return state); final
+  // states 0. Relaxed until nothing changes. A token's cost counts the frames it opened, so each step along
+  // the cheapest way lowers the cost of the whole stack by one: what the budget needs (fill_mask).
+  constexpr int64_t kInf = Grammar::kUnreachable;
+  std::vector<int64_t> cost(static_cast<size_t>(g.num_states()), kInf);
+  for (int32_t s0 = 0; s0 < g.num_states(); ++s0) {
+    if (g.is_final(s0)) cost[s0] = 0;
+  }
+  auto result_cost = [&](const Result& r) {
+    int64_t best = r.complete ? 0 : kInf;
+    for (const auto& frames_of : r.stacks) {
+      int64_t sum = 0;
+      for (int32_t f : frames_of) sum = std::min(kInf, sum + cost[f]);
+      best = std::min(best, sum);
+    }
+    return best;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    GB_RETURN_IF_ERROR(stopped());
+    for (int32_t s0 = g.num_states() - 1; s0 >= 0; --s0) {
+      int64_t best = cost[s0];
+      for (const Result& r : results[s0]) best = std::min(best, 1 + result_cost(r));
+      for (const Grammar::CallEdge& e : g.call_edges(s0)) {
+        best = std::min(best, cost[g.rule_start(e.rule)] + cost[e.to]);
+      }
+      if (best < cost[s0]) {
+        cost[s0] = best;
+        changed = true;
+      }
+    }
+  }
+  cg->costs_.resize(cost.size());
+  for (size_t s0 = 0; s0 < cost.size(); ++s0) cg->costs_[s0] = static_cast<int32_t>(std::min(cost[s0], kInf));
+  for (int32_t s0 = 0; s0 < g.num_states(); ++s0) {
+    int64_t max_local = 0;
+    for (const Result& r : results[s0]) max_local = std::max(max_local, result_cost(r));
+    cg->nodes_[s0].max_local_cost = static_cast<int32_t>(std::min(max_local, kInf));
+  }
   cg->stats_.memory_bytes = static_cast<int64_t>(cg->acc_ids_.size() * 4 + cg->unc_ids_.size() * 4 +
                                                  cg->acc_bits_.size() * 4 + cg->nodes_.size() * sizeof(Node) +
                                                  cg->suffixes_.size() * sizeof(Suffix) + cg->suffix_bytes_.size());
@@ -202,7 +258,9 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
 }
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::vector<int32_t> stop_tokens)
-    : g_(std::move(grammar)), stops_(std::move(stop_tokens)), sets_(std::make_unique<StackSets>(g_->grammar())) {
+    : g_(std::move(grammar)),
+      stops_(std::move(stop_tokens)),
+      sets_(std::make_unique<StackSets>(g_->grammar(), &g_->costs_)) {
   const int32_t root = sets_->push(StackSets::kEmptyStack, g_->grammar().rule_start(g_->grammar().root()));
   cur_ = sets_->closure_set(std::span<const int32_t>(&root, 1));
 }
@@ -212,7 +270,7 @@ Matcher::Matcher(Matcher&&) noexcept = default;
 
 bool Matcher::complete() const { return sets_->complete(cur_); }
 
-int64_t Matcher::min_bytes_to_complete() const { return sets_->min_bytes_set(cur_); }
+int64_t Matcher::min_tokens_to_complete() const { return sets_->cost_set(cur_); }
 
 void Matcher::finishing_walk(int32_t stack, int64_t cap, std::span<uint32_t> allowed) {
   // Every token from `stack`, each checked against the budget: the tokens a state accepts do not all leave the
@@ -231,7 +289,7 @@ void Matcher::finishing_walk(int32_t stack, int64_t cap, std::span<uint32_t> all
       i = end;
       continue;
     }
-    if (sets_->min_bytes_set(c) <= cap) {
+    if (sets_->cost_set(c) <= cap) {
       for (int32_t k = v.token_begin(i); k < v.token_begin(i + 1); ++k) set_bit(allowed, v.sorted_token(k));
     }
     if (sets_->stacks(c).empty()) {
@@ -247,19 +305,20 @@ int64_t Matcher::fill_mask(std::span<uint32_t> allowed, int64_t remaining) {
   std::fill(allowed.begin(), allowed.end(), 0);
   if (finished_ || remaining < 1) return 0;
   if (sets_->num_sets() > kMaxSets) {  // keep the transition tables small: start over from the current set
-    auto fresh = std::make_unique<StackSets>(g_->grammar());
+    auto fresh = std::make_unique<StackSets>(g_->grammar(), &g_->costs_);
     cur_ = fresh->import_set(*sets_, cur_);
     sets_ = std::move(fresh);
   }
   const CompiledGrammar& cg = *g_;
   const Vocabulary& v = cg.vocabulary();
-  // After a token other than a stop token, `remaining - 1` tokens are left, of which one is the stop token.
+  // After a token other than a stop token, `remaining - 1` tokens are left, of which one is the stop token; the
+  // token may be taken if what it leaves costs no more.
   const int64_t cap = remaining - 1 - (stops_.empty() ? 0 : 1);
   const std::vector<int32_t> stacks(sets_->stacks(cur_).begin(), sets_->stacks(cur_).end());
   for (int32_t st : stacks) {
     const CompiledGrammar::Node& n = cg.nodes_[sets_->state(st)];
-    const int64_t below = sets_->min_bytes(sets_->parent(st));
-    if (below + n.max_local_bytes <= cap) {
+    const int64_t below = sets_->cost(sets_->parent(st));
+    if (below + n.max_local_cost <= cap) {
       if (n.acc_bits >= 0) {
         const uint32_t* b = cg.acc_bits_.data() + n.acc_bits;
         for (size_t w = 0; w < allowed.size(); ++w) allowed[w] |= b[w];
@@ -277,7 +336,7 @@ int64_t Matcher::fill_mask(std::span<uint32_t> allowed, int64_t remaining) {
     for (int32_t k = n.suffix_begin; k < n.suffix_end; ++k) {
       const CompiledGrammar::Suffix& sf = cg.suffixes_[k];
       const int32_t c = sets_->next(from, std::string_view(cg.suffix_bytes_).substr(sf.bytes_begin, sf.bytes_len));
-      if (c == StackSets::kDeadSet || sets_->min_bytes_set(c) > cap) continue;
+      if (c == StackSets::kDeadSet || sets_->cost_set(c) > cap) continue;
       for (int32_t j = sf.tok_begin; j < sf.tok_end; ++j) set_bit(allowed, cg.unc_ids_[j]);
     }
   }

@@ -13,9 +13,11 @@
 // A mask is a bitset of (size + 31) / 32 words, bit i of word i / 32 standing for token i.
 //
 // The budget: fill_mask() is told how many tokens may still be generated and allows only tokens after which
-// the fewest bytes that complete the output (Grammar::min_bytes), plus one stop token, still fit: when every
-// byte value has a one-byte token (byte-level BPE vocabularies do), an output therefore always completes
-// within the budget it started with, if that budget was at least min_tokens().
+// the output can still be completed, stop token included, in the tokens left. What completing costs is
+// counted in tokens of this vocabulary: per grammar state, the cheapest way to the end of its rule by tokens
+// that stay in it (a stack costs the sum of its frames). Since every step along that way lowers the cost by one,
+// an output always completes within the budget it started with, if that budget was at least min_tokens() + 1.
+// (With every byte a token, as in byte-level BPE vocabularies, no cost exceeds Grammar::min_bytes.)
 
 #include <chrono>
 #include <cstdint>
@@ -84,9 +86,9 @@ class CompiledGrammar {
 
   const Grammar& grammar() const { return grammar_; }
   const Vocabulary& vocabulary() const { return *vocab_; }
-  // Bytes of the shortest complete output: with one-byte tokens, the fewest tokens it takes (stop token not
-  // counted).
-  int64_t min_bytes() const;
+  // Tokens of the cheapest complete output (the stop token not counted); Grammar::kUnreachable when no token
+  // path completes it.
+  int64_t min_tokens() const;
 
   struct Stats {
     int32_t nodes = 0;             // grammar states with a token walk
@@ -103,7 +105,7 @@ class CompiledGrammar {
     int32_t acc_list_begin = 0, acc_list_end = 0;  // into acc_ids_
     int32_t acc_bits = -1;                         // word offset into acc_bits_, or -1 (list form)
     int32_t suffix_begin = 0, suffix_end = 0;      // into suffixes_
-    int32_t max_local_bytes = 0;  // most bytes an accepted token leaves to finish the frames it opened or is in
+    int32_t max_local_cost = 0;  // most an accepted token leaves to finish the frames it opened or is in
   };
   // Tokens that leave a state's rule with the same bytes still to read (their suffix).
   struct Suffix {
@@ -121,6 +123,7 @@ class CompiledGrammar {
   std::vector<uint32_t> acc_bits_;
   std::vector<Suffix> suffixes_;
   std::string suffix_bytes_;
+  std::vector<int32_t> costs_;  // per state: tokens to finish its rule
   Stats stats_;
 };
 
@@ -144,8 +147,8 @@ class Matcher {
   bool complete() const;
   // A stop token was accepted.
   bool finished() const { return finished_; }
-  // The fewest bytes that complete the output from here (0 when complete).
-  int64_t min_bytes_to_complete() const;
+  // The fewest tokens that complete the output from here by the grammar's costs (0 when complete).
+  int64_t min_tokens_to_complete() const;
 
  private:
   void finishing_walk(int32_t stack, int64_t cap, std::span<uint32_t> allowed);

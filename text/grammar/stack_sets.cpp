@@ -5,11 +5,11 @@
 
 namespace genbridge::text::grammar {
 
-StackSets::StackSets(const Grammar& g) : g_(g) {
+StackSets::StackSets(const Grammar& g, const std::vector<int32_t>* cost) : g_(g), state_cost_(cost) {
   parent_.push_back(-1);
   state_.push_back(-1);
   depth_.push_back(0);
-  min_bytes_.push_back(0);
+  cost_.push_back(0);
   std::vector<int32_t> none;
   intern_set(none, false);  // kDeadSet
 }
@@ -21,8 +21,8 @@ int32_t StackSets::push(int32_t parent, int32_t state) {
     parent_.push_back(parent);
     state_.push_back(state);
     depth_.push_back(depth_[parent] + 1);
-    const int32_t mb = g_.min_bytes(state);
-    min_bytes_.push_back(mb == Grammar::kUnreachable ? kInfinite : std::min(kInfinite, min_bytes_[parent] + mb));
+    const int32_t c = state_cost_ ? (*state_cost_)[state] : g_.min_bytes(state);
+    cost_.push_back(c == Grammar::kUnreachable ? kInfinite : std::min(kInfinite, cost_[parent] + c));
   }
   return it->second;
 }
@@ -39,8 +39,8 @@ int32_t StackSets::intern_set(std::vector<int32_t>& stacks, bool complete) {
     set_begin_.push_back(static_cast<int32_t>(set_stacks_.size()));
     set_complete_.push_back(complete ? 1 : 0);
     int64_t best = complete ? 0 : kInfinite;
-    for (int32_t s : stacks) best = std::min(best, min_bytes_[s]);
-    set_min_bytes_.push_back(best);
+    for (int32_t s : stacks) best = std::min(best, cost_[s]);
+    set_cost_.push_back(best);
     next_.resize(next_.size() + 256, -1);
   }
   return it->second;

@@ -28,15 +28,17 @@ class StackSets {
   static constexpr int32_t kMaxDepth = 4096;  // frames; deeper stacks are dropped (no JSON nests that deep)
   static constexpr int64_t kInfinite = INT64_MAX / 4;
 
-  explicit StackSets(const Grammar& g);
+  // `cost`: per state, what finishing its rule from there costs (Grammar::min_bytes when null; a
+  // CompiledGrammar's token costs); Grammar::kUnreachable for never.
+  explicit StackSets(const Grammar& g, const std::vector<int32_t>* cost = nullptr);
 
   // Interns the stack `parent` + `state`.
   int32_t push(int32_t parent, int32_t state);
   int32_t parent(int32_t stack) const { return parent_[stack]; }
   int32_t state(int32_t stack) const { return state_[stack]; }
   int32_t depth(int32_t stack) const { return depth_[stack]; }
-  // The fewest bytes that complete every frame of `stack` (Grammar::min_bytes summed).
-  int64_t min_bytes(int32_t stack) const { return min_bytes_[stack]; }
+  // What completing every frame of `stack` costs (the states' costs summed).
+  int64_t cost(int32_t stack) const { return cost_[stack]; }
 
   // The set of `stacks` as they are (each must be able to read a byte now), not complete.
   int32_t raw_set(std::span<const int32_t> stacks);
@@ -56,8 +58,8 @@ class StackSets {
   }
   bool complete(int32_t set) const { return set_complete_[set] != 0; }
   bool dead(int32_t set) const { return set == kDeadSet; }
-  // The fewest bytes to completion from `set`: 0 when complete, else the least over its stacks.
-  int64_t min_bytes_set(int32_t set) const { return set_min_bytes_[set]; }
+  // What completion from `set` costs: 0 when complete, else the least over its stacks.
+  int64_t cost_set(int32_t set) const { return set_cost_[set]; }
   int64_t num_sets() const { return static_cast<int64_t>(set_complete_.size()); }
   int64_t num_stacks() const { return static_cast<int64_t>(state_.size()); }
   // The stacks of `set` in `from`, re-interned here; returns the set's id here.
@@ -69,12 +71,13 @@ class StackSets {
   void closure_into(int32_t stack, std::vector<int32_t>* out, bool* complete, std::vector<int32_t>* seen);
 
   const Grammar& g_;
+  const std::vector<int32_t>* state_cost_;
   std::vector<int32_t> parent_, state_, depth_;
-  std::vector<int64_t> min_bytes_;
+  std::vector<int64_t> cost_;
   std::unordered_map<uint64_t, int32_t> stack_ids_;
   std::vector<int32_t> set_begin_{0}, set_stacks_;
   std::vector<uint8_t> set_complete_;
-  std::vector<int64_t> set_min_bytes_;
+  std::vector<int64_t> set_cost_;
   std::unordered_map<std::string, int32_t> set_ids_;
   std::vector<int32_t> next_;  // num_sets x 256, -1: not computed yet
   std::vector<int32_t> scratch_raw_, scratch_out_, scratch_seen_;

@@ -349,12 +349,11 @@ std::optional<ApiError> parse_output_fields(const ojson& body, bool chat, const 
   }
   // The shortest output, and the stop token after it, must fit max_tokens.
   const bool stops = !r.ignore_eos && !model.stop_tokens.empty();
-  const int64_t need = (*cg)->min_bytes() + (stops ? 1 : 0);
+  const int64_t need = (*cg)->min_tokens() + (stops ? 1 : 0);
   if (need > r.max_tokens) {
     return bad(r.chat && body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
-               fmt::format("max_tokens is {}, but the shortest output '{}' allows takes {} tokens ({} bytes{}); raise "
-                           "max_tokens.",
-                           r.max_tokens, og.field, need, (*cg)->min_bytes(), stops ? " and the stop token" : ""));
+               fmt::format("max_tokens is {}, but the shortest output '{}' allows takes {} tokens{}; raise max_tokens.",
+                           r.max_tokens, og.field, need, stops ? " (the stop token included)" : ""));
   }
   r.grammar = std::move(cg).value();
   return std::nullopt;

@@ -45,10 +45,10 @@ TEST(JsonSchema, object_properties_in_order_required_and_optional) {
   EXPECT_TRUE(a(R"({"a": 1, "b": "x", "c": true})"));
   EXPECT_TRUE(a(R"({"b":"x","c":false})"));
   EXPECT_TRUE(a("{\n  \"a\": -3,\n  \"b\": \"\"\n}"));
-  EXPECT_FALSE(a(R"({"a": 1})"));                // b is required
-  EXPECT_FALSE(a(R"({"b": "x", "a": 1})"));      // schema order
-  EXPECT_FALSE(a(R"({"b": "x", "d": 1})"));      // no extra properties are generated
-  EXPECT_FALSE(a(R"({"b": "x",})"));             // no trailing comma
+  EXPECT_FALSE(a(R"({"a": 1})"));            // b is required
+  EXPECT_FALSE(a(R"({"b": "x", "a": 1})"));  // schema order
+  EXPECT_FALSE(a(R"({"b": "x", "d": 1})"));  // no extra properties are generated
+  EXPECT_FALSE(a(R"({"b": "x",})"));         // no trailing comma
 }
 
 TEST(JsonSchema, free_map_and_any_value) {

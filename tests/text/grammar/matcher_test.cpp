@@ -1,5 +1,5 @@
 // text/grammar: token masks against brute force (every token tried from the same prefix), the budget (an output
-// started with at least min_bytes + 1 tokens always completes, stop token included), stop tokens only once the
+// started with at least min_tokens + 1 tokens always completes, stop token included), stop tokens only once the
 // output is complete, and the vocabulary trie. Synthetic vocabularies: every byte is a token, plus multi-byte
 // tokens chosen to cross rule boundaries ("\",", "}]", "12,") where masks depend on the stack.
 #include "text/grammar/matcher.h"
@@ -20,9 +20,10 @@ using ojson = nlohmann::ordered_json;
 std::vector<std::string> vocabulary_tokens() {
   std::vector<std::string> t;
   for (int i = 0; i < 256; ++i) t.push_back(std::string(1, static_cast<char>(i)));
-  for (const char* s : {"{\"", "\":", "\",", "\"}", "\"]", "}]", "}}", "]}", "12", "12,", "0.", "e+", "true", "tru",
-                        "null,", "  ", "\n  ", " \"", "\"a", "ab", "abc\"", "\\n", "\\u00", "é", "\xc3", "\xa9\"",
-                        "[{", "[]", "{}", ", \"", "name", "\"name\"", "age", "-1", "99", "\t"}) {
+  for (const char* s :
+       {"{\"",  "\":",    "\",",   "\"}", "\"]",  "}]",   "}}",   "]}",       "12",    "12,", "0.",    "e+",
+        "true", "tru",    "null,", "  ",  "\n  ", " \"",  "\"a",  "ab",       "abc\"", "\\n", "\\u00", "é",
+        "\xc3", "\xa9\"", "[{",    "[]",  "{}",   ", \"", "name", "\"name\"", "age",   "-1",  "99",    "\t"}) {
     t.push_back(s);
   }
   t.push_back("");  // the stop token: no bytes
@@ -49,7 +50,7 @@ void check_walks(const Fixture& f, const std::shared_ptr<const CompiledGrammar>&
   std::mt19937 rng(5);
   const int64_t size = f.vocab->size();
   for (int w = 0; w < walks; ++w) {
-    const int64_t budget = cg->min_bytes() + 1 + (w % (extra_budget + 1));
+    const int64_t budget = cg->min_tokens() + 1 + (w % (extra_budget + 1));
     Matcher m(cg, {f.stop});
     std::string prefix;
     std::vector<uint32_t> mask(static_cast<size_t>(f.vocab->num_words()));
@@ -66,7 +67,7 @@ void check_walks(const Fixture& f, const std::shared_ptr<const CompiledGrammar>&
         } else if (t < static_cast<int32_t>(f.tokens.size()) && !f.tokens[t].empty()) {
           Matcher probe(cg, {f.stop});
           ASSERT_TRUE(probe.accept_bytes(prefix).ok());
-          want = probe.accept_bytes(f.tokens[t]).ok() && probe.min_bytes_to_complete() + 1 <= remaining - 1;
+          want = probe.accept_bytes(f.tokens[t]).ok() && probe.min_tokens_to_complete() + 1 <= remaining - 1;
         }
         ASSERT_EQ(bit(mask, t), want) << "walk " << w << " after '" << prefix << "' token " << t << " '"
                                       << (t < static_cast<int32_t>(f.tokens.size()) ? f.tokens[t] : "") << "'";

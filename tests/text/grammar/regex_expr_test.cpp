@@ -36,9 +36,23 @@ std::string error_of(const std::string& pattern) {
 
 TEST(RegexExpr, full_matches_equal_std_regex_on_random_ascii_strings) {
   const char* patterns[] = {
-      "a|bc|d*",       "[a-c]+x?",        "(ab|c){2,3}",     "\\d{1,3}(\\.\\d+)?", "[^abc]{2}",      "x.y",
-      "(a|)b{0,2}c?",  "\\w+@\\w+\\.com", "[\\d\\s-]+",      "^(?:ab)+$",          "a{3}|b{2,}",     "[a\\-z]*",
-      "(?:x|y)z*?",  "\\x41\\u0042C",   "[.]\\.\\*\\+",    "(a(b(c)?)?)+",       "[A-Za-z_][A-Za-z0-9_]*",
+      "a|bc|d*",
+      "[a-c]+x?",
+      "(ab|c){2,3}",
+      "\\d{1,3}(\\.\\d+)?",
+      "[^abc]{2}",
+      "x.y",
+      "(a|)b{0,2}c?",
+      "\\w+@\\w+\\.com",
+      "[\\d\\s-]+",
+      "^(?:ab)+$",
+      "a{3}|b{2,}",
+      "[a\\-z]*",
+      "(?:x|y)z*?",
+      "\\x41\\u0042C",
+      "[.]\\.\\*\\+",
+      "(a(b(c)?)?)+",
+      "[A-Za-z_][A-Za-z0-9_]*",
   };
   std::mt19937 rng(3);
   const std::string alphabet = "abcdxyz019. -@*+ABC_\n";
@@ -59,7 +73,7 @@ TEST(RegexExpr, dot_and_negated_classes_match_multibyte_characters_whole) {
   const auto cg = compile_pattern("[^a].");
   EXPECT_TRUE(full_match(cg, "\xc3\xa9\xf0\x9f\x99\x82"));  // é🙂
   EXPECT_FALSE(full_match(cg, "\xc3\xa9\xf0\x9f\x99"));     // a cut character
-  EXPECT_FALSE(full_match(cg, "b\n"));                       // . is not \n
+  EXPECT_FALSE(full_match(cg, "b\n"));                      // . is not \n
   EXPECT_FALSE(full_match(cg, "\xed\xa0\x80x"));            // a surrogate's encoding is not a character
 }
 
