@@ -1,6 +1,7 @@
 #include "runtime/engine/token_constraint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace genbridge::engine {
@@ -11,12 +12,12 @@ void apply_token_mask(std::span<const float> logits, std::span<const uint32_t> a
   for (size_t w = 0; w < allowed.size(); ++w) {
     const size_t base = w * 32, end = std::min(n, base + 32);
     const uint32_t bits = allowed[w];
-    if (bits == 0xFFFFFFFFu) {
-      for (size_t i = base; i < end; ++i) out[i] = logits[i];
+    if (bits == 0xFFFFFFFFu) {  // most words of a broad mask (a string's characters): a copy
+      std::memcpy(out.data() + base, logits.data() + base, (end - base) * sizeof(float));
     } else if (bits == 0) {
-      for (size_t i = base; i < end; ++i) out[i] = kMasked;
+      std::fill(out.begin() + static_cast<std::ptrdiff_t>(base), out.begin() + static_cast<std::ptrdiff_t>(end), kMasked);
     } else {
-      for (size_t i = base; i < end; ++i) out[i] = (bits >> (i - base)) & 1 ? logits[i] : kMasked;
+      for (size_t i = base; i < end; ++i) out[i] = (bits >> (i - base)) & 1u ? logits[i] : kMasked;
     }
   }
 }

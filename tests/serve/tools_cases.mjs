@@ -241,6 +241,42 @@ export function toolCases(h) {
       await stopServer(s);
     },
 
+    // Not a test: the cost of constrained decoding per token as a client sees it (docs/bench/serve.md): greedy TPOT of one
+    // streamed request at a time, --rounds times each, alternating: unconstrained (ignore_eos), and a JSON Schema of
+    // at least 64 strings in an array (a random model keeps writing them until the budget closes the output), both
+    // up to --max-tokens (default 256).
+    async constraint_tpot() {
+      const rounds = Number(args.rounds ?? 5), n = Number(args["max-tokens"] ?? 256);
+      const s = await startServer([]);
+      const one = async (extra) => {
+        const t0 = performance.now();
+        const res = await fetch(s.base + "/v1/chat/completions", {
+          method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(300000),
+          body: JSON.stringify({ model: NAME, messages: [{ role: "user", content: "Write JSON." }], max_tokens: n,
+                                 temperature: 0, stream: true, stream_options: { include_usage: true }, ...extra }) });
+        const text = await res.text();
+        const t1 = performance.now();
+        const events = text.split("\n\n").filter((e) => e.startsWith("data: {")).map((e) => JSON.parse(e.slice(6)));
+        const tokens = events.at(-1)?.usage?.completion_tokens ?? 0;
+        return { tokens, ms: t1 - t0 };
+      };
+      const schema = { type: "object", properties: { items: { type: "array", items: { type: "string" }, minItems: 64 } },
+                       required: ["items"], additionalProperties: false };
+      const runs = { plain: [], json_schema: [] };
+      for (let r = 0; r < rounds; ++r) {
+        runs.plain.push(await one({ ignore_eos: true }));
+        runs.json_schema.push(await one({ response_format: { type: "json_schema", json_schema: { name: "list", schema } } }));
+      }
+      for (const [k, v] of Object.entries(runs)) {
+        const per = v.map((x) => x.ms / x.tokens).sort((a, b) => a - b);
+        console.log(`constraint_tpot: ${k}: tokens ${v.map((x) => x.tokens).join(",")}; ms per token (request time / tokens) ` +
+                    `median ${per[per.length >> 1].toFixed(3)}, min ${per[0].toFixed(3)}, max ${per.at(-1).toFixed(3)}`);
+      }
+      const m = await (await fetch(s.base + "/metrics")).text();
+      console.log(m.split("\n").filter((l) => l.startsWith("genbridge_time_per_output_token_seconds_")).join("\n"));
+      await stopServer(s);
+    },
+
     // The Vercel AI SDK (generateText with a tool, generateObject with a zod schema) and LangChain's ChatOpenAI
     // (bindTools, withStructuredOutput by JSON schema and by function calling).
     async frameworks() {

@@ -92,8 +92,7 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
   const int64_t words = v.num_words();
   cg->nodes_.resize(static_cast<size_t>(g.num_states()));
   auto sets = std::make_unique<StackSets>(g);
-  std::vector<uint32_t> bits(static_cast<size_t>(words));  // the accepted tokens of the state being walked
-  int64_t num_accepted = 0;
+  std::vector<uint32_t> bits(static_cast<size_t>(words));
   // Tokens that leave the state's rule part-way: grouped by what is left of them once it was left (their
   // suffix), which the stack below the state decides.
   std::unordered_map<std::string, std::vector<int32_t>> suffixes;
@@ -105,12 +104,16 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
   std::vector<int32_t> escapes;
   // Where each state's accepted tokens lead (their sets as frame lists), for the token costs computed after the
   // walks: per state, a list of results {complete, stacks (states, innermost first)}.
+  // The tokens leading there are kept with each result (sorted ids), to be grouped by cost once costs are known.
   struct Result {
     bool complete = false;
     std::vector<std::vector<int32_t>> stacks;
+    std::vector<int32_t> tokens;
   };
   std::vector<std::vector<Result>> results(static_cast<size_t>(g.num_states()));
-  std::vector<int32_t> result_sets;
+  std::vector<int32_t> result_sets;                 // set ids of the state being walked
+  std::vector<std::vector<int32_t>> result_tokens;  // their tokens
+  std::unordered_map<int32_t, int32_t> result_index;
   int64_t polls = 0;
   auto stopped = [&]() -> Status {
     if (std::chrono::steady_clock::now() >= options.deadline) {
@@ -125,10 +128,10 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
     if (g.byte_edges(t).empty()) continue;
     GB_RETURN_IF_ERROR(stopped());
     if (sets->num_sets() > kMaxSets) sets = std::make_unique<StackSets>(g);
-    std::fill(bits.begin(), bits.end(), 0);
-    num_accepted = 0;
     suffixes.clear();
     result_sets.clear();
+    result_tokens.clear();
+    result_index.clear();
     const int32_t start = sets->push(StackSets::kEmptyStack, t);
     frames.clear();
     escapes.clear();
@@ -157,9 +160,13 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
       }
       const int32_t k1 = v.token_begin(i + 1);
       if (v.token_begin(i) < k1) {
-        if (std::find(result_sets.begin(), result_sets.end(), c) == result_sets.end()) result_sets.push_back(c);
-        for (int32_t k = v.token_begin(i); k < k1; ++k) set_bit(bits, v.sorted_token(k));
-        num_accepted += k1 - v.token_begin(i);
+        auto [it, fresh] = result_index.emplace(c, static_cast<int32_t>(result_sets.size()));
+        if (fresh) {
+          result_sets.push_back(c);
+          result_tokens.emplace_back();
+        }
+        std::vector<int32_t>& to = result_tokens[it->second];
+        for (int32_t k = v.token_begin(i); k < k1; ++k) to.push_back(v.sorted_token(k));
       }
       if (sets->complete(c)) escapes.push_back(depth);  // left the rule here
       const int32_t esc_end = static_cast<int32_t>(escapes.size());
@@ -172,29 +179,16 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
       ++i;
     }
     Node& n = cg->nodes_[t];
-    for (int32_t c : result_sets) {
-      Result r{.complete = sets->complete(c)};
+    for (size_t r = 0; r < result_sets.size(); ++r) {
+      const int32_t c = result_sets[r];
+      Result res{.complete = sets->complete(c), .tokens = std::move(result_tokens[r])};
       for (int32_t st : sets->stacks(c)) {
         std::vector<int32_t> frames_of;
         for (int32_t x = st; x != StackSets::kEmptyStack; x = sets->parent(x)) frames_of.push_back(sets->state(x));
-        r.stacks.push_back(std::move(frames_of));
+        res.stacks.push_back(std::move(frames_of));
       }
-      results[t].push_back(std::move(r));
-    }
-    // Whichever is smaller: a bitmask, or the list of ids (4 bytes each).
-    if (num_accepted * 32 > v.size()) {
-      n.acc_bits = static_cast<int32_t>(cg->acc_bits_.size());
-      cg->acc_bits_.insert(cg->acc_bits_.end(), bits.begin(), bits.end());
-      ++cg->stats_.bitmask_nodes;
-    } else {
-      n.acc_list_begin = static_cast<int32_t>(cg->acc_ids_.size());
-      for (size_t w = 0; w < bits.size(); ++w) {
-        for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
-          cg->acc_ids_.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(std::countr_zero(x))));
-        }
-      }
-      n.acc_list_end = static_cast<int32_t>(cg->acc_ids_.size());
-      cg->stats_.accepted_entries += num_accepted;
+      std::sort(res.tokens.begin(), res.tokens.end());
+      results[t].push_back(std::move(res));
     }
     n.suffix_begin = static_cast<int32_t>(cg->suffixes_.size());
     for (auto& [suffix, ids] : suffixes) {
@@ -245,14 +239,45 @@ Result<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::compile(Grammar 
   }
   cg->costs_.resize(cost.size());
   for (size_t s0 = 0; s0 < cost.size(); ++s0) cg->costs_[s0] = static_cast<int32_t>(std::min(cost[s0], kInf));
+  // Each state's accepted tokens grouped by what they leave to finish the frames they are in or opened (least
+  // first), each group a bitmask or a list of ids, whichever is smaller.
   for (int32_t s0 = 0; s0 < g.num_states(); ++s0) {
-    int64_t max_local = 0;
-    for (const Result& r : results[s0]) max_local = std::max(max_local, result_cost(r));
-    cg->nodes_[s0].max_local_cost = static_cast<int32_t>(std::min(max_local, kInf));
+    std::vector<std::pair<int64_t, const Result*>> by_cost;
+    for (const Result& r : results[s0]) by_cost.emplace_back(result_cost(r), &r);
+    std::sort(by_cost.begin(), by_cost.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    Node& n = cg->nodes_[s0];
+    n.group_begin = static_cast<int32_t>(cg->groups_.size());
+    for (size_t a = 0; a < by_cost.size();) {
+      size_t b = a;
+      int64_t count = 0;
+      while (b < by_cost.size() && by_cost[b].first == by_cost[a].first)
+        count += static_cast<int64_t>(by_cost[b++].second->tokens.size());
+      Group grp{.cost = static_cast<int32_t>(std::min(by_cost[a].first, kInf))};
+      if (count * 32 > v.size()) {
+        std::fill(bits.begin(), bits.end(), 0);
+        for (size_t k = a; k < b; ++k) {
+          for (int32_t id : by_cost[k].second->tokens) set_bit(bits, id);
+        }
+        grp.bits = static_cast<int32_t>(cg->acc_bits_.size());
+        cg->acc_bits_.insert(cg->acc_bits_.end(), bits.begin(), bits.end());
+        ++cg->stats_.bitmask_groups;
+      } else {
+        grp.list_begin = static_cast<int32_t>(cg->acc_ids_.size());
+        for (size_t k = a; k < b; ++k) {
+          const auto& ids = by_cost[k].second->tokens;
+          cg->acc_ids_.insert(cg->acc_ids_.end(), ids.begin(), ids.end());
+        }
+        grp.list_end = static_cast<int32_t>(cg->acc_ids_.size());
+        cg->stats_.accepted_entries += count;
+      }
+      cg->groups_.push_back(grp);
+      a = b;
+    }
+    n.group_end = static_cast<int32_t>(cg->groups_.size());
   }
-  cg->stats_.memory_bytes = static_cast<int64_t>(cg->acc_ids_.size() * 4 + cg->unc_ids_.size() * 4 +
-                                                 cg->acc_bits_.size() * 4 + cg->nodes_.size() * sizeof(Node) +
-                                                 cg->suffixes_.size() * sizeof(Suffix) + cg->suffix_bytes_.size());
+  cg->stats_.memory_bytes = static_cast<int64_t>(
+      cg->acc_ids_.size() * 4 + cg->unc_ids_.size() * 4 + cg->acc_bits_.size() * 4 + cg->nodes_.size() * sizeof(Node) +
+      cg->groups_.size() * sizeof(Group) + cg->suffixes_.size() * sizeof(Suffix) + cg->suffix_bytes_.size());
   cg->stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return std::shared_ptr<const CompiledGrammar>(std::move(cg));
 }
@@ -272,35 +297,6 @@ bool Matcher::complete() const { return sets_->complete(cur_); }
 
 int64_t Matcher::min_tokens_to_complete() const { return sets_->cost_set(cur_); }
 
-void Matcher::finishing_walk(int32_t stack, int64_t cap, std::span<uint32_t> allowed) {
-  // Every token from `stack`, each checked against the budget: the tokens a state accepts do not all leave the
-  // same bytes to finish, so near the end of the budget they are looked at one by one (a walk of the trie).
-  const Vocabulary& v = g_->vocabulary();
-  const int32_t num_nodes = static_cast<int32_t>(v.num_trie_nodes());
-  struct Frame {
-    int32_t end, set;
-  };
-  std::vector<Frame> frames{{num_nodes, sets_->raw_set(std::span<const int32_t>(&stack, 1))}};
-  for (int32_t i = 1; i < num_nodes;) {
-    while (frames.back().end <= i) frames.pop_back();
-    const int32_t c = sets_->next(frames.back().set, v.node_byte(i));
-    const int32_t end = v.subtree_end(i);
-    if (c == StackSets::kDeadSet) {
-      i = end;
-      continue;
-    }
-    if (sets_->cost_set(c) <= cap) {
-      for (int32_t k = v.token_begin(i); k < v.token_begin(i + 1); ++k) set_bit(allowed, v.sorted_token(k));
-    }
-    if (sets_->stacks(c).empty()) {
-      i = end;
-      continue;
-    }
-    frames.push_back({end, c});
-    ++i;
-  }
-}
-
 int64_t Matcher::fill_mask(std::span<uint32_t> allowed, int64_t remaining) {
   std::fill(allowed.begin(), allowed.end(), 0);
   if (finished_ || remaining < 1) return 0;
@@ -317,16 +313,16 @@ int64_t Matcher::fill_mask(std::span<uint32_t> allowed, int64_t remaining) {
   const std::vector<int32_t> stacks(sets_->stacks(cur_).begin(), sets_->stacks(cur_).end());
   for (int32_t st : stacks) {
     const CompiledGrammar::Node& n = cg.nodes_[sets_->state(st)];
-    const int64_t below = sets_->cost(sets_->parent(st));
-    if (below + n.max_local_cost <= cap) {
-      if (n.acc_bits >= 0) {
-        const uint32_t* b = cg.acc_bits_.data() + n.acc_bits;
+    // The groups whose tokens leave no more than the budget allows (all of them, but near its end).
+    const int64_t room = cap - sets_->cost(sets_->parent(st));
+    for (int32_t k = n.group_begin; k < n.group_end && cg.groups_[k].cost <= room; ++k) {
+      const CompiledGrammar::Group& grp = cg.groups_[k];
+      if (grp.bits >= 0) {
+        const uint32_t* b = cg.acc_bits_.data() + grp.bits;
         for (size_t w = 0; w < allowed.size(); ++w) allowed[w] |= b[w];
       } else {
-        for (int32_t k = n.acc_list_begin; k < n.acc_list_end; ++k) set_bit(allowed, cg.acc_ids_[k]);
+        for (int32_t j = grp.list_begin; j < grp.list_end; ++j) set_bit(allowed, cg.acc_ids_[j]);
       }
-    } else {
-      finishing_walk(st, cap, allowed);
     }
     if (n.suffix_begin == n.suffix_end) continue;
     // Tokens that leave this state's rule: the rest of each is read from the stack below (once per suffix).

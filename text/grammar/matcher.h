@@ -92,7 +92,7 @@ class CompiledGrammar {
 
   struct Stats {
     int32_t nodes = 0;             // grammar states with a token walk
-    int32_t bitmask_nodes = 0;     // of which keep their accepted tokens as a bitmask (many tokens)
+    int32_t bitmask_groups = 0;    // groups of accepted tokens kept as a bitmask (many tokens)
     int64_t accepted_entries = 0;  // accepted tokens kept as id lists, over all nodes
     int64_t uncertain_tokens = 0;  // tokens that depend on the stack, over all nodes
     int64_t memory_bytes = 0;      // of the per-state tables
@@ -100,12 +100,16 @@ class CompiledGrammar {
   };
   const Stats& stats() const { return stats_; }
 
-  // Per grammar state (internal to the matcher).
+  // Per grammar state (internal to the matcher): the tokens it accepts whatever the stack below, in groups by
+  // what they leave to finish the frames they are in or opened (least first); the tokens that leave its rule.
   struct Node {
-    int32_t acc_list_begin = 0, acc_list_end = 0;  // into acc_ids_
-    int32_t acc_bits = -1;                         // word offset into acc_bits_, or -1 (list form)
-    int32_t suffix_begin = 0, suffix_end = 0;      // into suffixes_
-    int32_t max_local_cost = 0;  // most an accepted token leaves to finish the frames it opened or is in
+    int32_t group_begin = 0, group_end = 0;    // into groups_
+    int32_t suffix_begin = 0, suffix_end = 0;  // into suffixes_
+  };
+  struct Group {
+    int32_t cost = 0;
+    int32_t list_begin = 0, list_end = 0;  // into acc_ids_
+    int32_t bits = -1;                     // word offset into acc_bits_, or -1 (list form)
   };
   // Tokens that leave a state's rule with the same bytes still to read (their suffix).
   struct Suffix {
@@ -119,6 +123,7 @@ class CompiledGrammar {
   Grammar grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
   std::vector<Node> nodes_;  // by grammar state; states without byte edges have an empty node
+  std::vector<Group> groups_;
   std::vector<int32_t> acc_ids_, unc_ids_;
   std::vector<uint32_t> acc_bits_;
   std::vector<Suffix> suffixes_;
@@ -151,7 +156,6 @@ class Matcher {
   int64_t min_tokens_to_complete() const;
 
  private:
-  void finishing_walk(int32_t stack, int64_t cap, std::span<uint32_t> allowed);
   std::shared_ptr<const CompiledGrammar> g_;
   std::vector<int32_t> stops_;
   std::unique_ptr<StackSets> sets_;
