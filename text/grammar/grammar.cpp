@@ -477,7 +477,7 @@ Result<Grammar> GrammarBuilder::build(RuleId root, const BuildLimits& limits) co
           best = std::min<int64_t>(best, int64_t{callee} + g.min_bytes_[e.to]);
         }
       }
-      best = std::min<int64_t>(best, kInf - 1);
+      if (best >= kInf) continue;  // (a finite sum past int32 would be a grammar of gigabytes)
       if (best < g.min_bytes_[s]) {
         g.min_bytes_[s] = static_cast<int32_t>(best);
         changed = true;
