@@ -44,6 +44,7 @@
 #include "tools/serve/generation_config.h"
 #include "tools/serve/http_server.h"
 #include "tools/serve/service.h"
+#include "tools/serve/structured_output.h"
 #include "tools/serve_afd.h"
 
 namespace genbridge::tools {
@@ -298,6 +299,9 @@ Result<serve::ServedModel> served_model(const ServeOptions& so, Backend& b) {
   served.kv_memory_mb = b.assembly.kv_pool.memory_mb;
   served.default_max_tokens = so.default_max_tokens;
   served.max_sequences = so.max_queued_requests;
+  // Tool calls and structured outputs: the vocabulary's trie, and the tool-call format of the template in force
+  // (--chat-template applied above).
+  served.structured = std::make_shared<serve::StructuredSupport>(*b.tokenizer, served.tokenizer_config, mc.vocab_size);
   return served;
 }
 

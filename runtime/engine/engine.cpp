@@ -65,6 +65,8 @@ Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const Engin
   logits_.resize(static_cast<size_t>(options_.max_batch * vocab));
   scratch_.resize(static_cast<size_t>(vocab));
   processed_.resize(static_cast<size_t>(vocab));
+  masked_.resize(static_cast<size_t>(vocab));
+  allowed_.resize(static_cast<size_t>((vocab + 31) / 32));
   metrics_.kv_bytes_per_token = pool_.geometry().bytes_per_token();
   if (options_.record_choices) {
     choice_sink_ = [this](const model::TokenChoices& c) {
@@ -222,21 +224,46 @@ Status Engine::sample_into(Active& a, const float* logits) {
                         bad.count == 1 ? "" : "s", vocab, bad.first, logits[bad.first]));
     return ok_status();
   }
-  // A forced token (teacher forcing), or a draw from the logits after the request's processing.
+  // A forced token (teacher forcing), or a draw from the logits after the request's processing and under its
+  // constraint (engine.h, Request::constraint).
   const uint64_t num_forced = a.request.forced.size();
   const bool forced = step < num_forced;
   int32_t tok = 0;
   if (forced) {
     tok = a.request.forced[step];
   } else {
+    TokenConstraint* c = a.request.constraint.get();
+    if (c) {
+      // The tokens left to draw, this one included (forced tokens are not the constraint's).
+      const int64_t remaining = a.request.max_new_tokens - static_cast<int64_t>(step);
+      Result<int64_t> n = c->allowed_tokens(allowed_, remaining);
+      if (!n.ok() || *n == 0) {
+        if (!n.ok()) a.result.message = fmt::format("request {}, step {}: {}", a.request.id, step, n.status().message());
+        finish(a, n.ok() ? FinishReason::kStop : FinishReason::kError);
+        return ok_status();
+      }
+    }
     std::span<const float> row(logits, vocab);
     if (a.processor.active()) {
       std::copy(logits, logits + vocab, processed_.begin());
       a.processor.apply(processed_);
       row = processed_;
     }
+    if (c) {
+      // Logprobs below stay those of the model's own distribution.
+      if (a.processor.active() && !any_allowed_drawable(row, allowed_)) row = std::span<const float>(logits, vocab);
+      apply_token_mask(row, allowed_, masked_);
+      row = masked_;
+    }
     GB_ASSIGN_OR_RETURN(tok, sample_token(row, a.request.sampling, step - num_forced, scratch_));
     a.processor.observe(tok);
+    if (c) {
+      if (Status s = c->accept(tok); !s.ok()) {
+        a.result.message = fmt::format("request {}, step {}: {}", a.request.id, step, s.message());
+        finish(a, FinishReason::kError);
+        return ok_status();
+      }
+    }
   }
   const double t = now_seconds();
   if (step == 0) {

@@ -27,6 +27,7 @@
 #include "runtime/engine/logits_processor.h"
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/sampler.h"
+#include "runtime/engine/token_constraint.h"
 #include "runtime/memory/kv_page_pool.h"
 
 namespace genbridge::engine {
@@ -44,6 +45,12 @@ struct Request {
   // (a seed gives the same tokens). The server feeds a prompt this way to report its tokens' logprobs
   // (`echo`): the kernels give a prompt fed one token per step the same logits as its prefill.
   std::vector<int32_t> forced;
+  // Which tokens may be drawn (structured outputs); null: any. Used on the engine's thread only. It sees the
+  // drawn tokens only (never the forced ones), and its budget is the tokens left to draw. Its mask applies
+  // after the logits processing; when the processing leaves none of its tokens drawable (min_tokens holding
+  // back the stop token of a complete output, allowed_token_ids disjoint from its tokens) the constraint wins:
+  // that draw is among its tokens by the raw logits, so the output still completes within max_new_tokens.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
@@ -160,7 +167,9 @@ class Engine {
   model::ChoiceSink choice_sink_;  // record_choices: into the Active of current_[seq_index]
   std::vector<Active*> current_;   // the sequences of the forward in flight
   std::vector<int32_t> scratch_;
-  std::vector<float> processed_;  // one sequence's logits after its LogitsProcessor
+  std::vector<float> processed_;   // one sequence's logits after its LogitsProcessor
+  std::vector<float> masked_;      // a constrained request's row with the disallowed tokens masked
+  std::vector<uint32_t> allowed_;  // its allowed tokens, one bit each
   int64_t generated_ = 0;
   double start_time_ = 0;
 };

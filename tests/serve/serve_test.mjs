@@ -19,6 +19,7 @@ import net from "node:net";
 import zlib from "node:zlib";
 import path from "node:path";
 import { createRequire } from "node:module";
+import { toolCases } from "./tools_cases.mjs";
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith("--") ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
@@ -1075,7 +1076,7 @@ const cases = {
   // (and 200 at their default), refused rows 400 naming the field. A field of neither API, and one of the other
   // endpoint, are refused by name.
   async field_table() {
-    const rowRe = /^\| `([a-z_]+)` \| (both|completions|chat) \| (honoured|default only|refused|parts 2-3) \| (.*?) \| (.*?) \|/;
+    const rowRe = /^\| `([a-z_]+)` \| (both|completions|chat) \| (honoured|default only|refused) \| (.*?) \| (.*?) \|/;
     const rows = [];
     for (const line of fs.readFileSync(args.docs, "utf8").split("\n")) {
       const m = rowRe.exec(line);
@@ -1089,7 +1090,6 @@ const cases = {
     const cell = (c) => JSON.parse(c.replace(/^`|`$/g, ""));
     let sent = 0;
     for (const row of rows) {
-      if (row.status === "parts 2-3") { console.log(`skip: ${row.field} (tool calling and structured outputs: their rows are theirs to fill)`); continue; }
       for (const ep of row.endpoints === "both" ? ["completions", "chat"] : [row.endpoints]) {
         const body = { ...base[ep], ...cell(row.request) };
         const r = await post(s, route[ep], body);
@@ -1113,6 +1113,27 @@ const cases = {
     eq(r.json?.model, "served-a", "no model: the first served name");
     r = await post(s, "/v1/completions", { ...base.completions, request_id: "field-table-1" });
     eq(r.json?.id, "cmpl-field-table-1", "request_id: the response id");
+    // The output constraints' rows: what each output is (the tiny model writes none of it by itself).
+    const outputOf = (x) => x.json?.choices?.[0]?.text ?? x.json?.choices?.[0]?.message?.content;
+    for (const ep of ["completions", "chat"]) {
+      r = await post(s, route[ep], { ...base[ep], max_tokens: 4, temperature: 1, seed: 3, guided_choice: ["yes", "no"] });
+      check(["yes", "no"].includes(outputOf(r)), `guided_choice (${ep}): one of the choices`, outputOf(r));
+      r = await post(s, route[ep], { ...base[ep], max_tokens: 4, temperature: 1, seed: 4, structured_outputs: { choice: ["yes", "no"] } });
+      check(["yes", "no"].includes(outputOf(r)), `structured_outputs.choice (${ep}): one of the choices`, outputOf(r));
+      r = await post(s, route[ep], { ...base[ep], max_tokens: 4, temperature: 1, seed: 5, guided_regex: "[ab]{2}" });
+      check(/^[ab]{2}$/.test(outputOf(r)), `guided_regex (${ep}): a full match`, outputOf(r));
+      r = await post(s, route[ep], { ...base[ep], max_tokens: 8, temperature: 1, seed: 6, response_format: { type: "json_object" } });
+      const obj = (() => { try { return JSON.parse(outputOf(r)); } catch { return null; } })();
+      check(obj !== null && typeof obj === "object" && !Array.isArray(obj), `response_format json_object (${ep}): an object`, outputOf(r));
+      // n choices, each under the grammar with a matcher of its own.
+      r = await post(s, route[ep], { ...base[ep], max_tokens: 4, temperature: 1, seed: 7, n: 3, guided_choice: ["yes", "no"] });
+      const outs = (r.json?.choices ?? []).map((c) => c.text ?? c.message?.content);
+      check(outs.length === 3 && outs.every((o) => ["yes", "no"].includes(o)), `guided_choice with n 3 (${ep}): every choice`, outs);
+    }
+    // This model's template writes no tool calls: tool_choice "required" cannot be honoured and is refused.
+    const weatherTool = { type: "function", function: { name: "get_weather", parameters: { type: "object" } } };
+    r = await post(s, route.chat, { ...base.chat, tools: [weatherTool], tool_choice: "required" });
+    eq([r.status, r.json?.error?.param], [400, "tool_choice"], "tool_choice required with a template of no known call format: 400");
     for (const [ep, body, param, message] of [
       ["completions", { ...base.completions, frobnicate: 1 }, "frobnicate", "Unrecognized request argument supplied: frobnicate"],
       ["completions", { ...base.completions, messages: [] }, "messages", "'messages' belongs to /v1/chat/completions, not /v1/completions."],
@@ -2024,6 +2045,7 @@ const cases = {
   },
 
 };
+Object.assign(cases, toolCases({ args, NAME, startServer, stopServer, check, eq, post, parseSse }));
 
 try {
   const fn = cases[args.case];

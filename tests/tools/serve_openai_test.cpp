@@ -627,7 +627,7 @@ TEST(RequestFields, the_docs_table_lists_every_field_with_its_status) {
   ASSERT_TRUE(in) << "docs/serving.md";
   std::stringstream text;
   text << in.rdbuf();
-  const std::regex row(R"(^\| `([a-z_]+)` \| (both|completions|chat) \| (honoured|default only|refused|parts 2-3) \|)");
+  const std::regex row(R"(^\| `([a-z_]+)` \| (both|completions|chat) \| (honoured|default only|refused) \|)");
   std::map<std::string, std::pair<unsigned, std::string>> docs;
   std::string line;
   while (std::getline(text, line)) {
@@ -641,8 +641,7 @@ TEST(RequestFields, the_docs_table_lists_every_field_with_its_status) {
   }
   const std::map<FieldStatus, std::string> names = {{FieldStatus::kHonoured, "honoured"},
                                                     {FieldStatus::kDefaultOnly, "default only"},
-                                                    {FieldStatus::kRefused, "refused"},
-                                                    {FieldStatus::kStructuredOutputs, "parts 2-3"}};
+                                                    {FieldStatus::kRefused, "refused"}};
   for (const RequestField& f : request_fields()) {
     auto it = docs.find(std::string(f.name));
     ASSERT_NE(it, docs.end()) << f.name << " is not in docs/serving.md's field table";

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <string_view>
 
 #include "tools/serve/http_connection.h"
+#include "tools/serve/structured_output.h"
 
 namespace genbridge::serve {
 
@@ -143,7 +145,7 @@ ApiError client_closed_error() {
 }
 
 // One choice of a request (one engine sequence) as the HTTP side follows it: its text (stop strings), its
-// logprobs, the reasoning split, and how it ended.
+// logprobs, the reasoning split, its tool calls, and how it ended.
 struct ChoiceRun {
   std::shared_ptr<RequestStream> stream;
   size_t prompt = 0;       // the prompt it continues
@@ -154,6 +156,8 @@ struct ChoiceRun {
   std::optional<TextStream> text;
   LogprobQueue logprobs;
   std::optional<ReasoningSplitter> reasoning;
+  uint64_t tool_seed = 0;                  // its tool calls' ids
+  std::optional<ToolCallParser> tools;     // streamed with tools: the calls parsed out of its content
   std::vector<engine::TokenLogprobs> prompt_lps;  // the forced tokens' logprobs
   std::vector<int32_t> ids;                       // generated ids (streamed: of the next chunk)
   int64_t completion_tokens = 0;
@@ -185,9 +189,9 @@ std::vector<int32_t> stop_set(const ParsedRequest& p, const ServedModel& model) 
   return stops;
 }
 
-// Submits every sequence of `p`: ok, or the error to answer with.
+// Submits every sequence of `p`: ok, or the error to answer with. `tool_seed`: the tool calls' ids.
 std::optional<ApiError> start_generation(GenerationService& service, const ServedModel& model, ParsedRequest p,
-                                         uint64_t drawn_seed, Generation* g) {
+                                         uint64_t drawn_seed, uint64_t tool_seed, Generation* g) {
   g->stop_tokens = stop_set(p, model);
   const uint64_t seed = p.seeded ? p.sampling.seed : drawn_seed;
   std::vector<GenerationRequest> requests;
@@ -215,7 +219,14 @@ std::optional<ApiError> start_generation(GenerationService& service, const Serve
       }
       run.text.emplace(*model.tokenizer, p.stop, p.include_stop_str_in_output, p.sampling.min_tokens,
                        p.skip_special_tokens);
-      if (p.chat && model.reasoning_parser != ReasoningParser::kNone) run.reasoning.emplace(model.reasoning_parser);
+      // A constrained output follows its grammar from the first token: it holds no reasoning to split off.
+      if (p.chat && model.reasoning_parser != ReasoningParser::kNone && !p.grammar) {
+        run.reasoning.emplace(model.reasoning_parser);
+      }
+      // Structured outputs: each sequence follows the grammar with a matcher of its own.
+      if (p.grammar) gr.constraint = make_token_constraint(p.grammar, g->stop_tokens);
+      run.tool_seed = mix(tool_seed + g->runs.size());  // each sequence's calls get ids of their own
+      if (p.stream && p.max_tool_calls > 0) run.tools.emplace(p.tool_format, run.tool_seed, p.max_tool_calls);
       g->runs.push_back(std::move(run));
       requests.push_back(std::move(gr));
     }
@@ -402,6 +413,20 @@ bool stream_step(StreamState* st, GenerationService* svc, const ServedModel* mod
       }
     }
     run.ids.insert(run.ids.end(), d.ids.begin(), d.ids.end());  // sent with the next chunk of text
+    // Tools: the content goes through the choice's parser (text that may begin a call is held back); its
+    // calls follow the content as tool_calls deltas.
+    std::vector<ToolCallDelta> calls;
+    if (run.tools) {
+      ParseDelta pd = run.tools->feed(d.text);
+      if (run.ended) {
+        ParseDelta rest = run.tools->finish();
+        pd.content += rest.content;
+        pd.calls.insert(pd.calls.end(), rest.calls.begin(), rest.calls.end());
+      }
+      d.text = std::move(pd.content);
+      calls = std::move(pd.calls);
+      if (run.ended && run.tools->num_calls() > 0 && run.finish && std::string_view(run.finish) == "stop") run.finish = "tool_calls";
+    }
     if (!d.text.empty() || !d.reasoning.empty() || !d.entries.empty()) {
       c.text = std::move(d.text);
       c.reasoning = std::move(d.reasoning);
@@ -409,6 +434,12 @@ bool stream_step(StreamState* st, GenerationService* svc, const ServedModel* mod
       run.ids.clear();
       if (r.logprobs >= 0) c.logprobs = logprobs_json(r, *model->tokenizer, d.entries, run.echo_chars);
       chunk(c);
+    }
+    if (!calls.empty()) {
+      ChoiceOut t{.index = run.index, .tool_calls = tool_call_deltas_json(calls)};
+      t.token_ids = std::move(run.ids);
+      run.ids.clear();
+      chunk(t);
     }
     if (run.ended) {
       ChoiceOut f{.index = run.index, .finish_reason = run.finish, .stop_reason = run.stop_reason};
@@ -528,12 +559,24 @@ void reply_whole(httplib::Response& res, GenerationService& service, const Serve
       c.text = r.prompts[run.prompt].text;
     }
     if (r.chat) c.text = r.echo_text;
-    c.text += run.out_text;
+    bool called = false;
+    if (r.max_tool_calls > 0) {
+      // The whole content parsed at once: content that breaks the format stays content, as vLLM's parsers keep it.
+      ToolCallParser::Whole w = ToolCallParser::parse(r.tool_format, run.out_text, run.tool_seed, r.max_tool_calls);
+      called = !w.calls.empty();
+      if (called) {
+        c.tool_calls = tool_calls_json(w.calls);
+        if (run.finish && std::string_view(run.finish) == "stop") c.finish_reason = "tool_calls";
+      }
+      c.text += w.content;
+    } else {
+      c.text += run.out_text;
+    }
     if (run.reasoning) {
       c.has_reasoning = run.reasoning->saw_reasoning();
       c.reasoning = run.out_reasoning;
-      c.content_null = c.has_reasoning && c.text.empty();
     }
+    c.content_null = (c.has_reasoning || called) && c.text.empty();
     if (r.logprobs >= 0) {
       json lp = logprobs_json(r, *model.tokenizer, entries);
       json gen = logprobs_json(r, *model.tokenizer, run.out_entries, shift);
@@ -882,7 +925,8 @@ void HttpServer::generation_route(bool chat) {
         const std::string id = response_id(chat ? "chatcmpl" : "cmpl", p.request_id);
         const bool stream = p.stream;
         auto st = std::make_shared<StreamState>();
-        if (auto e = start_generation(service_, model_, std::move(p), mix(next_seed_++), &st->g)) {
+        const uint64_t drawn_seed = mix(next_seed_++), tool_seed = mix(next_seed_++);
+        if (auto e = start_generation(service_, model_, std::move(p), drawn_seed, tool_seed, &st->g)) {
           reply_error(res, *e);
           return;
         }

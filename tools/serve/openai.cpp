@@ -7,7 +7,9 @@
 #include <limits>
 
 #include "text/utf8.h"
+#include "tools/serve/output_fields.h"
 #include "tools/serve/request_fields.h"
+#include "tools/serve/structured_output.h"
 
 namespace genbridge::serve {
 
@@ -122,11 +124,20 @@ std::optional<ApiError> get_token_list(const Json& v, const std::string& name, i
   return std::nullopt;
 }
 
-// "content" of a chat message: a string, null, or a list of {"type": "text", "text": "..."} parts (joined).
-std::optional<ApiError> normalize_content(Json& msg, size_t i) {
+// "content" of a chat message as the reference servers pass it to the template: a string; a list of
+// {"type": "text", "text": "..."} parts joined with "\n" (vLLM, llama.cpp); null or absent as "" (vLLM), except
+// on an assistant turn with tool_calls when the template renders such a turn's calls from a null content
+// (DeepSeek-V3's tests `content is none`; `null_content`, found by probing the template at start-up).
+std::optional<ApiError> normalize_content(Json& msg, size_t i, bool null_content) {
   const std::string name = fmt::format("messages[{}].content", i);
   auto it = msg.find("content");
-  if (it == msg.end() || it->is_null() || it->is_string()) return std::nullopt;
+  if (it == msg.end() || it->is_null()) {
+    const bool calls = msg.value("role", Json()) == "assistant" && msg.contains("tool_calls") &&
+                       msg["tool_calls"].is_array() && !msg["tool_calls"].empty();
+    msg["content"] = calls && null_content ? Json(nullptr) : Json("");
+    return std::nullopt;
+  }
+  if (it->is_string()) return std::nullopt;
   if (!it->is_array()) return type_error(name, "a string, null or a list of text parts", *it);
   std::string joined;
   for (size_t p = 0; p < it->size(); ++p) {
@@ -138,6 +149,7 @@ std::optional<ApiError> normalize_content(Json& msg, size_t i) {
                              "server takes text only.",
                              name, p, shown(part)));
     }
+    if (p > 0) joined += "\n";
     joined += part["text"].get<std::string>();
   }
   *it = joined;
@@ -534,6 +546,11 @@ std::variant<std::string, ApiError> render_chat(const Json& body, const ServedMo
     config.chat_template = std::move(t).value();
     config.named_templates.clear();
   }
+  // What the template does with tool calls: the model's, found at start-up; a request's own template is probed
+  // here (a few renders of a probe conversation).
+  TemplateToolSupport tools = model.structured ? model.structured->template_tools() : TemplateToolSupport{};
+  if (field(body, "chat_template")) tools = probe_template(config);
+  if (r) r->template_tools = tools;
   if (!config.chat_template) {
     return bad("messages",
                "This model has no chat template (no chat_template in tokenizer_config.json, no chat_template.jinja, "
@@ -543,6 +560,7 @@ std::variant<std::string, ApiError> render_chat(const Json& body, const ServedMo
   if (!ms) return bad("messages", "'messages' is required.");
   if (!ms->is_array()) return type_error("messages", "a list of messages", *ms);
   if (ms->empty()) return bad("messages", "'messages' is empty.");
+  const bool null_content = tools.null_content;
   Json messages = *ms;
   for (size_t i = 0; i < messages.size(); ++i) {
     Json& msg = messages[i];
@@ -551,7 +569,7 @@ std::variant<std::string, ApiError> render_chat(const Json& body, const ServedMo
     if (role == msg.end() || !role->is_string()) {
       return bad(fmt::format("messages[{}].role", i), fmt::format("'messages[{}].role' must be a string.", i));
     }
-    if (auto e = normalize_content(msg, i)) return *e;
+    if (auto e = normalize_content(msg, i, null_content)) return *e;
   }
   bool add_generation_prompt = true, continue_final = false;
   if (auto e = get_bool(body, "add_generation_prompt", &add_generation_prompt)) return *e;
@@ -799,6 +817,8 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   }
   if (auto e = parse_length(body, chat, model, r)) return *e;
   if (auto e = parse_sampling(body, model, r)) return *e;
+  // Last: a grammar is compiled (and cached) only for a request that is otherwise valid.
+  if (auto e = parse_output_fields(body, chat, model, render_limits, r)) return *e;
   return r;
 }
 
@@ -1062,10 +1082,12 @@ json choice_json(const ParsedRequest& r, const ChoiceOut& c, bool chunk) {
       body["role"] = r.role;
       body["content"] = c.content_null ? json(nullptr) : json(c.text);
       if (c.has_reasoning && r.include_reasoning) body["reasoning_content"] = c.reasoning;
+      if (!c.tool_calls.is_null()) body["tool_calls"] = c.tool_calls;
     } else {
       if (c.first_chat_chunk) body["role"] = r.role;
       if (!c.text.empty() || (c.first_chat_chunk && !c.finish_reason && c.reasoning.empty())) body["content"] = c.text;
       if (!c.reasoning.empty() && r.include_reasoning) body["reasoning_content"] = c.reasoning;
+      if (!c.tool_calls.is_null()) body["tool_calls"] = c.tool_calls;
     }
     choice[chunk ? "delta" : "message"] = std::move(body);
   } else {
@@ -1104,6 +1126,30 @@ json chunk_json(const ParsedRequest& r, const std::string& id, int64_t created, 
   if (choice) j["choices"].push_back(choice_json(r, *choice, true));
   if (usage) j["usage"] = usage_json(*usage);
   return j;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json a = json::array();
+  for (const ToolCall& c : calls) {
+    a.push_back(json{{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return a;
+}
+
+json tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas) {
+  json a = json::array();
+  for (const ToolCallDelta& d : deltas) {
+    json e = {{"index", d.index}};
+    if (d.first) {
+      e["id"] = d.id;
+      e["type"] = "function";
+      e["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+    } else {
+      e["function"] = {{"arguments", d.arguments}};
+    }
+    a.push_back(std::move(e));
+  }
+  return a;
 }
 
 std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }

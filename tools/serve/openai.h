@@ -7,6 +7,7 @@
 // JSON. No HTTP here (tools/serve/http_server.cpp).
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -19,8 +20,15 @@
 #include "text/stream_decoder.h"
 #include "text/tokenizer.h"
 #include "tools/serve/reasoning.h"
+#include "tools/serve/tool_calls.h"
+
+namespace genbridge::text::grammar {
+class CompiledGrammar;
+}
 
 namespace genbridge::serve {
+
+class StructuredSupport;
 
 // {"error": {"message", "type", "param", "code"}} with the HTTP status it goes with.
 struct ApiError {
@@ -57,6 +65,9 @@ struct ServedModel {
   int default_max_tokens = 256;
   // The most engine sequences one request may start (prompts x best_of): every one is queued at once.
   int64_t max_sequences = 64;
+  // Tool calls and structured outputs: the vocabulary trie, the template's tool-call format, compiled grammars
+  // (tools/serve/structured_output.h); null: none of them is served.
+  std::shared_ptr<StructuredSupport> structured;
 
   const std::string& name() const { return names.front(); }
   bool serves(std::string_view name) const;
@@ -95,6 +106,17 @@ struct ParsedRequest {
   bool seeded = false;                  // "seed" was given (else the server draws one)
   std::vector<std::string> stop;        // stop strings
   std::vector<int32_t> stop_token_ids;  // the request's own stop tokens (stop_reason names them)
+  // The grammar every choice's output follows (response_format, guided_*, structured_outputs, tool_choice
+  // "required" or named; each engine sequence gets a matcher of its own); null: none.
+  std::shared_ptr<const text::grammar::CompiledGrammar> grammar;
+  // Tool calls are parsed out of each choice's content in this format (kNone: tools not given, tool_choice
+  // "none", or a template whose format the server does not know), at most max_tool_calls of them per choice
+  // (1 with parallel_tool_calls false).
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
+  int max_tool_calls = 0;
+  // Chat: what the template that rendered the prompt (the model's, or the request's chat_template) does with tool
+  // calls.
+  TemplateToolSupport template_tools;
 
   int64_t prompt_tokens() const;
   // Whether prompt logprobs are computed (completions' echo with logprobs): the prompt is fed as forced tokens.
@@ -207,13 +229,19 @@ struct ChoiceOut {
   std::string text;                     // content (chat) or text (completions)
   std::string reasoning;                // chat with a reasoning parser: reasoning_content
   bool has_reasoning = false;           // reasoning_content is sent (a reasoning parser split the text)
-  bool content_null = false;            // chat message: content null (a reasoning parser left none)
+  bool content_null = false;            // chat message: content null (reasoning or tool calls and no text)
   const char* finish_reason = nullptr;  // nullptr: not finished (chunks)
   nlohmann::json stop_reason;           // vLLM's: the stop string or token id; null otherwise
   std::vector<int32_t> token_ids;       // return_token_ids
   nlohmann::json logprobs;              // null: none
   bool first_chat_chunk = false;        // the delta names the role
+  nlohmann::json tool_calls;            // chat: the message's tool_calls (tool_calls_json) or the delta's
+                                        // (tool_call_deltas_json); null: none
 };
+// OpenAI's tool_calls entries: a message's whole calls, or a chunk's deltas (a call's first delta carries its
+// id, type and name).
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls);
+nlohmann::json tool_call_deltas_json(const std::vector<ToolCallDelta>& deltas);
 nlohmann::json completion_json(const ParsedRequest& r, const std::string& id, int64_t created,
                                const std::string& fingerprint, const std::vector<ChoiceOut>& choices,
                                const Usage& usage);

@@ -80,18 +80,19 @@ constexpr std::array kFields{
     RequestField{"kv_transfer_params", B, S::kRefused},
     RequestField{"vllm_xargs", B, S::kRefused},
     RequestField{"mm_processor_kwargs", H, S::kRefused},
-    // Tool calling and structured outputs: passed on as before, their own work fills these rows.
-    RequestField{"tools", H, S::kStructuredOutputs},
-    RequestField{"tool_choice", H, S::kStructuredOutputs},
-    RequestField{"parallel_tool_calls", H, S::kStructuredOutputs},
-    RequestField{"response_format", B, S::kStructuredOutputs},
-    RequestField{"guided_json", B, S::kStructuredOutputs},
-    RequestField{"guided_regex", B, S::kStructuredOutputs},
-    RequestField{"guided_choice", B, S::kStructuredOutputs},
-    RequestField{"guided_grammar", B, S::kStructuredOutputs},
-    RequestField{"guided_decoding_backend", B, S::kStructuredOutputs},
-    RequestField{"guided_whitespace_pattern", B, S::kStructuredOutputs},
-    RequestField{"structural_tag", H, S::kStructuredOutputs},
+    // Tool calling and structured outputs (tools/serve/output_fields.cpp).
+    RequestField{"tools", H, S::kHonoured},
+    RequestField{"tool_choice", H, S::kHonoured},
+    RequestField{"parallel_tool_calls", H, S::kHonoured},
+    RequestField{"response_format", B, S::kHonoured},
+    RequestField{"guided_json", B, S::kHonoured},
+    RequestField{"guided_regex", B, S::kHonoured},
+    RequestField{"guided_choice", B, S::kHonoured},
+    RequestField{"structured_outputs", B, S::kHonoured},
+    RequestField{"guided_grammar", B, S::kRefused},
+    RequestField{"guided_decoding_backend", B, S::kRefused},
+    RequestField{"guided_whitespace_pattern", B, S::kRefused},
+    RequestField{"structural_tag", H, S::kRefused},
 };
 }  // namespace
 

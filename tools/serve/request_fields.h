@@ -13,10 +13,9 @@ namespace genbridge::serve {
 enum EndpointMask : unsigned { kCompletions = 1, kChat = 2, kBothEndpoints = 3 };
 
 enum class FieldStatus {
-  kHonoured,           // implemented (a value outside its rule: 400 naming the field)
-  kDefaultOnly,        // accepted at its default (or neutral) value only; anything else: 400 naming the field
-  kRefused,            // any value but null: 400 naming the field
-  kStructuredOutputs,  // tool calling and structured outputs: passed on as before; their own work decides
+  kHonoured,     // implemented (a value outside its rule: 400 naming the field)
+  kDefaultOnly,  // accepted at its default (or neutral) value only; anything else: 400 naming the field
+  kRefused,      // any value but null: 400 naming the field
 };
 
 struct RequestField {

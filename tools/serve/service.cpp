@@ -193,7 +193,8 @@ Result<std::vector<std::shared_ptr<RequestStream>>> GenerationService::submit_al
                         .stop_tokens = std::move(request.stop_tokens),
                         .sampling = std::move(request.sampling),
                         .logprobs = request.logprobs,
-                        .forced = std::move(request.forced)};
+                        .forced = std::move(request.forced),
+                        .constraint = std::move(request.constraint)};
       const int w = static_cast<int>(std::min_element(load_.begin(), load_.end()) - load_.begin());
       ++load_[w];
       const Clock::time_point now = Clock::now();

@@ -136,8 +136,9 @@ struct GenerationRequest {
   int max_tokens = 16;
   engine::SamplingParams sampling;
   std::vector<int32_t> stop_tokens;
-  int logprobs = -1;            // engine::Request::logprobs
-  std::vector<int32_t> forced;  // engine::Request::forced (a prompt's tokens fed for their logprobs)
+  int logprobs = -1;                                    // engine::Request::logprobs
+  std::vector<int32_t> forced;                          // engine::Request::forced (a prompt fed for its logprobs)
+  std::shared_ptr<engine::TokenConstraint> constraint;  // engine::Request::constraint (one per sequence)
 };
 
 // Counters and gauges for /metrics.
