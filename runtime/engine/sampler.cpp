@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace genbridge::engine {
 namespace {
@@ -17,12 +19,74 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+// Below this (scaled logit minus the largest, a natural log) a token's probability is under 5e-18 of the
+// likeliest one's (see sample_token).
+constexpr double kNegligible = -40.0;
+
+// A key whose ascending order is the logits' descending order (-0 equal to +0).
+uint32_t descending_key(float f) {
+  uint32_t bits = 0;
+  if (f != 0.f) std::memcpy(&bits, &f, sizeof bits);
+  const uint32_t ascending = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  return ~ascending;
+}
+
+// Puts the first k of `ids` in order of descending logit, ties to the lower id (ids arrive ascending). Few of
+// many: a partial sort (n log k). Otherwise a stable radix sort of every id on its key (three passes of 11
+// bits, linear in n), which keeps the ascending ids of equal keys in order: the same prefix as the comparison.
+void sort_prefix_by_logit(std::span<const float> logits, std::span<int32_t> ids, size_t k) {
+  const size_t n = ids.size();
+  if (k * 16 < n || n < 512) {
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), by_logit);
+    return;
   }
-  return best;
+  thread_local std::vector<uint32_t> key_a, key_b;
+  thread_local std::vector<int32_t> id_b;
+  key_a.resize(n);
+  key_b.resize(n);
+  id_b.resize(n);
+  for (size_t i = 0; i < n; ++i) key_a[i] = descending_key(logits[ids[i]]);
+  uint32_t* src_k = key_a.data();
+  uint32_t* dst_k = key_b.data();
+  int32_t* src_i = ids.data();
+  int32_t* dst_i = id_b.data();
+  constexpr int kBits = 11;
+  constexpr uint32_t kMask = (1u << kBits) - 1;
+  for (int shift = 0; shift < 32; shift += kBits) {
+    size_t count[kMask + 2] = {};
+    for (size_t i = 0; i < n; ++i) ++count[((src_k[i] >> shift) & kMask) + 1];
+    if (count[((src_k[0] >> shift) & kMask) + 1] == n) continue;  // one digit for all: the order stands
+    for (size_t d = 1; d <= kMask + 1; ++d) count[d] += count[d - 1];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = count[(src_k[i] >> shift) & kMask]++;
+      dst_k[at] = src_k[i];
+      dst_i[at] = src_i[i];
+    }
+    std::swap(src_k, dst_k);
+    std::swap(src_i, dst_i);
+  }
+  if (src_i != ids.data()) std::copy(src_i, src_i + n, ids.data());
+}
+
+// The largest logit (no NaN: checked before), over 16 independent lanes so that the compiler vectorizes it.
+float max_logit_of(std::span<const float> logits) {
+  constexpr size_t kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -std::numeric_limits<float>::infinity());
+  const size_t n = logits.size(), body = n / kLanes * kLanes;
+  const float* x = logits.data();
+  for (size_t i = 0; i < body; i += kLanes)
+    for (size_t l = 0; l < kLanes; ++l) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+  float m = -std::numeric_limits<float>::infinity();
+  for (size_t l = 0; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
+  for (size_t i = body; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+int32_t argmax(std::span<const float> logits) {
+  const float m = max_logit_of(logits);
+  return static_cast<int32_t>(std::find(logits.begin(), logits.end(), m) - logits.begin());
 }
 
 }  // namespace
@@ -82,13 +146,37 @@ Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams
     return invalid_argument(
         fmt::format("sampling: scratch has {} entries but the vocabulary has {}", scratch.size(), logits.size()));
   }
-  bool any = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity()) {
-      return invalid_argument(
-          fmt::format("sampling: logits[{}] is {}; every logit must be finite or -inf (masked)", i, logits[i]));
+  // One pass without early exit (it vectorizes): NaN and +Inf fail `x <= max`, -Inf is a masked token.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  // Per lane: a NaN or +Inf seen, a logit above -Inf seen (0 / 1 in 16 independent lanes, so it vectorizes).
+  bool bad = false, any = false;
+  {
+    constexpr size_t kLanes = 16;
+    int32_t bad_lane[kLanes] = {}, any_lane[kLanes] = {};
+    const size_t n = logits.size(), body = n / kLanes * kLanes;
+    const float* x = logits.data();
+    for (size_t i = 0; i < body; i += kLanes)
+      for (size_t l = 0; l < kLanes; ++l) {
+        const float v = x[i + l];
+        bad_lane[l] |= !(v <= std::numeric_limits<float>::max()) & (v != -kInf);
+        any_lane[l] |= v != -kInf;
+      }
+    for (size_t l = 0; l < kLanes; ++l) {
+      bad |= bad_lane[l] != 0;
+      any |= any_lane[l] != 0;
     }
-    any = any || logits[i] != -std::numeric_limits<float>::infinity();
+    for (size_t i = body; i < n; ++i) {
+      bad |= !(x[i] <= std::numeric_limits<float>::max()) && x[i] != -kInf;
+      any |= x[i] != -kInf;
+    }
+  }
+  if (bad) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (std::isnan(logits[i]) || logits[i] == kInf) {
+        return invalid_argument(
+            fmt::format("sampling: logits[{}] is {}; every logit must be finite or -inf (masked)", i, logits[i]));
+      }
+    }
   }
   if (!any) return invalid_argument("sampling: every token is masked (every logit is -inf)");
   if (p.temperature == 0.f) return argmax(logits);
@@ -96,46 +184,62 @@ Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams
   // Candidates sorted by logit (descending, ties to the lower id), cut to top-k.
   const size_t vocab = logits.size();
   std::span<int32_t> ids = scratch.first(vocab);
-  for (size_t i = 0; i < vocab; ++i) ids[i] = static_cast<int32_t>(i);
   const double inv_t = 1.0 / static_cast<double>(p.temperature);
   // Masked tokens (-inf) have probability 0; min_p (vLLM's order: after temperature, before top-k and top-p)
-  // keeps the tokens whose probability is at least min_p times the likeliest one's, a prefix of the order. The
-  // tokens it drops are left out before sorting (the same test as below, so the kept prefix is the same): with
-  // a 151,936-token vocabulary the sort of every token is most of a draw.
+  // keeps the tokens whose probability is at least min_p times the likeliest one's, a prefix of the order. A
+  // token more than kNegligible below the likeliest one (scaled) is left out too: its exp (< 5e-18) added to a
+  // sum that is already >= 1 (the likeliest token's term) leaves the fp64 sums below unchanged, and a draw
+  // u < the total never reaches it, so the draw is the same as over every token. The kept ids stay in
+  // ascending order (ties to the lower id), and with a 151,936-token vocabulary this skips most of the sort.
   const double min_log_ratio = p.min_p > 0.f ? std::log(static_cast<double>(p.min_p)) : -HUGE_VAL;
-  size_t candidates = vocab;
+  const float max_logit = max_logit_of(logits);
+  const double max_scaled = static_cast<double>(max_logit) * inv_t;
+  // The negligible test in float on the raw logits, against a bound at or below the exact one (rounded down
+  // into float): it may keep a few more tokens, which changes nothing (above). min_p's test stays the exact one
+  // in fp64.
+  const double bound = (max_scaled + kNegligible) * static_cast<double>(p.temperature);
+  float negligible_below = -std::numeric_limits<float>::max();
+  if (bound > -static_cast<double>(std::numeric_limits<float>::max())) {
+    negligible_below = static_cast<float>(bound);
+    if (static_cast<double>(negligible_below) > bound) negligible_below = std::nextafter(negligible_below, -kInf);
+  }
+  size_t candidates = 0;
   if (p.min_p > 0.f) {
-    const double max_scaled = static_cast<double>(*std::max_element(logits.begin(), logits.end())) * inv_t;
-    candidates = static_cast<size_t>(std::partition(ids.begin(), ids.end(),
-                                                    [&](int32_t i) {
-                                                      const double x =
-                                                          static_cast<double>(logits[i]) * inv_t - max_scaled;
-                                                      return x >= min_log_ratio && !std::isinf(x);
-                                                    }) -
-                                     ids.begin());
+    for (size_t i = 0; i < vocab; ++i) {
+      const double x = static_cast<double>(logits[i]) * inv_t - max_scaled;
+      if (x >= min_log_ratio && !std::isinf(x) && logits[i] >= negligible_below)
+        ids[candidates++] = static_cast<int32_t>(i);
+    }
+  } else {
+    for (size_t i = 0; i < vocab; ++i) {
+      ids[candidates] = static_cast<int32_t>(i);
+      candidates += logits[i] >= negligible_below && logits[i] != -kInf;
+    }
   }
   size_t k = p.top_k > 0 ? std::min<size_t>(static_cast<size_t>(p.top_k), candidates) : candidates;
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k),
-                    ids.begin() + static_cast<std::ptrdiff_t>(candidates), by_logit);
+  sort_prefix_by_logit(logits, ids.first(candidates), k);
 
-  // Softmax over the k candidates in fp64, then the nucleus.
+  // Softmax over the k candidates in fp64, then the nucleus. Each candidate's exp is taken once (the sums
+  // below add the same values in the same order).
   const double top = static_cast<double>(logits[ids[0]]) * inv_t;
-  for (size_t i = 1; i < k; ++i) {
+  thread_local std::vector<double> weight;
+  weight.resize(k);
+  for (size_t i = 0; i < k; ++i) {
     const double x = static_cast<double>(logits[ids[i]]) * inv_t - top;
     if (!(x >= min_log_ratio) || std::isinf(x)) {
       k = i;
       break;
     }
+    weight[i] = std::exp(x);
   }
   double total = 0;
-  for (size_t i = 0; i < k; ++i) total += std::exp(static_cast<double>(logits[ids[i]]) * inv_t - top);
+  for (size_t i = 0; i < k; ++i) total += weight[i];
   size_t keep = k;
   double kept_mass = total;
   if (p.top_p < 1.f) {
     double cum = 0;
     for (size_t i = 0; i < k; ++i) {
-      cum += std::exp(static_cast<double>(logits[ids[i]]) * inv_t - top);
+      cum += weight[i];
       if (cum / total >= static_cast<double>(p.top_p)) {
         keep = i + 1;
         kept_mass = cum;
@@ -146,7 +250,7 @@ Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams
   const double u = uniform_from(p.seed, step) * kept_mass;
   double cum = 0;
   for (size_t i = 0; i < keep; ++i) {
-    cum += std::exp(static_cast<double>(logits[ids[i]]) * inv_t - top);
+    cum += weight[i];
     if (u < cum) return ids[i];
   }
   return ids[keep - 1];

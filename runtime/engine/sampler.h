@@ -73,7 +73,7 @@ Status validate(const SamplingParams& p);
 // Picks the next token from fp32 logits of one sequence; InvalidArgument naming the first NaN or +Inf logit, or
 // when every logit is -Inf. A -Inf logit is a masked token (logits processing): it is never drawn. `step` is the
 // index of the token being generated (0 for the first). Allocation-free apart from a scratch buffer owned by the
-// caller (size >= vocab).
+// caller (size >= vocab) and, when most of the vocabulary is in play, per-thread sort buffers that grow once.
 Result<int32_t> sample_token(std::span<const float> logits, const SamplingParams& p, uint64_t step,
                              std::span<int32_t> scratch);
 

@@ -249,3 +249,90 @@ TEST(Sampler, validate_names_each_sampling_control_and_its_range) {
 
 }  // namespace
 }  // namespace genbridge::engine
+
+namespace genbridge::engine {
+namespace {
+
+// The draw as the sampler defines it, written plainly: every unmasked token in play, sorted in full by
+// (logit descending, id ascending), fp64 softmax sums in that order, then min_p, top-k, top-p and the inverse
+// CDF. The sampler leaves negligible tokens out and sorts by radix; its draws must equal these.
+int32_t naive_draw(const std::vector<float>& l, const SamplingParams& p, uint64_t step) {
+  std::vector<int32_t> ids(l.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  const double inv_t = 1.0 / p.temperature, top = static_cast<double>(l[ids[0]]) * inv_t;
+  const double min_log = p.min_p > 0.f ? std::log(static_cast<double>(p.min_p)) : -HUGE_VAL;
+  size_t k = p.top_k > 0 ? std::min<size_t>(p.top_k, ids.size()) : ids.size();
+  for (size_t i = 0; i < k; ++i) {
+    const double x = static_cast<double>(l[ids[i]]) * inv_t - top;
+    if (!(x >= min_log) || std::isinf(x)) {
+      k = i;
+      break;
+    }
+  }
+  double total = 0;
+  for (size_t i = 0; i < k; ++i) total += std::exp(static_cast<double>(l[ids[i]]) * inv_t - top);
+  size_t keep = k;
+  double mass = total;
+  if (p.top_p < 1.f) {
+    double cum = 0;
+    for (size_t i = 0; i < k; ++i) {
+      cum += std::exp(static_cast<double>(l[ids[i]]) * inv_t - top);
+      if (cum / total >= static_cast<double>(p.top_p)) {
+        keep = i + 1;
+        mass = cum;
+        break;
+      }
+    }
+  }
+  const double u = uniform_from(p.seed, step) * mass;
+  double cum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += std::exp(static_cast<double>(l[ids[i]]) * inv_t - top);
+    if (u < cum) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+TEST(Sampler, draws_over_a_large_vocabulary_equal_the_plain_full_sort) {
+  // 151,936 logits: a peaked head, a long tail far below it (left out by the sampler), runs of equal values
+  // (ties to the lower id), -0 beside +0 and masked tokens.
+  const size_t vocab = 151936;
+  std::vector<float> l(vocab);
+  uint64_t r = 7;
+  auto next = [&] {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(r >> 11) * 0x1.0p-53;
+  };
+  for (size_t i = 0; i < vocab; ++i) l[i] = static_cast<float>(next() * 12.0 - 6.0);
+  for (size_t i = 0; i < 64; ++i) l[(i * 2371) % vocab] = 28.f + static_cast<float>(i % 8) * 0.25f;  // ties
+  for (size_t i = 0; i < 100; ++i) l[(i * 977 + 5) % vocab] = -std::numeric_limits<float>::infinity();
+  l[11] = -0.f;
+  l[12] = 0.f;
+  auto s = scratch(vocab);
+  const std::vector<SamplingParams> params{
+      {.temperature = 0.5f, .seed = 2},  // the tail is more than 40 below the head: left out
+      {.temperature = 1.f, .seed = 3},
+      {.temperature = 8.f, .seed = 4},  // the tail stays in play: the radix sort of most of the vocabulary
+      {.temperature = 30.f, .top_p = 0.9f, .seed = 5},
+      {.temperature = 20.f, .top_k = 5000, .seed = 6},
+      {.temperature = 0.7f, .top_k = 40, .top_p = 0.95f, .seed = 7},
+      {.temperature = 12.f, .seed = 8, .min_p = 0.001f},
+  };
+  for (const SamplingParams& p : params) {
+    for (uint64_t step = 0; step < 24; ++step) {
+      ASSERT_EQ(*sample_token(l, p, step, s), naive_draw(l, p, step))
+          << "temperature " << p.temperature << " step " << step;
+    }
+  }
+  // Every logit equal: the order is the ids', and the draw is uniform over them.
+  std::vector<float> flat(vocab, 0.5f);
+  flat[3] = -0.f;
+  for (uint64_t step = 0; step < 8; ++step) {
+    const SamplingParams p{.temperature = 1.f, .seed = 11};
+    ASSERT_EQ(*sample_token(flat, p, step, s), naive_draw(flat, p, step));
+  }
+}
+
+}  // namespace
+}  // namespace genbridge::engine
