@@ -34,11 +34,14 @@ void BM_router(benchmark::State& state) {
   run_roofline(state, work, [&](int64_t) {
     Status st;
     switch (kind) {
-      case kSoftmax: st = ops::topk_router(logits.view(), true, ids.view(), weights.view()); break;
+      case kSoftmax:
+        st = ops::topk_router(logits.view(), true, ids.view(), weights.view());
+        break;
       case kGrouped:
         st = ops::grouped_topk_router(
             logits.view(), bias.view(),
-            ops::GroupedTopkParams{.n_group = 8, .topk_group = 4, .norm_topk_prob = true, .routed_scaling_factor = 2.5f},
+            ops::GroupedTopkParams{
+                .n_group = 8, .topk_group = 4, .norm_topk_prob = true, .routed_scaling_factor = 2.5f},
             ids.view(), weights.view());
         break;
       case kSqrtSoftplus:
