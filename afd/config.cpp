@@ -8,6 +8,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "afd/transports/link_transport.h"
+
 namespace genbridge::afd {
 
 std::string_view connector_kind_name(ConnectorKind k) { return k == ConnectorKind::kSync ? "sync" : "async"; }
@@ -101,6 +103,24 @@ Status validate(const AfdConfig& c) {
                     "(tokens x min(top_k, experts per FFN rank) x hidden_size x 2); the limit is 1 GiB per message",
                     c.max_tokens_per_stage, std::max(result_bytes, work_bytes)));
   }
+  if (c.link_latency_us < 0 || c.link_latency_us > kMaxLinkLatencyUs) {
+    return rule("link_latency_us", std::to_string(c.link_latency_us),
+                fmt::format("must be in 0..{} (microseconds)", kMaxLinkLatencyUs));
+  }
+  if (c.link_bandwidth_mbps < 0 || c.link_bandwidth_mbps > kMaxLinkBandwidthMbps) {
+    return rule("link_bandwidth_mbps", std::to_string(c.link_bandwidth_mbps),
+                fmt::format("must be in 0..{} (megabits per second; 0: unlimited)", kMaxLinkBandwidthMbps));
+  }
+  // A transfer the link model delays past the deadline of every wait would end each step with an error.
+  const LinkModel link = link_model_of(c);
+  const int64_t slowest_ns =
+      link.latency_us * 1000 + link.wire_ns(static_cast<size_t>(std::max(result_bytes, work_bytes)));
+  if (link.enabled() && static_cast<double>(slowest_ns) >= static_cast<double>(c.timeout_ms) * 1e6) {
+    return invalid_argument(fmt::format(
+        "afd config: over the link model ('link_latency_us' {}, 'link_bandwidth_mbps' {}) one stage's largest "
+        "transfer ({} bytes) would take {:.3f} ms, at least 'timeout_ms' ({})",
+        c.link_latency_us, c.link_bandwidth_mbps, std::max(result_bytes, work_bytes), slowest_ns / 1e6, c.timeout_ms));
+  }
   return ok_status();
 }
 
@@ -164,6 +184,8 @@ constexpr IntKey kIntKeys[] = {
     {"hidden_size", &AfdConfig::hidden_size, nullptr},
     {"dispatch_row_bytes", &AfdConfig::dispatch_row_bytes, nullptr},
     {"num_layers", &AfdConfig::num_layers, nullptr},
+    {"link_latency_us", nullptr, &AfdConfig::link_latency_us},
+    {"link_bandwidth_mbps", nullptr, &AfdConfig::link_bandwidth_mbps},
 };
 
 // One key that is not an integer: "connector", "transport", "async_dp" or "dense_layers".
@@ -199,7 +221,7 @@ Status read_other_key(const std::string& key, const json& v, AfdConfig* c) {
     return invalid_argument(fmt::format(
         "afd config: unknown key '{}' (known keys: attention_ranks, ffn_ranks, stages, connector, transport, "
         "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, init_timeout_ms, num_experts, top_k, "
-        "hidden_size, dispatch_row_bytes, num_layers, dense_layers)",
+        "hidden_size, dispatch_row_bytes, num_layers, dense_layers, link_latency_us, link_bandwidth_mbps)",
         key));
   }
   return ok_status();
@@ -264,10 +286,11 @@ std::string canonical_settings(const AfdConfig& c) {
   return fmt::format(
       "attention_ranks={}\nffn_ranks={}\nstages={}\nconnector={}\ntransport={}\nasync_dp={}\nmax_tokens_per_stage={}\n"
       "timeout_ms={}\nidle_timeout_ms={}\ninit_timeout_ms={}\nnum_experts={}\ntop_k={}\nhidden_size={}\n"
-      "dispatch_row_bytes={}\nnum_layers={}\ndense_layers=[{}]\n",
+      "dispatch_row_bytes={}\nnum_layers={}\ndense_layers=[{}]\nlink_latency_us={}\nlink_bandwidth_mbps={}\n",
       c.num_attention, c.num_ffn, c.num_stages, connector_kind_name(c.connector), transport_kind_name(c.transport),
       c.async_dp ? "true" : "false", c.max_tokens_per_stage, c.timeout_ms, c.idle_timeout_ms, c.init_timeout_ms,
-      c.num_experts, c.top_k, c.hidden_size, c.dispatch_row_bytes, c.num_layers, dense);
+      c.num_experts, c.top_k, c.hidden_size, c.dispatch_row_bytes, c.num_layers, dense, c.link_latency_us,
+      c.link_bandwidth_mbps);
 }
 
 std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a, std::string* value_b) {

@@ -19,6 +19,9 @@ inline constexpr int kMaxAttentionRanks = 64;
 inline constexpr int kMaxFfnRanks = 64;
 inline constexpr int kMaxStages = 3;
 inline constexpr int kMaxTopK = 16;
+// Ranges of the link model's settings: 10 s one way, 1 Pb/s.
+inline constexpr int64_t kMaxLinkLatencyUs = 10'000'000;
+inline constexpr int64_t kMaxLinkBandwidthMbps = 1'000'000'000;
 
 enum class ConnectorKind : uint8_t { kSync, kAsync };
 enum class TransportKind : uint8_t { kInproc, kMpi };
@@ -58,6 +61,10 @@ struct AfdConfig {
   int dispatch_row_bytes = 0;     // "dispatch_row_bytes": 0, or a multiple of 4 above hidden_size
   int num_layers = 0;             // "num_layers" >= 1
   std::vector<int> dense_layers;  // "dense_layers": layers that stay on the attention side, ascending
+  // The link model (afd/transports/link_transport.h): every transfer on the data channels arrives as if it
+  // had crossed a link of this one-way latency and bandwidth. 0 and 0: no link model (the transport as is).
+  int64_t link_latency_us = 0;      // "link_latency_us": 0..10000000, below 'timeout_ms'
+  int64_t link_bandwidth_mbps = 0;  // "link_bandwidth_mbps": megabits per second, 0 (unlimited)..1000000000
 
   // Layers whose FFN runs on the FFN ranks (every layer not listed as dense), ascending.
   std::vector<int> moe_layers() const;

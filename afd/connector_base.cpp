@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 
+#include "afd/transports/link_transport.h"
 #include "genbridge/core/formats.h"
 
 namespace genbridge::afd {
@@ -93,6 +94,9 @@ BackendState::~BackendState() {
 // The only way to a connector: every ConnectorBase holds a valid config.
 Result<std::unique_ptr<Connector>> make_connector(const ValidAfdConfig& cfg, std::unique_ptr<Transport> transport) {
   if (!transport) return invalid_argument("afd: make_connector needs a transport");
+  // The link model sits between the connector and whichever transport it was given.
+  if (const LinkModel link = link_model_of(cfg); link.enabled())
+    transport = make_link_transport(std::move(transport), link);
   if (cfg->connector == ConnectorKind::kSync) return make_sync_connector(cfg, std::move(transport));
   return make_async_connector(cfg, std::move(transport));
 }

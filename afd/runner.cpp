@@ -132,40 +132,30 @@ Status AttentionRunner::step(int64_t step, std::span<const int> stage_tokens, bo
   warmup_ = warmup;
   if (metrics_) metrics_->set_recording(!warmup);
   const int64_t begin = now_ns();
-  ControlPlane* cp = connector_.control_plane();
-  if (cp != nullptr) {
+  if (ControlPlane* cp = connector_.control_plane(); cp != nullptr) {
     GB_RETURN_IF_ERROR(cp->send_step(step, stage_tokens, warmup));
-    for (int layer = 0; layer < cfg.num_layers; ++layer) {
-      if (moe_index_[layer] < 0) {
-        for (int s = 0; s < S; ++s) {
-          if (stage_tokens[s] > 0) GB_RETURN_IF_ERROR(fns.attend(layer, s, nullptr));
-        }
-        continue;
-      }
-      for (int s = 0; s < S; ++s) GB_RETURN_IF_ERROR(dispatch(layer, s, step, stage_tokens[s], fns));
-      for (int s = 0; s < S; ++s) GB_RETURN_IF_ERROR(collect(layer, s, stage_tokens[s], fns));
-    }
-  } else {
-    // Per-stage FIFO: a stage's MoE outputs of layer L are collected when the stage starts layer L+1.
-    std::array<int, kMaxStages> pending;
-    pending.fill(-1);
-    for (int layer = 0; layer < cfg.num_layers; ++layer) {
-      for (int s = 0; s < S; ++s) {
-        if (pending[s] >= 0) {
-          GB_RETURN_IF_ERROR(collect(pending[s], s, stage_tokens[s], fns));
-          pending[s] = -1;
-        }
-        if (moe_index_[layer] < 0) {
-          if (stage_tokens[s] > 0) GB_RETURN_IF_ERROR(fns.attend(layer, s, nullptr));
-        } else {
-          GB_RETURN_IF_ERROR(dispatch(layer, s, step, stage_tokens[s], fns));
-          pending[s] = layer;
-        }
-      }
-    }
+  }
+  // Per-stage FIFO: a stage's MoE outputs of layer L are collected when the stage starts layer L+1, so the
+  // other stages' attention runs while they cross the link and the FFN ranks compute them. The FFN ranks
+  // receive in the same (layer, stage) order, with a control plane as without one.
+  std::array<int, kMaxStages> pending;
+  pending.fill(-1);
+  for (int layer = 0; layer < cfg.num_layers; ++layer) {
     for (int s = 0; s < S; ++s) {
-      if (pending[s] >= 0) GB_RETURN_IF_ERROR(collect(pending[s], s, stage_tokens[s], fns));
+      if (pending[s] >= 0) {
+        GB_RETURN_IF_ERROR(collect(pending[s], s, stage_tokens[s], fns));
+        pending[s] = -1;
+      }
+      if (moe_index_[layer] < 0) {
+        if (stage_tokens[s] > 0) GB_RETURN_IF_ERROR(fns.attend(layer, s, nullptr));
+      } else {
+        GB_RETURN_IF_ERROR(dispatch(layer, s, step, stage_tokens[s], fns));
+        pending[s] = layer;
+      }
     }
+  }
+  for (int s = 0; s < S; ++s) {
+    if (pending[s] >= 0) GB_RETURN_IF_ERROR(collect(pending[s], s, stage_tokens[s], fns));
   }
   if (metrics_) {
     const int64_t end = now_ns();

@@ -5,10 +5,9 @@
 //    compute that item's layer -> send_ffn_output, until every attention rank finished.
 //  * AttentionRunner runs one decode step of an attention rank over S stages (micro-batches): it calls
 //    the engine's `attend` (attention + router of a layer, or a whole dense layer) and `combine`
-//    (moe_combine + residual on the expert outputs) and moves the data in between. With a control plane
-//    each MoE layer dispatches every stage, then collects every stage (the FFN ranks batch a stage
-//    across attention ranks); without one, a stage's layer-L outputs are collected at the start of
-//    layer L+1 (per-stage FIFO), so stage s+1's attention overlaps stage s's experts (ping-pong).
+//    (moe_combine + residual on the expert outputs) and moves the data in between. A stage's layer-L
+//    outputs are collected at the start of layer L+1 (per-stage FIFO), so stage s+1's attention overlaps
+//    stage s's transfers and experts (ping-pong), with either connector.
 // Both branch on control_plane() == nullptr only.
 
 #include <cstdint>

@@ -9,16 +9,16 @@
 namespace genbridge::tools {
 
 // Exit codes of every subcommand (`run`, `run --afd` and `afd-worker` share one run path).
-inline constexpr int kExitOk = 0;       // every request finished (or the command did its work)
-inline constexpr int kExitFailed = 1;   // the run failed (model, device, job, I/O); nothing printed as a result
-inline constexpr int kExitUsage = 2;    // the command line is invalid: a flag's value or a combination of flags
+inline constexpr int kExitOk = 0;      // every request finished (or the command did its work)
+inline constexpr int kExitFailed = 1;  // the run failed (model, device, job, I/O); nothing printed as a result
+inline constexpr int kExitUsage = 2;   // the command line is invalid: a flag's value or a combination of flags
 // Some request was refused, or ended by an error (non-finite logits); its line says why, the others finished.
 inline constexpr int kExitRefused = 3;
 
 struct MakeModelOptions {
   std::string preset = "tiny";
-  int64_t vocab_size = 0;        // 0: the preset's
-  std::string tokenizer_dir;     // copy tokenizer.json + tokenizer_config.json from here instead of writing one
+  int64_t vocab_size = 0;     // 0: the preset's
+  std::string tokenizer_dir;  // copy tokenizer.json + tokenizer_config.json from here instead of writing one
   uint64_t seed = 0;
   int shards = 1;
   std::string out_dir;
@@ -60,6 +60,9 @@ struct RunOptions {
   int afd_stages = 1;
   std::string afd_transport = "inproc";
   double afd_timeout_s = 30.0;
+  // The link model (docs/afd.md): one-way latency and bandwidth added to every AFD transfer; 0 = none.
+  int64_t afd_link_latency_us = 0;
+  double afd_link_gbps = 0.0;
   int afd_warmup_steps = 2;  // first steps of each attention rank left out of the AFD metrics
   std::string trace;
   // Flags given on the command line, as their long names ("--afd-stages"): combinations are checked on it.
@@ -75,8 +78,8 @@ inline constexpr int kMaxHttpThreads = 16384;
 struct ServeOptions {
   RunOptions run;  // --model, --preset, --model-seed, --max-batch, --kv-memory-mb, --kv-cache-dtype, --soc, ...
   std::string host = "127.0.0.1";
-  int port = 8000;                 // 0: any free port (see port_file)
-  std::string port_file;           // written with the bound port once listening
+  int port = 8000;                              // 0: any free port (see port_file)
+  std::string port_file;                        // written with the bound port once listening
   std::vector<std::string> served_model_names;  // --served-model-name (repeatable); default: the model directory's
   std::string chat_template;                    // --chat-template: a file, or the template itself; empty: the model's
   std::string generation_config = "auto";       // --generation-config: auto | vllm | a directory
@@ -84,13 +87,13 @@ struct ServeOptions {
   std::string reasoning_parser;                 // --reasoning-parser: qwen3 | deepseek_r1; empty: none
   std::vector<std::string> api_keys;            // --api-key (repeatable)
   std::vector<std::string> allowed_origins;     // --allowed-origins (repeatable, or a JSON list)
-  int max_queued_requests = 64;    // accepted requests waiting to start; more get 429
-  int default_max_tokens = 256;    // when a request gives no max_tokens
-  int http_threads = 0;            // 0: --max-batch x attention ranks + --max-queued-requests + 8
-  double request_timeout_s = 600;  // a request still running then is cancelled (504)
-  int max_body_mb = 16;            // a request body beyond it is refused (413) while it is read
-  double shutdown_timeout_s = 30;  // SIGTERM: in-flight requests get this long, then are cancelled
-  std::string role;                // --afd-transport mpi: "attention", "ffn" or empty (roles from rank order)
+  int max_queued_requests = 64;                 // accepted requests waiting to start; more get 429
+  int default_max_tokens = 256;                 // when a request gives no max_tokens
+  int http_threads = 0;                         // 0: --max-batch x attention ranks + --max-queued-requests + 8
+  double request_timeout_s = 600;               // a request still running then is cancelled (504)
+  int max_body_mb = 16;                         // a request body beyond it is refused (413) while it is read
+  double shutdown_timeout_s = 30;               // SIGTERM: in-flight requests get this long, then are cancelled
+  std::string role;  // --afd-transport mpi: "attention", "ffn" or empty (roles from rank order)
 };
 
 int make_model(const MakeModelOptions& o);

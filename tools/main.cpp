@@ -84,6 +84,16 @@ void add_load_flags(CLI::App* run, genbridge::tools::RunOptions& ro, const std::
                 "scan's cost");
 }
 
+// The link model's flags `run`, `afd-worker` and `serve` share (docs/afd.md, "The link model").
+void add_afd_link_flags(CLI::App* app, genbridge::tools::RunOptions& o) {
+  add_int64_flag(app, "--afd-link-latency-us", &o.afd_link_latency_us, 0, genbridge::afd::kMaxLinkLatencyUs,
+                 "Link model: one-way latency in microseconds added to every AFD transfer (attention -> FFN and\n"
+                 "back), as if ranks sat on different machines; a timed wait, not a spin. 0 = none");
+  add_real_flag(app, "--afd-link-gbps", &o.afd_link_gbps, 0, 1e6, false,
+                "Link model: bandwidth in Gb/s of each link between two ranks; a transfer occupies its link for\n"
+                "bytes x 8 / bandwidth. 0 = unlimited");
+}
+
 // The flags `run` and `afd-worker` share: model, prompts, sampling, batching, AFD settings.
 void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   constexpr int kMaxTokens = 1 << 20;
@@ -159,6 +169,7 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
                 "a number of seconds");
   add_int_flag(run, "--afd-warmup-steps", &ro.afd_warmup_steps, 0, 1 << 20,
                "First steps of each attention rank that run as usual but are left out of the AFD metrics");
+  add_afd_link_flags(run, ro);
   add_string_flag(run, "--trace", &ro.trace,
                   "Write a Chrome/Perfetto trace (JSON) of the run to FILE.json: the engine's phases per layer and\n"
                   "step, or with --afd every rank's attention, FFN, transfer and wait spans (checked before decoding)",
@@ -257,6 +268,7 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
                 "of it (keep-alive), so idle periods of any length are fine; a rank silent for longer ends the job.\n"
                 "A pause of this whole process (SIGSTOP) does not count (docs/afd.md)",
                 "a number of seconds");
+  add_afd_link_flags(srv, so.run);
   add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
                   "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");
   srv->footer(

@@ -61,6 +61,12 @@ Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode) {
         o.afd_transport));
   }
   cfg.transport = mpi ? afd::TransportKind::kMpi : afd::TransportKind::kInproc;
+  cfg.link_latency_us = o.afd_link_latency_us;
+  cfg.link_bandwidth_mbps = std::llround(o.afd_link_gbps * 1000.0);
+  if (o.afd_link_gbps > 0 && cfg.link_bandwidth_mbps == 0) {
+    return invalid_argument(fmt::format(
+        "--afd-link-gbps {}: below the model's resolution of 0.001 Gb/s (1 Mb/s); 0 means unlimited", o.afd_link_gbps));
+  }
   return cfg;
 }
 

@@ -17,7 +17,8 @@
 //   roof_tok/s                  tok/s at the roofline bound = tok/s / roof_frac.
 // Prompts are the CLI's (`genbridge run --num-prompts B --prompt-len L --max-new-tokens N --max-batch B`
 // generates the same ones). AFD rows (afd_stages > 0) run 1 attention + 1 FFN rank as threads (in-process
-// transport, sync connector) on the same cores: they show the connector's overhead.
+// transport, sync connector) on the same cores: they show the connector's overhead. engine_afd_link rows: the
+// same under the link model, step time against injected latency (their counters are described at BM_afd_link).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -116,9 +117,9 @@ double weight_bytes(const model::ModelConfig& c, double tokens) {
     total += mixer_weights(c, l);
     if (c.is_moe_layer(l)) {
       const double used = E * (1.0 - std::pow(1.0 - k / E, tokens));
-      const double shared = c.is_deepseek_v4() ? 3 * H * I * c.dsv4.n_shared_experts
-                            : c.has_shared_expert()  ? 3 * H * c.shared_expert_intermediate_size + H
-                                                     : 0;
+      const double shared = c.is_deepseek_v4()      ? 3 * H * I * c.dsv4.n_shared_experts
+                            : c.has_shared_expert() ? 3 * H * c.shared_expert_intermediate_size + H
+                                                    : 0;
       total += E * H + used * 3 * H * I + shared;
     } else {
       total += 3 * H * c.intermediate_size;
@@ -148,7 +149,7 @@ double token_flops(const model::ModelConfig& c, double ctx) {
       f += 4.0 * c.num_attention_heads * c.head_dim * (ctx + 1);
     }
     if (c.is_moe_layer(l)) {
-      const double shared = c.is_deepseek_v4()       ? 6 * H * I * c.dsv4.n_shared_experts
+      const double shared = c.is_deepseek_v4()      ? 6 * H * I * c.dsv4.n_shared_experts
                             : c.has_shared_expert() ? 6 * H * c.shared_expert_intermediate_size
                                                     : 0;
       f += 2 * H * E + 6 * H * I * k + shared;
@@ -159,6 +160,21 @@ double token_flops(const model::ModelConfig& c, double ctx) {
   return f;
 }
 double lm_head_flops(const model::ModelConfig& c) { return 2.0 * c.hidden_size * c.vocab_size; }
+
+// 1 attention + 1 FFN rank as threads of this process, `stages` micro-batches, the link model's one-way
+// latency `link_us` (0: none) on every transfer.
+Result<afd::EngineJobResult> run_afd(Model& m, std::vector<engine::Request> reqs, int stages, int64_t link_us,
+                                     afd::ConnectorKind connector) {
+  const int n = static_cast<int>(reqs.size());
+  afd::EngineJobOptions o;
+  o.afd.num_attention = 1;
+  o.afd.num_ffn = 1;
+  o.afd.num_stages = stages;
+  afd::set_connector(connector, &o.afd);
+  o.afd.link_latency_us = link_us;
+  o.engine.max_batch = n;
+  return afd::run_inproc_engine_job(*m.ckpt, *m.dev, std::move(reqs), n, o);
+}
 
 Result<engine::EngineMetrics> run(int64_t which, int n, int prompt_len, int new_tokens, int afd_stages) {
   Model& m = bench_model(which);
@@ -174,12 +190,7 @@ Result<engine::EngineMetrics> run(int64_t which, int n, int prompt_len, int new_
     GB_RETURN_IF_ERROR(eng.run_to_completion());
     return eng.metrics();
   }
-  afd::EngineJobOptions o;
-  o.afd.num_attention = 1;
-  o.afd.num_ffn = 1;
-  o.afd.num_stages = afd_stages;
-  o.engine.max_batch = n;
-  GB_ASSIGN_OR_RETURN(auto job, afd::run_inproc_engine_job(*m.ckpt, *m.dev, reqs, n, o));
+  GB_ASSIGN_OR_RETURN(auto job, run_afd(m, std::move(reqs), afd_stages, 0, afd::ConnectorKind::kSync));
   return job.metrics;
 }
 
@@ -244,6 +255,64 @@ void BM_decode(benchmark::State& state) {
   state.SetLabel(fmt::format("{} {}", kPresets[which],
                              afd_stages == 0 ? "monolithic" : fmt::format("AFD 1A1F sync S={}", afd_stages)));
 }
+
+// AFD 1A1F on `small` under the link model: decode step time against the injected one-way latency, per
+// connector and stage count, with how much of the link the pipeline keeps off the step. Within a row group
+// (batch, stages, connector) the link_us:0 row runs first and is the reference:
+//   step_ms     decode step time (the AFD report's mean TPOT; warm-up steps excluded), the best of 3 runs
+//   added_ms    step_ms - the link_us:0 row's
+//   serial_ms   what the link would add if every transfer were waited for in turn: stages x 2 x latency x
+//               MoE layers (one message each way per stage and layer; the bandwidth is unlimited here)
+//   hidden      1 - added_ms / serial_ms: the fraction of the link's time the schedule hides
+void BM_afd_link(benchmark::State& state) {
+  const int batch = static_cast<int>(state.range(0)), stages = static_cast<int>(state.range(1));
+  const int64_t link_us = state.range(2);
+  const auto connector = state.range(3) ? afd::ConnectorKind::kAsync : afd::ConnectorKind::kSync;
+  Model& model = bench_model(0);
+  const model::ModelConfig& c = model.ckpt->config();
+  double step_ms = 1e30, tok_s = 0;
+  for (auto _ : state) {
+    auto job = run_afd(model, requests(batch, 32, 32, c.vocab_size), stages, link_us, connector);
+    if (!job.ok()) return state.SkipWithError(job.status().to_string().c_str());
+    state.SetIterationTime(job->report.decode_s);
+    if (job->report.tpot_mean_ms < step_ms) {
+      step_ms = job->report.tpot_mean_ms;
+      tok_s = static_cast<double>(job->report.decode_tokens) / job->report.decode_s;
+    }
+  }
+  int moe_layers = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
+  static std::map<std::tuple<int, int, int>, double> no_link;
+  const std::tuple<int, int, int> group{batch, stages, static_cast<int>(state.range(3))};
+  if (link_us == 0) no_link[group] = step_ms;
+  state.counters["step_ms"] = step_ms;
+  state.counters["tok/s"] = tok_s;
+  if (auto it = no_link.find(group); it != no_link.end() && link_us > 0) {
+    const double serial_ms = stages * 2.0 * static_cast<double>(link_us) / 1000.0 * moe_layers;
+    state.counters["added_ms"] = step_ms - it->second;
+    state.counters["serial_ms"] = serial_ms;
+    state.counters["hidden"] = 1.0 - (step_ms - it->second) / serial_ms;
+  }
+  state.SetLabel(fmt::format("small AFD 1A1F {} S={}", afd::connector_kind_name(connector), stages));
+}
+
+void afd_link_rows(benchmark::internal::Benchmark* b) {
+  for (int async : {0, 1}) {
+    for (int batch : {8, 32, 64}) {
+      for (int stages : {1, 2, 3}) {
+        for (int64_t link_us : {0, 1000, 3000}) b->Args({batch, stages, link_us, async});
+      }
+    }
+  }
+}
+
+BENCHMARK(BM_afd_link)
+    ->Name("engine_afd_link")
+    ->ArgNames({"batch", "stages", "link_us", "async"})
+    ->Apply(afd_link_rows)
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_TEMPLATE(BM_prefill, 0)
     ->Name("engine_prefill")

@@ -183,5 +183,42 @@ TEST(AfdConfig, canonical_settings_name_the_first_difference) {
   EXPECT_EQ(vb, "1");
 }
 
+TEST(AfdConfig, link_model_keys) {
+  // kValid: 64 tokens per stage x min(top_k 2, 4 experts per FFN rank) x 128 x 2 = 32768 bytes, the largest
+  // message; timeout_ms 5000.
+  const AfdConfig c = parse_afd_config(with("link_latency_us", "170")).value();
+  EXPECT_EQ(c.link_latency_us, 170);
+  EXPECT_EQ(c.link_bandwidth_mbps, 0);
+  EXPECT_EQ(parse_afd_config(with("link_bandwidth_mbps", "100000"))->link_bandwidth_mbps, 100000);
+  EXPECT_EQ(parse_afd_config(kValid)->link_latency_us, 0);
+  EXPECT_EQ(error_of(with("link_latency_us", "-1")),
+            "afd config: 'link_latency_us' is -1 but must be in 0..10000000 (microseconds)");
+  EXPECT_EQ(error_of(with("link_bandwidth_mbps", "1000000001")),
+            "afd config: 'link_bandwidth_mbps' is 1000000001 but must be in 0..1000000000 (megabits per second; 0: "
+            "unlimited)");
+  EXPECT_EQ(error_of(with("link_latency_us", "\"170\"")),
+            "afd config: 'link_latency_us' must be an integer, got \"170\"");
+  // 5 s of latency reaches the 5 s deadline; at 1 Mb/s the 32768-byte message takes 262 ms on the wire.
+  EXPECT_EQ(error_of(with("link_latency_us", "5000000")),
+            "afd config: over the link model ('link_latency_us' 5000000, 'link_bandwidth_mbps' 0) one stage's largest "
+            "transfer (32768 bytes) would take 5000.000 ms, at least 'timeout_ms' (5000)");
+  nlohmann::json j = nlohmann::json::parse(kValid);
+  j["link_latency_us"] = 4800000;
+  j["link_bandwidth_mbps"] = 1;
+  EXPECT_NE(error_of(j.dump()).find("would take 5062.144 ms, at least 'timeout_ms' (5000)"), std::string::npos);
+  j["link_latency_us"] = 4000000;
+  EXPECT_TRUE(parse_afd_config(j.dump()).ok());
+}
+
+TEST(AfdConfig, ranks_that_disagree_on_the_link_are_told_which_key_differs) {
+  AfdConfig a = parse_afd_config(kValid).value();
+  AfdConfig b = a;
+  b.link_bandwidth_mbps = 100000;
+  std::string va, vb;
+  EXPECT_EQ(first_differing_key(canonical_settings(a), canonical_settings(b), &va, &vb), "link_bandwidth_mbps");
+  EXPECT_EQ(va, "0");
+  EXPECT_EQ(vb, "100000");
+}
+
 }  // namespace
 }  // namespace genbridge::afd

@@ -150,11 +150,11 @@ class CliTest : public ::testing::Test {
       return j;
     };
     // $CPU_AVAILABLE / $CPU_COMPILED: this machine's CPU targets (genbridge/core/cpu_target.h).
-    return replace_all(
-        replace_all(replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR", (scratch_ / "dir").string()),
-                                "$PHYS_MIB", phys_mib()),
-                    "$CPU_AVAILABLE", join(genbridge::cpu_targets_available())),
-        "$CPU_COMPILED", join(genbridge::cpu_targets_compiled()));
+    return replace_all(replace_all(replace_all(replace_all(replace_all(s, "$MODEL", model_.string()), "$DIR",
+                                                           (scratch_ / "dir").string()),
+                                               "$PHYS_MIB", phys_mib()),
+                                   "$CPU_AVAILABLE", join(genbridge::cpu_targets_available())),
+                       "$CPU_COMPILED", join(genbridge::cpu_targets_compiled()));
   }
   std::vector<std::string> expand(const std::vector<std::string>& v) const {
     std::vector<std::string> r;
@@ -457,7 +457,8 @@ const std::vector<Row> kRows = {
     {"run_env_cpu_target",
      R({}),
      2,
-     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge run: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or "
+     "best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
     // --dump-logits and --trace: checked before decoding
@@ -545,6 +546,25 @@ const std::vector<Row> kRows = {
      "genbridge run: --afd-timeout 30s: expected a number of seconds in [0.001, 86400]"},
     {"afd_timeout_empty", R({"--afd", "1A1F", "--afd-timeout", ""}), 2,
      "genbridge run: --afd-timeout '': expected a number of seconds in [0.001, 86400]"},
+    // the link model's flags
+    {"afd_link_latency_negative", R({"--afd", "1A1F", "--afd-link-latency-us", "-1"}), 2,
+     "genbridge run: --afd-link-latency-us -1: expected an integer in [0, 10000000]"},
+    {"afd_link_latency_huge", R({"--afd", "1A1F", "--afd-link-latency-us", "10000001"}), 2,
+     "genbridge run: --afd-link-latency-us 10000001: expected an integer in [0, 10000000]"},
+    {"afd_link_gbps_below_resolution", R({"--afd", "1A1F", "--afd-link-gbps", "0.0001"}), 2,
+     "genbridge run: --afd-link-gbps 0.0001: below the model's resolution of 0.001 Gb/s (1 Mb/s); 0 means unlimited"},
+    {"afd_link_gbps_huge", R({"--afd", "1A1F", "--afd-link-gbps", "1e7"}), 2,
+     "genbridge run: --afd-link-gbps 1e7: expected a number in [0, 1000000]"},
+    {"afd_link_gbps_nan", R({"--afd", "1A1F", "--afd-link-gbps", "nan"}), 2,
+     "genbridge run: --afd-link-gbps nan: expected a number in [0, 1000000]"},
+    {"afd_link_latency_without_afd", R({"--afd-link-latency-us", "170"}), 2,
+     "genbridge run: --afd-link-latency-us applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
+     "--afd-link-latency-us"},
+    {"afd_link_past_the_timeout", R({"--afd", "1A1F", "--afd-timeout", "0.1", "--afd-link-latency-us", "200000"}), 1,
+     "genbridge run: InvalidArgument: afd config: over the link model ('link_latency_us' 200000, 'link_bandwidth_mbps' "
+     "0) one stage's largest transfer (2097152 bytes) would take 200.000 ms, at least 'timeout_ms' (100)"},
+    {"serve_afd_link_gbps_negative", S({"--afd", "1A1F", "--afd-link-gbps", "-1"}), 2,
+     "genbridge serve: --afd-link-gbps -1: expected a number in [0, 1000000]"},
     {"afd_timeout_without_afd", R({"--afd-timeout", "5"}), 2,
      "genbridge run: --afd-timeout applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
      "--afd-timeout"},
@@ -584,7 +604,8 @@ const std::vector<Row> kRows = {
     {"worker_env_cpu_target",
      W({"--afd", "1A1F"}),
      2,
-     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: $CPU_AVAILABLE (or best); "
+     "genbridge afd-worker: GENBRIDGE_CPU_TARGET=avx9: not a CPU target this machine can run; available: "
+     "$CPU_AVAILABLE (or best); "
      "compiled into this build: $CPU_COMPILED",
      {{"GENBRIDGE_CPU_TARGET", "avx9"}}},
 
@@ -782,9 +803,9 @@ TEST_F(CliTest, exit_codes_of_run_and_run_afd_agree) {
 // temperature is greedy in effect, the largest uniform; both are finite floats, as is 1 / temperature).
 TEST_F(CliTest, sampling_bounds_as_printed_run_to_the_end) {
   for (const std::vector<std::string>& more : {std::vector<std::string>{"--temperature", "1.1754944e-38"},
-                                              {"--temperature", "3.4028235e+38", "--top-k", "2147483647"},
-                                              {"--temperature", "1", "--top-p", "1.1754944e-38"},
-                                              {"--temperature", "-0", "--seed", "18446744073709551615"}}) {
+                                               {"--temperature", "3.4028235e+38", "--top-k", "2147483647"},
+                                               {"--temperature", "1", "--top-p", "1.1754944e-38"},
+                                               {"--temperature", "-0", "--seed", "18446744073709551615"}}) {
     const Outcome o = run(R(more));
     EXPECT_EQ(o.exit_code, 0) << more[1] << ": " << o.err;
     EXPECT_EQ(count_results(o.out), 2) << more[1];
@@ -857,8 +878,8 @@ TEST_F(CliTest, dump_logits_to_dev_null_succeeds) {
 }
 
 // --dump-choices: one JSON line per request, step, position and MoE layer (tiny: layers 0, 2 and 3; 2
-// experts and their weights each; layer 1 is dense and has nothing to report), grouped by request; `run --afd 2A1F` writes the same bytes; /dev/full fails
-// before the results are printed.
+// experts and their weights each; layer 1 is dense and has nothing to report), grouped by request; `run --afd 2A1F`
+// writes the same bytes; /dev/full fails before the results are printed.
 TEST_F(CliTest, dump_choices_writes_json_lines_and_afd_writes_the_same) {
   std::string mono;
   for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "2A1F"}}) {
@@ -894,7 +915,8 @@ TEST_F(CliTest, dump_choices_writes_json_lines_and_afd_writes_the_same) {
   }
   const Outcome full = run(R({"--dump-choices", "/dev/full"}));
   EXPECT_EQ(full.exit_code, 1);
-  EXPECT_EQ(full.err, "genbridge run: Unavailable: --dump-choices /dev/full: writing failed: No space left on device\n");
+  EXPECT_EQ(full.err,
+            "genbridge run: Unavailable: --dump-choices /dev/full: writing failed: No space left on device\n");
   EXPECT_EQ(full.out, "");
 }
 
@@ -1021,13 +1043,12 @@ TEST_F(CliTest, prompt_text_on_the_cached_synthetic_model) {
 TEST_F(CliTest, help_states_range_and_default_of_every_flag) {
   const Outcome o = run({"run", "--help"});
   ASSERT_EQ(o.exit_code, 0);
-  for (const char* s : {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
-                        "Integer in [0, 8796093022207]. Default: 0",
-                        "A number in [1.1754944e-38, 1]. Default: 1",
-                        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0",
-                        "A number of seconds in [0.001, 86400]. Default: 30",
-                        "One of sync | async. Default: sync", "Exit status: 0 every request finished; 3 some request",
-                        "--prompt-text TEXT", "request N text: \"...\""}) {
+  for (const char* s :
+       {"Integer in [1, 4096]. Default: 8", "Integer in [0, 255]. Default: 0",
+        "Integer in [0, 8796093022207]. Default: 0", "A number in [1.1754944e-38, 1]. Default: 1",
+        "0 or a number in [1.1754944e-38, 3.4028235e+38]. Default: 0",
+        "A number of seconds in [0.001, 86400]. Default: 30", "One of sync | async. Default: sync",
+        "Exit status: 0 every request finished; 3 some request", "--prompt-text TEXT", "request N text: \"...\""}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s << "\n" << o.out;
   }
 }
@@ -1063,7 +1084,8 @@ TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_
       first_logits = logits;
     }
     EXPECT_EQ(request_lines(r.out), first_tokens) << "cpu target " << t;
-    EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from " << genbridge::cpu_targets_available()[0];
+    EXPECT_TRUE(logits == first_logits) << "cpu target " << t << ": logits differ from "
+                                        << genbridge::cpu_targets_available()[0];
   }
 }
 
@@ -1072,8 +1094,8 @@ TEST_F(CliTest, every_cpu_target_runs_the_same_tokens_and_logits_and_info_names_
 namespace {
 TEST_F(CliTest, weight_quant_prints_the_scheme_and_bytes_and_afd_agrees) {
   const bool a5 = genbridge::ops::build_target() == std::string_view("Ascend950");
-  const std::vector<std::string> base = {"run", "--model", "$MODEL", "--max-new-tokens", "6", "--prompt", "1,2,3",
-                                         "--prompt", "7,8", "--weight-quant", "auto"};
+  const std::vector<std::string> base = {"run",   "--model",  "$MODEL", "--max-new-tokens", "6",   "--prompt",
+                                         "1,2,3", "--prompt", "7,8",    "--weight-quant",   "auto"};
   const Outcome mono = run(base);
   ASSERT_EQ(mono.exit_code, 0) << mono.err;
   const std::string scheme = a5 ? "mxfp8" : "w8a8";
