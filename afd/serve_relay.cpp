@@ -51,7 +51,23 @@ std::string encode_relay_down(const RelayDown& d) {
     w.put<int32_t>(r.sampling.top_k);
     w.put(r.sampling.top_p);
     w.put(r.sampling.seed);
+    w.put(r.sampling.min_p);
+    w.put(r.sampling.presence_penalty);
+    w.put(r.sampling.frequency_penalty);
+    w.put(r.sampling.repetition_penalty);
+    std::vector<int32_t> bias_ids;
+    std::vector<float> biases;
+    for (const auto& [id, bias] : r.sampling.logit_bias) {
+      bias_ids.push_back(id);
+      biases.push_back(bias);
+    }
+    w.put_vec(bias_ids);
+    w.put_vec(biases);
+    w.put_vec(r.sampling.allowed_token_ids);
+    w.put<int32_t>(r.sampling.min_tokens);
     w.put<int32_t>(r.logprobs);
+    w.put_vec(r.forced);
+    w.put<int32_t>(r.priority);
   }
   w.put_vec(d.cancel);
   return w.take();
@@ -75,7 +91,21 @@ Result<RelayDown> decode_relay_down(std::string_view bytes) {
     q.sampling.top_k = r.get<int32_t>();
     q.sampling.top_p = r.get<float>();
     q.sampling.seed = r.get<uint64_t>();
+    q.sampling.min_p = r.get<float>();
+    q.sampling.presence_penalty = r.get<float>();
+    q.sampling.frequency_penalty = r.get<float>();
+    q.sampling.repetition_penalty = r.get<float>();
+    std::vector<int32_t> bias_ids;
+    std::vector<float> biases;
+    r.get_vec(&bias_ids);
+    r.get_vec(&biases);
+    if (bias_ids.size() != biases.size()) return malformed("down", "logit_bias ids and values differ in count");
+    for (size_t i = 0; i < bias_ids.size(); ++i) q.sampling.logit_bias.emplace_back(bias_ids[i], biases[i]);
+    r.get_vec(&q.sampling.allowed_token_ids);
+    q.sampling.min_tokens = r.get<int32_t>();
     q.logprobs = r.get<int32_t>();
+    r.get_vec(&q.forced);
+    q.priority = r.get<int32_t>();
   }
   r.get_vec(&d.cancel);
   if (!r.done()) return malformed("down", r.ok() ? "bytes left over" : "it ends early");

@@ -39,10 +39,13 @@ namespace genbridge::afd {
 
 // Attention rank 0 -> attention rank a.
 struct RelayDown {
-  std::vector<engine::Request> submit;  // in the order the service accepted them
-  std::vector<int64_t> cancel;          // request ids
-  bool stopping = false;                // sticky: the server accepts nothing more
-  bool others_busy = false;             // another attention rank holds a request
+  // In the order the service accepted them: every field of engine::Request but `constraint` (a grammar
+  // matcher over the tokenizer, which a relayed rank does not load), so the service gives a request with a
+  // constraint to a local worker only (serve::WorkerPools::local_workers).
+  std::vector<engine::Request> submit;
+  std::vector<int64_t> cancel;  // request ids
+  bool stopping = false;        // sticky: the server accepts nothing more
+  bool others_busy = false;     // another attention rank holds a request
 };
 
 struct RelayToken {

@@ -299,6 +299,7 @@ Result<serve::ServedModel> served_model(const ServeOptions& so, Backend& b) {
   served.kv_memory_mb = b.assembly.kv_pool.memory_mb;
   served.default_max_tokens = so.default_max_tokens;
   served.max_sequences = so.max_queued_requests;
+  served.priority_scheduling = so.run.scheduling_policy == "priority";
   // Tool calls and structured outputs: the vocabulary's trie, and the tool-call format of the template in force
   // (--chat-template applied above).
   served.structured = std::make_shared<serve::StructuredSupport>(*b.tokenizer, served.tokenizer_config, mc.vocab_size);
@@ -366,6 +367,7 @@ Status build_afd_service(const ServeOptions& so, const ServeSetup& setup, serve:
     return ranks + live->prometheus(/*ffn_here=*/!mpi);
   };
   b->service.emplace(serve::WorkerPools{.workers = cfg.num_attention,
+                                        .local_workers = setup.local_attention_ranks(),
                                         .pages_per_worker = b->pool.pages,
                                         .bytes_per_page = b->pool.geometry.bytes_per_page(),
                                         .state_slots_per_worker = b->pool.state_slots,

@@ -63,7 +63,8 @@ struct RunOptions {
   // The link model (docs/afd.md): one-way latency and bandwidth added to every AFD transfer; 0 = none.
   int64_t afd_link_latency_us = 0;
   double afd_link_gbps = 0.0;
-  int afd_warmup_steps = 2;  // first steps of each attention rank left out of the AFD metrics
+  int afd_warmup_steps = 2;                // first steps of each attention rank left out of the AFD metrics
+  std::string scheduling_policy = "fcfs";  // serve: fcfs | priority (engine::SchedulingPolicy)
   std::string trace;
   // Flags given on the command line, as their long names ("--afd-stages"): combinations are checked on it.
   std::set<std::string> given;

@@ -215,6 +215,7 @@ Result<std::vector<afd::FingerprintItem>> flag_fingerprint(const RunOptions& o, 
       {false, {"--afd-timeout", fmt::format("{}", o.afd_timeout_s)}},
       {true, {"--afd-warmup-steps", std::to_string(o.afd_warmup_steps)}},
       {false, {"--afd-transport", o.afd_transport}},
+      {false, {"--scheduling-policy", o.scheduling_policy}},
       {false, {"--afd-link-latency-us", std::to_string(o.afd_link_latency_us)}},
       {false, {"--afd-link-gbps", fmt::format("{}", o.afd_link_gbps)}},
   };

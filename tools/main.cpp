@@ -224,6 +224,10 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
                   "A JSON object over the generation config's sampling defaults, e.g. '{\"temperature\": 0.5}'\n"
                   "(keys: temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens)",
                   "none");
+  add_choice_flag(srv, "--scheduling-policy", &so.run.scheduling_policy, {"fcfs", "priority"},
+                  "The order in which waiting requests start: fcfs (arrival; a request's 'priority' must be 0) or\n"
+                  "priority (the request's 'priority' field, lowest first, then arrival; as vLLM's). Running\n"
+                  "requests are not preempted");
   add_choice_flag(srv, "--reasoning-parser", &so.reasoning_parser, {"qwen3", "deepseek_r1"},
                   "Split a thinking model's chat replies into reasoning_content (<think>...</think>) and content");
   add_string_list_flag(srv, "--api-key", &so.api_keys,

@@ -381,7 +381,9 @@ engine::AssemblyOptions assembly_options(const RunOptions& o, const engine::KvPo
                                          const model::QuantizedWeights* quantized) {
   return {.engine = {.max_batch = o.max_batch,
                      .record_logits = !o.dump_logits.empty(),
-                     .record_choices = !o.dump_choices.empty()},
+                     .record_choices = !o.dump_choices.empty(),
+                     .policy = o.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority
+                                                                 : engine::SchedulingPolicy::kFcfs},
           .kv_pool = kv_pool,
           .quantized = quantized};
 }

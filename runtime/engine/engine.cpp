@@ -37,14 +37,21 @@ NonFinite find_non_finite(const float* x, int64_t n) {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kRefused: return "refused";
-    case FinishReason::kError: return "error";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kRefused:
+      return "refused";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "?";
 }
+
+const char* scheduling_policy_name(SchedulingPolicy p) { return p == SchedulingPolicy::kFcfs ? "fcfs" : "priority"; }
 
 struct Engine::Active {
   size_t result_index = 0;  // in results_ (not streaming)
@@ -94,7 +101,8 @@ Status Engine::submit(Request r) {
   if (r.prompt.empty()) return invalid_argument(fmt::format("request {}: the prompt is empty", r.id));
   for (int32_t t : r.prompt) {
     if (t < 0 || t >= vocab) {
-      return invalid_argument(fmt::format("request {}: prompt token {} is outside the vocabulary [0, {})", r.id, t, vocab));
+      return invalid_argument(
+          fmt::format("request {}: prompt token {} is outside the vocabulary [0, {})", r.id, t, vocab));
     }
   }
   if (r.max_new_tokens < 1) {
@@ -103,15 +111,17 @@ Status Engine::submit(Request r) {
   const int64_t max_pos = executor_.config().max_position_embeddings;
   const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
   if (total > max_pos) {
-    return invalid_argument(fmt::format("request {}: prompt ({}) + max_new_tokens ({}) = {} exceeds the model's "
-                                        "max_position_embeddings ({})",
-                                        r.id, r.prompt.size(), r.max_new_tokens, total, max_pos));
+    return invalid_argument(
+        fmt::format("request {}: prompt ({}) + max_new_tokens ({}) = {} exceeds the model's "
+                    "max_position_embeddings ({})",
+                    r.id, r.prompt.size(), r.max_new_tokens, total, max_pos));
   }
   if (r.logprobs < -1 || r.logprobs > kMaxLogprobs) {
-    return invalid_argument(fmt::format("request {}: logprobs is {} but must be -1 (none) or 0..{}", r.id, r.logprobs,
-                                        kMaxLogprobs));
+    return invalid_argument(
+        fmt::format("request {}: logprobs is {} but must be -1 (none) or 0..{}", r.id, r.logprobs, kMaxLogprobs));
   }
-  if (Status s = validate(r.sampling); !s.ok()) return Status(s.code(), fmt::format("request {}: {}", r.id, s.message()));
+  if (Status s = validate(r.sampling); !s.ok())
+    return Status(s.code(), fmt::format("request {}: {}", r.id, s.message()));
   // Token ids of the sampling options and the forced tokens: within the vocabulary.
   const auto check_ids = [&](const char* what, const auto& ids, auto id_of) -> Status {
     for (const auto& e : ids) {
@@ -130,6 +140,10 @@ Status Engine::submit(Request r) {
     return invalid_argument(
         fmt::format("request {}: {} forced tokens but max_new_tokens is {}", r.id, r.forced.size(), r.max_new_tokens));
   }
+  if (r.priority != 0 && options_.policy == SchedulingPolicy::kFcfs) {
+    return invalid_argument(fmt::format(
+        "request {}: priority is {} but requests start in arrival order (scheduling policy fcfs)", r.id, r.priority));
+  }
   if (!ids_.insert(r.id).second) return invalid_argument(fmt::format("request {}: the id is already in use", r.id));
   auto a = std::make_unique<Active>();
   a->result.id = r.id;
@@ -145,7 +159,11 @@ Status Engine::submit(Request r) {
     a->processor = LogitsProcessor(r.sampling, prompt, r.stop_tokens);
   }
   a->request = std::move(r);
-  waiting_.push_back(std::move(a));
+  // After every waiting request of the same or a lower priority value (fcfs: every value is 0).
+  const int32_t priority = a->request.priority;
+  const auto at = std::upper_bound(waiting_.begin(), waiting_.end(), priority,
+                                   [](int32_t p, const std::unique_ptr<Active>& w) { return p < w->request.priority; });
+  waiting_.insert(at, std::move(a));
   return ok_status();
 }
 
@@ -238,7 +256,8 @@ Status Engine::sample_into(Active& a, const float* logits) {
       const int64_t remaining = a.request.max_new_tokens - static_cast<int64_t>(step);
       Result<int64_t> n = c->allowed_tokens(allowed_, remaining);
       if (!n.ok() || *n == 0) {
-        if (!n.ok()) a.result.message = fmt::format("request {}, step {}: {}", a.request.id, step, n.status().message());
+        if (!n.ok())
+          a.result.message = fmt::format("request {}, step {}: {}", a.request.id, step, n.status().message());
         finish(a, n.ok() ? FinishReason::kStop : FinishReason::kError);
         return ok_status();
       }
@@ -334,7 +353,7 @@ Status Engine::decode(std::vector<Active*>& batch) {
 }
 
 Status Engine::step() {
-  // Admission, in arrival order.
+  // Admission, in the policy's order (waiting_ is kept in it).
   std::vector<Active*> admitted;
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
     Active& a = *waiting_.front();
@@ -383,7 +402,9 @@ Status Engine::run_to_completion(const std::function<void(const Progress&)>& pro
   while (has_work()) {
     GB_RETURN_IF_ERROR(step());
     if (progress) {
-      progress(Progress{.finished = metrics_.requests_finished, .total = total, .generated_tokens = generated_,
+      progress(Progress{.finished = metrics_.requests_finished,
+                        .total = total,
+                        .generated_tokens = generated_,
                         .running = static_cast<int64_t>(running_.size()),
                         .waiting = static_cast<int64_t>(waiting_.size())});
     }

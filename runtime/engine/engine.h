@@ -51,6 +51,9 @@ struct Request {
   // back the stop token of a complete output, allowed_token_ids disjoint from its tokens) the constraint wins:
   // that draw is among its tokens by the raw logits, so the output still completes within max_new_tokens.
   std::shared_ptr<TokenConstraint> constraint;
+  // Under SchedulingPolicy::kPriority, waiting requests start lowest value first, equal values in arrival
+  // order (vLLM's `priority`); running requests are not preempted. Must be 0 under kFcfs.
+  int32_t priority = 0;
 };
 
 // kLength: max_new_tokens generated; kStop: a stop token generated; kRefused: could never fit the KV pool
@@ -81,8 +84,8 @@ struct RequestResult {
   int64_t id = 0;
   std::vector<int32_t> tokens;  // generated tokens, in order
   FinishReason reason = FinishReason::kLength;
-  std::string message;          // why a request was refused or failed (empty otherwise)
-  std::vector<float> logits;    // [tokens.size(), vocab] when EngineOptions::record_logits
+  std::string message;                  // why a request was refused or failed (empty otherwise)
+  std::vector<float> logits;            // [tokens.size(), vocab] when EngineOptions::record_logits
   std::vector<TokenLogprobs> logprobs;  // one per token when Request::logprobs >= 0
   RequestChoices choices;               // when EngineOptions::record_choices
 };
@@ -92,11 +95,17 @@ inline bool completed(const RequestResult& r) {
   return r.reason == FinishReason::kLength || r.reason == FinishReason::kStop;
 }
 
+// The order in which waiting requests start: arrival (kFcfs), or Request::priority then arrival (kPriority).
+enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
+// "fcfs" / "priority".
+const char* scheduling_policy_name(SchedulingPolicy p);
+
 struct EngineOptions {
-  int64_t max_batch = 32;            // most sequences decoded together
+  int64_t max_batch = 32;             // most sequences decoded together
   int64_t max_prefill_tokens = 4096;  // most prompt tokens per prefill forward (a longer prompt runs alone)
   bool record_logits = false;         // keep each step's last-position logits per request
   bool record_choices = false;        // keep each token's routed experts and indexer top-k per request
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
 };
 
 // Streaming use (a server): the engine hands each generated token and each finished request to these
@@ -131,7 +140,7 @@ class Engine {
   // Streaming use: set the listener before the first submit, then call step() while has_work(). One
   // thread owns the engine: submit, step and cancel are not thread-safe.
   void set_listener(EngineListener listener);
-  // One iteration: admits waiting requests in arrival order, prefills them, decodes one token of every other
+  // One iteration: admits waiting requests in the policy's order, prefills them, decodes one token of every other
   // running request. Does nothing without work. Returns a forward error (the engine is then unusable).
   Status step();
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
@@ -156,7 +165,7 @@ class Engine {
   ForwardExecutor& executor_;
   runtime::KvPagePool& pool_;
   EngineOptions options_;
-  std::vector<std::unique_ptr<Active>> waiting_;  // FIFO
+  std::vector<std::unique_ptr<Active>> waiting_;  // in the policy's order
   std::vector<std::unique_ptr<Active>> running_;
   std::vector<RequestResult> results_;
   EngineListener listener_;

@@ -22,8 +22,20 @@ engine::Request request(int64_t id) {
                          .prompt = {1, 2, static_cast<int32_t>(id)},
                          .max_new_tokens = 7,
                          .stop_tokens = {5, 9},
-                         .sampling = {.temperature = 0.5f, .top_k = 3, .top_p = 0.75f, .seed = 42},
-                         .logprobs = 2};
+                         .sampling = {.temperature = 0.5f,
+                                      .top_k = 3,
+                                      .top_p = 0.75f,
+                                      .seed = 42,
+                                      .min_p = 0.125f,
+                                      .presence_penalty = -0.5f,
+                                      .frequency_penalty = 1.5f,
+                                      .repetition_penalty = 1.25f,
+                                      .logit_bias = {{4, -100.f}, {static_cast<int32_t>(id), 2.5f}},
+                                      .allowed_token_ids = {1, static_cast<int32_t>(id), 9},
+                                      .min_tokens = 3},
+                         .logprobs = 2,
+                         .forced = {6, static_cast<int32_t>(id)},
+                         .priority = -3};
 }
 
 TEST(ServeRelay, down_and_up_messages_round_trip) {
@@ -41,6 +53,15 @@ TEST(ServeRelay, down_and_up_messages_round_trip) {
   EXPECT_EQ(r.sampling.top_p, 0.75f);
   EXPECT_EQ(r.sampling.seed, 42u);
   EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.sampling.min_p, 0.125f);
+  EXPECT_EQ(r.sampling.presence_penalty, -0.5f);
+  EXPECT_EQ(r.sampling.frequency_penalty, 1.5f);
+  EXPECT_EQ(r.sampling.repetition_penalty, 1.25f);
+  EXPECT_EQ(r.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{4, -100.f}, {8, 2.5f}}));
+  EXPECT_EQ(r.sampling.allowed_token_ids, (std::vector<int32_t>{1, 8, 9}));
+  EXPECT_EQ(r.sampling.min_tokens, 3);
+  EXPECT_EQ(r.forced, (std::vector<int32_t>{6, 8}));
+  EXPECT_EQ(r.priority, -3);
   EXPECT_EQ(d2->cancel, (std::vector<int64_t>{1, 2}));
   EXPECT_TRUE(d2->stopping);
   EXPECT_TRUE(d2->others_busy);

@@ -743,6 +743,42 @@ const cases = {
     await stopServer(s);
   },
 
+  // --scheduling-policy: under fcfs (the default) a 'priority' other than 0 is refused naming the flag; under
+  // priority with --max-batch 1, four requests queued behind a running one start (and, one at a time, finish)
+  // lowest priority first, equal priorities in arrival order.
+  async priority_order() {
+    const fcfs = await startServer([]);
+    const refused = await post(fcfs, "/v1/completions", { model: NAME, prompt: [1, 2, 3], max_tokens: 2, priority: 3 });
+    eq([refused.status, refused.json?.error?.param, refused.json?.error?.message],
+       [400, "priority", "'priority' is 3 but this server starts requests in arrival order; start it with " +
+                         "--scheduling-policy priority to order them by priority."], "fcfs: priority 3 refused");
+    await stopServer(fcfs);
+    const s = await startServer(["--max-batch", "1", "--scheduling-policy", "priority"]);
+    const outOfRange = await post(s, "/v1/completions", { model: NAME, prompt: [1, 2, 3], max_tokens: 2, priority: 2147483648 });
+    eq([outOfRange.status, outOfRange.json?.error?.param], [400, "priority"], "priority beyond int32: 400 naming it");
+    const acA = new AbortController();
+    const a = await fetch(s.base + "/v1/completions", {
+      method: "POST", headers: { "content-type": "application/json" }, signal: acA.signal,
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 4000, temperature: 0, stream: true, ignore_eos: true }) });
+    const reader = a.body.getReader();
+    await reader.read();  // A runs in the only slot
+    const order = [];
+    const pending = [];
+    const queue = [["p5a", 5], ["p-1", -1], ["p0", 0], ["p5b", 5]];
+    for (let i = 0; i < queue.length; ++i) {
+      const [name, priority] = queue[i];
+      // 400 tokens each (tens of ms on the tiny model), so that the order in which the answers arrive is the
+      // order in which the requests ran.
+      pending.push(post(s, "/v1/completions", { model: NAME, prompt: [4, 5, 6], max_tokens: 400, temperature: 0, ignore_eos: true, priority })
+        .then((r) => { order.push(name); return r.status; }));
+      await waitMetrics(s, (m) => m.genbridge_queue_depth === i + 1, `${name} queued behind A`);
+    }
+    acA.abort();
+    eq(await Promise.all(pending), [200, 200, 200, 200], "all four answered");
+    eq(order, ["p-1", "p0", "p5a", "p5b"], "lowest priority first, ties in arrival order");
+    await stopServer(s);
+  },
+
   // --request-timeout: a request still running then is cancelled (its KV pages freed) and answered 504.
   async request_timeout() {
     const s = await startServer(["--request-timeout", "0.05"]);

@@ -8,12 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
 
 #include "afd/serve_job.h"
 #include "runtime/engine/sampler.h"
+#include "runtime/engine/token_constraint.h"
 #include "support/temp_dir.h"
 #include "tools/make_model/synthetic.h"
 #include "tools/serve/service.h"
@@ -48,6 +50,37 @@ std::vector<int32_t> prompt(int r) {
   }
   return p;
 }
+
+// The tokens of the monolithic engine for `request`.
+std::vector<int32_t> monolithic(engine::Request request) {
+  Fixture& f = fixture();
+  auto pool = runtime::KvPagePool::create(f.geometry(), kPages);
+  auto runner = model::ModelRunner::create(*f.ckpt, *f.dev, *pool);
+  engine::LocalExecutor ex(**runner);
+  engine::Engine eng(ex, *pool, {});
+  EXPECT_TRUE(eng.submit(std::move(request)).ok());
+  EXPECT_TRUE(eng.run_to_completion().ok());
+  return eng.results().at(0).tokens;
+}
+
+// A stand-in for a grammar: only tokens t with t % 5 == residue may be drawn.
+class ResidueConstraint : public engine::TokenConstraint {
+ public:
+  explicit ResidueConstraint(int residue) : residue_(residue) {}
+  Result<int64_t> allowed_tokens(std::span<uint32_t> allowed, int64_t) override {
+    std::fill(allowed.begin(), allowed.end(), 0u);
+    int64_t n = 0;
+    const int64_t vocab = fixture().ckpt->config().vocab_size;
+    for (int64_t t = residue_; t < vocab; t += 5, ++n) allowed[t / 32] |= 1u << (t % 32);
+    return n;
+  }
+  Status accept(int32_t token) override {
+    return token % 5 == residue_ ? ok_status() : internal_error("a token outside the constraint was drawn");
+  }
+
+ private:
+  int residue_;
+};
 
 // Greedy tokens of the monolithic engine for prompt(r), max_new tokens.
 std::vector<int32_t> monolithic(int r, int max_new) {
@@ -84,6 +117,7 @@ struct Server {
   std::thread job;
   Server(afd::ServeJobOptions o, int attention)
       : service(serve::WorkerPools{.workers = attention,
+                                   .local_workers = o.relay_in_process ? 1 : 0,  // as genbridge serve under mpirun
                                    .pages_per_worker = kPages,
                                    .bytes_per_page = fixture().geometry().bytes_per_page()},
                 {.max_batch = 8, .max_queued_requests = 64}) {
@@ -190,6 +224,57 @@ TEST_P(ServeAfd, concurrent_requests_with_logprobs_give_the_monolithic_tokens) {
   server.job.join();
   EXPECT_TRUE(server.job_status.ok()) << server.job_status.to_string();
   EXPECT_EQ(server.service.counters().kv_pages_used, 0);
+}
+
+// Every field of a request reaches the engine that runs it, on a relayed rank too: the sampling controls
+// (penalties, min_p, logit_bias, allowed_token_ids, min_tokens), seeded sampling, forced tokens, and a token
+// constraint (a relayed rank cannot take one: such a request runs on attention rank 0). Four requests at once,
+// each must give the monolithic engine's tokens for the same request.
+TEST_P(ServeAfd, every_request_field_reaches_the_engine_that_runs_it) {
+  const Case k = GetParam();
+  Server server(options(k, 20000), k.a);
+  const auto make = [](int r) {
+    serve::GenerationRequest g{.prompt = prompt(r), .max_tokens = 8};
+    g.sampling = {.temperature = 0.9f,
+                  .top_p = 0.95f,
+                  .seed = 7u + static_cast<uint64_t>(r),
+                  .min_p = 0.01f,
+                  .presence_penalty = 0.5f,
+                  .frequency_penalty = 0.25f,
+                  .repetition_penalty = 1.3f,
+                  .logit_bias = {{prompt(r)[0], 4.f}, {3, -2.5f}},
+                  .min_tokens = 2};
+    g.stop_tokens = {11};
+    if (r % 2 == 0) {
+      g.constraint = std::make_shared<ResidueConstraint>(r % 5);
+    } else {
+      for (int32_t t = 0; t < 64; ++t) g.sampling.allowed_token_ids.push_back(3 * t + r);
+      g.forced = {static_cast<int32_t>(5 + r), 9};
+    }
+    return g;
+  };
+  std::vector<std::shared_ptr<serve::RequestStream>> streams;
+  for (int r = 0; r < 4; ++r) {
+    auto s = server.service.submit(make(r));
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    streams.push_back(*s);
+  }
+  for (int r = 0; r < 4; ++r) {
+    Served got = read_all(*streams[r]);
+    serve::GenerationRequest g = make(r);
+    const std::vector<int32_t> want = monolithic({.id = 0,
+                                                  .prompt = g.prompt,
+                                                  .max_new_tokens = g.max_tokens,
+                                                  .stop_tokens = g.stop_tokens,
+                                                  .sampling = g.sampling,
+                                                  .forced = g.forced,
+                                                  .constraint = g.constraint});
+    EXPECT_NE(got.reason, engine::FinishReason::kError) << got.message;
+    EXPECT_EQ(got.tokens, want) << "request " << r;
+  }
+  EXPECT_EQ(server.service.shutdown(Clock::now() + std::chrono::seconds(60)), 0);
+  server.job.join();
+  EXPECT_TRUE(server.job_status.ok()) << server.job_status.to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -156,8 +156,8 @@ struct ChoiceRun {
   std::optional<TextStream> text;
   LogprobQueue logprobs;
   std::optional<ReasoningSplitter> reasoning;
-  uint64_t tool_seed = 0;                  // its tool calls' ids
-  std::optional<ToolCallParser> tools;     // streamed with tools: the calls parsed out of its content
+  uint64_t tool_seed = 0;                         // its tool calls' ids
+  std::optional<ToolCallParser> tools;            // streamed with tools: the calls parsed out of its content
   std::vector<engine::TokenLogprobs> prompt_lps;  // the forced tokens' logprobs
   std::vector<int32_t> ids;                       // generated ids (streamed: of the next chunk)
   int64_t completion_tokens = 0;
@@ -203,7 +203,8 @@ std::optional<ApiError> start_generation(GenerationService& service, const Serve
                            .max_tokens = std::max(p.max_tokens, 1),
                            .sampling = p.sampling,
                            .stop_tokens = g->stop_tokens,
-                           .logprobs = p.logprobs >= 0 ? p.logprobs : (best ? 0 : -1)};
+                           .logprobs = p.logprobs >= 0 ? p.logprobs : (best ? 0 : -1),
+                           .priority = p.priority};
       gr.sampling.seed = seed + static_cast<uint64_t>(c);  // choice c of every prompt: seed + c
       ChoiceRun run;
       run.prompt = q;
@@ -425,7 +426,8 @@ bool stream_step(StreamState* st, GenerationService* svc, const ServedModel* mod
       }
       d.text = std::move(pd.content);
       calls = std::move(pd.calls);
-      if (run.ended && run.tools->num_calls() > 0 && run.finish && std::string_view(run.finish) == "stop") run.finish = "tool_calls";
+      if (run.ended && run.tools->num_calls() > 0 && run.finish && std::string_view(run.finish) == "stop")
+        run.finish = "tool_calls";
     }
     if (!d.text.empty() || !d.reasoning.empty() || !d.entries.empty()) {
       c.text = std::move(d.text);

@@ -332,10 +332,6 @@ std::optional<ApiError> parse_unimplemented(const Json& body) {
     return bad("modalities",
                fmt::format("'modalities' must be [\"text\"]: this server generates text only, got {}.", shown(*v)));
   }
-  if (const Json* v = field(body, "priority"); v && *v != 0) {
-    return bad("priority", fmt::format("'priority' must be 0: this server schedules requests in arrival order, got {}.",
-                                       shown(*v)));
-  }
   if (const Json* v = field(body, "use_beam_search"); v && *v != false) {
     return bad("use_beam_search",
                fmt::format("'use_beam_search' must be false: this server has no beam search, got {}.", shown(*v)));
@@ -417,6 +413,24 @@ std::optional<ApiError> parse_stop_and_stream(const Json& body, const ServedMode
 }
 
 // The number of choices (n, best_of), log-probabilities and echo.
+// vLLM's "priority": an int32; anything but 0 needs --scheduling-policy priority.
+std::optional<ApiError> parse_priority(const Json& body, const ServedModel& model, ParsedRequest& r) {
+  std::optional<int64_t> priority;
+  const std::string rule =
+      fmt::format("an integer in [{}, {}]", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+  if (auto e = get_int(body, "priority", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
+                       rule.c_str(), &priority)) {
+    return e;
+  }
+  if (priority.value_or(0) != 0 && !model.priority_scheduling) {
+    return bad("priority", fmt::format("'priority' is {} but this server starts requests in arrival order; start it "
+                                       "with --scheduling-policy priority to order them by priority.",
+                                       *priority));
+  }
+  r.priority = static_cast<int32_t>(priority.value_or(0));
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_choice_options(const Json& body, bool chat, ParsedRequest& r) {
   std::optional<int64_t> n, best_of;
   const std::string choices_rule = fmt::format("an integer in [1, {}]", kMaxChoices);
@@ -796,6 +810,7 @@ std::variant<ParsedRequest, ApiError> parse_request(const std::string& text, boo
   if (auto e = parse_unimplemented(body)) return *e;
   if (auto e = parse_stop_and_stream(body, model, r)) return *e;
   if (auto e = parse_choice_options(body, chat, r)) return *e;
+  if (auto e = parse_priority(body, model, r)) return *e;
   if (auto e = chat ? parse_chat_prompt(body, model, render_limits, r) : parse_completion_prompts(body, model, r)) {
     return *e;
   }

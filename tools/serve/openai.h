@@ -65,6 +65,7 @@ struct ServedModel {
   int default_max_tokens = 256;
   // The most engine sequences one request may start (prompts x best_of): every one is queued at once.
   int64_t max_sequences = 64;
+  bool priority_scheduling = false;  // --scheduling-policy priority: a request's "priority" orders its start
   // Tool calls and structured outputs: the vocabulary trie, the template's tool-call format, compiled grammars
   // (tools/serve/structured_output.h); null: none of them is served.
   std::shared_ptr<StructuredSupport> structured;
@@ -106,6 +107,7 @@ struct ParsedRequest {
   bool seeded = false;                  // "seed" was given (else the server draws one)
   std::vector<std::string> stop;        // stop strings
   std::vector<int32_t> stop_token_ids;  // the request's own stop tokens (stop_reason names them)
+  int32_t priority = 0;                 // vLLM's "priority" (engine::Request::priority)
   // The grammar every choice's output follows (response_format, guided_*, structured_outputs, tool_choice
   // "required" or named; each engine sequence gets a matcher of its own); null: none.
   std::shared_ptr<const text::grammar::CompiledGrammar> grammar;

@@ -61,7 +61,7 @@ constexpr std::array kFields{
     RequestField{"store", B, S::kDefaultOnly},
     RequestField{"metadata", B, S::kDefaultOnly},
     RequestField{"modalities", H, S::kDefaultOnly},
-    RequestField{"priority", B, S::kDefaultOnly},
+    RequestField{"priority", B, S::kDefaultOnly},  // honoured under --scheduling-policy priority
     RequestField{"use_beam_search", B, S::kDefaultOnly},
     RequestField{"length_penalty", B, S::kDefaultOnly},
     RequestField{"bad_words", H, S::kDefaultOnly},

@@ -114,6 +114,7 @@ GenerationService::GenerationService(engine::Engine& engine, runtime::KvPagePool
 GenerationService::GenerationService(const WorkerPools& pools, const ServiceOptions& options)
     : options_(options),
       workers_(std::max(1, pools.workers)),
+      local_workers_(pools.local_workers > 0 ? std::min(pools.local_workers, workers_) : workers_),
       inboxes_(static_cast<size_t>(workers_)),
       cancels_(static_cast<size_t>(workers_)),
       load_(static_cast<size_t>(workers_), 0),
@@ -194,8 +195,11 @@ Result<std::vector<std::shared_ptr<RequestStream>>> GenerationService::submit_al
                         .sampling = std::move(request.sampling),
                         .logprobs = request.logprobs,
                         .forced = std::move(request.forced),
-                        .constraint = std::move(request.constraint)};
-      const int w = static_cast<int>(std::min_element(load_.begin(), load_.end()) - load_.begin());
+                        .constraint = std::move(request.constraint),
+                        .priority = request.priority};
+      // The least loaded worker that can take it (a request with a constraint: a local one).
+      const auto candidates = load_.begin() + (r.constraint ? local_workers_ : workers_);
+      const int w = static_cast<int>(std::min_element(load_.begin(), candidates) - load_.begin());
       ++load_[w];
       const Clock::time_point now = Clock::now();
       entries_[id] = Entry{.stream = stream, .submitted = now, .last_token = now, .forced = forced, .worker = w};

@@ -114,6 +114,10 @@ struct ServiceOptions {
 // Engines driven by other threads (AFD attention ranks): how many, and the KV pool of each.
 struct WorkerPools {
   int workers = 1;
+  // Workers 0 .. local_workers - 1 run in this process; the others are relayed to other processes
+  // (afd/serve_relay.h), which cannot take a request with a token constraint: such a request goes to a local
+  // worker. 0: every worker is local.
+  int local_workers = 0;
   int64_t pages_per_worker = 0, bytes_per_page = 0;
   // A model with per-sequence state: each pool's state slots, their bytes and what they hold (the geometry's
   // StateSlotGeometry::contents); 0 slots otherwise.
@@ -139,6 +143,7 @@ struct GenerationRequest {
   int logprobs = -1;                                    // engine::Request::logprobs
   std::vector<int32_t> forced;                          // engine::Request::forced (a prompt fed for its logprobs)
   std::shared_ptr<engine::TokenConstraint> constraint;  // engine::Request::constraint (one per sequence)
+  int32_t priority = 0;                                 // engine::Request::priority
 };
 
 // Counters and gauges for /metrics.
@@ -236,6 +241,7 @@ class GenerationService {
 
   ServiceOptions options_;
   const int workers_;
+  const int local_workers_;              // WorkerPools::local_workers (workers_ when every worker is local)
   runtime::KvPagePool* pool_ = nullptr;  // monolithic
   engine::Engine* engine_ = nullptr;     // monolithic: engine thread only (after start)
   std::thread thread_;
@@ -250,7 +256,7 @@ class GenerationService {
   std::vector<uint64_t> remote_epoch_;                 // per remote worker: the abort_epoch_ take_remote_work last saw
   std::unordered_map<int64_t, Entry> entries_;         // every accepted, unfinished request
   std::vector<std::weak_ptr<RequestStream>> streams_;  // handed out (wait_streams_released)
-  std::vector<int64_t> state_used_;  // per worker: state slots in use, as last published
+  std::vector<int64_t> state_used_;                    // per worker: state slots in use, as last published
   int64_t next_id_ = 0;
   uint64_t wake_seq_ = 0;     // bumped by everything a waiting worker must see
   uint64_t abort_epoch_ = 0;  // bumped when shutdown cancels every request

@@ -19,11 +19,13 @@ struct Streamed {
   std::map<int64_t, std::vector<int32_t>> tokens;          // from on_token
   std::map<int64_t, RequestResult> finished;               // from on_finish
   std::map<int64_t, std::vector<TokenLogprobs>> logprobs;  // from on_token
+  std::vector<int64_t> finish_order;                       // ids, as on_finish saw them
 };
 
 class StreamingEngine {
  public:
-  explicit StreamingEngine(int64_t pool_pages, int64_t max_batch = 8, bool record_logits = false) {
+  explicit StreamingEngine(int64_t pool_pages, int64_t max_batch = 8, bool record_logits = false,
+                           SchedulingPolicy policy = SchedulingPolicy::kFcfs) {
     const model::ModelConfig& c = checkpoint("tiny").config();
     dev_ = std::make_unique<runtime::DeviceOperator>(runtime::DeviceOperator::create({}).value());
     pool_ = std::make_unique<runtime::KvPagePool>(
@@ -32,8 +34,8 @@ class StreamingEngine {
             .value());
     runner_ = model::ModelRunner::create(checkpoint("tiny"), *dev_, *pool_).value();
     executor_ = std::make_unique<LocalExecutor>(*runner_);
-    engine_ = std::make_unique<Engine>(*executor_, *pool_,
-                                       EngineOptions{.max_batch = max_batch, .record_logits = record_logits});
+    engine_ = std::make_unique<Engine>(
+        *executor_, *pool_, EngineOptions{.max_batch = max_batch, .record_logits = record_logits, .policy = policy});
     engine_->set_listener({.on_token =
                                [this](int64_t id, int32_t t, const TokenLogprobs* lp) {
                                  out.tokens[id].push_back(t);
@@ -42,6 +44,7 @@ class StreamingEngine {
                            .on_finish =
                                [this](RequestResult&& r) {
                                  EXPECT_EQ(out.finished.count(r.id), 0u) << "request " << r.id << " finished twice";
+                                 out.finish_order.push_back(r.id);
                                  out.finished[r.id] = std::move(r);
                                }});
   }
@@ -183,6 +186,41 @@ TEST(EngineStreaming, logprobs_out_of_range_are_refused_at_submit) {
     r.logprobs = bad;
     const Status st = s.engine().submit(std::move(r));
     EXPECT_EQ(st.message(), fmt::format("request 0: logprobs is {} but must be -1 (none) or 0..20", bad));
+  }
+}
+
+// SchedulingPolicy::kPriority: with one sequence at a time, waiting requests start (and so finish) lowest
+// priority first, equal priorities in arrival order, a request submitted while others run included; each gives
+// the tokens it gives alone. kFcfs refuses a priority other than 0 with the reason, queueing nothing.
+TEST(EngineStreaming, priority_policy_starts_the_lowest_priority_first_and_fcfs_refuses_a_priority) {
+  const int64_t vocab = checkpoint("tiny").config().vocab_size;
+  StreamingEngine fcfs(64, 1);
+  Request r = harness::request_of(7, 4, 3, vocab);
+  r.priority = -2;
+  const Status refused = fcfs.engine().submit(r);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "request 7: priority is -2 but requests start in arrival order (scheduling policy fcfs)");
+  EXPECT_FALSE(fcfs.engine().has_work());
+
+  StreamingEngine se(64, 1, false, SchedulingPolicy::kPriority);
+  const int32_t priorities[] = {0, 5, -1, 5, 0, -3};
+  for (int64_t id = 0; id < 5; ++id) {
+    Request q = harness::request_of(id, 4, 3, vocab);
+    q.priority = priorities[id];
+    ASSERT_TRUE(se.engine().submit(q).ok());
+  }
+  ASSERT_TRUE(se.engine().step().ok());  // request 2 (priority -1) starts
+  Request late = harness::request_of(5, 4, 3, vocab);
+  late.priority = priorities[5];
+  ASSERT_TRUE(se.engine().submit(late).ok());
+  while (se.engine().has_work()) ASSERT_TRUE(se.engine().step().ok());
+  EXPECT_EQ(se.out.finish_order, (std::vector<int64_t>{2, 5, 0, 4, 1, 3}));
+  for (int64_t id = 0; id < 6; ++id) {
+    StreamingEngine alone(64, 1);
+    ASSERT_TRUE(alone.engine().submit(harness::request_of(id, 4, 3, vocab)).ok());
+    while (alone.engine().has_work()) ASSERT_TRUE(alone.engine().step().ok());
+    EXPECT_EQ(se.out.tokens[id], alone.out.tokens[id]) << "request " << id;
   }
 }
 
