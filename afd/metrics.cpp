@@ -1,6 +1,7 @@
 #include "afd/metrics.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -78,7 +79,8 @@ Metrics::Metrics(const AfdConfig& cfg, int world_rank, Role role, int role_rank,
       num_layers_(cfg.num_layers),
       num_stages_(cfg.num_stages),
       transfers_(static_cast<size_t>(2 * cfg.num_layers * cfg.num_stages)),
-      trace_capacity_(max_trace_events) {
+      trace_capacity_(max_trace_events),
+      expert_rows_(role == Role::kFfn ? static_cast<size_t>(std::max(cfg.num_experts, 0)) : 0, 0) {
   events_.reserve(max_trace_events);
 }
 
@@ -158,6 +160,7 @@ std::string Metrics::serialize() const {
     w.put(t.messages);
     put_hist(w, t.latency, t.latency.count_, t.latency.sum_ns_, t.latency.min_ns_, t.latency.max_ns_);
   }
+  w.put_vec(expert_rows_);
   w.put(static_cast<int64_t>(events_.size()));
   w.put(dropped_events_);
   if (!events_.empty()) w.put_bytes(events_.data(), events_.size() * sizeof(TraceEvent));
@@ -210,6 +213,7 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
     t.messages = r.get<int64_t>();
     get_hist(&t.latency);
   }
+  r.get_vec(&m.expert_rows_);
   const int64_t n_events = r.get<int64_t>();
   m.dropped_events_ = r.get<int64_t>();
   if (!r.ok() || corrupt || n_events < 0 || r.remaining() != static_cast<size_t>(n_events) * sizeof(TraceEvent)) {
@@ -235,6 +239,7 @@ AfdReport summarize(std::span<const Metrics> ranks) {
   int num_attention = 0, num_ffn = 0;
   for (const Metrics& m : ranks) (m.role() == Role::kAttention ? num_attention : num_ffn)++;
   rep.ffn_busy.assign(num_ffn, 0.0);
+  rep.ffn_rows.assign(num_ffn, 0);
   rep.attention_idle.assign(num_attention, 0.0);
   for (const Metrics& m : ranks) {
     if (m.wall_ns() > 0) {
@@ -247,7 +252,12 @@ AfdReport summarize(std::span<const Metrics> ranks) {
     if (m.role() == Role::kFfn) {
       ffn_busy += m.busy_ns();
       ffn_wall += m.wall_ns();
-      if (m.role_rank() >= 0 && m.role_rank() < num_ffn) rep.ffn_busy[m.role_rank()] = frac;
+      if (m.role_rank() >= 0 && m.role_rank() < num_ffn) {
+        rep.ffn_busy[m.role_rank()] = frac;
+        for (int64_t rows : m.expert_rows()) rep.ffn_rows[m.role_rank()] += rows;
+      }
+      if (rep.expert_rows.size() < m.expert_rows().size()) rep.expert_rows.resize(m.expert_rows().size(), 0);
+      for (size_t e = 0; e < m.expert_rows().size(); ++e) rep.expert_rows[e] += m.expert_rows()[e];
     } else {
       attn_idle += m.idle_ns();
       attn_wall += m.wall_ns();
@@ -262,6 +272,18 @@ AfdReport summarize(std::span<const Metrics> ranks) {
       if (m.role_rank() >= 0 && m.role_rank() < num_attention) rep.attention_idle[m.role_rank()] = frac;
     }
   }
+  // An FFN rank's vector has an entry for every expert of the model (Metrics' constructor), so the mean is over
+  // every expert, the idle ones included.
+  const auto max_over_mean = [](const std::vector<int64_t>& v, size_t n) {
+    int64_t sum = 0, max = 0;
+    for (int64_t x : v) {
+      sum += x;
+      max = std::max(max, x);
+    }
+    return sum > 0 && n > 0 ? static_cast<double>(max) * static_cast<double>(n) / static_cast<double>(sum) : 0.0;
+  };
+  rep.ffn_load_max_over_mean = max_over_mean(rep.ffn_rows, rep.ffn_rows.size());
+  rep.expert_load_max_over_mean = max_over_mean(rep.expert_rows, rep.expert_rows.size());
   rep.ffn_busy_fraction = ffn_wall > 0 ? static_cast<double>(ffn_busy) / static_cast<double>(ffn_wall) : 0.0;
   rep.attention_idle_fraction = attn_wall > 0 ? static_cast<double>(attn_idle) / static_cast<double>(attn_wall) : 0.0;
   rep.wall_s = static_cast<double>(end - begin) * 1e-9;
@@ -314,11 +336,13 @@ std::string report_json(const AfdReport& r) {
       "\"warmup_steps\":{},\"warmup_prefill_tokens\":{},\"warmup_decode_tokens\":{},"
       "\"wall_s\":{:.6f},\"decode_s\":{:.6f},\"decode_tokens_per_s_per_rank\":{:.3f},\"prefill_step_mean_ms\":{:.4f},"
       "\"tpot_mean_ms\":{:.4f},\"tpot_p99_ms\":{:.4f},\"ffn_busy_fraction\":{:.4f},\"attention_idle_fraction\":{:.4f},"
-      "\"ffn_busy\":[{}],\"attention_idle\":[{}],\"links\":[{}]}}",
+      "\"ffn_busy\":[{}],\"attention_idle\":[{}],\"ffn_rows\":[{}],\"ffn_load_max_over_mean\":{:.4f},"
+      "\"expert_rows\":[{}],\"expert_load_max_over_mean\":{:.4f},\"links\":[{}]}}",
       r.num_ranks, r.prefill_tokens, r.prefill_steps, r.decode_tokens, r.decode_steps, r.warmup_steps,
       r.warmup_prefill_tokens, r.warmup_decode_tokens, r.wall_s, r.decode_s, r.tokens_per_s_per_rank,
       r.prefill_step_mean_ms, r.tpot_mean_ms, r.tpot_p99_ms, r.ffn_busy_fraction, r.attention_idle_fraction,
-      list(r.ffn_busy), list(r.attention_idle), links);
+      list(r.ffn_busy), list(r.attention_idle), fmt::join(r.ffn_rows, ","), r.ffn_load_max_over_mean,
+      fmt::join(r.expert_rows, ","), r.expert_load_max_over_mean, links);
 }
 
 std::string report_text(const AfdReport& r) {
@@ -331,6 +355,14 @@ std::string report_text(const AfdReport& r) {
       r.warmup_prefill_tokens, r.warmup_decode_tokens, r.warmup_steps, r.prefill_tokens, r.prefill_steps,
       r.prefill_step_mean_ms, r.decode_tokens, r.decode_steps, r.tokens_per_s_per_rank, r.decode_s, r.tpot_mean_ms,
       r.tpot_p99_ms, r.ffn_busy_fraction, r.attention_idle_fraction);
+  if (r.ffn_load_max_over_mean > 0) {
+    const auto hottest = std::max_element(r.expert_rows.begin(), r.expert_rows.end());
+    s += fmt::format(
+        "expert load: rows per FFN rank [{}] (max / mean {:.3f}); the busiest expert, {}, {} rows (max / mean over "
+        "{} experts {:.3f})\n",
+        fmt::join(r.ffn_rows, ", "), r.ffn_load_max_over_mean, hottest - r.expert_rows.begin(), *hottest,
+        r.expert_rows.size(), r.expert_load_max_over_mean);
+  }
   s += "direction        layer stage   p50_us   p99_us        bytes  messages\n";
   for (const AfdReport::Link& k : r.links) {
     s += fmt::format("{:<16} {:>5} {:>5} {:>8.2f} {:>8.2f} {:>12} {:>9}\n",

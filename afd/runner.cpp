@@ -24,6 +24,12 @@ Status FfnRunner::serve(FfnWorkItem& item) {
   if (metrics_) {
     metrics_->add_busy_ns(t1 - t0);
     metrics_->span(SpanKind::kFfn, t0, t1, item.meta.layer, item.meta.stage, item.meta.step, -1);
+    // The expert load: one row per (token, slot) routed to an expert of this rank.
+    const int k = connector_.config().top_k;
+    const int32_t* ids = item.topk_ids.data_as<const int32_t>();
+    for (size_t r = 0; r < item.row_token.size(); ++r) {
+      metrics_->add_expert_rows(ids[static_cast<size_t>(item.row_token[r]) * k + item.row_slot[r]], 1);
+    }
   }
   ++items_;
   GB_RETURN_IF_ERROR(connector_.send_ffn_output(item.out, std::move(item.state)));

@@ -183,6 +183,25 @@ TEST(EngineAfd, report_counts_prefill_and_decode_tokens_as_the_engine_does) {
     EXPECT_EQ(job->report.decode_steps, k.decode_steps);
     EXPECT_GT(job->report.tpot_mean_ms, 0.0);
     EXPECT_GT(job->report.tokens_per_s_per_rank, 0.0);
+    // The expert load: every measured token computes top_k rows in every MoE layer, on the FFN ranks that own
+    // the experts, and each expert's rows land on its owner.
+    const model::ModelConfig& c = f.ckpt->config();
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
+    const int64_t rows = (job->report.prefill_tokens + job->report.decode_tokens) * c.num_experts_per_tok * moe_layers;
+    ASSERT_EQ(job->report.ffn_rows.size(), static_cast<size_t>(k.f));
+    ASSERT_EQ(job->report.expert_rows.size(), static_cast<size_t>(c.num_experts));
+    int64_t sum = 0;
+    for (int ffn = 0; ffn < k.f; ++ffn) {
+      int64_t owned = 0;
+      const int64_t per = c.num_experts / k.f;
+      for (int64_t e = ffn * per; e < (ffn + 1) * per; ++e) owned += job->report.expert_rows[e];
+      EXPECT_EQ(job->report.ffn_rows[ffn], owned) << "FFN rank " << ffn;
+      sum += owned;
+    }
+    EXPECT_EQ(sum, rows);
+    EXPECT_GE(job->report.ffn_load_max_over_mean, 1.0);
+    EXPECT_GE(job->report.expert_load_max_over_mean, 1.0);
   }
 }
 

@@ -120,6 +120,36 @@ TEST(Metrics, summary_counts_every_rank_in_tokens_per_second_and_prefill_apart) 
   EXPECT_NE(report_text(r).find("9090.9 tokens/s per rank (all ranks counted"), std::string::npos) << report_text(r);
 }
 
+// The expert load: rows per expert and per FFN rank over the measured steps, their max / mean ratios (the mean
+// over every expert of the model, idle ones included), through serialize() as gather() moves them.
+TEST(Metrics, expert_load_per_ffn_rank_and_per_expert) {
+  AfdConfig cfg = testing::toy_config(ConnectorKind::kSync, 1, 2, 1);
+  cfg.num_experts = 8;
+  std::vector<Metrics> ranks;
+  ranks.emplace_back(cfg, 0, Role::kAttention, 0);
+  Metrics f0(cfg, 1, Role::kFfn, 0), f1(cfg, 2, Role::kFfn, 1);
+  f0.set_recording(false);
+  f0.add_expert_rows(0, 1000);  // warm-up: not counted
+  f0.set_recording(true);
+  f0.add_expert_rows(0, 30);
+  f0.add_expert_rows(3, 10);
+  f1.add_expert_rows(5, 20);
+  EXPECT_EQ(f0.expert_rows(), (std::vector<int64_t>{30, 0, 0, 10, 0, 0, 0, 0}));
+  for (const Metrics* f : {&f0, &f1}) ranks.push_back(Metrics::deserialize(f->serialize()).value());
+  const AfdReport r = summarize(ranks);
+  EXPECT_EQ(r.ffn_rows, (std::vector<int64_t>{40, 20}));
+  EXPECT_EQ(r.expert_rows, (std::vector<int64_t>{30, 0, 0, 10, 0, 20, 0, 0}));
+  EXPECT_DOUBLE_EQ(r.ffn_load_max_over_mean, 40.0 / 30.0);
+  EXPECT_DOUBLE_EQ(r.expert_load_max_over_mean, 30.0 / (60.0 / 8.0));
+  const nlohmann::json j = nlohmann::json::parse(report_json(r));
+  EXPECT_EQ(j["ffn_rows"], nlohmann::json::parse("[40, 20]"));
+  EXPECT_EQ(j["expert_rows"][5], 20);
+  EXPECT_NE(report_text(r).find("expert load: rows per FFN rank [40, 20] (max / mean 1.333); the busiest expert, 0, "
+                                "30 rows (max / mean over 8 experts 4.000)"),
+            std::string::npos)
+      << report_text(r);
+}
+
 // A whole in-process job with the report and the trace on.
 TEST(Metrics, job_report_and_chrome_trace) {
   const AfdConfig cfg = testing::toy_config(ConnectorKind::kAsync, 2, 2, 2);
