@@ -102,6 +102,11 @@ std::string ServeLiveMetrics::prometheus(bool ffn_here) const {
         static_cast<double>(ffn_busy_ns.load()) * 1e-9);
     counter("genbridge_afd_ffn_work_items_total", "Work items (one layer and stage of a step) FFN ranks served.", "",
             ffn_items.load(), true);
+    for (int e = 0; e < num_experts; ++e) {
+      counter("genbridge_afd_expert_rows_total",
+              "Rows (token, top-k slot pairs) FFN ranks computed per expert, every MoE layer together.",
+              fmt::format("{{expert=\"{}\"}}", e).c_str(), expert_rows[static_cast<size_t>(e)].load(), e == 0);
+    }
   }
   return o;
 }
@@ -147,12 +152,20 @@ class LivePublisher {
     live_->ffn_busy_ns += busy_ns;
     ++live_->ffn_items;
     bytes_ = bytes, messages_ = messages;
+    const std::vector<int64_t>& rows = metrics_.expert_rows();
+    const size_t n = std::min(rows.size(), static_cast<size_t>(live_->num_experts));
+    if (expert_rows_.size() < n) expert_rows_.resize(n, 0);
+    for (size_t e = 0; e < n; ++e) {
+      if (rows[e] != expert_rows_[e]) live_->expert_rows[e] += rows[e] - expert_rows_[e];
+      expert_rows_[e] = rows[e];
+    }
   }
 
  private:
   const Metrics& metrics_;
   ServeLiveMetrics* live_;
   int64_t bytes_ = 0, messages_ = 0, wait_ns_ = 0, prefill_ = 0, decode_ = 0, empty_ = 0;
+  std::vector<int64_t> expert_rows_;  // the rank's expert_rows() at the last call
 };
 
 // Attention rank a >= 1 of a relayed job: runs what attention rank 0 forwards on its engine and reports
@@ -284,6 +297,7 @@ Status run_serve_job(const model::Checkpoint& checkpoint, const runtime::DeviceO
     job.on_weight_lines = [&options](std::vector<std::string> lines) { options.on_weight_lines(lines); };
   }
   GB_ASSIGN_OR_RETURN(const ValidAfdConfig cfg, prepare_rank_job(options.afd, transport, {}, &job));
+  if (options.live && options.live->num_experts == 0) options.live->init_experts(cfg->num_experts);
   const bool relayed = cfg->num_attention > 1 && (transport == TransportKind::kMpi || options.relay_in_process);
   const AttentionDriver attention = serve_driver(cfg, relayed, options.live, serve);
   const FfnDriver ffn = serve_ffn_driver(options.live);

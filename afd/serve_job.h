@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,14 @@ struct ServeLiveMetrics {
   std::atomic<int64_t> attention_wait_ns{0};  // attention ranks blocked on expert outputs
   std::atomic<int64_t> ffn_busy_ns{0};        // FFN ranks computing experts
   std::atomic<int64_t> ffn_items{0};          // work items served by FFN ranks here
+  // Rows (token, top-k slot pairs) FFN ranks here computed per expert, every MoE layer together (the expert
+  // load); sized by init_experts() before the job's ranks start, by the serving job.
+  std::unique_ptr<std::atomic<int64_t>[]> expert_rows;
+  int num_experts = 0;
+  void init_experts(int n) {
+    expert_rows = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(n));
+    num_experts = n;
+  }
   // Prometheus text (genbridge_afd_*); `ffn_here`: FFN ranks run in this process (else their counters are
   // left out rather than shown as 0).
   std::string prometheus(bool ffn_here) const;

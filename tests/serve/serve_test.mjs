@@ -1527,6 +1527,14 @@ const cases = {
     check(m['genbridge_afd_steps_total{kind="prefill"}'] >= 3 && m['genbridge_afd_steps_total{kind="decode"}'] >= 3 * 7 &&
           m['genbridge_afd_transfer_bytes_total{direction="ffn_to_attention"}'] > 0 && m['genbridge_afd_ranks{role="ffn"}'] >= 1,
           "metrics: AFD prefill and decode steps, transfer bytes, ranks", m);
+    // The expert load where the FFN ranks run in this process: one series per expert of the tiny model (8),
+    // rows = tokens x top-2 x 3 MoE layers.
+    if ("genbridge_afd_ffn_work_items_total" in m) {
+      const experts = Object.keys(m).filter((k) => k.startsWith("genbridge_afd_expert_rows_total{"));
+      const rows = experts.reduce((a, k) => a + m[k], 0);
+      check(experts.length === 8 && rows > 0 && rows % 6 === 0, "metrics: rows per expert, a multiple of top_k x MoE layers",
+            [experts.length, rows]);
+    }
     await stopServer(s);
   },
 
