@@ -97,11 +97,12 @@ Status validate(const AfdConfig& c) {
   const int64_t max_slots = std::min(c.top_k, c.experts_per_ffn());
   const int64_t result_bytes = int64_t{c.max_tokens_per_stage} * max_slots * c.hidden_size * 2;
   const int64_t work_bytes = int64_t{c.max_tokens_per_stage} * (c.dispatch_bytes_per_token() + 8 * c.top_k);
-  if (std::max(result_bytes, work_bytes) > (int64_t{1} << 30)) {
+  const int64_t largest_bytes = std::max(result_bytes, work_bytes);
+  if (largest_bytes > (int64_t{1} << 30)) {
     return invalid_argument(
         fmt::format("afd config: 'max_tokens_per_stage' is {} but one stage's transfer would need {} bytes "
                     "(tokens x min(top_k, experts per FFN rank) x hidden_size x 2); the limit is 1 GiB per message",
-                    c.max_tokens_per_stage, std::max(result_bytes, work_bytes)));
+                    c.max_tokens_per_stage, largest_bytes));
   }
   if (c.link_latency_us < 0 || c.link_latency_us > kMaxLinkLatencyUs) {
     return rule("link_latency_us", std::to_string(c.link_latency_us),
@@ -113,13 +114,12 @@ Status validate(const AfdConfig& c) {
   }
   // A transfer the link model delays past the deadline of every wait would end each step with an error.
   const LinkModel link = link_model_of(c);
-  const int64_t slowest_ns =
-      link.latency_us * 1000 + link.wire_ns(static_cast<size_t>(std::max(result_bytes, work_bytes)));
+  const int64_t slowest_ns = link.latency_us * 1000 + link.wire_ns(static_cast<size_t>(largest_bytes));
   if (link.enabled() && static_cast<double>(slowest_ns) >= static_cast<double>(c.timeout_ms) * 1e6) {
     return invalid_argument(fmt::format(
         "afd config: over the link model ('link_latency_us' {}, 'link_bandwidth_mbps' {}) one stage's largest "
         "transfer ({} bytes) would take {:.3f} ms, at least 'timeout_ms' ({})",
-        c.link_latency_us, c.link_bandwidth_mbps, std::max(result_bytes, work_bytes), slowest_ns / 1e6, c.timeout_ms));
+        c.link_latency_us, c.link_bandwidth_mbps, largest_bytes, slowest_ns / 1e6, c.timeout_ms));
   }
   return ok_status();
 }

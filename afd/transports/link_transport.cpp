@@ -64,31 +64,31 @@ class LinkTransport final : public Transport {
 
   Result<RequestId> isend(int peer, Channel ch, int tag, std::span<const ConstSegment> segments) override {
     std::lock_guard lock(mu_);
-    if (!delayed(ch)) return add_locked(inner_->isend(peer, ch, tag, segments), Entry{});
-    if (peer < 0 || peer >= static_cast<int>(link_free_ns_.size())) {
-      // The inner transport names the error (or link_free_ns_ is empty: before init()).
-      return add_locked(inner_->isend(peer, ch, tag, segments), Entry{});
+    // Outside the links (the control plane, or a peer the inner transport will refuse; before init() there
+    // are no links yet): as it is.
+    if (!delayed(ch) || peer < 0 || peer >= static_cast<int>(link_free_ns_.size())) {
+      return post_locked(Entry{}, [&](Entry&) { return inner_->isend(peer, ch, tag, segments); });
     }
     size_t bytes = kLinkHeaderBytes;
     for (const ConstSegment& s : segments) bytes += s.bytes;
-    const int64_t now = wire::now_ns();
-    const int64_t depart = std::max(now, link_free_ns_[peer]) + link_.wire_ns(bytes);
+    const int64_t depart = std::max(wire::now_ns(), link_free_ns_[peer]) + link_.wire_ns(bytes);
     link_free_ns_[peer] = depart;
-    auto header = std::make_unique<Header>(Header{.arrival_ns = depart + link_.latency_us * 1000, .magic = kLinkMagic});
-    send_segments_.assign(1, ConstSegment{header.get(), sizeof(Header)});
-    send_segments_.insert(send_segments_.end(), segments.begin(), segments.end());
-    Result<RequestId> inner = inner_->isend(peer, ch, tag, send_segments_);
-    return add_locked(std::move(inner), Entry{.header = std::move(header), .with_header = true});
+    Entry e{.header = {.arrival_ns = depart + link_.latency_us * 1000, .magic = kLinkMagic}, .with_header = true};
+    return post_locked(e, [&](Entry& posted) {
+      send_segments_.assign(1, ConstSegment{&posted.header, sizeof(Header)});
+      send_segments_.insert(send_segments_.end(), segments.begin(), segments.end());
+      return inner_->isend(peer, ch, tag, send_segments_);
+    });
   }
 
   Result<RequestId> irecv(int peer, Channel ch, int tag, std::span<const MutSegment> segments) override {
     std::lock_guard lock(mu_);
-    if (!delayed(ch)) return add_locked(inner_->irecv(peer, ch, tag, segments), Entry{});
-    auto header = std::make_unique<Header>();
-    recv_segments_.assign(1, MutSegment{header.get(), sizeof(Header)});
-    recv_segments_.insert(recv_segments_.end(), segments.begin(), segments.end());
-    Result<RequestId> inner = inner_->irecv(peer, ch, tag, recv_segments_);
-    return add_locked(std::move(inner), Entry{.header = std::move(header), .with_header = true, .is_recv = true});
+    if (!delayed(ch)) return post_locked(Entry{}, [&](Entry&) { return inner_->irecv(peer, ch, tag, segments); });
+    return post_locked(Entry{.with_header = true, .is_recv = true}, [&](Entry& posted) {
+      recv_segments_.assign(1, MutSegment{&posted.header, sizeof(Header)});
+      recv_segments_.insert(recv_segments_.end(), segments.begin(), segments.end());
+      return inner_->irecv(peer, ch, tag, recv_segments_);
+    });
   }
 
   Result<bool> test(RequestId id, Completion* c) override {
@@ -179,7 +179,7 @@ class LinkTransport final : public Transport {
 
  private:
   struct Entry {
-    std::unique_ptr<Header> header;  // stays put while the inner request is in flight
+    Header header;  // in the map's node: stays put while the inner request is in flight
     bool with_header = false;
     bool is_recv = false;
     RequestId inner = kNoRequest;
@@ -188,16 +188,24 @@ class LinkTransport final : public Transport {
     Completion completion;
   };
 
-  Result<RequestId> add_locked(Result<RequestId> inner, Entry e) {
-    GB_RETURN_IF_ERROR(inner.status());
-    e.inner = *inner;
+  // Adds `e` under a new id, then `post(entry)` posts the inner request (its header, if any, is the entry's,
+  // whose address the map keeps); when that fails the entry goes again.
+  template <class Post>
+  Result<RequestId> post_locked(Entry e, Post&& post) {
     // Ids are the decorator's own (an inner id is released as soon as the inner request completes, while
     // the decorator may still hold the message back). Skip ids still in use after a wrap-around.
     do {
       next_id_ = next_id_ == std::numeric_limits<RequestId>::max() ? 0 : next_id_ + 1;
     } while (entries_.count(next_id_) > 0);
-    entries_.emplace(next_id_, std::move(e));
-    return next_id_;
+    const RequestId id = next_id_;
+    Entry& entry = entries_.emplace(id, e).first->second;
+    Result<RequestId> inner = post(entry);
+    if (!inner.ok()) {
+      entries_.erase(id);
+      return inner.status();
+    }
+    entry.inner = *inner;
+    return id;
   }
 
   Result<Entry*> find_locked(RequestId id) {
@@ -215,13 +223,13 @@ class LinkTransport final : public Transport {
     e->arrival_ns = 0;
     if (!e->with_header) return ok_status();
     if (e->is_recv) {
-      if (ic.bytes < kLinkHeaderBytes || e->header->magic != kLinkMagic) {
+      if (ic.bytes < kLinkHeaderBytes || e->header.magic != kLinkMagic) {
         return invalid_argument(fmt::format(
             "link transport: a message from world rank {} came without the link model's header; every rank of the "
             "job must run the same link settings (link_latency_us, link_bandwidth_mbps)",
             ic.source));
       }
-      e->arrival_ns = e->header->arrival_ns;
+      e->arrival_ns = e->header.arrival_ns;
       e->completion.done_ns = std::max(ic.done_ns, e->arrival_ns);
     }
     e->completion.bytes = ic.bytes - std::min(ic.bytes, kLinkHeaderBytes);
