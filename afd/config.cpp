@@ -29,6 +29,50 @@ Status rule(std::string_view key, std::string_view got, std::string_view must) {
   return invalid_argument(fmt::format("afd config: '{}' is {} but {}", key, got, must));
 }
 
+// 'redundant_experts' and 'replicas' (after the model-shape keys were checked).
+Status validate_replicas(const AfdConfig& c) {
+  const int N = c.redundant_experts, F = c.num_ffn, E = c.num_experts;
+  if (N < 0 || N % F != 0 || N > E * (F - 1)) {
+    return rule("redundant_experts", std::to_string(N),
+                fmt::format("must be a multiple of 'ffn_ranks' ({}) in 0..{} (every FFN rank holds the same number of "
+                            "copies, at most one copy of an expert per rank)",
+                            F, E * (F - 1)));
+  }
+  const std::vector<int> layers = c.moe_layers();
+  if (c.replicas.size() != static_cast<size_t>(N) * layers.size()) {
+    return invalid_argument(fmt::format(
+        "afd config: 'replicas' lists {} copies but 'redundant_experts' {} x {} MoE layers needs {}", c.replicas.size(),
+        N, layers.size(), static_cast<size_t>(N) * layers.size()));
+  }
+  // Per MoE layer: copies per FFN rank, and which (expert, rank) pairs are taken.
+  std::vector<int> moe_index(static_cast<size_t>(c.num_layers), -1);
+  for (size_t i = 0; i < layers.size(); ++i) moe_index[static_cast<size_t>(layers[i])] = static_cast<int>(i);
+  std::vector<int> per_rank(layers.size() * static_cast<size_t>(F), 0);
+  std::vector<uint8_t> held(layers.size() * static_cast<size_t>(E) * static_cast<size_t>(F), 0);
+  for (const ExpertReplica& r : c.replicas) {
+    const std::string what = fmt::format("[{}, {}, {}]", r.layer, r.expert, r.ffn);
+    if (r.layer < 0 || r.layer >= c.num_layers || moe_index[static_cast<size_t>(r.layer)] < 0) {
+      return rule("replicas", what, "must name a MoE layer (dense layers have no experts)");
+    }
+    if (r.expert < 0 || r.expert >= E) return rule("replicas", what, fmt::format("must name an expert in 0..{}", E - 1));
+    if (r.ffn < 0 || r.ffn >= F) return rule("replicas", what, fmt::format("must name an FFN rank in 0..{}", F - 1));
+    if (r.ffn == r.expert / c.experts_per_ffn()) {
+      return rule("replicas", what, fmt::format("copies expert {} onto its home FFN rank {}", r.expert, r.ffn));
+    }
+    const size_t li = static_cast<size_t>(moe_index[static_cast<size_t>(r.layer)]);
+    uint8_t& h = held[(li * static_cast<size_t>(E) + static_cast<size_t>(r.expert)) * static_cast<size_t>(F) +
+                      static_cast<size_t>(r.ffn)];
+    if (h != 0) return rule("replicas", what, "is listed twice");
+    h = 1;
+    if (++per_rank[li * static_cast<size_t>(F) + static_cast<size_t>(r.ffn)] > N / F) {
+      return rule("replicas", what,
+                  fmt::format("gives FFN rank {} more than 'redundant_experts' / 'ffn_ranks' = {} copies in layer {}",
+                              r.ffn, N / F, r.layer));
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status validate(const AfdConfig& c) {
@@ -93,8 +137,9 @@ Status validate(const AfdConfig& c) {
         "afd config: 'dense_layers' lists all {} layers; AFD needs at least one MoE layer for the FFN ranks",
         c.num_layers));
   }
+  GB_RETURN_IF_ERROR(validate_replicas(c));
   // Every message must fit one MPI count (int bytes): the largest is a stage's expert outputs.
-  const int64_t max_slots = std::min(c.top_k, c.experts_per_ffn());
+  const int64_t max_slots = std::min(c.top_k, c.max_experts_per_ffn());
   const int64_t result_bytes = int64_t{c.max_tokens_per_stage} * max_slots * c.hidden_size * 2;
   const int64_t work_bytes = int64_t{c.max_tokens_per_stage} * (c.dispatch_bytes_per_token() + 8 * c.top_k);
   const int64_t largest_bytes = std::max(result_bytes, work_bytes);
@@ -186,6 +231,7 @@ constexpr IntKey kIntKeys[] = {
     {"num_layers", &AfdConfig::num_layers, nullptr},
     {"link_latency_us", nullptr, &AfdConfig::link_latency_us},
     {"link_bandwidth_mbps", nullptr, &AfdConfig::link_bandwidth_mbps},
+    {"redundant_experts", &AfdConfig::redundant_experts, nullptr},
 };
 
 // One key that is not an integer: "connector", "transport", "async_dp" or "dense_layers".
@@ -217,11 +263,27 @@ Status read_other_key(const std::string& key, const json& v, AfdConfig* c) {
       GB_RETURN_IF_ERROR(read_int(e, "dense_layers[]", kIntMin, kIntMax, &n));
       c->dense_layers.push_back(static_cast<int>(n));
     }
+  } else if (key == "replicas") {
+    if (!v.is_array()) {
+      return invalid_argument(fmt::format(
+          "afd config: 'replicas' must be an array of [layer, expert, ffn_rank] triples, got {}", v.dump()));
+    }
+    c->replicas.clear();
+    for (const json& e : v) {
+      if (!e.is_array() || e.size() != 3) {
+        return invalid_argument(
+            fmt::format("afd config: each entry of 'replicas' must be [layer, expert, ffn_rank], got {}", e.dump()));
+      }
+      int64_t n[3] = {};
+      for (size_t i = 0; i < 3; ++i) GB_RETURN_IF_ERROR(read_int(e[i], "replicas[][]", kIntMin, kIntMax, &n[i]));
+      c->replicas.push_back({static_cast<int>(n[0]), static_cast<int>(n[1]), static_cast<int>(n[2])});
+    }
   } else {
     return invalid_argument(fmt::format(
         "afd config: unknown key '{}' (known keys: attention_ranks, ffn_ranks, stages, connector, transport, "
         "async_dp, max_tokens_per_stage, timeout_ms, idle_timeout_ms, init_timeout_ms, num_experts, top_k, "
-        "hidden_size, dispatch_row_bytes, num_layers, dense_layers, link_latency_us, link_bandwidth_mbps)",
+        "hidden_size, dispatch_row_bytes, num_layers, dense_layers, link_latency_us, link_bandwidth_mbps, "
+        "redundant_experts, replicas)",
         key));
   }
   return ok_status();
@@ -283,14 +345,19 @@ Status apply_topology_string(std::string_view text, AfdConfig* cfg) {
 std::string canonical_settings(const AfdConfig& c) {
   std::string dense;
   for (size_t i = 0; i < c.dense_layers.size(); ++i) dense += (i ? "," : "") + std::to_string(c.dense_layers[i]);
+  std::string replicas;
+  for (const ExpertReplica& r : c.replicas) {
+    replicas += fmt::format("{}[{},{},{}]", replicas.empty() ? "" : ",", r.layer, r.expert, r.ffn);
+  }
   return fmt::format(
       "attention_ranks={}\nffn_ranks={}\nstages={}\nconnector={}\ntransport={}\nasync_dp={}\nmax_tokens_per_stage={}\n"
       "timeout_ms={}\nidle_timeout_ms={}\ninit_timeout_ms={}\nnum_experts={}\ntop_k={}\nhidden_size={}\n"
-      "dispatch_row_bytes={}\nnum_layers={}\ndense_layers=[{}]\nlink_latency_us={}\nlink_bandwidth_mbps={}\n",
+      "dispatch_row_bytes={}\nnum_layers={}\ndense_layers=[{}]\nlink_latency_us={}\nlink_bandwidth_mbps={}\n"
+      "redundant_experts={}\nreplicas=[{}]\n",
       c.num_attention, c.num_ffn, c.num_stages, connector_kind_name(c.connector), transport_kind_name(c.transport),
       c.async_dp ? "true" : "false", c.max_tokens_per_stage, c.timeout_ms, c.idle_timeout_ms, c.init_timeout_ms,
       c.num_experts, c.top_k, c.hidden_size, c.dispatch_row_bytes, c.num_layers, dense, c.link_latency_us,
-      c.link_bandwidth_mbps);
+      c.link_bandwidth_mbps, c.redundant_experts, replicas);
 }
 
 std::string first_differing_key(std::string_view a, std::string_view b, std::string* value_a, std::string* value_b) {

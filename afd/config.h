@@ -30,6 +30,15 @@ enum class TransportKind : uint8_t { kInproc, kMpi };
 std::string_view connector_kind_name(ConnectorKind k);
 std::string_view transport_kind_name(TransportKind k);
 
+// One redundant copy of an expert (EPLB): FFN rank `ffn` also holds `expert` of MoE layer `layer` and computes
+// a share of its rows (afd/placement.h says which).
+struct ExpertReplica {
+  int layer = 0;
+  int expert = 0;
+  int ffn = 0;
+  friend bool operator==(const ExpertReplica&, const ExpertReplica&) = default;
+};
+
 struct AfdConfig {
   // Topology (JSON keys in quotes).
   int num_attention = 1;                             // "attention_ranks": A >= 1
@@ -65,10 +74,17 @@ struct AfdConfig {
   // had crossed a link of this one-way latency and bandwidth. 0 and 0: no link model (the transport as is).
   int64_t link_latency_us = 0;      // "link_latency_us": 0..10000000, below 'timeout_ms'
   int64_t link_bandwidth_mbps = 0;  // "link_bandwidth_mbps": megabits per second, 0 (unlimited)..1000000000
+  // Redundant experts (afd/placement.h): every MoE layer has this many extra expert copies, redundant_experts /
+  // ffn_ranks on each FFN rank, listed in `replicas` (a copy on a rank that is not the expert's home, at most one
+  // per rank). 0: each expert lives only on its home rank.
+  int redundant_experts = 0;            // "redundant_experts": 0, or a multiple of ffn_ranks
+  std::vector<ExpertReplica> replicas;  // "replicas": [[layer, expert, ffn_rank], ...], redundant_experts per MoE layer
 
   // Layers whose FFN runs on the FFN ranks (every layer not listed as dense), ascending.
   std::vector<int> moe_layers() const;
   int experts_per_ffn() const { return num_ffn > 0 ? num_experts / num_ffn : 0; }
+  // Experts an FFN rank holds in one MoE layer: its own plus its share of the redundant copies.
+  int max_experts_per_ffn() const { return experts_per_ffn() + (num_ffn > 0 ? redundant_experts / num_ffn : 0); }
   // Bytes of one token's row in a dispatch (attention -> FFN).
   int64_t dispatch_bytes_per_token() const {
     return dispatch_row_bytes > 0 ? dispatch_row_bytes : int64_t{2} * hidden_size;

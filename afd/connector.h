@@ -108,9 +108,9 @@ struct FfnWorkItem {
   // bf16 [M, H], M = meta.total_tokens(); segments in meta.seq_lens order. With a quantized dispatch
   // (AfdConfig::dispatch_row_bytes > 0): the rows of codes and scales, uint8 [M, dispatch_row_bytes].
   TensorView hidden;
-  TensorView topk_ids;      // i32 [M, k]
+  TensorView topk_ids;      // i32 [M, k]; -1 in the slots another FFN rank computes
   TensorView topk_weights;  // f32 [M, k]
-  int expert_begin = 0;     // experts this FFN rank owns: [expert_begin, expert_end)
+  int expert_begin = 0;     // a range holding every expert this FFN rank holds in the layer (its own and copies)
   int expert_end = 0;
   std::span<const int32_t> row_token;  // [R]: token (row of hidden) of each output row
   std::span<const int32_t> row_slot;   // [R]: top-k slot of each output row (its expert is topk_ids[token, slot])

@@ -59,7 +59,7 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
   GB_RETURN_IF_ERROR(check_dispatch(meta));
 
   Dispatch& d = fifo.entries[(fifo.head + fifo.count) % kFifoDepth];
-  GB_RETURN_IF_ERROR(compute_dispatch_layout(ids, topo_, &d.layout));
+  GB_RETURN_IF_ERROR(compute_dispatch_layout(ids, topo_, meta.layer, &d.layout));
   d.meta = meta;
   d.num_tokens = n;
   d.send_ns = now_ns();
@@ -86,14 +86,11 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
     std::memcpy(mb, &h, sizeof(h));
     int32_t* out_ids = reinterpret_cast<int32_t*>(mb + wire::kHeaderBytes);
     float* out_w = reinterpret_cast<float*>(out_ids + static_cast<size_t>(m) * k_);
-    const int32_t* ib = ids.data_as<const int32_t>();
     const float* wb = w.data_as<const float>();
     for (int i = 0; i < m; ++i) {
       const int t = toks[i];
-      for (int j = 0; j < k_; ++j) {
-        out_ids[i * k_ + j] = ib[t * ids.stride(0) + j * ids.stride(1)];
-        out_w[i * k_ + j] = wb[t * w.stride(0) + j * w.stride(1)];
-      }
+      write_sent_ids(ids, d.layout, t, f, out_ids + static_cast<size_t>(i) * k_);
+      for (int j = 0; j < k_; ++j) out_w[i * k_ + j] = wb[t * w.stride(0) + j * w.stride(1)];
     }
     const ConstSegment meta_seg{mb, wire::work_meta_bytes(m, k_)};
     GB_ASSIGN_OR_RETURN(d.send_ids[2 * f],

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "afd/connector_base.h"
 #include "genbridge/core/formats.h"
@@ -132,7 +133,8 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
   for (int i = 0; i < nslots; ++i) {
     const int m = item.meta.seq_lens[i];
     const size_t before = g.row_token.size();
-    append_owned_rows(slot_ids(i), m, k_, topo_, rank_, static_cast<int>(base), &g.row_token, &g.row_slot);
+    GB_RETURN_IF_ERROR(append_owned_rows(slot_ids(i), m, k_, topo_, rank_, item.meta.layer, static_cast<int>(base),
+                                         &g.row_token, &g.row_slot));
     g.seg_rows[i] = static_cast<int32_t>(g.row_token.size() - before);
     base += m;
   }
@@ -171,8 +173,7 @@ Result<FfnWorkItem> ConnectorBase::make_item(int gi) {
     return internal_error(fmt::format("afd: {} got {} expert-output rows but registered {}",
                                       topo_.rank_name(world_rank_), rows, g.rows_capacity));
   }
-  item.expert_begin = topo_.expert_begin(rank_);
-  item.expert_end = topo_.expert_end(rank_);
+  std::tie(item.expert_begin, item.expert_end) = topo_.held_range(item.meta.layer, rank_);
   item.row_token = g.row_token;
   item.row_slot = g.row_slot;
   item.out = TensorView(g.out_buf.data(), DType::kBF16, {rows, H});
@@ -259,7 +260,7 @@ Status ConnectorBase::send_ffn_output(TensorView out, BackendState&& state) {
 Status ConnectorBase::add_group(std::vector<int> slots) {
   Group g;
   g.slots = std::move(slots);
-  const int64_t per_token = std::min(k_, topo_.experts_per_ffn);
+  const int64_t per_token = std::min(k_, cfg_.max_experts_per_ffn());
   const int64_t tokens = static_cast<int64_t>(g.slots.size()) * cfg_.max_tokens_per_stage;
   g.rows_capacity = tokens * per_token;
   GB_ASSIGN_OR_RETURN(g.out_buf, transport_->alloc_buffer(static_cast<size_t>(g.rows_capacity * hidden_ * 2)));

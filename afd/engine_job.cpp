@@ -144,6 +144,7 @@ RankJob batch_rank_job(const model::Checkpoint& checkpoint, const runtime::Devic
                  .pool_pages = pool_pages,
                  .engine = options.engine,
                  .warmup_steps = options.warmup_steps,
+                 .expert_load = options.expert_load,
                  .quantized = options.quantized,
                  // Under mpirun each rank quantizes its share; in process every rank shares the caller's.
                  .quantize_own_share = transport == TransportKind::kMpi,

@@ -37,6 +37,7 @@ struct EngineJobOptions {
   // The first steps of every attention rank are warm-up: computed as any other (results unchanged), left
   // out of the AFD metrics and announced as warm-up on the sync connector's control plane.
   int warmup_steps = 2;
+  std::optional<ExpertLoad> expert_load;  // as RankJob::expert_load
   std::string trace_path;  // Chrome/Perfetto trace of every rank (empty: none)
   // Weights quantized at load when the DeviceOperator has weight_quant in force: the attention
   // ranks' projections and shared experts, the FFN ranks' routed experts. Must outlive the job. Required

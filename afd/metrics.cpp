@@ -80,8 +80,15 @@ Metrics::Metrics(const AfdConfig& cfg, int world_rank, Role role, int role_rank,
       num_stages_(cfg.num_stages),
       transfers_(static_cast<size_t>(2 * cfg.num_layers * cfg.num_stages)),
       trace_capacity_(max_trace_events),
-      expert_rows_(role == Role::kFfn ? static_cast<size_t>(std::max(cfg.num_experts, 0)) : 0, 0) {
+      num_experts_(role == Role::kFfn ? std::max(cfg.num_experts, 0) : 0),
+      layer_expert_rows_(static_cast<size_t>(num_experts_) * static_cast<size_t>(std::max(cfg.num_layers, 0)), 0) {
   events_.reserve(max_trace_events);
+}
+
+std::vector<int64_t> Metrics::expert_rows() const {
+  std::vector<int64_t> out(static_cast<size_t>(num_experts_), 0);
+  for (size_t i = 0; i < layer_expert_rows_.size(); ++i) out[i % static_cast<size_t>(num_experts_)] += layer_expert_rows_[i];
+  return out;
 }
 
 void Metrics::record_transfer(Direction d, int layer, int stage, int64_t latency_ns, int64_t bytes) {
@@ -160,7 +167,8 @@ std::string Metrics::serialize() const {
     w.put(t.messages);
     put_hist(w, t.latency, t.latency.count_, t.latency.sum_ns_, t.latency.min_ns_, t.latency.max_ns_);
   }
-  w.put_vec(expert_rows_);
+  w.put(static_cast<int32_t>(num_experts_));
+  w.put_vec(layer_expert_rows_);
   w.put(static_cast<int64_t>(events_.size()));
   w.put(dropped_events_);
   if (!events_.empty()) w.put_bytes(events_.data(), events_.size() * sizeof(TraceEvent));
@@ -213,7 +221,12 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
     t.messages = r.get<int64_t>();
     get_hist(&t.latency);
   }
-  r.get_vec(&m.expert_rows_);
+  m.num_experts_ = r.get<int32_t>();
+  r.get_vec(&m.layer_expert_rows_);
+  if (m.num_experts_ < 0 ||
+      m.layer_expert_rows_.size() != static_cast<size_t>(m.num_experts_) * static_cast<size_t>(m.num_layers_)) {
+    return invalid_argument("afd metrics: corrupt blob (expert rows)");
+  }
   const int64_t n_events = r.get<int64_t>();
   m.dropped_events_ = r.get<int64_t>();
   if (!r.ok() || corrupt || n_events < 0 || r.remaining() != static_cast<size_t>(n_events) * sizeof(TraceEvent)) {
@@ -252,12 +265,21 @@ AfdReport summarize(std::span<const Metrics> ranks) {
     if (m.role() == Role::kFfn) {
       ffn_busy += m.busy_ns();
       ffn_wall += m.wall_ns();
+      const std::vector<int64_t> rows = m.expert_rows();
       if (m.role_rank() >= 0 && m.role_rank() < num_ffn) {
         rep.ffn_busy[m.role_rank()] = frac;
-        for (int64_t rows : m.expert_rows()) rep.ffn_rows[m.role_rank()] += rows;
+        for (int64_t r : rows) rep.ffn_rows[m.role_rank()] += r;
       }
-      if (rep.expert_rows.size() < m.expert_rows().size()) rep.expert_rows.resize(m.expert_rows().size(), 0);
-      for (size_t e = 0; e < m.expert_rows().size(); ++e) rep.expert_rows[e] += m.expert_rows()[e];
+      if (rep.expert_rows.size() < rows.size()) rep.expert_rows.resize(rows.size(), 0);
+      for (size_t e = 0; e < rows.size(); ++e) rep.expert_rows[e] += rows[e];
+      const size_t E = static_cast<size_t>(m.num_experts());
+      if (rep.layer_expert_rows.size() < static_cast<size_t>(m.num_layers())) {
+        rep.layer_expert_rows.resize(static_cast<size_t>(m.num_layers()));
+      }
+      for (size_t l = 0; l < static_cast<size_t>(m.num_layers()); ++l) {
+        if (rep.layer_expert_rows[l].size() < E) rep.layer_expert_rows[l].resize(E, 0);
+        for (size_t e = 0; e < E; ++e) rep.layer_expert_rows[l][e] += m.layer_expert_rows()[l * E + e];
+      }
     } else {
       attn_idle += m.idle_ns();
       attn_wall += m.wall_ns();

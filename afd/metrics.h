@@ -110,14 +110,17 @@ class Metrics {
     (phase == StepPhase::kPrefill ? prefill_tokens_ : decode_tokens_) += tokens;
     (phase == StepPhase::kPrefill ? prefill_step_ : decode_step_).record(ns);
   }
-  // FFN ranks: `rows` (token, slot) rows of expert `expert` computed (the expert load; warm-up steps not counted).
-  void add_expert_rows(int expert, int64_t rows) {
-    if (!recording_ || expert < 0) return;
-    if (static_cast<size_t>(expert) >= expert_rows_.size()) expert_rows_.resize(static_cast<size_t>(expert) + 1, 0);
-    expert_rows_[static_cast<size_t>(expert)] += rows;
+  // FFN ranks: `rows` (token, slot) rows of expert `expert` in `layer` computed (the expert load; warm-up steps
+  // not counted). Ignored outside the model's layers and experts.
+  void add_expert_rows(int layer, int expert, int64_t rows) {
+    if (!recording_ || expert < 0 || expert >= num_experts_ || layer < 0 || layer >= num_layers_) return;
+    layer_expert_rows_[static_cast<size_t>(layer) * num_experts_ + expert] += rows;
   }
-  // Rows per expert id (summed over layers); an FFN rank's has an entry for every expert of the model.
-  const std::vector<int64_t>& expert_rows() const { return expert_rows_; }
+  // Rows per expert id summed over layers (an FFN rank's has an entry for every expert of the model; an
+  // attention rank's is empty), and per layer: [num_layers x num_experts], row-major.
+  std::vector<int64_t> expert_rows() const;
+  const std::vector<int64_t>& layer_expert_rows() const { return layer_expert_rows_; }
+  int num_experts() const { return num_experts_; }
   // Extends the measured wall-time window [begin, end] of this rank.
   void mark_window(int64_t begin_ns, int64_t end_ns);
   void span(SpanKind kind, int64_t begin_ns, int64_t end_ns, int layer, int stage, int64_t step, int peer);
@@ -172,7 +175,8 @@ class Metrics {
   size_t trace_capacity_ = 0;
   std::vector<TraceEvent> events_;
   int64_t dropped_events_ = 0;
-  std::vector<int64_t> expert_rows_;
+  int num_experts_ = 0;                    // FFN ranks: the model's; attention ranks: 0
+  std::vector<int64_t> layer_expert_rows_;  // [num_layers x num_experts]
 };
 
 // The job-wide summary computed from every rank's Metrics.
@@ -190,6 +194,7 @@ struct AfdReport {
   // per FFN rank; the max / mean ratios over the FFN ranks and over the experts (1 = perfectly even; 0 when no
   // row was computed).
   std::vector<int64_t> expert_rows, ffn_rows;
+  std::vector<std::vector<int64_t>> layer_expert_rows;  // [layer][expert]: the rows per layer (dense layers: 0)
   double ffn_load_max_over_mean = 0, expert_load_max_over_mean = 0;
   double ffn_busy_fraction = 0;        // over all FFN ranks: sum busy / sum wall
   double attention_idle_fraction = 0;  // over all attention ranks: sum idle / sum wall

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "afd/engine_ffn.h"
@@ -14,7 +15,8 @@
 
 namespace genbridge::afd {
 
-Result<ValidAfdConfig> fill_model_shape(const model::ModelConfig& c, int64_t max_tokens_per_stage, AfdConfig afd) {
+Result<ValidAfdConfig> fill_model_shape(const model::ModelConfig& c, int64_t max_tokens_per_stage, AfdConfig afd,
+                                        const ExpertLoad* load) {
   if (c.num_experts < 1) {
     return invalid_argument("afd: the model has no experts; attention-FFN disaggregation needs a MoE model");
   }
@@ -27,6 +29,15 @@ Result<ValidAfdConfig> fill_model_shape(const model::ModelConfig& c, int64_t max
     if (!c.is_moe_layer(l)) afd.dense_layers.push_back(static_cast<int>(l));
   }
   afd.max_tokens_per_stage = static_cast<int>(max_tokens_per_stage);
+  if (afd.redundant_experts > 0) {
+    if (load == nullptr) {
+      return invalid_argument(fmt::format(
+          "afd: {} redundant experts need a measured expert load to place them (--afd-expert-load FILE, written by "
+          "genbridge run --afd ... --afd-expert-load-out FILE)",
+          afd.redundant_experts));
+    }
+    GB_ASSIGN_OR_RETURN(afd.replicas, plan_replicas(afd, *load));
+  }
   return ValidAfdConfig::create(std::move(afd));
 }
 
@@ -45,7 +56,8 @@ Result<ValidAfdConfig> prepare_rank_job(AfdConfig settings, TransportKind transp
   int64_t longest = 1;
   for (const auto& r : requests) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
   e.max_prefill_tokens = std::max(e.max_prefill_tokens, longest);
-  return fill_model_shape(job->checkpoint->config(), std::max(e.max_prefill_tokens, e.max_batch), std::move(settings));
+  return fill_model_shape(job->checkpoint->config(), std::max(e.max_prefill_tokens, e.max_batch), std::move(settings),
+                          job->expert_load ? &*job->expert_load : nullptr);
 }
 
 std::vector<FingerprintItem> job_fingerprint(const RankJob& job, std::vector<FingerprintItem> items,
@@ -103,8 +115,8 @@ Result<std::unique_ptr<model::QuantizedWeights>> quantize_rank_share(Connector& 
     share.experts = false;
   } else {
     share.attention = false;
-    share.expert_begin = conn.topology().expert_begin(conn.rank());
-    share.expert_end = conn.topology().expert_end(conn.rank());
+    // Its own experts and its copies of others (redundant experts): one range holding all of them.
+    std::tie(share.expert_begin, share.expert_end) = conn.topology().held_range(-1, conn.rank());
   }
   Result<std::unique_ptr<model::QuantizedWeights>> q =
       model::QuantizedWeights::quantize(checkpoint, *dev.weight_quant(), dev.contract().weight_quant.layers, share);

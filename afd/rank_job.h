@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "afd/engine_attention.h"
 #include "afd/job.h"
 #include "afd/metrics.h"
+#include "afd/placement.h"
 #include "afd/runner.h"
 #include "afd/transports/step_agreement.h"
 #include "genbridge/core/status.h"
@@ -35,6 +37,9 @@ struct RankJob {
   int64_t pool_pages = 0;        // KV pages of each attention rank's pool
   engine::EngineOptions engine;  // each attention rank's engine (prepare_rank_job sizes max_prefill_tokens)
   int warmup_steps = 0;          // AfdExecutor's warm-up steps
+  // The measured expert load the copies of AfdConfig::redundant_experts are planned from (afd/placement.h);
+  // required when redundant_experts > 0.
+  std::optional<ExpertLoad> expert_load;
   const model::QuantizedWeights* quantized = nullptr;  // weights quantized by the caller (null: none)
   // When weight_quant is in force and `quantized` is null: each rank quantizes only its share first
   // (quantize_rank_share), else the ranks run on `quantized` (the runner refuses null under weight_quant).
@@ -56,7 +61,9 @@ Result<ValidAfdConfig> prepare_rank_job(AfdConfig settings, TransportKind transp
 
 // Fills the model-shape keys of `afd` (experts, top-k, hidden size, layers, dense layers), sizes the
 // per-stage buffers for `max_tokens_per_stage` tokens and validates the result.
-Result<ValidAfdConfig> fill_model_shape(const model::ModelConfig& cfg, int64_t max_tokens_per_stage, AfdConfig afd);
+// With redundant_experts > 0, plans the copies (AfdConfig::replicas) from `load` (required then).
+Result<ValidAfdConfig> fill_model_shape(const model::ModelConfig& cfg, int64_t max_tokens_per_stage, AfdConfig afd,
+                                        const ExpertLoad* load = nullptr);
 
 // What every rank must agree on: the tool's `items` first (named as the user typed them), then what the
 // job itself knows, so that a mismatch is caught even when the tool passed nothing: every key of the model

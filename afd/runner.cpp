@@ -28,7 +28,7 @@ Status FfnRunner::serve(FfnWorkItem& item) {
     const int k = connector_.config().top_k;
     const int32_t* ids = item.topk_ids.data_as<const int32_t>();
     for (size_t r = 0; r < item.row_token.size(); ++r) {
-      metrics_->add_expert_rows(ids[static_cast<size_t>(item.row_token[r]) * k + item.row_slot[r]], 1);
+      metrics_->add_expert_rows(item.meta.layer, ids[static_cast<size_t>(item.row_token[r]) * k + item.row_slot[r]], 1);
     }
   }
   ++items_;

@@ -290,6 +290,7 @@ Status run_serve_job(const model::Checkpoint& checkpoint, const runtime::DeviceO
               .dev = &dev,
               .pool_pages = pool_pages,
               .engine = options.engine,
+              .expert_load = options.expert_load,
               .quantized = options.quantized,
               .quantize_own_share = true,
               .ffn_hook = options.ffn_hook};

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "afd/connector.h"
 #include "afd/engine_attention.h"
 #include "afd/metrics.h"
+#include "afd/placement.h"
 #include "afd/serve_relay.h"
 #include "afd/work_wait.h"
 #include "genbridge/core/status.h"
@@ -113,6 +115,7 @@ struct ServeJobOptions {
   // order) once all have loaded, before the first step. Optional.
   std::function<void(const std::vector<std::string>& weight_lines)> on_weight_lines;
   ServeLiveMetrics* live = nullptr;  // optional
+  std::optional<ExpertLoad> expert_load;  // as RankJob::expert_load
   // Tests only (fault injection), as EngineJobOptions::ffn_hook.
   std::function<Status(int ffn_rank, const FfnWorkItem& item)> ffn_hook;
   // Tests only: in process, relay the attention ranks other than 0 as under mpirun (`serve` then runs on

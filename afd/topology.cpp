@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace genbridge::afd {
 
 std::string Topology::rank_name(int world_rank) const {
@@ -60,7 +62,54 @@ Result<Topology> make_topology(const AfdConfig& cfg, std::span<const int> declar
       t.ffn_world.push_back(r);
     }
   }
+  if (!cfg.replicas.empty()) {
+    const std::vector<int> layers = cfg.moe_layers();
+    const int E = cfg.num_experts;
+    t.moe_index.assign(static_cast<size_t>(cfg.num_layers), -1);
+    for (size_t i = 0; i < layers.size(); ++i) t.moe_index[static_cast<size_t>(layers[i])] = static_cast<int>(i);
+    std::vector<std::vector<std::vector<int32_t>>> lists(layers.size(), std::vector<std::vector<int32_t>>(E));
+    for (size_t i = 0; i < layers.size(); ++i) {
+      for (int e = 0; e < E; ++e) lists[i][e].push_back(t.ffn_of_expert(e));
+    }
+    for (const ExpertReplica& r : cfg.replicas) lists[t.moe_index[static_cast<size_t>(r.layer)]][r.expert].push_back(r.ffn);
+    t.holder_offsets.resize(layers.size());
+    t.holders.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      t.holder_offsets[i].push_back(0);
+      for (int e = 0; e < E; ++e) {
+        t.holders[i].insert(t.holders[i].end(), lists[i][e].begin(), lists[i][e].end());
+        t.holder_offsets[i].push_back(static_cast<int32_t>(t.holders[i].size()));
+      }
+    }
+  }
   return t;
+}
+
+bool Topology::holds(int layer, int expert, int ffn) const {
+  if (expert < 0 || expert >= num_experts) return false;
+  if (ffn_of_expert(expert) == ffn) return true;
+  if (!has_replicas() || layer < 0 || layer >= static_cast<int>(moe_index.size()) || moe_index[layer] < 0) return false;
+  const size_t i = static_cast<size_t>(moe_index[layer]);
+  for (int32_t h = holder_offsets[i][expert] + 1; h < holder_offsets[i][expert + 1]; ++h) {
+    if (holders[i][h] == ffn) return true;
+  }
+  return false;
+}
+
+std::pair<int, int> Topology::held_range(int layer, int ffn) const {
+  int lo = expert_begin(ffn), hi = expert_end(ffn);
+  for (size_t i = 0; i < holders.size(); ++i) {
+    if (layer >= 0 && (layer >= static_cast<int>(moe_index.size()) || moe_index[layer] != static_cast<int>(i))) continue;
+    for (int e = 0; e < num_experts; ++e) {
+      for (int32_t h = holder_offsets[i][e] + 1; h < holder_offsets[i][e + 1]; ++h) {
+        if (holders[i][h] == ffn) {
+          lo = std::min(lo, e);
+          hi = std::max(hi, e + 1);
+        }
+      }
+    }
+  }
+  return {lo, hi};
 }
 
 std::pair<int, int> stage_bounds(int num_tokens, int num_stages, int stage) {
@@ -70,12 +119,20 @@ std::pair<int, int> stage_bounds(int num_tokens, int num_stages, int stage) {
   return {begin, begin + base + (stage < extra ? 1 : 0)};
 }
 
-Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, DispatchLayout* out) {
+Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, int layer, DispatchLayout* out) {
   const int n = static_cast<int>(ids.dim(0));
   const int k = static_cast<int>(ids.dim(1));
   const int F = topo.num_ffn;
   const int32_t* base = ids.data_as<const int32_t>();
   const int64_t s0 = ids.stride(0), s1 = ids.stride(1);
+  // The holder lists of this layer (none: every slot goes to its expert's home rank).
+  const int mi = topo.has_replicas() && layer >= 0 && layer < static_cast<int>(topo.moe_index.size())
+                     ? topo.moe_index[layer]
+                     : -1;
+  const int32_t* hoff = mi >= 0 ? topo.holder_offsets[mi].data() : nullptr;
+  const int32_t* hold = mi >= 0 ? topo.holders[mi].data() : nullptr;
+  if (hoff) out->seen.assign(static_cast<size_t>(topo.num_experts), 0);
+  out->slot_ffn.resize(static_cast<size_t>(n) * k);
   // Per-token mask of destination ranks; ranks beyond 64 are impossible (kMaxFfnRanks).
   out->token_offsets.assign(F + 1, 0);
   out->row_offsets.assign(F + 1, 0);
@@ -94,7 +151,12 @@ Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, Disp
               e, i, j));
         }
       }
-      const int f = topo.ffn_of_expert(e);
+      int f = topo.ffn_of_expert(e);
+      if (hoff) {
+        const int32_t copies = hoff[e + 1] - hoff[e];
+        f = hold[hoff[e] + out->seen[e]++ % copies];
+      }
+      out->slot_ffn[static_cast<size_t>(t) * k + j] = static_cast<int8_t>(f);
       mask |= uint64_t{1} << f;
       ++out->row_offsets[f + 1];
     }
@@ -117,7 +179,7 @@ Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, Disp
   for (int t = 0; t < n; ++t) {
     uint64_t mask = 0;
     for (int j = 0; j < k; ++j) {
-      const int f = topo.ffn_of_expert(base[t * s0 + j * s1]);
+      const int f = out->slot_ffn[static_cast<size_t>(t) * k + j];
       if (!((mask >> f) & 1)) {
         mask |= uint64_t{1} << f;
         tok[tcur[f]++] = t;
@@ -130,18 +192,30 @@ Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, Disp
   return ok_status();
 }
 
-void append_owned_rows(const int32_t* ids, int m, int k, const Topology& topo, int ffn, int token_base,
-                       std::vector<int32_t>* rows_token, std::vector<int32_t>* rows_slot) {
+void write_sent_ids(const TensorView& ids, const DispatchLayout& layout, int t, int ffn, int32_t* out) {
+  const int k = static_cast<int>(ids.dim(1));
+  const int32_t* row = ids.data_as<const int32_t>() + t * ids.stride(0);
+  const int8_t* owner = layout.slot_ffn.data() + static_cast<size_t>(t) * k;
+  for (int j = 0; j < k; ++j) out[j] = owner[j] == ffn ? row[j * ids.stride(1)] : -1;
+}
+
+Status append_owned_rows(const int32_t* ids, int m, int k, const Topology& topo, int ffn, int layer, int token_base,
+                         std::vector<int32_t>* rows_token, std::vector<int32_t>* rows_slot) {
   const int lo = topo.expert_begin(ffn), hi = topo.expert_end(ffn);
   for (int t = 0; t < m; ++t) {
     for (int j = 0; j < k; ++j) {
       const int32_t e = ids[t * k + j];
-      if (e >= lo && e < hi) {
-        rows_token->push_back(token_base + t);
-        rows_slot->push_back(j);
+      if (e < 0) continue;  // another rank computes this slot
+      if ((e < lo || e >= hi) && !topo.holds(layer, e, ffn)) {
+        return invalid_argument(fmt::format(
+            "afd: {} received a row of expert {} in layer {} (token {}, slot {}), which it does not hold",
+            topo.rank_name(topo.ffn_world[ffn]), e, layer, token_base + t, j));
       }
+      rows_token->push_back(token_base + t);
+      rows_slot->push_back(j);
     }
   }
+  return ok_status();
 }
 
 }  // namespace genbridge::afd

@@ -26,10 +26,22 @@ struct Topology {
   std::vector<int> attention_world;  // world rank of attention rank a
   std::vector<int> ffn_world;        // world rank of FFN rank f
 
+  // Redundant experts (afd/placement.h), per MoE layer: moe_index[layer] (-1: dense) selects the layer's
+  // holder lists, holders[i][holder_offsets[i][e] .. holder_offsets[i][e + 1]) with the home rank first and
+  // the copies in AfdConfig::replicas order. Empty without copies.
+  std::vector<int> moe_index;
+  std::vector<std::vector<int32_t>> holder_offsets;
+  std::vector<std::vector<int32_t>> holders;
+
   int world_size() const { return num_attention + num_ffn; }
-  int ffn_of_expert(int expert) const { return expert / experts_per_ffn; }
-  int expert_begin(int ffn) const { return ffn * experts_per_ffn; }
+  int ffn_of_expert(int expert) const { return expert / experts_per_ffn; }  // the home rank
+  int expert_begin(int ffn) const { return ffn * experts_per_ffn; }          // home experts [begin, end)
   int expert_end(int ffn) const { return (ffn + 1) * experts_per_ffn; }
+  bool has_replicas() const { return !holders.empty(); }
+  // Whether FFN rank `ffn` holds `expert` of `layer` (its own or a copy).
+  bool holds(int layer, int expert, int ffn) const;
+  // The smallest expert range holding every expert FFN rank `ffn` holds in `layer` (layer < 0: in any layer).
+  std::pair<int, int> held_range(int layer, int ffn) const;
   // "ffn rank 1 (world rank 3)".
   std::string rank_name(int world_rank) const;
   std::vector<std::string> rank_names() const;
@@ -49,6 +61,8 @@ std::pair<int, int> stage_bounds(int num_tokens, int num_stages, int stage);
 // at least one of its top-k experts on f) and returns one output row per (token, slot) it owns, in token
 // order then ascending slot: rows_token/rows_slot[row_offsets[f] .. row_offsets[f+1]).
 struct DispatchLayout {
+  std::vector<int8_t> slot_ffn;        // [n * k]: the FFN rank computing each (token, slot)
+  std::vector<int32_t> seen;           // scratch: rows of each expert met so far (the holder split)
   std::vector<int32_t> token_offsets;  // [F + 1]
   std::vector<int32_t> tokens;         // token indices
   std::vector<int32_t> row_offsets;    // [F + 1]
@@ -58,13 +72,19 @@ struct DispatchLayout {
   int num_rows_from(int f) const { return row_offsets[f + 1] - row_offsets[f]; }
 };
 
-// Fills `layout` for topk_ids (i32 [n, k], any strides); reuses its capacity. InvalidArgument names the
-// first expert id outside [0, E).
-Status compute_dispatch_layout(const TensorView& topk_ids, const Topology& topo, DispatchLayout* layout);
+// Fills `layout` for topk_ids (i32 [n, k], any strides) of MoE layer `layer`; reuses its capacity. A
+// (token, slot) goes to its expert's home rank, or with copies to the holder the split picks
+// (afd/placement.h). InvalidArgument names the first expert id outside [0, E).
+Status compute_dispatch_layout(const TensorView& topk_ids, const Topology& topo, int layer, DispatchLayout* layout);
 
-// The output rows FFN rank `ffn` computes for received tokens with topk_ids (i32 [m, k], contiguous),
-// appended to rows_token/rows_slot with token indices offset by `token_base`. Same order as above.
-void append_owned_rows(const int32_t* topk_ids, int m, int k, const Topology& topo, int ffn, int token_base,
-                       std::vector<int32_t>* rows_token, std::vector<int32_t>* rows_slot);
+// The ids FFN rank `ffn` receives for token `t` of a dispatch: topk_ids[t, j] where the layout sends that slot
+// to `ffn`, -1 elsewhere (the slots another rank computes).
+void write_sent_ids(const TensorView& topk_ids, const DispatchLayout& layout, int t, int ffn, int32_t* out);
+
+// The output rows FFN rank `ffn` computes for received tokens with topk_ids (i32 [m, k], contiguous, -1 for
+// the slots other ranks compute) of `layer`, appended to rows_token/rows_slot with token indices offset by
+// `token_base`. Same order as above. InvalidArgument when an id names an expert the rank does not hold.
+Status append_owned_rows(const int32_t* topk_ids, int m, int k, const Topology& topo, int ffn, int layer,
+                         int token_base, std::vector<int32_t>* rows_token, std::vector<int32_t>* rows_slot);
 
 }  // namespace genbridge::afd

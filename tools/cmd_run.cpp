@@ -68,6 +68,7 @@ Result<RunOutput> run_afd(const RunOptions& o, RunMode mode, const afd::AfdConfi
                            .warmup_steps = o.afd_warmup_steps,
                            .trace_path = o.trace,
                            .quantized = assembly.quantized};
+  GB_ASSIGN_OR_RETURN(jo.expert_load, expert_load_from(o));
   GB_ASSIGN_OR_RETURN(jo.fingerprint, run_fingerprint(o, m.ckpt, reqs));
   GB_ASSIGN_OR_RETURN(afd::EngineJobResult job,
                       mode == RunMode::kAfdMpi
@@ -94,6 +95,15 @@ int write_and_print(const RunOptions& o, RunMode mode, const StartedModel& m, co
     if (Status s = dump_choices(o.dump_choices, out.results); !s.ok()) return report.fail(s);
   }
   if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
+  if (!o.afd_expert_load_out.empty() && out.report) {
+    std::vector<int> layers;
+    for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
+      if (mc.is_moe_layer(l)) layers.push_back(static_cast<int>(l));
+    }
+    const afd::ExpertLoad load = afd::measured_expert_load(*out.report, static_cast<int>(mc.num_experts), layers);
+    if (Status s = afd::write_expert_load(o.afd_expert_load_out, load); !s.ok()) return report.fail(s);
+    fmt::print(stderr, "wrote expert load {}\n", o.afd_expert_load_out);
+  }
   if (mode == RunMode::kAfdMpi && !o.quiet) {
     std::string weights = describe_weights(m.ckpt, m.quantized.get());
     if (!out.weight_lines.empty()) {  // each rank quantized its share: its load cost (time and bytes)
@@ -157,9 +167,10 @@ int run_job(RunOptions o, RunMode mode, const std::string& role) {
   if (!plan.ok()) return report.usage(plan.status());
 
   const std::string afd_line =
-      afd_mode ? fmt::format("AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s)", o.afd,
+      afd_mode ? fmt::format("AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s){}", o.afd,
                              afd_cfg->num_attention, afd_cfg->num_ffn, mpi ? "mpi" : "in-process",
-                             afd::connector_kind_name(afd_cfg->connector), afd_cfg->num_stages)
+                             afd::connector_kind_name(afd_cfg->connector), afd_cfg->num_stages,
+                             describe_redundant_experts(o))
                : std::string();
   if (afd_mode && log_now) fmt::print(stderr, "{}\n", afd_line);
   auto out = afd_mode ? run_afd(o, mode, *afd_cfg, declared, *m, std::move(reqs), assembly, plan->pages)

@@ -148,7 +148,8 @@ int serve_job_rank(const ServeOptions& so, int declared_role, afd::Role role) {
   if (!fp.ok()) return report.fail(fp.status());
   afd::ServeJobOptions jo{.afd = afd_config_from(o, RunMode::kAfdMpi).value(),
                           .engine = assembly.engine,
-                          .fingerprint = std::move(fp).value()};
+                          .fingerprint = std::move(fp).value(),
+                          .expert_load = expert_load_from(o).value()};  // checked above
   // No serving function: a relayed attention rank runs what attention rank 0 sends (afd/serve_job.h).
   const Status s = afd::run_mpi_serve_rank(m->ckpt, m->dev, plan->pages, jo, declared_role, {});
   if (!s.ok()) return report.fail(s);
@@ -347,6 +348,7 @@ Status build_afd_service(const ServeOptions& so, const ServeSetup& setup, serve:
   b->job_options.engine = b->assembly.engine;
   b->job_options.live = &b->live;
   b->job_options.quantized = b->assembly.quantized;
+  GB_ASSIGN_OR_RETURN(b->job_options.expert_load, expert_load_from(o));
   if (!o.quiet) {
     b->job_options.on_weight_lines = [](const std::vector<std::string>& lines) {
       std::string text = "weights quantized per rank at load:";
@@ -376,11 +378,12 @@ Status build_afd_service(const ServeOptions& so, const ServeSetup& setup, serve:
                      service_options);
   if (!o.quiet) {
     fmt::print(stderr,
-               "AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s); a request goes to the attention "
-               "rank with the fewest unfinished requests; keep-alive every {} ms while idle\n",
+               "AFD {}: {} attention + {} FFN ranks ({}), {} connector, {} stage(s){}; a request goes to the "
+               "attention rank with the fewest unfinished requests; keep-alive every {} ms while idle\n",
                o.afd, cfg.num_attention, cfg.num_ffn,
                setup.mpi ? "mpi: this process is attention rank 0" : "in-process",
-               afd::connector_kind_name(cfg.connector), cfg.num_stages, afd::keep_alive_ms(cfg));
+               afd::connector_kind_name(cfg.connector), cfg.num_stages, describe_redundant_experts(o),
+               afd::keep_alive_ms(cfg));
   }
   return ok_status();
 }

@@ -63,6 +63,11 @@ struct RunOptions {
   // The link model (docs/afd.md): one-way latency and bandwidth added to every AFD transfer; 0 = none.
   int64_t afd_link_latency_us = 0;
   double afd_link_gbps = 0.0;
+  // Redundant experts (docs/afd.md, "Redundant experts"): copies per MoE layer, the measured load they are
+  // placed from, and (run, afd-worker) where to write the load this run measured.
+  int afd_redundant_experts = 0;
+  std::string afd_expert_load;
+  std::string afd_expert_load_out;
   int afd_warmup_steps = 2;                // first steps of each attention rank left out of the AFD metrics
   std::string scheduling_policy = "fcfs";  // serve: fcfs | priority (engine::SchedulingPolicy)
   std::string trace;

@@ -218,6 +218,7 @@ Result<std::vector<afd::FingerprintItem>> flag_fingerprint(const RunOptions& o, 
       {false, {"--scheduling-policy", o.scheduling_policy}},
       {false, {"--afd-link-latency-us", std::to_string(o.afd_link_latency_us)}},
       {false, {"--afd-link-gbps", fmt::format("{}", o.afd_link_gbps)}},
+      {false, {"--afd-redundant-experts", std::to_string(o.afd_redundant_experts)}},
   };
   for (const Flag& f : flags) {
     if (run || !f.run_only) items.push_back(f.item);

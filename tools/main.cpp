@@ -94,6 +94,18 @@ void add_afd_link_flags(CLI::App* app, genbridge::tools::RunOptions& o) {
                 "bytes x 8 / bandwidth. 0 = unlimited");
 }
 
+// The redundant-expert flags `run`, `afd-worker` and `serve` share (docs/afd.md, "Redundant experts").
+void add_afd_placement_flags(CLI::App* app, genbridge::tools::RunOptions& o) {
+  add_int_flag(app, "--afd-redundant-experts", &o.afd_redundant_experts, 0, 1 << 16,
+               "Extra copies of the hottest experts per MoE layer, spread evenly over the FFN ranks (a multiple\n"
+               "of F); an expert's rows are split between its copies, bit for bit as without. Needs\n"
+               "--afd-expert-load");
+  add_string_flag(app, "--afd-expert-load", &o.afd_expert_load,
+                  "The measured expert load (JSON, written by run --afd-expert-load-out) the copies are planned\n"
+                  "from",
+                  "none");
+}
+
 // The flags `run` and `afd-worker` share: model, prompts, sampling, batching, AFD settings.
 void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   constexpr int kMaxTokens = 1 << 20;
@@ -170,6 +182,11 @@ void add_run_options(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_int_flag(run, "--afd-warmup-steps", &ro.afd_warmup_steps, 0, 1 << 20,
                "First steps of each attention rank that run as usual but are left out of the AFD metrics");
   add_afd_link_flags(run, ro);
+  add_afd_placement_flags(run, ro);
+  add_string_flag(run, "--afd-expert-load-out", &ro.afd_expert_load_out,
+                  "Write the expert load the measured steps saw (rows per expert per MoE layer, JSON) to FILE, for\n"
+                  "--afd-expert-load (checked before decoding)",
+                  "none");
   add_string_flag(run, "--trace", &ro.trace,
                   "Write a Chrome/Perfetto trace (JSON) of the run to FILE.json: the engine's phases per layer and\n"
                   "step, or with --afd every rank's attention, FFN, transfer and wait spans (checked before decoding)",
@@ -273,6 +290,7 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
                 "A pause of this whole process (SIGSTOP) does not count (docs/afd.md)",
                 "a number of seconds");
   add_afd_link_flags(srv, so.run);
+  add_afd_placement_flags(srv, so.run);
   add_choice_flag(srv, "--role", &so.role, {"attention", "ffn"},
                   "This process's role under mpirun (MPMD launch). Default: from rank order (world rank 0 attention)");
   srv->footer(

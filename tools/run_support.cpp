@@ -13,6 +13,7 @@
 #include <span>
 #include <type_traits>
 
+#include "afd/rank_job.h"
 #include "afd/transport.h"
 #include "genbridge/core/cpu_target.h"
 #include "genbridge/core/threading.h"
@@ -61,6 +62,7 @@ Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode) {
         o.afd_transport));
   }
   cfg.transport = mpi ? afd::TransportKind::kMpi : afd::TransportKind::kInproc;
+  cfg.redundant_experts = o.afd_redundant_experts;
   cfg.link_latency_us = o.afd_link_latency_us;
   cfg.link_bandwidth_mbps = std::llround(o.afd_link_gbps * 1000.0);
   if (o.afd_link_gbps > 0 && cfg.link_bandwidth_mbps == 0) {
@@ -68,6 +70,31 @@ Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode) {
         "--afd-link-gbps {}: below the model's resolution of 0.001 Gb/s (1 Mb/s); 0 means unlimited", o.afd_link_gbps));
   }
   return cfg;
+}
+
+Result<std::optional<afd::ExpertLoad>> expert_load_from(const RunOptions& o) {
+  if (o.afd_expert_load.empty()) {
+    if (o.afd_redundant_experts > 0) {
+      return invalid_argument(fmt::format(
+          "--afd-redundant-experts {} needs --afd-expert-load FILE: the copies go to the experts a measured load "
+          "shows hottest (write one with genbridge run --afd ... --afd-expert-load-out FILE)",
+          o.afd_redundant_experts));
+    }
+    return std::optional<afd::ExpertLoad>();
+  }
+  if (o.afd_redundant_experts == 0) {
+    return invalid_argument(fmt::format(
+        "--afd-expert-load {} places redundant experts; give --afd-redundant-experts N (N > 0) or drop it",
+        o.afd_expert_load));
+  }
+  GB_ASSIGN_OR_RETURN(afd::ExpertLoad load, afd::read_expert_load(o.afd_expert_load));
+  return std::optional<afd::ExpertLoad>(std::move(load));
+}
+
+std::string describe_redundant_experts(const RunOptions& o) {
+  if (o.afd_redundant_experts == 0) return std::string();
+  return fmt::format(", {} redundant experts per MoE layer placed from {}", o.afd_redundant_experts,
+                     o.afd_expert_load);
 }
 
 Status check_run_flags(const RunOptions& o, RunMode mode) {
@@ -107,6 +134,10 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
     }
   } else {
     GB_RETURN_IF_ERROR(afd_config_from(o, mode).status());
+    GB_RETURN_IF_ERROR(expert_load_from(o).status());
+    if (!o.afd_expert_load_out.empty() && writes_outputs(mode)) {
+      GB_RETURN_IF_ERROR(engine::check_output_path("--afd-expert-load-out", o.afd_expert_load_out));
+    }
   }
   GB_RETURN_IF_ERROR(num_threads_from_env().status());
   GB_RETURN_IF_ERROR(cpu_target_from_env().status());
@@ -178,6 +209,9 @@ Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const mo
       return invalid_argument(fmt::format("--afd {}: the model's {} experts cannot be split evenly over {} FFN ranks",
                                           o.afd, cfg.num_experts, a.num_ffn));
     }
+    // The copies are planned against the model's layers and experts: a load measured on another model is refused.
+    GB_ASSIGN_OR_RETURN(const std::optional<afd::ExpertLoad> load, expert_load_from(o));
+    GB_RETURN_IF_ERROR(afd::fill_model_shape(cfg, 1, a, load ? &*load : nullptr).status());
   }
   return ok_status();
 }

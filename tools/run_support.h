@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "afd/config.h"
+#include "afd/placement.h"
 #include "genbridge/core/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/device/device_operator.h"
@@ -44,6 +46,11 @@ Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const mo
 // The AFD settings of --afd, --afd-connector, --afd-stages, --afd-timeout, --afd-transport (checked by
 // check_run_flags first).
 Result<afd::AfdConfig> afd_config_from(const RunOptions& o, RunMode mode);
+// The measured expert load --afd-expert-load names (none without it); the flag and --afd-redundant-experts
+// need each other.
+Result<std::optional<afd::ExpertLoad>> expert_load_from(const RunOptions& o);
+// ", N redundant experts per MoE layer placed from FILE" with --afd-redundant-experts; "" without.
+std::string describe_redundant_experts(const RunOptions& o);
 
 // The DeviceOperator for --soc (else GENBRIDGE_SOC) and --kv-cache-dtype.
 Result<runtime::DeviceOperator> make_device(const RunOptions& o);

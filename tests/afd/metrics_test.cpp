@@ -129,16 +129,22 @@ TEST(Metrics, expert_load_per_ffn_rank_and_per_expert) {
   ranks.emplace_back(cfg, 0, Role::kAttention, 0);
   Metrics f0(cfg, 1, Role::kFfn, 0), f1(cfg, 2, Role::kFfn, 1);
   f0.set_recording(false);
-  f0.add_expert_rows(0, 1000);  // warm-up: not counted
+  f0.add_expert_rows(0, 0, 1000);  // warm-up: not counted
   f0.set_recording(true);
-  f0.add_expert_rows(0, 30);
-  f0.add_expert_rows(3, 10);
-  f1.add_expert_rows(5, 20);
+  f0.add_expert_rows(0, 0, 25);
+  f0.add_expert_rows(cfg.num_layers - 1, 0, 5);
+  f0.add_expert_rows(0, 3, 10);
+  f1.add_expert_rows(0, 5, 20);
+  f1.add_expert_rows(cfg.num_layers, 5, 7);  // outside the model: ignored
+  f1.add_expert_rows(0, 8, 7);
   EXPECT_EQ(f0.expert_rows(), (std::vector<int64_t>{30, 0, 0, 10, 0, 0, 0, 0}));
   for (const Metrics* f : {&f0, &f1}) ranks.push_back(Metrics::deserialize(f->serialize()).value());
   const AfdReport r = summarize(ranks);
   EXPECT_EQ(r.ffn_rows, (std::vector<int64_t>{40, 20}));
   EXPECT_EQ(r.expert_rows, (std::vector<int64_t>{30, 0, 0, 10, 0, 20, 0, 0}));
+  ASSERT_EQ(r.layer_expert_rows.size(), static_cast<size_t>(cfg.num_layers));
+  EXPECT_EQ(r.layer_expert_rows[0], (std::vector<int64_t>{25, 0, 0, 10, 0, 20, 0, 0}));
+  EXPECT_EQ(r.layer_expert_rows.back()[0], cfg.num_layers > 1 ? 5 : 30);
   EXPECT_DOUBLE_EQ(r.ffn_load_max_over_mean, 40.0 / 30.0);
   EXPECT_DOUBLE_EQ(r.expert_load_max_over_mean, 30.0 / (60.0 / 8.0));
   const nlohmann::json j = nlohmann::json::parse(report_json(r));

@@ -83,16 +83,18 @@ TEST(DispatchLayout, tokens_go_only_to_ranks_owning_one_of_their_experts) {
                    7, 4,   // token 2: FFN 1 only
                    3, 6};  // token 3: both
   DispatchLayout l;
-  ASSERT_TRUE(compute_dispatch_layout(TensorView(ids, DType::kI32, {4, 2}), t, &l).ok());
+  ASSERT_TRUE(compute_dispatch_layout(TensorView(ids, DType::kI32, {4, 2}), t, 0, &l).ok());
   EXPECT_EQ(l.token_offsets, (std::vector<int32_t>{0, 3, 6}));
   EXPECT_EQ(l.tokens, (std::vector<int32_t>{0, 1, 3, 1, 2, 3}));
   EXPECT_EQ(l.row_offsets, (std::vector<int32_t>{0, 4, 8}));
   EXPECT_EQ(l.rows_token, (std::vector<int32_t>{0, 0, 1, 3, 1, 2, 2, 3}));
   EXPECT_EQ(l.rows_slot, (std::vector<int32_t>{0, 1, 1, 0, 0, 0, 1, 1}));
-  // The FFN side derives the same rows from the tokens it received.
+  // FFN 1 receives tokens 1, 2, 3 with the slots FFN 0 computes as -1, and derives the same rows from them.
+  int32_t got1[6];
+  for (int i = 0; i < 3; ++i) write_sent_ids(TensorView(ids, DType::kI32, {4, 2}), l, l.tokens[3 + i], 1, got1 + 2 * i);
+  EXPECT_EQ(std::vector<int32_t>(got1, got1 + 6), (std::vector<int32_t>{5, -1, 7, 4, -1, 6}));
   std::vector<int32_t> rt, rs;
-  int32_t got1[] = {5, 2, 7, 4, 3, 6};  // tokens 1, 2, 3 as FFN 1 receives them
-  append_owned_rows(got1, 3, 2, t, 1, 0, &rt, &rs);
+  ASSERT_TRUE(append_owned_rows(got1, 3, 2, t, 1, 0, 0, &rt, &rs).ok());
   EXPECT_EQ(rt, (std::vector<int32_t>{0, 1, 1, 2}));
   EXPECT_EQ(rs, (std::vector<int32_t>{0, 0, 1, 1}));
 }
@@ -101,16 +103,65 @@ TEST(DispatchLayout, strided_ids_empty_batch_and_bad_ids) {
   const Topology t = make_topology(config(1, 2), std::vector<int>(3, kRoleUndeclared)).value();
   int32_t ids[] = {6, 99, 1, 99};  // [2, 2] with row stride 2 inside a [2, 4] buffer? use column stride 2
   DispatchLayout l;
-  ASSERT_TRUE(compute_dispatch_layout(TensorView::strided(ids, DType::kI32, {1, 2}, {4, 2}), t, &l).ok());
+  ASSERT_TRUE(compute_dispatch_layout(TensorView::strided(ids, DType::kI32, {1, 2}, {4, 2}), t, 0, &l).ok());
   EXPECT_EQ(l.rows_slot, (std::vector<int32_t>{1, 0}));  // expert 1 (slot 1) on FFN 0, expert 6 (slot 0) on FFN 1
-  ASSERT_TRUE(compute_dispatch_layout(TensorView(ids, DType::kI32, {0, 2}), t, &l).ok());
+  ASSERT_TRUE(compute_dispatch_layout(TensorView(ids, DType::kI32, {0, 2}), t, 0, &l).ok());
   EXPECT_EQ(l.token_offsets, (std::vector<int32_t>{0, 0, 0}));
   int32_t bad[] = {0, 8};
-  EXPECT_EQ(compute_dispatch_layout(TensorView(bad, DType::kI32, {1, 2}), t, &l).message(),
+  EXPECT_EQ(compute_dispatch_layout(TensorView(bad, DType::kI32, {1, 2}), t, 0, &l).message(),
             "afd dispatch: topk_ids[0, 1] is 8 but expert ids must be in 0..7");
   int32_t dup[] = {3, 3};
-  EXPECT_EQ(compute_dispatch_layout(TensorView(dup, DType::kI32, {1, 2}), t, &l).message(),
+  EXPECT_EQ(compute_dispatch_layout(TensorView(dup, DType::kI32, {1, 2}), t, 0, &l).message(),
             "afd dispatch: topk_ids[0] selects expert 3 in slots 0 and 1; a token's top-k experts must differ");
+}
+
+// Two FFN ranks, experts 0..3 on FFN 0 and 4..7 on FFN 1, MoE layers 0 and 1; layer 1 has copies of expert 0
+// on FFN 1 and of expert 5 on FFN 0.
+Topology replicated_topology() {
+  AfdConfig c = config(1, 2);
+  c.redundant_experts = 2;
+  c.replicas = {{0, 1, 1}, {0, 6, 0}, {1, 0, 1}, {1, 5, 0}};
+  return make_topology(c, std::vector<int>(3, kRoleUndeclared)).value();
+}
+
+TEST(DispatchLayout, copies_split_an_experts_rows_between_its_holders_in_token_order) {
+  const Topology t = replicated_topology();
+  EXPECT_TRUE(t.holds(1, 0, 1));
+  EXPECT_TRUE(t.holds(1, 0, 0));
+  EXPECT_FALSE(t.holds(0, 0, 1));  // layer 0 copies expert 1, not 0
+  EXPECT_EQ(t.held_range(1, 0), (std::pair<int, int>{0, 6}));  // 0..3 and a copy of 5
+  EXPECT_EQ(t.held_range(1, 1), (std::pair<int, int>{0, 8}));
+  EXPECT_EQ(t.held_range(-1, 0), (std::pair<int, int>{0, 7}));  // layer 0's copy of 6 too
+  // Expert 0 in four tokens: rows 0 and 2 on its home FFN 0, rows 1 and 3 on the copy (FFN 1).
+  int32_t ids[] = {0, 1,   //
+                   0, 2,   //
+                   3, 0,   //
+                   0, 4};
+  const TensorView v(ids, DType::kI32, {4, 2});
+  DispatchLayout l;
+  ASSERT_TRUE(compute_dispatch_layout(v, t, 1, &l).ok());
+  EXPECT_EQ(l.slot_ffn, (std::vector<int8_t>{0, 0, 1, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(l.tokens, (std::vector<int32_t>{0, 1, 2, 1, 3}));
+  EXPECT_EQ(l.rows_token, (std::vector<int32_t>{0, 0, 1, 2, 2, 1, 3, 3}));
+  EXPECT_EQ(l.rows_slot, (std::vector<int32_t>{0, 1, 1, 0, 1, 0, 0, 1}));
+  // FFN 1 gets tokens 1 and 3 and computes (1, slot 0) and (3, slots 0 and 1).
+  int32_t got[4];
+  write_sent_ids(v, l, 1, 1, got);
+  write_sent_ids(v, l, 3, 1, got + 2);
+  EXPECT_EQ(std::vector<int32_t>(got, got + 4), (std::vector<int32_t>{0, -1, 0, 4}));
+  std::vector<int32_t> rt, rs;
+  ASSERT_TRUE(append_owned_rows(got, 2, 2, t, 1, 1, 0, &rt, &rs).ok());
+  EXPECT_EQ(rt, (std::vector<int32_t>{0, 1, 1}));
+  EXPECT_EQ(rs, (std::vector<int32_t>{0, 0, 1}));
+  // Layer 0 has no copy of expert 0: every row of it goes home.
+  ASSERT_TRUE(compute_dispatch_layout(v, t, 0, &l).ok());
+  EXPECT_EQ(l.slot_ffn, (std::vector<int8_t>{0, 0, 0, 0, 0, 0, 0, 1}));
+  // ... so FFN 1 refuses a row of expert 0 in layer 0 (a sender that disagrees on the placement).
+  rt.clear();
+  rs.clear();
+  EXPECT_EQ(append_owned_rows(got, 2, 2, t, 1, 0, 0, &rt, &rs).message(),
+            "afd: ffn rank 1 (world rank 2) received a row of expert 0 in layer 0 (token 0, slot 0), which it does "
+            "not hold");
 }
 
 }  // namespace
