@@ -59,7 +59,9 @@ Status ConnectorBase::send_attn_output(TensorView hidden, const TransferMeta& me
   GB_RETURN_IF_ERROR(check_dispatch(meta));
 
   Dispatch& d = fifo.entries[(fifo.head + fifo.count) % kFifoDepth];
-  GB_RETURN_IF_ERROR(compute_dispatch_layout(ids, topo_, meta.layer, &d.layout));
+  GB_RETURN_IF_ERROR(compute_dispatch_layout(
+      ids, topo_, meta.layer, &d.layout,
+      (meta.step * cfg_.num_stages + stage) * cfg_.num_attention + rank_));
   d.meta = meta;
   d.num_tokens = n;
   d.send_ns = now_ns();

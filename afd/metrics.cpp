@@ -81,7 +81,8 @@ Metrics::Metrics(const AfdConfig& cfg, int world_rank, Role role, int role_rank,
       transfers_(static_cast<size_t>(2 * cfg.num_layers * cfg.num_stages)),
       trace_capacity_(max_trace_events),
       num_experts_(role == Role::kFfn ? std::max(cfg.num_experts, 0) : 0),
-      layer_expert_rows_(static_cast<size_t>(num_experts_) * static_cast<size_t>(std::max(cfg.num_layers, 0)), 0) {
+      layer_expert_rows_(static_cast<size_t>(num_experts_) * static_cast<size_t>(std::max(cfg.num_layers, 0)), 0),
+      layer_busy_ns_(role == Role::kFfn ? static_cast<size_t>(std::max(cfg.num_layers, 0)) : 0, 0) {
   events_.reserve(max_trace_events);
 }
 
@@ -169,6 +170,7 @@ std::string Metrics::serialize() const {
   }
   w.put(static_cast<int32_t>(num_experts_));
   w.put_vec(layer_expert_rows_);
+  w.put_vec(layer_busy_ns_);
   w.put(static_cast<int64_t>(events_.size()));
   w.put(dropped_events_);
   if (!events_.empty()) w.put_bytes(events_.data(), events_.size() * sizeof(TraceEvent));
@@ -223,8 +225,10 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
   }
   m.num_experts_ = r.get<int32_t>();
   r.get_vec(&m.layer_expert_rows_);
+  r.get_vec(&m.layer_busy_ns_);
   if (m.num_experts_ < 0 ||
-      m.layer_expert_rows_.size() != static_cast<size_t>(m.num_experts_) * static_cast<size_t>(m.num_layers_)) {
+      m.layer_expert_rows_.size() != static_cast<size_t>(m.num_experts_) * static_cast<size_t>(m.num_layers_) ||
+      (!m.layer_busy_ns_.empty() && m.layer_busy_ns_.size() != static_cast<size_t>(m.num_layers_))) {
     return invalid_argument("afd metrics: corrupt blob (expert rows)");
   }
   const int64_t n_events = r.get<int64_t>();
@@ -306,6 +310,41 @@ AfdReport summarize(std::span<const Metrics> ranks) {
   };
   rep.ffn_load_max_over_mean = max_over_mean(rep.ffn_rows, rep.ffn_rows.size());
   rep.expert_load_max_over_mean = max_over_mean(rep.expert_rows, rep.expert_rows.size());
+  // Per layer: rows per FFN rank (each rank's own counts, so the split between an expert's copies is seen).
+  {
+    const int layers = static_cast<int>(rep.layer_expert_rows.size());
+    std::vector<std::vector<int64_t>> per_layer(static_cast<size_t>(layers), std::vector<int64_t>(rep.ffn_rows.size(), 0));
+    for (const Metrics& m : ranks) {
+      if (m.role() != Role::kFfn || m.role_rank() < 0 || m.role_rank() >= num_ffn) continue;
+      const size_t E = static_cast<size_t>(m.num_experts());
+      for (size_t l = 0; l < static_cast<size_t>(std::min(layers, m.num_layers())); ++l) {
+        for (size_t e = 0; e < E; ++e) per_layer[l][static_cast<size_t>(m.role_rank())] += m.layer_expert_rows()[l * E + e];
+      }
+    }
+    double sum = 0;
+    int counted = 0;
+    for (const std::vector<int64_t>& rows : per_layer) {
+      const double r = max_over_mean(rows, rows.size());
+      if (r == 0) continue;
+      sum += r;
+      ++counted;
+      rep.worst_layer_ffn_max_over_mean = std::max(rep.worst_layer_ffn_max_over_mean, r);
+    }
+    rep.layer_ffn_max_over_mean = counted > 0 ? sum / counted : 0.0;
+    // The same in time.
+    for (int l = 0; l < layers; ++l) {
+      int64_t max = 0, total = 0;
+      int n = 0;
+      for (const Metrics& m : ranks) {
+        if (m.role() != Role::kFfn || l >= static_cast<int>(m.layer_busy_ns().size())) continue;
+        max = std::max(max, m.layer_busy_ns()[static_cast<size_t>(l)]);
+        total += m.layer_busy_ns()[static_cast<size_t>(l)];
+        ++n;
+      }
+      rep.ffn_critical_ms += static_cast<double>(max) * 1e-6;
+      if (n > 0) rep.ffn_even_ms += static_cast<double>(total) / n * 1e-6;
+    }
+  }
   rep.ffn_busy_fraction = ffn_wall > 0 ? static_cast<double>(ffn_busy) / static_cast<double>(ffn_wall) : 0.0;
   rep.attention_idle_fraction = attn_wall > 0 ? static_cast<double>(attn_idle) / static_cast<double>(attn_wall) : 0.0;
   rep.wall_s = static_cast<double>(end - begin) * 1e-9;
@@ -359,12 +398,14 @@ std::string report_json(const AfdReport& r) {
       "\"wall_s\":{:.6f},\"decode_s\":{:.6f},\"decode_tokens_per_s_per_rank\":{:.3f},\"prefill_step_mean_ms\":{:.4f},"
       "\"tpot_mean_ms\":{:.4f},\"tpot_p99_ms\":{:.4f},\"ffn_busy_fraction\":{:.4f},\"attention_idle_fraction\":{:.4f},"
       "\"ffn_busy\":[{}],\"attention_idle\":[{}],\"ffn_rows\":[{}],\"ffn_load_max_over_mean\":{:.4f},"
-      "\"expert_rows\":[{}],\"expert_load_max_over_mean\":{:.4f},\"links\":[{}]}}",
+      "\"expert_rows\":[{}],\"expert_load_max_over_mean\":{:.4f},\"layer_ffn_max_over_mean\":{:.4f},"
+      "\"worst_layer_ffn_max_over_mean\":{:.4f},\"ffn_critical_ms\":{:.3f},\"ffn_even_ms\":{:.3f},\"links\":[{}]}}",
       r.num_ranks, r.prefill_tokens, r.prefill_steps, r.decode_tokens, r.decode_steps, r.warmup_steps,
       r.warmup_prefill_tokens, r.warmup_decode_tokens, r.wall_s, r.decode_s, r.tokens_per_s_per_rank,
       r.prefill_step_mean_ms, r.tpot_mean_ms, r.tpot_p99_ms, r.ffn_busy_fraction, r.attention_idle_fraction,
       list(r.ffn_busy), list(r.attention_idle), fmt::join(r.ffn_rows, ","), r.ffn_load_max_over_mean,
-      fmt::join(r.expert_rows, ","), r.expert_load_max_over_mean, links);
+      fmt::join(r.expert_rows, ","), r.expert_load_max_over_mean, r.layer_ffn_max_over_mean,
+      r.worst_layer_ffn_max_over_mean, r.ffn_critical_ms, r.ffn_even_ms, links);
 }
 
 std::string report_text(const AfdReport& r) {
@@ -381,9 +422,12 @@ std::string report_text(const AfdReport& r) {
     const auto hottest = std::max_element(r.expert_rows.begin(), r.expert_rows.end());
     s += fmt::format(
         "expert load: rows per FFN rank [{}] (max / mean {:.3f}); the busiest expert, {}, {} rows (max / mean over "
-        "{} experts {:.3f})\n",
+        "{} experts {:.3f}); per MoE layer, busiest FFN rank / mean {:.3f} on average, {:.3f} at worst\n"
+        "expert compute on the critical path (each MoE layer's busiest FFN rank, summed): {:.1f} ms, {:.1f} ms if "
+        "every rank took the mean\n",
         fmt::join(r.ffn_rows, ", "), r.ffn_load_max_over_mean, hottest - r.expert_rows.begin(), *hottest,
-        r.expert_rows.size(), r.expert_load_max_over_mean);
+        r.expert_rows.size(), r.expert_load_max_over_mean, r.layer_ffn_max_over_mean, r.worst_layer_ffn_max_over_mean,
+        r.ffn_critical_ms, r.ffn_even_ms);
   }
   s += "direction        layer stage   p50_us   p99_us        bytes  messages\n";
   for (const AfdReport::Link& k : r.links) {

@@ -110,6 +110,12 @@ class Metrics {
     (phase == StepPhase::kPrefill ? prefill_tokens_ : decode_tokens_) += tokens;
     (phase == StepPhase::kPrefill ? prefill_step_ : decode_step_).record(ns);
   }
+  // FFN ranks: time computing the experts of `layer` (also counted in busy_ns()).
+  void add_layer_busy_ns(int layer, int64_t ns) {
+    if (!recording_ || layer < 0 || layer >= num_layers_ || layer_busy_ns_.empty()) return;
+    layer_busy_ns_[static_cast<size_t>(layer)] += ns;
+  }
+  const std::vector<int64_t>& layer_busy_ns() const { return layer_busy_ns_; }
   // FFN ranks: `rows` (token, slot) rows of expert `expert` in `layer` computed (the expert load; warm-up steps
   // not counted). Ignored outside the model's layers and experts.
   void add_expert_rows(int layer, int expert, int64_t rows) {
@@ -177,6 +183,7 @@ class Metrics {
   int64_t dropped_events_ = 0;
   int num_experts_ = 0;                    // FFN ranks: the model's; attention ranks: 0
   std::vector<int64_t> layer_expert_rows_;  // [num_layers x num_experts]
+  std::vector<int64_t> layer_busy_ns_;      // FFN ranks: [num_layers]
 };
 
 // The job-wide summary computed from every rank's Metrics.
@@ -196,6 +203,13 @@ struct AfdReport {
   std::vector<int64_t> expert_rows, ffn_rows;
   std::vector<std::vector<int64_t>> layer_expert_rows;  // [layer][expert]: the rows per layer (dense layers: 0)
   double ffn_load_max_over_mean = 0, expert_load_max_over_mean = 0;
+  // What a step waits for: per MoE layer, the busiest FFN rank's rows over the mean rank's, averaged over the
+  // layers that computed rows, and the worst layer's (1 = even; 0 when no row was computed). A layer ends when
+  // its busiest rank does, so this is the load imbalance the step time sees.
+  double layer_ffn_max_over_mean = 0, worst_layer_ffn_max_over_mean = 0;
+  // The same in time: the expert compute of every MoE layer's busiest FFN rank, summed over the layers (the FFN
+  // part of the steps' critical path, measured steps), and what it would be with every rank at the mean, in ms.
+  double ffn_critical_ms = 0, ffn_even_ms = 0;
   double ffn_busy_fraction = 0;        // over all FFN ranks: sum busy / sum wall
   double attention_idle_fraction = 0;  // over all attention ranks: sum idle / sum wall
   // Measured steps only (warm-up steps excluded); empty steps are not counted.

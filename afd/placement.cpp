@@ -84,7 +84,7 @@ Result<ExpertLoad> parse_expert_load(std::string_view text, std::string_view sou
 Result<ExpertLoad> read_expert_load(const std::filesystem::path& path) {
   Result<std::string> text = model::detail::read_regular_file(path);
   if (!text.ok()) {
-    return Status(text.status().code(), fmt::format("expert load {}: {}", path.string(), text.status().message()));
+    return Status(text.status().code(), fmt::format("expert load: {}", text.status().message()));  // names the path
   }
   return parse_expert_load(*text, path.string());
 }

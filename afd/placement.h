@@ -7,8 +7,10 @@
 // (redundant_experts) times: the expert with the most rows per copy (ties: the lower id) that can still get a
 // copy -- some FFN rank with a free slot (N / F per rank) does not hold it -- gets one on the least-loaded such
 // rank (ties: the lower rank), where a rank's load is the rows per copy summed over the experts it holds.
-// The split (Topology::holder_of): in one transfer, the i-th (token, slot) routed to expert e in token order
-// goes to holder i mod c_e (the home rank is holder 0). A copy computes exactly what the home rank would
+// The split (compute_dispatch_layout): in transfer number r, the i-th (token, slot) routed to expert e in token
+// order goes to holder (r + i) mod c_e (holder 0 is the home rank, then the copies in plan order), where
+// r = (step x stages + stage) x attention ranks + the sending attention rank, so that transfers of one row
+// each still take turns between the holders. A copy computes exactly what the home rank would
 // (moe/expert_ffn is batch-invariant), so the tokens are the same bits with or without copies.
 
 #include <cstdint>

@@ -23,6 +23,7 @@ Status FfnRunner::serve(FfnWorkItem& item) {
   }
   if (metrics_) {
     metrics_->add_busy_ns(t1 - t0);
+    metrics_->add_layer_busy_ns(item.meta.layer, t1 - t0);
     metrics_->span(SpanKind::kFfn, t0, t1, item.meta.layer, item.meta.stage, item.meta.step, -1);
     // The expert load: one row per (token, slot) routed to an expert of this rank.
     const int k = connector_.config().top_k;

@@ -119,7 +119,8 @@ std::pair<int, int> stage_bounds(int num_tokens, int num_stages, int stage) {
   return {begin, begin + base + (stage < extra ? 1 : 0)};
 }
 
-Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, int layer, DispatchLayout* out) {
+Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, int layer, DispatchLayout* out,
+                               int64_t transfer) {
   const int n = static_cast<int>(ids.dim(0));
   const int k = static_cast<int>(ids.dim(1));
   const int F = topo.num_ffn;
@@ -154,7 +155,7 @@ Status compute_dispatch_layout(const TensorView& ids, const Topology& topo, int 
       int f = topo.ffn_of_expert(e);
       if (hoff) {
         const int32_t copies = hoff[e + 1] - hoff[e];
-        f = hold[hoff[e] + out->seen[e]++ % copies];
+        f = hold[hoff[e] + static_cast<int32_t>((static_cast<uint64_t>(transfer) + out->seen[e]++) % copies)];
       }
       out->slot_ffn[static_cast<size_t>(t) * k + j] = static_cast<int8_t>(f);
       mask |= uint64_t{1} << f;

@@ -73,9 +73,10 @@ struct DispatchLayout {
 };
 
 // Fills `layout` for topk_ids (i32 [n, k], any strides) of MoE layer `layer`; reuses its capacity. A
-// (token, slot) goes to its expert's home rank, or with copies to the holder the split picks
-// (afd/placement.h). InvalidArgument names the first expert id outside [0, E).
-Status compute_dispatch_layout(const TensorView& topk_ids, const Topology& topo, int layer, DispatchLayout* layout);
+// (token, slot) goes to its expert's home rank, or with copies to the holder the split picks (afd/placement.h)
+// for transfer number `transfer`. InvalidArgument names the first expert id outside [0, E).
+Status compute_dispatch_layout(const TensorView& topk_ids, const Topology& topo, int layer, DispatchLayout* layout,
+                               int64_t transfer = 0);
 
 // The ids FFN rank `ffn` receives for token `t` of a dispatch: topk_ids[t, j] where the layout sends that slot
 // to `ffn`, -1 elsewhere (the slots another rank computes).

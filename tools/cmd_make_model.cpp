@@ -64,8 +64,9 @@ int make_model(const MakeModelOptions& o) {
                o.shards);
     return kExitUsage;
   }
-  Status st = o.vocab_size > 0 ? model::write_synthetic_checkpoint(*config, o.seed, o.out_dir, o.shards)
-                               : model::write_synthetic_checkpoint(o.preset, o.seed, o.out_dir, o.shards);
+  Status st = o.vocab_size > 0
+                  ? model::write_synthetic_checkpoint(*config, o.seed, o.out_dir, o.shards, DType::kBF16, o.router_skew)
+                  : model::write_synthetic_checkpoint(o.preset, o.seed, o.out_dir, o.shards, o.router_skew);
   // DeepSeek-V4 presets get the form DeepSeek ships (FP8 linears, MXFP4 experts), the others Hugging Face's FP8.
   if (st.ok() && o.weight_quant == "fp8") {
     st = config->is_deepseek_v4() ? model::convert_checkpoint_to_deepseek_v4_fp8(o.out_dir)

@@ -23,6 +23,7 @@ struct MakeModelOptions {
   int shards = 1;
   std::string out_dir;
   std::string weight_quant = "none";  // none | fp8 (Hugging Face FP8 block-scaled)
+  double router_skew = 0.0;           // 0: the preset's routing; > 0: a few experts take most tokens
 };
 
 struct RunOptions {

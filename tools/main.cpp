@@ -11,6 +11,7 @@
 #include "afd/config.h"
 #include "genbridge/core/threading.h"
 #include "runtime/device/soc.h"
+#include "tools/make_model/synthetic.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/make_model/synthetic.h"
@@ -304,6 +305,10 @@ void add_make_model_flags(CLI::App* make, genbridge::tools::MakeModelOptions& mo
   add_choice_flag(make, "--preset", &mo.preset, genbridge::model::synthetic_preset_names(), "Model preset");
   add_uint64_flag(make, "--seed", &mo.seed, "Weight seed");
   add_int_flag(make, "--shards", &mo.shards, 1, 64, "Number of safetensors shards (> 1 writes an index)");
+  add_real_flag(make, "--router-skew", &mo.router_skew, 0, genbridge::model::kMaxRouterSkew, false,
+                "Bias every MoE layer's routing toward a few experts: the expert of rank r (a seeded order per\n"
+                "layer) gets about S / (r + 1) added to its router logit, so the load is skewed as in served\n"
+                "models (for measuring expert load balancing). 0 = the preset's routing");
   add_int64_flag(make, "--vocab-size", &mo.vocab_size, 0, std::numeric_limits<int32_t>::max(),
                  "Vocabulary size instead of the preset's (0: the preset's), e.g. 151936 for Qwen3's");
   add_string_flag(make, "--tokenizer", &mo.tokenizer_dir,

@@ -209,9 +209,15 @@ Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const mo
       return invalid_argument(fmt::format("--afd {}: the model's {} experts cannot be split evenly over {} FFN ranks",
                                           o.afd, cfg.num_experts, a.num_ffn));
     }
-    // The copies are planned against the model's layers and experts: a load measured on another model is refused.
+    // The copies are planned against the model's layers and experts: a load measured on another model is refused
+    // here, before the weights load. (The link model's budget is checked by the job, with its real transfer sizes.)
     GB_ASSIGN_OR_RETURN(const std::optional<afd::ExpertLoad> load, expert_load_from(o));
-    GB_RETURN_IF_ERROR(afd::fill_model_shape(cfg, 1, a, load ? &*load : nullptr).status());
+    if (load) {
+      afd::AfdConfig shape = a;
+      shape.link_latency_us = 0;
+      shape.link_bandwidth_mbps = 0;
+      GB_RETURN_IF_ERROR(afd::fill_model_shape(cfg, 1, shape, &*load).status());
+    }
   }
   return ok_status();
 }

@@ -22,14 +22,17 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "afd/engine_job.h"
+#include "afd/placement.h"
 #include "runtime/engine/assembly.h"
 #include "runtime/engine/engine.h"
 #include "runtime/forward/deepseek_attention.h"
@@ -48,23 +51,27 @@ struct Model {
 // engine_*_qwen35 rows), 2 small-dsv4 (DeepSeek-V4, the engine_*_dsv4 rows).
 constexpr const char* kPresets[] = {"small", "small-qwen35", "small-dsv4"};
 
-Model& bench_model(int64_t which) {
-  static std::map<int64_t, Model> models;
-  auto it = models.find(which);
+// A preset with seed 0 (and `router_skew`, make-model's --router-skew), built once under the cache directory.
+Model& load_model(const char* preset, int router_skew) {
+  static std::map<std::pair<std::string, int>, Model> models;
+  const std::pair<std::string, int> key{preset, router_skew};
+  auto it = models.find(key);
   if (it != models.end()) return it->second;
-  const char* preset = kPresets[which];
   const char* cache = std::getenv("GENBRIDGE_CACHE_DIR");
-  const std::filesystem::path dir =
-      std::filesystem::path(cache ? cache : "/tmp/genbridge-bench-cache") / "models" / fmt::format("{}-seed0", preset);
+  const std::string name =
+      router_skew == 0 ? fmt::format("{}-seed0", preset) : fmt::format("{}-skew{}-seed0", preset, router_skew);
+  const std::filesystem::path dir = std::filesystem::path(cache ? cache : "/tmp/genbridge-bench-cache") / "models" / name;
   if (!std::filesystem::exists(dir / "config.json")) {
-    const Status st = model::write_synthetic_checkpoint(preset, 0, dir);
+    const Status st = model::write_synthetic_checkpoint(preset, 0, dir, 1, router_skew);
     if (!st.ok()) std::abort();
   }
   Model out;
   out.ckpt = std::make_unique<model::Checkpoint>(std::move(model::Checkpoint::open(dir)).value());
   out.dev = std::make_unique<runtime::DeviceOperator>(std::move(runtime::DeviceOperator::create({})).value());
-  return models.emplace(which, std::move(out)).first->second;
+  return models.emplace(key, std::move(out)).first->second;
 }
+
+Model& bench_model(int64_t which) { return load_model(kPresets[which], 0); }
 
 // The CLI's generated prompts (tools/run_support.cpp make_requests), greedy.
 std::vector<engine::Request> requests(int n, int prompt_len, int new_tokens, int64_t vocab) {
@@ -310,6 +317,76 @@ BENCHMARK(BM_afd_link)
     ->Name("engine_afd_link")
     ->ArgNames({"batch", "stages", "link_us", "async"})
     ->Apply(afd_link_rows)
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+
+// Redundant experts on a skewed `small` (make-model --router-skew S): AFD 1A2F, sync, 32 prompts of 32 tokens
+// and 32 new tokens at batch 32, every step measured (no warm-up). The redundant:0 row of a skew runs first; its
+// measured load places the copies of the rows after it (afd/placement.h). Counters, best of 3 runs:
+//   step_ms      decode step time (TPOT);  prefill_ms  the prefill step (all 32 prompts)
+//   x_step       step_ms / the redundant:0 row's (below 1: faster);  x_prefill  likewise
+//   layer_rows   per MoE layer, the busiest FFN rank's rows / the mean rank's, averaged over the layers (1: even)
+//   ffn_crit_ms  expert compute on the critical path per step: each MoE layer's busiest FFN rank, summed over
+//                the layers (AfdReport::ffn_critical_ms / steps), and x_ffn_crit its ratio to the redundant:0 row's
+//   even_ms      the same if every rank took the mean (the best any placement can do)
+// Each FFN rank's kernels share this machine's cores with the other's (run with GENBRIDGE_NUM_THREADS=1 to give
+// each rank one core, as separate devices would have).
+void BM_afd_eplb(benchmark::State& state) {
+  const int redundant = static_cast<int>(state.range(0)), skew = static_cast<int>(state.range(1));
+  Model& model = load_model("small", skew);
+  const model::ModelConfig& c = model.ckpt->config();
+  static std::map<int, afd::ExpertLoad> loads;
+  static std::map<int, std::pair<double, double>> base;  // per skew: the redundant:0 row's step and prefill ms
+  if (redundant > 0 && !loads.count(skew)) return state.SkipWithError("the redundant:0 row of this skew runs first");
+  double step_ms = 1e30, prefill_ms = 1e30;
+  afd::AfdReport best;
+  for (auto _ : state) {
+    afd::EngineJobOptions o;
+    o.afd.num_attention = 1;
+    o.afd.num_ffn = 2;
+    o.afd.redundant_experts = redundant;
+    o.warmup_steps = 0;
+    o.engine.max_batch = 32;
+    if (redundant > 0) o.expert_load = loads.at(skew);
+    auto job = afd::run_inproc_engine_job(*model.ckpt, *model.dev, requests(32, 32, 32, c.vocab_size), 32, o);
+    if (!job.ok()) return state.SkipWithError(job.status().to_string().c_str());
+    state.SetIterationTime(job->report.decode_s);
+    prefill_ms = std::min(prefill_ms, job->report.prefill_step_mean_ms);
+    if (job->report.tpot_mean_ms < step_ms) {
+      step_ms = job->report.tpot_mean_ms;
+      best = job->report;
+    }
+  }
+  if (redundant == 0) {
+    std::vector<int> layers;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (c.is_moe_layer(l)) layers.push_back(static_cast<int>(l));
+    }
+    loads[skew] = afd::measured_expert_load(best, static_cast<int>(c.num_experts), layers);
+    base[skew] = {step_ms, prefill_ms};
+  }
+  state.counters["step_ms"] = step_ms;
+  state.counters["prefill_ms"] = prefill_ms;
+  state.counters["x_step"] = step_ms / base[skew].first;
+  state.counters["x_prefill"] = prefill_ms / base[skew].second;
+  state.counters["layer_rows"] = best.layer_ffn_max_over_mean;
+  const double steps = static_cast<double>(best.prefill_steps + best.decode_steps);
+  state.counters["ffn_crit_ms"] = best.ffn_critical_ms / steps;
+  state.counters["even_ms"] = best.ffn_even_ms / steps;
+  static std::map<int, double> base_crit;
+  if (redundant == 0) base_crit[skew] = best.ffn_critical_ms / steps;
+  state.counters["x_ffn_crit"] = best.ffn_critical_ms / steps / base_crit[skew];
+  state.SetLabel(fmt::format("small skew {} AFD 1A2F sync, {} redundant experts per layer", skew, redundant));
+}
+
+BENCHMARK(BM_afd_eplb)
+    ->Name("engine_afd_eplb")
+    ->ArgNames({"redundant", "skew"})
+    ->Args({0, 8})
+    ->Args({2, 8})
+    ->Args({4, 8})
+    ->Args({8, 8})
     ->UseManualTime()
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <numeric>
 #include <memory>
 
 #include "afd/engine_job.h"
+#include "afd/placement.h"
 #include "afd/support/engine_job_case.h"
 #include "runtime/device/moe_dispatch.h"
 #include "support/temp_dir.h"
@@ -110,6 +112,47 @@ INSTANTIATE_TEST_SUITE_P(matrix, EngineAfd, ::testing::ValuesIn(matrix()), [](co
   return fmt::format("{}_{}A{}F_S{}{}", connector_kind_name(k.connector), k.a, k.f, k.s,
                      k.quantized_dispatch ? "_quantized_dispatch" : "");
 });
+
+// Redundant experts: copies planned from the load a first run measured split every hot expert's rows between
+// its holders; the tokens and logits stay the monolithic engine's, the copies compute rows (each rank's rows are
+// no longer its own experts' alone) and with every expert on both ranks the busiest rank per layer carries less.
+TEST(EngineAfd, redundant_experts_keep_every_bit_and_even_out_the_ffn_ranks) {
+  Fixture& f = fixture();
+  const model::ModelConfig& c = f.ckpt->config();
+  std::vector<int> layers;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.is_moe_layer(l)) layers.push_back(static_cast<int>(l));
+  }
+  for (const Case& k : {Case{ConnectorKind::kSync, 1, 2, 1}, Case{ConnectorKind::kAsync, 2, 2, 2}}) {
+    EngineJobOptions o = engine_job_case(k.connector, k.a, k.f, k.s);
+    o.warmup_steps = 0;
+    auto first = run_inproc_engine_job(*f.ckpt, *f.dev, requests(c.vocab_size), 16, o);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    o.expert_load = measured_expert_load(first->report, static_cast<int>(c.num_experts), layers);
+    for (int redundant : {2, static_cast<int>(c.num_experts)}) {
+      SCOPED_TRACE(fmt::format("{} {}A{}F S{}, {} redundant experts", connector_kind_name(k.connector), k.a, k.f, k.s,
+                               redundant));
+      o.afd.redundant_experts = redundant;
+      auto job = run_inproc_engine_job(*f.ckpt, *f.dev, requests(c.vocab_size), 16, o);
+      ASSERT_TRUE(job.ok()) << job.status().to_string();
+      const auto& mono = monolithic();
+      ASSERT_EQ(job->results.size(), mono.size());
+      for (size_t r = 0; r < mono.size(); ++r) {
+        EXPECT_EQ(job->results[r].tokens, mono[r].tokens) << "request " << r;
+        EXPECT_EQ(job->results[r].logits, mono[r].logits) << "request " << r;
+      }
+      // The same rows in all (the routing is the same), but not where their experts live.
+      EXPECT_EQ(job->report.expert_rows, first->report.expert_rows);
+      const int64_t home0 = std::accumulate(job->report.expert_rows.begin(),
+                                            job->report.expert_rows.begin() + c.num_experts / 2, int64_t{0});
+      EXPECT_NE(job->report.ffn_rows[0], home0);
+      // Every expert on both ranks: each one's rows alternate between them.
+      if (redundant == c.num_experts) {
+        EXPECT_LT(job->report.layer_ffn_max_over_mean, first->report.layer_ffn_max_over_mean);
+      }
+    }
+  }
+}
 
 // The quantized dispatch is in force: its logits are not the bf16 dispatch's, and the attention ranks send
 // fewer bytes (the generation's rows: H + 4 or H + H/32 bytes per token instead of 2 H), expert outputs the same.

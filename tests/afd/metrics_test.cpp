@@ -137,6 +137,10 @@ TEST(Metrics, expert_load_per_ffn_rank_and_per_expert) {
   f1.add_expert_rows(0, 5, 20);
   f1.add_expert_rows(cfg.num_layers, 5, 7);  // outside the model: ignored
   f1.add_expert_rows(0, 8, 7);
+  f0.add_layer_busy_ns(0, 3'000'000);
+  f0.add_layer_busy_ns(1, 1'000'000);
+  f1.add_layer_busy_ns(0, 1'000'000);
+  f1.add_layer_busy_ns(1, 2'000'000);
   EXPECT_EQ(f0.expert_rows(), (std::vector<int64_t>{30, 0, 0, 10, 0, 0, 0, 0}));
   for (const Metrics* f : {&f0, &f1}) ranks.push_back(Metrics::deserialize(f->serialize()).value());
   const AfdReport r = summarize(ranks);
@@ -144,14 +148,22 @@ TEST(Metrics, expert_load_per_ffn_rank_and_per_expert) {
   EXPECT_EQ(r.expert_rows, (std::vector<int64_t>{30, 0, 0, 10, 0, 20, 0, 0}));
   ASSERT_EQ(r.layer_expert_rows.size(), static_cast<size_t>(cfg.num_layers));
   EXPECT_EQ(r.layer_expert_rows[0], (std::vector<int64_t>{25, 0, 0, 10, 0, 20, 0, 0}));
-  EXPECT_EQ(r.layer_expert_rows.back()[0], cfg.num_layers > 1 ? 5 : 30);
+  EXPECT_EQ(r.layer_expert_rows.back()[0], 5);
+  // Per layer over the FFN ranks: layer 0 [35, 20] (max / mean 35 / 27.5), the last layer [5, 0] (2): mean of the two.
+  EXPECT_DOUBLE_EQ(r.worst_layer_ffn_max_over_mean, 2.0);
+  EXPECT_DOUBLE_EQ(r.layer_ffn_max_over_mean, (35.0 / 27.5 + 2.0) / 2);
+  // Time: layer 0 waits 3 ms for f0 (mean 2), layer 1 2 ms for f1 (mean 1.5).
+  EXPECT_DOUBLE_EQ(r.ffn_critical_ms, 5.0);
+  EXPECT_DOUBLE_EQ(r.ffn_even_ms, 3.5);
   EXPECT_DOUBLE_EQ(r.ffn_load_max_over_mean, 40.0 / 30.0);
   EXPECT_DOUBLE_EQ(r.expert_load_max_over_mean, 30.0 / (60.0 / 8.0));
   const nlohmann::json j = nlohmann::json::parse(report_json(r));
   EXPECT_EQ(j["ffn_rows"], nlohmann::json::parse("[40, 20]"));
   EXPECT_EQ(j["expert_rows"][5], 20);
   EXPECT_NE(report_text(r).find("expert load: rows per FFN rank [40, 20] (max / mean 1.333); the busiest expert, 0, "
-                                "30 rows (max / mean over 8 experts 4.000)"),
+                                "30 rows (max / mean over 8 experts 4.000); per MoE layer, busiest FFN rank / mean "
+                                "1.636 on average, 2.000 at worst\nexpert compute on the critical path (each MoE "
+                                "layer's busiest FFN rank, summed): 5.0 ms, 3.5 ms if every rank took the mean"),
             std::string::npos)
       << report_text(r);
 }

@@ -565,6 +565,29 @@ const std::vector<Row> kRows = {
      "0) one stage's largest transfer (2097152 bytes) would take 200.000 ms, at least 'timeout_ms' (100)"},
     {"serve_afd_link_gbps_negative", S({"--afd", "1A1F", "--afd-link-gbps", "-1"}), 2,
      "genbridge serve: --afd-link-gbps -1: expected a number in [0, 1000000]"},
+    // redundant experts
+    {"afd_redundant_experts_without_load", R({"--afd", "1A2F", "--afd-redundant-experts", "2"}), 2,
+     "genbridge run: --afd-redundant-experts 2 needs --afd-expert-load FILE: the copies go to the experts a measured "
+     "load shows hottest (write one with genbridge run --afd ... --afd-expert-load-out FILE)"},
+    {"afd_expert_load_without_redundant_experts", R({"--afd", "1A2F", "--afd-expert-load", "$DIR/load.json"}), 2,
+     "genbridge run: --afd-expert-load $DIR/load.json places redundant experts; give --afd-redundant-experts N (N > "
+     "0) or drop it"},
+    {"afd_redundant_experts_without_afd", R({"--afd-redundant-experts", "2"}), 2,
+     "genbridge run: --afd-redundant-experts applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
+     "--afd-redundant-experts"},
+    {"afd_expert_load_missing_file",
+     R({"--afd", "1A2F", "--afd-redundant-experts", "2", "--afd-expert-load", "$DIR/missing.json"}), 2,
+     "genbridge run: expert load: $DIR/missing.json: cannot open: No such file or directory"},
+    {"afd_redundant_experts_huge", R({"--afd", "1A2F", "--afd-redundant-experts", "70000"}), 2,
+     "genbridge run: --afd-redundant-experts 70000: expected an integer in [0, 65536]"},
+    {"afd_expert_load_out_missing_directory", R({"--afd", "1A2F", "--afd-expert-load-out", "$DIR/missing/l.json"}), 2,
+     "genbridge run: --afd-expert-load-out $DIR/missing/l.json: the directory $DIR/missing does not exist"},
+    {"afd_expert_load_out_without_afd", R({"--afd-expert-load-out", "$DIR/l.json"}), 2,
+     "genbridge run: --afd-expert-load-out applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
+     "--afd-expert-load-out"},
+    {"serve_afd_redundant_experts_without_load", S({"--afd", "1A2F", "--afd-redundant-experts", "2"}), 2,
+     "genbridge serve: --afd-redundant-experts 2 needs --afd-expert-load FILE: the copies go to the experts a "
+     "measured load shows hottest (write one with genbridge run --afd ... --afd-expert-load-out FILE)"},
     {"afd_timeout_without_afd", R({"--afd-timeout", "5"}), 2,
      "genbridge run: --afd-timeout applies to AFD runs only; add --afd (the topology, e.g. 2A1F) or drop "
      "--afd-timeout"},

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -26,6 +28,10 @@ struct TensorPlan {
   // > 0: an I64 table [rows, k] of k distinct ids in [0, id_limit) per row (DeepSeek-V4's tid2eid); center and
   // std are unused.
   int64_t id_limit = 0;
+  // Router skew (apply_router_skew): element (row, set_column) of the tensor viewed as [rows, last dim] (a 1-D
+  // tensor as [n, 1]) is set to set_values[row % size] instead of drawn. Empty: none.
+  int64_t set_column = -1;
+  std::vector<float> set_values;
 };
 
 // The dtype a planned tensor is written in, for a checkpoint of `dtype`.
@@ -316,12 +322,14 @@ void generate(const TensorPlan& t, uint64_t seed, DType dtype, std::vector<std::
     return;
   }
   const double half_width = std::sqrt(3.0) * t.std;  // sqrt is correctly rounded: same on every machine
+  const int64_t cols = t.shape.size() == 1 ? 1 : t.shape.back();
   std::byte* dst = out.data();
   parallel_for(n, 4, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const uint64_t r = splitmix64(key + static_cast<uint64_t>(i + 1) * 0x9e3779b97f4a7c15ull);
       const double u = static_cast<double>(r >> 11) * 0x1.0p-52 - 1.0;  // exact, in [-1, 1)
-      const float v = static_cast<float>(t.center + u * half_width);
+      float v = static_cast<float>(t.center + u * half_width);
+      if (!t.set_values.empty() && i % cols == t.set_column) v = t.set_values[static_cast<size_t>(i / cols) % t.set_values.size()];
       switch (dtype) {
         case DType::kBF16:
           reinterpret_cast<bf16_t*>(dst)[i] = float_to_bf16(v);
@@ -730,8 +738,49 @@ bool is_shard_file_name(std::string_view f) {
          i == f.size();
 }
 
+// The router skew (see write_synthetic_checkpoint): each MoE layer's experts ranked by a seeded hash of
+// (layer, expert); the expert of rank r gets a selection bias of skew / (r + 1). Qwen routers have no bias, so
+// the bias rides on a constant feature: column 0 of the embedding is kSkewFeature for every token, and column 0
+// of router row e is bias_e / kSkewFeature (the router sees that feature through the residual stream and the
+// post-attention norm, so the logit moves by about the bias). DeepSeek routers carry it in their selection bias
+// (e_score_correction_bias; V4's gate.bias; V4's hash-routed layers have none).
+constexpr float kSkewFeature = 4.0f;
+
+void apply_router_skew(const ModelConfig& c, uint64_t seed, double skew, std::vector<TensorPlan>& plan) {
+  if (skew == 0.0) return;
+  const int64_t E = c.num_experts;
+  const auto biases = [&](int64_t layer, float scale) {
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+    const auto key = [&](int64_t e) { return splitmix64(seed ^ splitmix64(static_cast<uint64_t>(layer * E + e + 1))); };
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
+    std::vector<float> out(static_cast<size_t>(E));
+    for (int64_t r = 0; r < E; ++r) out[static_cast<size_t>(order[static_cast<size_t>(r)])] =
+        static_cast<float>(skew / static_cast<double>(r + 1)) * scale;
+    return out;
+  };
+  const auto layer_of = [](const std::string& name) -> int64_t {
+    const size_t p = name.find("layers.");
+    return p == std::string::npos ? -1 : std::atoll(name.c_str() + p + 7);
+  };
+  const bool deepseek = c.is_deepseek() || c.is_deepseek_v4();
+  for (TensorPlan& t : plan) {
+    const std::string& n = t.name;
+    if (!deepseek && (n.ends_with("embed_tokens.weight"))) {
+      t.set_column = 0;
+      t.set_values = {kSkewFeature};
+    } else if (!deepseek && n.ends_with("mlp.gate.weight")) {
+      t.set_column = 0;
+      t.set_values = biases(layer_of(n), 1.0f / kSkewFeature);
+    } else if (deepseek && (n.ends_with("mlp.gate.e_score_correction_bias") || n.ends_with("ffn.gate.bias"))) {
+      t.set_column = 0;
+      t.set_values = biases(layer_of(n), 1.0f);
+    }
+  }
+}
+
 Status write_checkpoint(const ModelConfig& config, std::string_view label, uint64_t seed,
-                        const std::filesystem::path& out_dir, int shards, DType dtype) {
+                        const std::filesystem::path& out_dir, int shards, DType dtype, double router_skew) {
   const std::string dir = out_dir.string();
   if (dtype != DType::kBF16 && dtype != DType::kF16 && dtype != DType::kF32) {
     return invalid_argument(
@@ -740,7 +789,12 @@ Status write_checkpoint(const ModelConfig& config, std::string_view label, uint6
   ModelConfig c = config;
   c.torch_dtype = dtype;
   GB_RETURN_IF_ERROR(validate_model_config(c, "write_synthetic_checkpoint config"));
-  const std::vector<TensorPlan> plan = plan_tensors(c);
+  if (!(router_skew >= 0.0 && router_skew <= kMaxRouterSkew)) {
+    return invalid_argument(
+        fmt::format("write_synthetic_checkpoint: router skew {} must be in 0..{}", router_skew, kMaxRouterSkew));
+  }
+  std::vector<TensorPlan> plan = plan_tensors(c);
+  apply_router_skew(c, seed, router_skew, plan);
   if (shards < 1 || static_cast<size_t>(shards) > plan.size() || shards > 99999) {
     return invalid_argument(
         fmt::format("write_synthetic_checkpoint: shards = {} must be between 1 and the number "
@@ -762,6 +816,8 @@ Status write_checkpoint(const ModelConfig& config, std::string_view label, uint6
 
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"}, {"genbridge_preset", std::string(label)}, {"genbridge_seed", std::to_string(seed)}};
+  std::map<std::string, std::string> meta = metadata;
+  if (router_skew != 0.0) meta["genbridge_router_skew"] = fmt::format("{}", router_skew);
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   uint64_t total_bytes = 0;
   std::vector<std::byte> buffer;
@@ -772,7 +828,7 @@ Status write_checkpoint(const ModelConfig& config, std::string_view label, uint6
     const std::string file = shards == 1 ? std::string(kSingleFileName) : shard_file_name(s + 1, shards);
     std::vector<SafetensorsTensorSpec> specs;
     for (size_t i = next; i < end; ++i) specs.push_back({plan[i].name, plan_dtype(plan[i], dtype), plan[i].shape});
-    GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(out_dir / file, std::move(specs), metadata));
+    GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(out_dir / file, std::move(specs), meta));
     for (size_t i = next; i < end; ++i) {
       generate(plan[i], seed, dtype, buffer);
       GB_RETURN_IF_ERROR(w.write_next(buffer.data(), buffer.size()));
@@ -809,14 +865,14 @@ Result<ModelConfig> synthetic_preset_config(std::string_view preset) {
 }
 
 Status write_synthetic_checkpoint(std::string_view preset, uint64_t seed, const std::filesystem::path& out_dir,
-                                  int shards) {
+                                  int shards, double router_skew) {
   GB_ASSIGN_OR_RETURN(ModelConfig config, synthetic_preset_config(preset));
-  return write_checkpoint(config, preset, seed, out_dir, shards, DType::kBF16);
+  return write_checkpoint(config, preset, seed, out_dir, shards, DType::kBF16, router_skew);
 }
 
 Status write_synthetic_checkpoint(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir,
-                                  int shards, DType dtype) {
-  return write_checkpoint(config, "custom", seed, out_dir, shards, dtype);
+                                  int shards, DType dtype, double router_skew) {
+  return write_checkpoint(config, "custom", seed, out_dir, shards, dtype, router_skew);
 }
 
 uint64_t model_weight_bytes(const ModelConfig& config, DType dtype) {

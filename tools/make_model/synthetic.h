@@ -50,11 +50,16 @@ Result<ModelConfig> synthetic_preset_config(std::string_view preset);
 // model-0000x-of-0000y.safetensors plus model.safetensors.index.json into `out_dir` (created if needed).
 // Checkpoint files already in out_dir (config.json, model*.safetensors, the index) are replaced; config.json
 // is written last, each file through a temporary name and a rename. Blocking file I/O; uses num_threads().
+// `router_skew` S in 0..kMaxRouterSkew (0: none) biases every MoE layer's routing: its experts ranked by a
+// seeded hash, the expert of rank r gets about S / (r + 1) added to its router logit (Qwen: through a constant
+// embedding feature; DeepSeek: in the router's selection bias), so a few experts take most tokens, as measured
+// in served models. The metadata records it ("genbridge_router_skew").
+inline constexpr double kMaxRouterSkew = 100.0;
 Status write_synthetic_checkpoint(std::string_view preset, uint64_t seed, const std::filesystem::path& out_dir,
-                                  int shards = 1);
+                                  int shards = 1, double router_skew = 0.0);
 // The same for any valid config; `dtype` (BF16, F16 or F32) is the tensors' dtype and config.json's torch_dtype.
 Status write_synthetic_checkpoint(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir,
-                                  int shards = 1, DType dtype = DType::kBF16);
+                                  int shards = 1, DType dtype = DType::kBF16, double router_skew = 0.0);
 
 // Bytes of weights a config has in `dtype` (what write_synthetic_checkpoint writes, without headers).
 uint64_t model_weight_bytes(const ModelConfig& config, DType dtype = DType::kBF16);
