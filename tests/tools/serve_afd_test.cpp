@@ -141,10 +141,12 @@ struct Case {
   afd::ConnectorKind connector;
   int a, f, s;
   bool relay = false;
+  int redundant = 0;  // redundant experts per MoE layer, placed from a load skewed toward experts 5 and 6
 };
 std::string case_name(const Case& k) {
   return std::string(k.connector == afd::ConnectorKind::kSync ? "sync_" : "async_") + std::to_string(k.a) + "A" +
-         std::to_string(k.f) + "F_S" + std::to_string(k.s) + (k.relay ? "_relayed" : "");
+         std::to_string(k.f) + "F_S" + std::to_string(k.s) + (k.relay ? "_relayed" : "") +
+         (k.redundant > 0 ? "_" + std::to_string(k.redundant) + "_redundant_experts" : "");
 }
 void PrintTo(const Case& k, std::ostream* os) { *os << case_name(k); }
 
@@ -158,6 +160,20 @@ afd::ServeJobOptions options(const Case& k, int64_t timeout_ms) {
   o.afd.timeout_ms = timeout_ms;
   o.engine.max_batch = 8;
   o.relay_in_process = k.relay;
+  o.afd.redundant_experts = k.redundant;
+  if (k.redundant > 0) {
+    const model::ModelConfig& c = fixture().ckpt->config();
+    afd::ExpertLoad load{.source = "test", .num_experts = static_cast<int>(c.num_experts)};
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (!c.is_moe_layer(l)) continue;
+      load.layers.push_back(static_cast<int>(l));
+      std::vector<int64_t> rows(static_cast<size_t>(c.num_experts), 1);
+      rows[5] = 50;
+      rows[6] = 40;
+      load.rows.push_back(rows);
+    }
+    o.expert_load = load;
+  }
   return o;
 }
 
@@ -281,7 +297,8 @@ INSTANTIATE_TEST_SUITE_P(
     Topologies, ServeAfd,
     ::testing::Values(Case{afd::ConnectorKind::kSync, 2, 1, 2}, Case{afd::ConnectorKind::kAsync, 2, 2, 1},
                       Case{afd::ConnectorKind::kSync, 2, 1, 2, true}, Case{afd::ConnectorKind::kAsync, 2, 2, 1, true},
-                      Case{afd::ConnectorKind::kSync, 3, 1, 1, true}, Case{afd::ConnectorKind::kAsync, 3, 2, 2, true}),
+                      Case{afd::ConnectorKind::kSync, 3, 1, 1, true}, Case{afd::ConnectorKind::kAsync, 3, 2, 2, true},
+                      Case{afd::ConnectorKind::kAsync, 2, 2, 1, true, 4}),
     [](const auto& info) { return case_name(info.param); });
 
 // An FFN rank whose expert compute fails at its 5th work item: the request in flight ends with the job's
