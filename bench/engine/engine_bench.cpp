@@ -30,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "afd/engine_job.h"
 #include "afd/placement.h"
@@ -322,73 +323,97 @@ BENCHMARK(BM_afd_link)
     ->Unit(benchmark::kMillisecond);
 
 // Redundant experts on a skewed `small` (make-model --router-skew S): AFD 1A2F, sync, 32 prompts of 32 tokens
-// and 32 new tokens at batch 32, every step measured (no warm-up). The redundant:0 row of a skew runs first; its
-// measured load places the copies of the rows after it (afd/placement.h). Counters, best of 3 runs:
-//   step_ms      decode step time (TPOT);  prefill_ms  the prefill step (all 32 prompts)
-//   x_step       step_ms / the redundant:0 row's (below 1: faster);  x_prefill  likewise
-//   layer_rows   per MoE layer, the busiest FFN rank's rows / the mean rank's, averaged over the layers (1: even)
-//   ffn_crit_ms  expert compute on the critical path per step: each MoE layer's busiest FFN rank, summed over
-//                the layers (AfdReport::ffn_critical_ms / steps), and x_ffn_crit its ratio to the redundant:0 row's
-//   even_ms      the same if every rank took the mean (the best any placement can do)
-// Each FFN rank's kernels share this machine's cores with the other's (run with GENBRIDGE_NUM_THREADS=1 to give
-// each rank one core, as separate devices would have).
+// and 32 new tokens at batch 32; the first step (the prefill of every prompt) is warm-up, so the AFD counters
+// are the 31 decode steps'. A row first runs the job without copies once to measure the decode load the copies
+// are placed from (afd/placement.h), then alternates runs without copies (base) and with `redundant` copies per
+// layer, so both see the same machine; the counters are medians over the pairs:
+//   step_ms, base_step_ms          decode step time (TPOT) with and without the copies; x_step their ratio
+//                                  per pair (below 1: faster)
+//   prefill_ms, x_prefill          time in prefill forwards (the engine's), and the ratio likewise
+//   layer_rows, base_layer_rows    per MoE layer, the busiest FFN rank's rows / the mean rank's, averaged over
+//                                  the layers (1: even); the routing is the same in every run
+//   ffn_crit_ms, x_ffn_crit        expert compute on the critical path per decode step: each MoE layer's busiest
+//                                  FFN rank, summed over the layers (AfdReport::ffn_critical_ms / steps)
+//   even_ms, base_even_ms          the same if every rank took the mean: the work itself, which copies raise
+//                                  when a hot expert's weights are read on two ranks
+// Each FFN rank's kernels share this machine's cores with the other's (GENBRIDGE_NUM_THREADS=1 gives each rank
+// one thread, as separate devices would have).
 void BM_afd_eplb(benchmark::State& state) {
   const int redundant = static_cast<int>(state.range(0)), skew = static_cast<int>(state.range(1));
   Model& model = load_model("small", skew);
   const model::ModelConfig& c = model.ckpt->config();
   static std::map<int, afd::ExpertLoad> loads;
-  static std::map<int, std::pair<double, double>> base;  // per skew: the redundant:0 row's step and prefill ms
-  if (redundant > 0 && !loads.count(skew)) return state.SkipWithError("the redundant:0 row of this skew runs first");
-  double step_ms = 1e30, prefill_ms = 1e30;
-  afd::AfdReport best;
-  for (auto _ : state) {
+  const auto job = [&](int copies) -> Result<afd::EngineJobResult> {
     afd::EngineJobOptions o;
     o.afd.num_attention = 1;
     o.afd.num_ffn = 2;
-    o.afd.redundant_experts = redundant;
-    o.warmup_steps = 0;
+    o.afd.redundant_experts = copies;
+    o.warmup_steps = 1;
     o.engine.max_batch = 32;
-    if (redundant > 0) o.expert_load = loads.at(skew);
-    auto job = afd::run_inproc_engine_job(*model.ckpt, *model.dev, requests(32, 32, 32, c.vocab_size), 32, o);
-    if (!job.ok()) return state.SkipWithError(job.status().to_string().c_str());
-    state.SetIterationTime(job->report.decode_s);
-    prefill_ms = std::min(prefill_ms, job->report.prefill_step_mean_ms);
-    if (job->report.tpot_mean_ms < step_ms) {
-      step_ms = job->report.tpot_mean_ms;
-      best = job->report;
-    }
-  }
-  if (redundant == 0) {
+    if (copies > 0) o.expert_load = loads.at(skew);
+    return afd::run_inproc_engine_job(*model.ckpt, *model.dev, requests(32, 32, 32, c.vocab_size), 32, o);
+  };
+  if (!loads.count(skew)) {
+    auto first = job(0);
+    if (!first.ok()) return state.SkipWithError(first.status().to_string().c_str());
     std::vector<int> layers;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       if (c.is_moe_layer(l)) layers.push_back(static_cast<int>(l));
     }
-    loads[skew] = afd::measured_expert_load(best, static_cast<int>(c.num_experts), layers);
-    base[skew] = {step_ms, prefill_ms};
+    loads[skew] = afd::measured_expert_load(first->report, static_cast<int>(c.num_experts), layers);
   }
-  state.counters["step_ms"] = step_ms;
-  state.counters["prefill_ms"] = prefill_ms;
-  state.counters["x_step"] = step_ms / base[skew].first;
-  state.counters["x_prefill"] = prefill_ms / base[skew].second;
-  state.counters["layer_rows"] = best.layer_ffn_max_over_mean;
-  const double steps = static_cast<double>(best.prefill_steps + best.decode_steps);
-  state.counters["ffn_crit_ms"] = best.ffn_critical_ms / steps;
-  state.counters["even_ms"] = best.ffn_even_ms / steps;
-  static std::map<int, double> base_crit;
-  if (redundant == 0) base_crit[skew] = best.ffn_critical_ms / steps;
-  state.counters["x_ffn_crit"] = best.ffn_critical_ms / steps / base_crit[skew];
-  state.SetLabel(fmt::format("small skew {} AFD 1A2F sync, {} redundant experts per layer", skew, redundant));
+  struct Run {
+    double step_ms, prefill_ms, crit_ms, even_ms, layer_rows;
+  };
+  std::vector<Run> base, with;
+  for (auto _ : state) {
+    for (int copies : {0, redundant}) {
+      auto j = job(copies);
+      if (!j.ok()) return state.SkipWithError(j.status().to_string().c_str());
+      const afd::AfdReport& r = j->report;
+      const double steps = static_cast<double>(r.decode_steps);
+      (copies == 0 ? base : with)
+          .push_back({r.tpot_mean_ms, j->metrics.prefill_seconds * 1e3, r.ffn_critical_ms / steps,
+                      r.ffn_even_ms / steps, r.layer_ffn_max_over_mean});
+      if (copies > 0) state.SetIterationTime(r.decode_s);
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  const auto of = [&](const std::vector<Run>& runs, double Run::*f) {
+    std::vector<double> v;
+    for (const Run& r : runs) v.push_back(r.*f);
+    return median(v);
+  };
+  const auto ratio = [&](double Run::*f) {
+    std::vector<double> v;
+    for (size_t i = 0; i < with.size(); ++i) v.push_back(with[i].*f / base[i].*f);
+    return median(v);
+  };
+  state.counters["step_ms"] = of(with, &Run::step_ms);
+  state.counters["base_step_ms"] = of(base, &Run::step_ms);
+  state.counters["x_step"] = ratio(&Run::step_ms);
+  state.counters["prefill_ms"] = of(with, &Run::prefill_ms);
+  state.counters["x_prefill"] = ratio(&Run::prefill_ms);
+  state.counters["layer_rows"] = of(with, &Run::layer_rows);
+  state.counters["base_layer_rows"] = of(base, &Run::layer_rows);
+  state.counters["ffn_crit_ms"] = of(with, &Run::crit_ms);
+  state.counters["x_ffn_crit"] = ratio(&Run::crit_ms);
+  state.counters["even_ms"] = of(with, &Run::even_ms);
+  state.counters["base_even_ms"] = of(base, &Run::even_ms);
+  state.SetLabel(fmt::format("small skew {} AFD 1A2F sync, {} redundant experts per layer vs none", skew, redundant));
 }
 
 BENCHMARK(BM_afd_eplb)
     ->Name("engine_afd_eplb")
     ->ArgNames({"redundant", "skew"})
-    ->Args({0, 8})
     ->Args({2, 8})
     ->Args({4, 8})
     ->Args({8, 8})
     ->UseManualTime()
-    ->Iterations(3)
+    ->Iterations(5)
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_TEMPLATE(BM_prefill, 0)
