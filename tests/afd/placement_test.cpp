@@ -4,10 +4,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <numeric>
 #include <vector>
 
+#include "afd/engine_job.h"
 #include "afd/rank_job.h"
+#include "runtime/engine/sampler.h"
 #include "support/temp_dir.h"
+#include "tools/make_model/synthetic.h"
 
 namespace genbridge::afd {
 namespace {
@@ -156,6 +164,75 @@ TEST(Placement, a_job_plans_its_copies_from_the_load) {
   Result<ValidAfdConfig> v = fill_model_shape(m, 8, c, &l);
   ASSERT_TRUE(v.ok()) << v.status().to_string();
   EXPECT_EQ((*v)->replicas, (std::vector<ExpertReplica>{{0, 5, 0}, {0, 0, 1}, {2, 0, 1}, {2, 4, 0}}));
+}
+
+// make-model --router-skew: column 0 of the embedding is the constant feature 4 and column 0 of each router row
+// the expert's bias over it; everything else is the unskewed checkpoint's; skew 0 writes the same bytes as none.
+// The routing it gives is skewed: per layer, the busiest expert takes several times the mean rows.
+TEST(Placement, router_skew_makes_a_few_experts_take_most_rows) {
+  testing::TempDir dir;
+  ASSERT_TRUE(model::write_synthetic_checkpoint("tiny", 5, dir / "plain").ok());
+  ASSERT_TRUE(model::write_synthetic_checkpoint("tiny", 5, dir / "zero", 1, 0.0).ok());
+  ASSERT_TRUE(model::write_synthetic_checkpoint("tiny", 5, dir / "skew", 1, 6.0).ok());
+  EXPECT_EQ(model::write_synthetic_checkpoint("tiny", 5, dir / "bad", 1, -1.0).message(),
+            "write_synthetic_checkpoint: router skew -1 must be in 0..100");
+  const auto bytes = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(dir / "plain" / "model.safetensors"), bytes(dir / "zero" / "model.safetensors"));
+  const model::Checkpoint plain = model::Checkpoint::open(dir / "plain").value();
+  const model::Checkpoint skew = model::Checkpoint::open(dir / "skew").value();
+  const model::ModelConfig& c = skew.config();
+  const auto at = [](const TensorView& v, int64_t r, int64_t col) {
+    return bf16_to_float(v.data_as<const bf16_t>()[r * v.stride(0) + col]);
+  };
+  const TensorView& e0 = plain.weights().embed_tokens;
+  const TensorView& e1 = skew.weights().embed_tokens;
+  for (int64_t r = 0; r < c.vocab_size; r += 37) {
+    EXPECT_EQ(at(e1, r, 0), 4.0f);
+    EXPECT_EQ(at(e1, r, 1), at(e0, r, 1));
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    std::vector<float> bias;
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      bias.push_back(at(skew.weights().layers[l].moe.router, e, 0) * 4.0f);
+      EXPECT_EQ(at(skew.weights().layers[l].moe.router, e, 5), at(plain.weights().layers[l].moe.router, e, 5));
+    }
+    std::sort(bias.begin(), bias.end(), std::greater<>());
+    EXPECT_NEAR(bias[0], 6.0, 0.05) << "layer " << l;  // 6 / (0 + 1), through bf16
+    EXPECT_NEAR(bias[1], 3.0, 0.05) << "layer " << l;
+    EXPECT_NEAR(bias.back(), 6.0 / c.num_experts, 0.01) << "layer " << l;
+  }
+  // The routing: 8 prompts through AFD 1A1F; the report's per-layer rows.
+  const runtime::DeviceOperator dev = runtime::DeviceOperator::create({}).value();
+  const auto busiest_over_mean = [&](const model::Checkpoint& ck) {
+    std::vector<engine::Request> reqs;
+    for (int r = 0; r < 8; ++r) {
+      engine::Request q;
+      q.id = r;
+      for (int i = 0; i < 16; ++i) q.prompt.push_back(static_cast<int32_t>(engine::uniform_from(7 + r, i) * 500));
+      q.max_new_tokens = 4;
+      reqs.push_back(q);
+    }
+    EngineJobOptions o;
+    o.warmup_steps = 0;
+    auto job = run_inproc_engine_job(ck, dev, reqs, 16, o);
+    EXPECT_TRUE(job.ok()) << job.status().to_string();
+    double sum = 0;
+    int layers = 0;
+    for (const std::vector<int64_t>& rows : job->report.layer_expert_rows) {
+      const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+      if (total == 0) continue;
+      sum += static_cast<double>(*std::max_element(rows.begin(), rows.end())) * rows.size() / total;
+      ++layers;
+    }
+    return sum / layers;
+  };
+  const double p = busiest_over_mean(plain), k = busiest_over_mean(skew);
+  EXPECT_LT(p, 2.5);
+  EXPECT_GT(k, 3.0);  // of 8 experts with top-2 the most is 4
 }
 
 }  // namespace
