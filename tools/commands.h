@@ -44,6 +44,7 @@ struct RunOptions {
   float top_p = 1.f;
   uint64_t seed = 0;
   int max_batch = 32;
+  int64_t max_num_batched_tokens = 0;  // chunked prefill's token budget per step; 0: none
   int64_t kv_memory_mb = 0;  // 0: enough for every request
   std::string kv_cache_dtype = "auto";
   std::string weight_quant = "none";  // none | auto | w8a8 | mxfp8 | mxfp4

@@ -49,6 +49,10 @@ void add_model_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
 // The batching, KV and device flags `run`, `afd-worker` and `serve` share.
 void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_int_flag(run, "--max-batch", &ro.max_batch, 1, 4096, "Most sequences decoded together (continuous batching)");
+  add_int64_flag(run, "--max-num-batched-tokens", &ro.max_num_batched_tokens, 0, int64_t{1} << 20,
+                 "Chunked prefill: at most N tokens per engine step, the running requests' decodes first and\n"
+                 "then chunks of the prompts being prefilled, so a long prompt no longer stalls the others'\n"
+                 "next tokens (at least --max-batch). 0 = prefill each prompt whole. Same tokens either way");
   add_int64_flag(run, "--kv-memory-mb", &ro.kv_memory_mb, 0, (int64_t{1} << 43) - 1,
                  "KV cache pool size in MiB (per attention rank with --afd); 0 = room for every request at\n"
                  "once (serve: --max-batch whole contexts, at most half of this machine's memory in all).\n"

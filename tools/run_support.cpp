@@ -420,6 +420,7 @@ engine::KvPoolOptions kv_pool_options(const RunOptions& o, int num_pools, int po
 engine::AssemblyOptions assembly_options(const RunOptions& o, const engine::KvPoolOptions& kv_pool,
                                          const model::QuantizedWeights* quantized) {
   return {.engine = {.max_batch = o.max_batch,
+                     .max_num_batched_tokens = o.max_num_batched_tokens,
                      .record_logits = !o.dump_logits.empty(),
                      .record_choices = !o.dump_choices.empty(),
                      .policy = o.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority

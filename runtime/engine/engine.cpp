@@ -8,6 +8,8 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "genbridge/ops/linear_attention/gated_delta_rule.h"
+
 namespace genbridge::engine {
 namespace {
 double now_seconds() {
@@ -59,6 +61,7 @@ struct Engine::Active {
   Request request;
   double submit_time = 0;
   int64_t kv_tokens_needed = 0;  // prompt + generated tokens that are fed back
+  int64_t prefilled = 0;         // prompt tokens forwarded so far (chunked prefill)
   double last_token_time = 0;
   bool done = false;
   LogitsProcessor processor;  // the request's logits processing (penalties, logit_bias, ...)
@@ -68,6 +71,18 @@ Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const Engin
     : executor_(executor), pool_(pool), options_(options) {
   options_.max_batch = std::max<int64_t>(1, options_.max_batch);
   options_.max_prefill_tokens = std::max<int64_t>(1, options_.max_prefill_tokens);
+  // Gated DeltaNet layers (Qwen3.5) prefill in 64-token chunks from each call's first token, and a 1-token call
+  // runs the per-token form: a prompt's bits depend on where calls split it unless every split falls on a
+  // multiple of 64 and no piece but a whole 1-token prompt is a single token.
+  for (int64_t l = 0; l < executor_.config().num_hidden_layers; ++l) {
+    if (executor_.config().is_linear_layer(l)) split_granule_ = ops::kGatedDeltaRuleChunk;
+  }
+  // A prompt being prefilled then always gets a chunk: with at most max_batch - 1 decodes beside it the budget
+  // holds 2 granules, enough for any rest that may not be split (65 tokens) or a whole granule.
+  if (options_.max_num_batched_tokens > 0) {
+    options_.max_num_batched_tokens =
+        std::max(options_.max_num_batched_tokens, options_.max_batch + (split_granule_ > 1 ? 2 * split_granule_ - 1 : 0));
+  }
   const int64_t vocab = executor_.config().vocab_size;
   logits_.resize(static_cast<size_t>(options_.max_batch * vocab));
   scratch_.resize(static_cast<size_t>(vocab));
@@ -220,7 +235,7 @@ void Engine::fail(Active& a, const std::string& what) {
   finish(a, FinishReason::kError);
 }
 
-Status Engine::take_results(std::span<Active* const> batch) {
+Status Engine::take_results(std::span<Active* const> batch, const std::vector<bool>* sample) {
   const int64_t vocab = executor_.config().vocab_size;
   const std::span<const model::ActivationFault> faults = executor_.faults();
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -228,6 +243,7 @@ Status Engine::take_results(std::span<Active* const> batch) {
       fail(*batch[s], model::describe(faults[s]));
       continue;
     }
+    if (sample && !(*sample)[s]) continue;
     GB_RETURN_IF_ERROR(sample_into(*batch[s], logits_.data() + s * vocab));
   }
   return ok_status();
@@ -352,33 +368,119 @@ Status Engine::decode(std::vector<Active*>& batch) {
   return take_results(batch);
 }
 
+bool Engine::refuse_if_never_fits(Active& a) {
+  const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
+  if (pool_.pages_for(a.kv_tokens_needed) > pool_.num_pages()) {
+    a.result.reason = FinishReason::kRefused;
+    a.result.message = fmt::format(
+        "request {} needs {} KV pages ({} prompt + {} new tokens at {} tokens per page) but the pool has only {} "
+        "pages; raise --kv-memory-mb or lower --max-new-tokens",
+        a.request.id, pool_.pages_for(a.kv_tokens_needed), prompt, a.request.max_new_tokens,
+        pool_.geometry().page_size, pool_.num_pages());
+  } else if (const std::string why = pool_.never_fits(prompt, a.kv_tokens_needed); !why.empty()) {
+    a.result.reason = FinishReason::kRefused;
+    a.result.message = fmt::format("request {} {}; raise --max-batch or --kv-memory-mb", a.request.id, why);
+  }
+  if (a.result.reason != FinishReason::kRefused) return false;
+  ++metrics_.requests_refused;
+  ++metrics_.requests_finished;
+  std::unique_ptr<Active> refused = std::move(waiting_.front());
+  waiting_.erase(waiting_.begin());
+  deliver(*refused);
+  return true;
+}
+
+Status Engine::chunked_step() {
+  // One forward: the running requests whose prompt is in the cache decode one token each, and the tokens left
+  // go to prompt chunks: first the prompts already being prefilled (in admission order), then newly admitted
+  // ones (in the policy's order). Every weight is read once for both (the kernels are batch-invariant, so
+  // neither changes the other's bits).
+  std::vector<Active*> batch;  // the decodes, then the chunks
+  std::vector<int32_t> tokens, q_lens;
+  std::vector<runtime::SeqId> ids;
+  std::vector<bool> sample;  // a decode, or a chunk that ends its prompt: draw a token
+  for (auto& a : running_) {
+    if (a->done || a->prefilled < static_cast<int64_t>(a->request.prompt.size())) continue;
+    GB_RETURN_IF_ERROR(pool_.append(a->request.id, 1));
+    tokens.push_back(a->result.tokens.back());
+    q_lens.push_back(1);
+    ids.push_back(a->request.id);
+    batch.push_back(a.get());
+    sample.push_back(true);
+  }
+  const int64_t decodes = static_cast<int64_t>(batch.size());
+  int64_t budget = std::min(options_.max_num_batched_tokens - decodes, options_.max_prefill_tokens);
+  // Feeds the next chunk of a's prompt; *taken false when a must wait for a larger budget (split_granule_).
+  bool taken = false;
+  const auto take = [&](Active& a) -> Status {
+    const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
+    const int64_t rest = prompt - a.prefilled;
+    int64_t n = std::min(rest, budget);
+    if (n < rest && split_granule_ > 1) {
+      n = n / split_granule_ * split_granule_;
+      if (rest - n == 1) n -= split_granule_;
+    }
+    taken = n > 0;
+    if (!taken) return ok_status();
+    GB_RETURN_IF_ERROR(a.prefilled == 0 ? pool_.admit(a.request.id, n, a.kv_tokens_needed)
+                                        : pool_.append(a.request.id, n));
+    tokens.insert(tokens.end(), a.request.prompt.begin() + a.prefilled, a.request.prompt.begin() + a.prefilled + n);
+    q_lens.push_back(static_cast<int32_t>(n));
+    ids.push_back(a.request.id);
+    batch.push_back(&a);
+    a.prefilled += n;
+    sample.push_back(a.prefilled == prompt);
+    budget -= n;
+    return ok_status();
+  };
+  for (auto& a : running_) {
+    if (budget <= 0) break;
+    if (!a->done && a->prefilled > 0 && a->prefilled < static_cast<int64_t>(a->request.prompt.size())) {
+      GB_RETURN_IF_ERROR(take(*a));
+      if (!taken) break;  // the oldest first: a younger prompt does not pass it
+    }
+  }
+  while (budget > 0 && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
+    Active& a = *waiting_.front();
+    if (refuse_if_never_fits(a)) continue;
+    // The whole request's pages are reserved at admission, as without chunks.
+    if (!pool_.can_admit(static_cast<int64_t>(a.request.prompt.size()), a.kv_tokens_needed)) break;
+    GB_RETURN_IF_ERROR(take(a));
+    if (!taken) break;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.erase(waiting_.begin());
+  }
+  if (!batch.empty()) {
+    const double t0 = now_seconds();
+    if (options_.record_choices) current_ = batch;
+    GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
+    // The forward's time goes to decode and prefill in proportion to their tokens.
+    const double dt = now_seconds() - t0, total = static_cast<double>(tokens.size());
+    const int64_t prompt_tokens = static_cast<int64_t>(tokens.size()) - decodes;
+    metrics_.decode_seconds += dt * static_cast<double>(decodes) / total;
+    metrics_.prefill_seconds += dt * static_cast<double>(prompt_tokens) / total;
+    metrics_.decode_tokens += decodes;
+    metrics_.prefill_tokens += prompt_tokens;
+    GB_RETURN_IF_ERROR(take_results(batch, &sample));
+  }
+  std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->done; });
+  if (batch.empty() && running_.empty() && !waiting_.empty()) {
+    return internal_error("engine: no progress possible although the pool is empty");
+  }
+  return ok_status();
+}
+
 Status Engine::step() {
+  if (options_.max_num_batched_tokens > 0) return chunked_step();
   // Admission, in the policy's order (waiting_ is kept in it).
   std::vector<Active*> admitted;
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
     Active& a = *waiting_.front();
     const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
-    if (pool_.pages_for(a.kv_tokens_needed) > pool_.num_pages()) {
-      a.result.reason = FinishReason::kRefused;
-      a.result.message = fmt::format(
-          "request {} needs {} KV pages ({} prompt + {} new tokens at {} tokens per page) but the pool has only {} "
-          "pages; raise --kv-memory-mb or lower --max-new-tokens",
-          a.request.id, pool_.pages_for(a.kv_tokens_needed), prompt, a.request.max_new_tokens,
-          pool_.geometry().page_size, pool_.num_pages());
-    } else if (const std::string why = pool_.never_fits(prompt, a.kv_tokens_needed); !why.empty()) {
-      a.result.reason = FinishReason::kRefused;
-      a.result.message = fmt::format("request {} {}; raise --max-batch or --kv-memory-mb", a.request.id, why);
-    }
-    if (a.result.reason == FinishReason::kRefused) {
-      ++metrics_.requests_refused;
-      ++metrics_.requests_finished;
-      std::unique_ptr<Active> refused = std::move(waiting_.front());
-      waiting_.erase(waiting_.begin());
-      deliver(*refused);
-      continue;
-    }
+    if (refuse_if_never_fits(a)) continue;
     if (!pool_.can_admit(prompt, a.kv_tokens_needed)) break;  // waits for running requests to free pages
     GB_RETURN_IF_ERROR(pool_.admit(a.request.id, prompt, a.kv_tokens_needed));
+    a.prefilled = prompt;
     admitted.push_back(&a);
     running_.push_back(std::move(waiting_.front()));
     waiting_.erase(waiting_.begin());

@@ -103,6 +103,16 @@ const char* scheduling_policy_name(SchedulingPolicy p);
 struct EngineOptions {
   int64_t max_batch = 32;             // most sequences decoded together
   int64_t max_prefill_tokens = 4096;  // most prompt tokens per prefill forward (a longer prompt runs alone)
+  // Chunked prefill: 0 prefills each admitted prompt whole (grouped up to max_prefill_tokens per forward) before
+  // the running requests decode; N > 0 makes every step one forward of at most N tokens: the running requests'
+  // decodes first, then chunks of the prompts being prefilled (the oldest first) with the tokens left, so a long
+  // prompt is prefilled over several steps while the others keep decoding. (The metrics split such a forward's
+  // time between decode and prefill in proportion to their tokens.) At least max_batch (every running request decodes each
+  // step); a step's prefill forward also stays within max_prefill_tokens. The tokens are the same either way
+  // (the kernels are batch-invariant: a prompt fed in chunks gives the logits of its whole prefill). Models with
+  // Gated DeltaNet layers (Qwen3.5) split prompts only at multiples of 64 tokens, never leaving a 1-token piece,
+  // and need a budget of at least max_batch + 127 (raised to it).
+  int64_t max_num_batched_tokens = 0;
   bool record_logits = false;         // keep each step's last-position logits per request
   bool record_choices = false;        // keep each token's routed experts and indexer top-k per request
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
@@ -154,8 +164,13 @@ class Engine {
   struct Active;
   Status prefill(std::vector<Active*>& batch);
   Status decode(std::vector<Active*>& batch);
-  // Per sequence of the last forward: ends it on an activation fault, else samples its token.
-  Status take_results(std::span<Active* const> batch);
+  // max_num_batched_tokens > 0: admission and one step of decodes plus prefill chunks.
+  Status chunked_step();
+  // Whether `a` may be admitted now; refuses it (and returns false) when it can never fit.
+  bool refuse_if_never_fits(Active& a);
+  // Per sequence of the last forward: ends it on an activation fault, else samples its token (only where
+  // `sample` is null or sample[s] is set: a prompt chunk that is not its prompt's last draws nothing).
+  Status take_results(std::span<Active* const> batch, const std::vector<bool>* sample = nullptr);
   Status sample_into(Active& a, const float* logits);
   // Ends `a` with FinishReason::kError: "request R, step S: <what>; the request was ended. ...".
   void fail(Active& a, const std::string& what);
@@ -181,6 +196,7 @@ class Engine {
   std::vector<uint32_t> allowed_;  // its allowed tokens, one bit each
   int64_t generated_ = 0;
   double start_time_ = 0;
+  int64_t split_granule_ = 1;  // chunked prefill splits prompts at multiples of this (engine.cpp)
 };
 
 }  // namespace genbridge::engine

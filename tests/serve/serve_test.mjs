@@ -2,7 +2,7 @@
 // (--port 0 --port-file) and stopping it with SIGTERM (it must exit 0). Every wait is bounded: each HTTP
 // call has a timeout, every poll a deadline, and the whole case a watchdog.
 // usage: node serve_test.mjs --case NAME --genbridge PATH --model DIR --work DIR [--clients N --rounds N
-//        --max-tokens N] [--client-dir DIR] [--serve-args "FLAGS"] [--mpirun PATH] [--idle-ms N]
+//        --max-tokens N --prompt-len N] [--client-dir DIR] [--serve-args "FLAGS"] [--mpirun PATH] [--idle-ms N]
 // --serve-args: more `genbridge serve` flags for every server (e.g. "--afd 2A1F"). --mpirun: every server is
 // an mpirun job of A + F `genbridge serve` processes (A with --role attention, then F with --role ffn, from the
 // flags' --afd <A>A<F>F, which must include --afd-transport mpi); it is stopped by SIGTERM to world rank 0
@@ -1726,11 +1726,14 @@ const cases = {
 
   // Load: C concurrent streaming clients x R requests, greedy; every response complete and well-formed,
   // tokens identical to genbridge run's and to the same prompt served alone; KV usage back to zero.
+  // --prompt-len L: every prompt L tokens (default 4-16); the server's other flags come from --serve-args (e.g.
+  // "--max-num-batched-tokens 64").
   async load() {
     const C = Number(args.clients ?? 64), R = Number(args.rounds ?? 3), N = Number(args["max-tokens"] ?? 16);
+    const L = args["prompt-len"] === undefined ? 0 : Number(args["prompt-len"]);
     const s = await startServer(["--max-batch", String(C), "--max-queued-requests", String(C)]);
     const prompts = [];
-    for (let i = 0; i < C * R; ++i) prompts.push(Array.from({ length: 4 + (i % 13) }, (_, k) => (i * 31 + k * 7 + 1) % 500));
+    for (let i = 0; i < C * R; ++i) prompts.push(Array.from({ length: L || 4 + (i % 13) }, (_, k) => (i * 31 + k * 7 + 1) % 500));
     const want = runCli(prompts, N);
     const one = async (p) => {
       const t0 = performance.now();

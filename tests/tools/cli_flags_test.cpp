@@ -565,6 +565,12 @@ const std::vector<Row> kRows = {
      "0) one stage's largest transfer (2097152 bytes) would take 200.000 ms, at least 'timeout_ms' (100)"},
     {"serve_afd_link_gbps_negative", S({"--afd", "1A1F", "--afd-link-gbps", "-1"}), 2,
      "genbridge serve: --afd-link-gbps -1: expected a number in [0, 1000000]"},
+    {"max_num_batched_tokens_negative", R({"--max-num-batched-tokens", "-1"}), 2,
+     "genbridge run: --max-num-batched-tokens -1: expected an integer in [0, 1048576]"},
+    {"max_num_batched_tokens_huge", R({"--max-num-batched-tokens", "1048577"}), 2,
+     "genbridge run: --max-num-batched-tokens 1048577: expected an integer in [0, 1048576]"},
+    {"serve_max_num_batched_tokens_not_a_number", S({"--max-num-batched-tokens", "many"}), 2,
+     "genbridge serve: --max-num-batched-tokens many: expected an integer in [0, 1048576]"},
     // redundant experts
     {"afd_redundant_experts_without_load", R({"--afd", "1A2F", "--afd-redundant-experts", "2"}), 2,
      "genbridge run: --afd-redundant-experts 2 needs --afd-expert-load FILE: the copies go to the experts a measured "

@@ -49,6 +49,7 @@ struct RunConfig {
   bool record_logits = true;
   int64_t max_prefill_tokens = 4096;
   bool record_choices = false;
+  int64_t max_num_batched_tokens = 0;  // chunked prefill's budget per step (0: whole prompts)
 };
 
 // n tokens uniform over the vocabulary, a fixed function of (salt, position).
@@ -89,6 +90,7 @@ inline std::vector<RequestResult> run_engine_on(const Checkpoint& ck, const RunC
   Engine eng(executor, *pool,
              {.max_batch = rc.max_batch,
               .max_prefill_tokens = rc.max_prefill_tokens,
+              .max_num_batched_tokens = rc.max_num_batched_tokens,
               .record_logits = rc.record_logits,
               .record_choices = rc.record_choices});
   for (auto& r : reqs) EXPECT_TRUE(eng.submit(std::move(r)).ok());
