@@ -82,14 +82,9 @@ Metrics::Metrics(const AfdConfig& cfg, int world_rank, Role role, int role_rank,
       trace_capacity_(max_trace_events),
       num_experts_(role == Role::kFfn ? std::max(cfg.num_experts, 0) : 0),
       layer_expert_rows_(static_cast<size_t>(num_experts_) * static_cast<size_t>(std::max(cfg.num_layers, 0)), 0),
+      expert_rows_(static_cast<size_t>(num_experts_), 0),
       layer_busy_ns_(role == Role::kFfn ? static_cast<size_t>(std::max(cfg.num_layers, 0)) : 0, 0) {
   events_.reserve(max_trace_events);
-}
-
-std::vector<int64_t> Metrics::expert_rows() const {
-  std::vector<int64_t> out(static_cast<size_t>(num_experts_), 0);
-  for (size_t i = 0; i < layer_expert_rows_.size(); ++i) out[i % static_cast<size_t>(num_experts_)] += layer_expert_rows_[i];
-  return out;
 }
 
 void Metrics::record_transfer(Direction d, int layer, int stage, int64_t latency_ns, int64_t bytes) {
@@ -231,6 +226,10 @@ Result<Metrics> Metrics::deserialize(std::string_view bytes) {
       (!m.layer_busy_ns_.empty() && m.layer_busy_ns_.size() != static_cast<size_t>(m.num_layers_))) {
     return invalid_argument("afd metrics: corrupt blob (expert rows)");
   }
+  m.expert_rows_.assign(static_cast<size_t>(m.num_experts_), 0);
+  for (size_t i = 0; i < m.layer_expert_rows_.size(); ++i) {
+    m.expert_rows_[i % static_cast<size_t>(m.num_experts_)] += m.layer_expert_rows_[i];
+  }
   const int64_t n_events = r.get<int64_t>();
   m.dropped_events_ = r.get<int64_t>();
   if (!r.ok() || corrupt || n_events < 0 || r.remaining() != static_cast<size_t>(n_events) * sizeof(TraceEvent)) {
@@ -269,7 +268,7 @@ AfdReport summarize(std::span<const Metrics> ranks) {
     if (m.role() == Role::kFfn) {
       ffn_busy += m.busy_ns();
       ffn_wall += m.wall_ns();
-      const std::vector<int64_t> rows = m.expert_rows();
+      const std::vector<int64_t>& rows = m.expert_rows();
       if (m.role_rank() >= 0 && m.role_rank() < num_ffn) {
         rep.ffn_busy[m.role_rank()] = frac;
         for (int64_t r : rows) rep.ffn_rows[m.role_rank()] += r;

@@ -121,10 +121,11 @@ class Metrics {
   void add_expert_rows(int layer, int expert, int64_t rows) {
     if (!recording_ || expert < 0 || expert >= num_experts_ || layer < 0 || layer >= num_layers_) return;
     layer_expert_rows_[static_cast<size_t>(layer) * num_experts_ + expert] += rows;
+    expert_rows_[static_cast<size_t>(expert)] += rows;
   }
   // Rows per expert id summed over layers (an FFN rank's has an entry for every expert of the model; an
   // attention rank's is empty), and per layer: [num_layers x num_experts], row-major.
-  std::vector<int64_t> expert_rows() const;
+  const std::vector<int64_t>& expert_rows() const { return expert_rows_; }
   const std::vector<int64_t>& layer_expert_rows() const { return layer_expert_rows_; }
   int num_experts() const { return num_experts_; }
   // Extends the measured wall-time window [begin, end] of this rank.
@@ -183,6 +184,7 @@ class Metrics {
   int64_t dropped_events_ = 0;
   int num_experts_ = 0;                    // FFN ranks: the model's; attention ranks: 0
   std::vector<int64_t> layer_expert_rows_;  // [num_layers x num_experts]
+  std::vector<int64_t> expert_rows_;        // layer_expert_rows_ summed over layers (read per FFN work item)
   std::vector<int64_t> layer_busy_ns_;      // FFN ranks: [num_layers]
 };
 

@@ -163,12 +163,14 @@ Result<std::vector<ExpertReplica>> plan_replicas(const AfdConfig& cfg, const Exp
   return out;
 }
 
-ExpertLoad measured_expert_load(const AfdReport& report, int num_experts, std::vector<int> layers) {
+ExpertLoad measured_expert_load(const AfdReport& report, const model::ModelConfig& model) {
   ExpertLoad load;
-  load.num_experts = num_experts;
-  load.layers = std::move(layers);
+  load.num_experts = static_cast<int>(model.num_experts);
+  for (int64_t l = 0; l < model.num_hidden_layers; ++l) {
+    if (model.is_moe_layer(l)) load.layers.push_back(static_cast<int>(l));
+  }
   for (int l : load.layers) {
-    std::vector<int64_t> rows(static_cast<size_t>(num_experts), 0);
+    std::vector<int64_t> rows(static_cast<size_t>(load.num_experts), 0);
     if (static_cast<size_t>(l) < report.layer_expert_rows.size()) {
       const std::vector<int64_t>& r = report.layer_expert_rows[static_cast<size_t>(l)];
       std::copy_n(r.begin(), std::min(r.size(), rows.size()), rows.begin());

@@ -21,6 +21,7 @@
 
 #include "afd/config.h"
 #include "afd/metrics.h"
+#include "runtime/checkpoint/config.h"
 #include "genbridge/core/status.h"
 
 namespace genbridge::afd {
@@ -45,8 +46,8 @@ Status write_expert_load(const std::filesystem::path& path, const ExpertLoad& lo
 // which must cover exactly cfg's MoE layers and experts (InvalidArgument naming the difference and `source`).
 Result<std::vector<ExpertReplica>> plan_replicas(const AfdConfig& cfg, const ExpertLoad& load);
 
-// The load an AFD report measured in MoE layers `layers` of a model with `num_experts` experts.
-ExpertLoad measured_expert_load(const AfdReport& report, int num_experts, std::vector<int> layers);
+// The load an AFD report measured in the MoE layers of model `model`.
+ExpertLoad measured_expert_load(const AfdReport& report, const model::ModelConfig& model);
 
 // Rows per FFN rank in MoE layer `layer_index` (into cfg.moe_layers()) when each expert's load is split evenly
 // between its holders under `cfg.replicas` (the plan's objective; the real split differs by at most one row per

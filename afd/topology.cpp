@@ -74,11 +74,19 @@ Result<Topology> make_topology(const AfdConfig& cfg, std::span<const int> declar
     for (const ExpertReplica& r : cfg.replicas) lists[t.moe_index[static_cast<size_t>(r.layer)]][r.expert].push_back(r.ffn);
     t.holder_offsets.resize(layers.size());
     t.holders.resize(layers.size());
+    for (int f = 0; f < t.num_ffn; ++f) t.all_held.emplace_back(t.expert_begin(f), t.expert_end(f));
+    t.layer_held.assign(layers.size(), t.all_held);
     for (size_t i = 0; i < layers.size(); ++i) {
       t.holder_offsets[i].push_back(0);
       for (int e = 0; e < E; ++e) {
         t.holders[i].insert(t.holders[i].end(), lists[i][e].begin(), lists[i][e].end());
         t.holder_offsets[i].push_back(static_cast<int32_t>(t.holders[i].size()));
+        for (size_t h = 1; h < lists[i][e].size(); ++h) {  // the copies
+          for (std::pair<int, int>* r : {&t.layer_held[i][lists[i][e][h]], &t.all_held[lists[i][e][h]]}) {
+            r->first = std::min(r->first, e);
+            r->second = std::max(r->second, e + 1);
+          }
+        }
       }
     }
   }
@@ -97,19 +105,10 @@ bool Topology::holds(int layer, int expert, int ffn) const {
 }
 
 std::pair<int, int> Topology::held_range(int layer, int ffn) const {
-  int lo = expert_begin(ffn), hi = expert_end(ffn);
-  for (size_t i = 0; i < holders.size(); ++i) {
-    if (layer >= 0 && (layer >= static_cast<int>(moe_index.size()) || moe_index[layer] != static_cast<int>(i))) continue;
-    for (int e = 0; e < num_experts; ++e) {
-      for (int32_t h = holder_offsets[i][e] + 1; h < holder_offsets[i][e + 1]; ++h) {
-        if (holders[i][h] == ffn) {
-          lo = std::min(lo, e);
-          hi = std::max(hi, e + 1);
-        }
-      }
-    }
-  }
-  return {lo, hi};
+  if (!has_replicas()) return {expert_begin(ffn), expert_end(ffn)};
+  if (layer < 0) return all_held[ffn];
+  if (layer >= static_cast<int>(moe_index.size()) || moe_index[layer] < 0) return {expert_begin(ffn), expert_end(ffn)};
+  return layer_held[static_cast<size_t>(moe_index[layer])][ffn];
 }
 
 std::pair<int, int> stage_bounds(int num_tokens, int num_stages, int stage) {

@@ -32,6 +32,9 @@ struct Topology {
   std::vector<int> moe_index;
   std::vector<std::vector<int32_t>> holder_offsets;
   std::vector<std::vector<int32_t>> holders;
+  // held_range's answers, from the lists: [MoE layer index][ffn], and over every layer [ffn].
+  std::vector<std::vector<std::pair<int, int>>> layer_held;
+  std::vector<std::pair<int, int>> all_held;
 
   int world_size() const { return num_attention + num_ffn; }
   int ffn_of_expert(int expert) const { return expert / experts_per_ffn; }  // the home rank

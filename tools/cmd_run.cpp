@@ -96,11 +96,7 @@ int write_and_print(const RunOptions& o, RunMode mode, const StartedModel& m, co
   }
   if (!o.trace.empty()) fmt::print(stderr, "wrote trace {}\n", o.trace);
   if (!o.afd_expert_load_out.empty() && out.report) {
-    std::vector<int> layers;
-    for (int64_t l = 0; l < mc.num_hidden_layers; ++l) {
-      if (mc.is_moe_layer(l)) layers.push_back(static_cast<int>(l));
-    }
-    const afd::ExpertLoad load = afd::measured_expert_load(*out.report, static_cast<int>(mc.num_experts), layers);
+    const afd::ExpertLoad load = afd::measured_expert_load(*out.report, mc);
     if (Status s = afd::write_expert_load(o.afd_expert_load_out, load); !s.ok()) return report.fail(s);
     fmt::print(stderr, "wrote expert load {}\n", o.afd_expert_load_out);
   }

@@ -356,11 +356,7 @@ void BM_afd_eplb(benchmark::State& state) {
   if (!loads.count(skew)) {
     auto first = job(0);
     if (!first.ok()) return state.SkipWithError(first.status().to_string().c_str());
-    std::vector<int> layers;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      if (c.is_moe_layer(l)) layers.push_back(static_cast<int>(l));
-    }
-    loads[skew] = afd::measured_expert_load(first->report, static_cast<int>(c.num_experts), layers);
+    loads[skew] = afd::measured_expert_load(first->report, c);
   }
   struct Run {
     double step_ms, prefill_ms, crit_ms, even_ms, layer_rows;

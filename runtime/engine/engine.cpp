@@ -368,7 +368,8 @@ Status Engine::decode(std::vector<Active*>& batch) {
   return take_results(batch);
 }
 
-bool Engine::refuse_if_never_fits(Active& a) {
+bool Engine::refuse_front_if_never_fits() {
+  Active& a = *waiting_.front();
   const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
   if (pool_.pages_for(a.kv_tokens_needed) > pool_.num_pages()) {
     a.result.reason = FinishReason::kRefused;
@@ -442,7 +443,7 @@ Status Engine::chunked_step() {
   }
   while (budget > 0 && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
     Active& a = *waiting_.front();
-    if (refuse_if_never_fits(a)) continue;
+    if (refuse_front_if_never_fits()) continue;
     // The whole request's pages are reserved at admission, as without chunks.
     if (!pool_.can_admit(static_cast<int64_t>(a.request.prompt.size()), a.kv_tokens_needed)) break;
     GB_RETURN_IF_ERROR(take(a));
@@ -477,7 +478,7 @@ Status Engine::step() {
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
     Active& a = *waiting_.front();
     const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
-    if (refuse_if_never_fits(a)) continue;
+    if (refuse_front_if_never_fits()) continue;
     if (!pool_.can_admit(prompt, a.kv_tokens_needed)) break;  // waits for running requests to free pages
     GB_RETURN_IF_ERROR(pool_.admit(a.request.id, prompt, a.kv_tokens_needed));
     a.prefilled = prompt;

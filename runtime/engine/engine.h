@@ -166,8 +166,8 @@ class Engine {
   Status decode(std::vector<Active*>& batch);
   // max_num_batched_tokens > 0: admission and one step of decodes plus prefill chunks.
   Status chunked_step();
-  // Whether `a` may be admitted now; refuses it (and returns false) when it can never fit.
-  bool refuse_if_never_fits(Active& a);
+  // Refuses the first waiting request (and returns true) when it can never fit the pool.
+  bool refuse_front_if_never_fits();
   // Per sequence of the last forward: ends it on an activation fault, else samples its token (only where
   // `sample` is null or sample[s] is set: a prompt chunk that is not its prompt's last draws nothing).
   Status take_results(std::span<Active* const> batch, const std::vector<bool>* sample = nullptr);

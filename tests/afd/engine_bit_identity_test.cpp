@@ -119,16 +119,12 @@ INSTANTIATE_TEST_SUITE_P(matrix, EngineAfd, ::testing::ValuesIn(matrix()), [](co
 TEST(EngineAfd, redundant_experts_keep_every_bit_and_even_out_the_ffn_ranks) {
   Fixture& f = fixture();
   const model::ModelConfig& c = f.ckpt->config();
-  std::vector<int> layers;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (c.is_moe_layer(l)) layers.push_back(static_cast<int>(l));
-  }
   for (const Case& k : {Case{ConnectorKind::kSync, 1, 2, 1}, Case{ConnectorKind::kAsync, 2, 2, 2}}) {
     EngineJobOptions o = engine_job_case(k.connector, k.a, k.f, k.s);
     o.warmup_steps = 0;
     auto first = run_inproc_engine_job(*f.ckpt, *f.dev, requests(c.vocab_size), 16, o);
     ASSERT_TRUE(first.ok()) << first.status().to_string();
-    o.expert_load = measured_expert_load(first->report, static_cast<int>(c.num_experts), layers);
+    o.expert_load = measured_expert_load(first->report, c);
     for (int redundant : {2, static_cast<int>(c.num_experts)}) {
       SCOPED_TRACE(fmt::format("{} {}A{}F S{}, {} redundant experts", connector_kind_name(k.connector), k.a, k.f, k.s,
                                redundant));

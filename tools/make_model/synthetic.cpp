@@ -814,10 +814,9 @@ Status write_checkpoint(const ModelConfig& config, std::string_view label, uint6
     }
   }
 
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"format", "pt"}, {"genbridge_preset", std::string(label)}, {"genbridge_seed", std::to_string(seed)}};
-  std::map<std::string, std::string> meta = metadata;
-  if (router_skew != 0.0) meta["genbridge_router_skew"] = fmt::format("{}", router_skew);
+  if (router_skew != 0.0) metadata["genbridge_router_skew"] = fmt::format("{}", router_skew);
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   uint64_t total_bytes = 0;
   std::vector<std::byte> buffer;
@@ -828,7 +827,7 @@ Status write_checkpoint(const ModelConfig& config, std::string_view label, uint6
     const std::string file = shards == 1 ? std::string(kSingleFileName) : shard_file_name(s + 1, shards);
     std::vector<SafetensorsTensorSpec> specs;
     for (size_t i = next; i < end; ++i) specs.push_back({plan[i].name, plan_dtype(plan[i], dtype), plan[i].shape});
-    GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(out_dir / file, std::move(specs), meta));
+    GB_ASSIGN_OR_RETURN(SafetensorsWriter w, SafetensorsWriter::create(out_dir / file, std::move(specs), metadata));
     for (size_t i = next; i < end; ++i) {
       generate(plan[i], seed, dtype, buffer);
       GB_RETURN_IF_ERROR(w.write_next(buffer.data(), buffer.size()));
