@@ -23,6 +23,8 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
   into.requests_finished += m.requests_finished;
   into.requests_refused += m.requests_refused;
   into.requests_failed += m.requests_failed;
+  into.preemptions += m.preemptions;
+  into.recomputed_tokens += m.recomputed_tokens;
 }
 
 // Byte serialisation of one attention rank's results and metrics for Connector::gather.
@@ -53,6 +55,8 @@ std::string serialize_rank(const std::vector<size_t>& indices, const std::vector
   w.put(m.requests_finished);
   w.put(m.requests_refused);
   w.put(m.requests_failed);
+  w.put(m.preemptions);
+  w.put(m.recomputed_tokens);
   return w.take();
 }
 
@@ -95,6 +99,8 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
   rd.get(&m.requests_finished);
   rd.get(&m.requests_refused);
   rd.get(&m.requests_failed);
+  rd.get(&m.preemptions);
+  rd.get(&m.recomputed_tokens);
   if (!rd.ok()) return internal_error("afd: a gathered engine result is truncated");
   if (!rd.done()) return internal_error("afd: a gathered engine result has trailing bytes");
   return m;

@@ -117,6 +117,7 @@ std::string encode_relay_up(const RelayUp& u) {
   w.put(kUpMagic);
   w.put(u.running);
   w.put(u.kv_pages_used);
+  w.put(u.preemptions);
   w.put<uint64_t>(u.tokens.size());
   for (const RelayToken& t : u.tokens) {
     w.put(t.id);
@@ -142,6 +143,7 @@ Result<RelayUp> decode_relay_up(std::string_view bytes) {
   RelayUp u;
   u.running = r.get<int64_t>();
   u.kv_pages_used = r.get<int64_t>();
+  u.preemptions = r.get<int64_t>();
   const uint64_t nt = r.get<uint64_t>();
   if (nt > r.remaining()) return malformed("up", "more tokens than bytes");
   u.tokens.resize(nt);

@@ -64,6 +64,7 @@ struct RelayUp {
   std::vector<RelayToken> tokens;
   std::vector<RelayFinish> finishes;
   int64_t running = 0, kv_pages_used = 0;  // after the step (or event) that sent this
+  int64_t preemptions = 0;                 // the rank's engine's, so far
   bool has_events() const { return !tokens.empty() || !finishes.empty(); }
 };
 

@@ -53,6 +53,11 @@ void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
                  "Chunked prefill: at most N tokens per engine step, the running requests' decodes first and\n"
                  "then chunks of the prompts being prefilled, so a long prompt no longer stalls the others'\n"
                  "next tokens (at least --max-batch). 0 = prefill each prompt whole. Same tokens either way");
+  add_choice_flag(run, "--preemption", &ro.preemption, {"off", "recompute"},
+                  "What a request takes from the KV pool. off: its prompt plus --max-new-tokens (max_tokens),\n"
+                  "reserved when it starts, so it never runs out. recompute (vLLM's mode): only the pages it fills,\n"
+                  "a page at a time; when none is free the newest running request is preempted (its pages freed)\n"
+                  "and resumed before new requests by feeding its tokens again. Same tokens either way");
   add_int64_flag(run, "--kv-memory-mb", &ro.kv_memory_mb, 0, (int64_t{1} << 43) - 1,
                  "KV cache pool size in MiB (per attention rank with --afd); 0 = room for every request at\n"
                  "once (serve: --max-batch whole contexts, at most half of this machine's memory in all).\n"

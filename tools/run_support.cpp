@@ -424,7 +424,9 @@ engine::AssemblyOptions assembly_options(const RunOptions& o, const engine::KvPo
                      .record_logits = !o.dump_logits.empty(),
                      .record_choices = !o.dump_choices.empty(),
                      .policy = o.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority
-                                                                 : engine::SchedulingPolicy::kFcfs},
+                                                                 : engine::SchedulingPolicy::kFcfs,
+                     .preemption = o.preemption == "recompute" ? engine::Preemption::kRecompute
+                                                               : engine::Preemption::kOff},
           .kv_pool = kv_pool,
           .quantized = quantized};
 }
@@ -504,6 +506,7 @@ void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator
   fmt::print("{:<34} {} prefill + {} decode\n", "tokens", m.prefill_tokens, m.decode_tokens);
   fmt::print("{:<34} {} finished, {} refused, {} failed\n", "requests",
              num_requests - m.requests_refused - m.requests_failed, m.requests_refused, m.requests_failed);
+  fmt::print("{:<34} {} ({} tokens fed again)\n", "preemptions", m.preemptions, m.recomputed_tokens);
 }
 
 Status dump_choices(const std::string& path, const std::vector<engine::RequestResult>& results) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <unordered_set>
 
 #include "genbridge/ops/linear_attention/gated_delta_rule.h"
@@ -55,16 +56,32 @@ const char* finish_reason_name(FinishReason r) {
 
 const char* scheduling_policy_name(SchedulingPolicy p) { return p == SchedulingPolicy::kFcfs ? "fcfs" : "priority"; }
 
+const char* preemption_name(Preemption p) { return p == Preemption::kOff ? "off" : "recompute"; }
+
 struct Engine::Active {
   size_t result_index = 0;  // in results_ (not streaming)
   RequestResult result;     // moved to results_ or the listener when the request ends
   Request request;
   double submit_time = 0;
   int64_t kv_tokens_needed = 0;  // prompt + generated tokens that are fed back
-  int64_t prefilled = 0;         // prompt tokens forwarded so far (chunked prefill)
+  int64_t fed = 0;               // tokens in the KV cache: the prompt's, then the generated ones fed back
+  int64_t choices_from = 0;      // record_choices: the positions before it were recorded before a preemption
   double last_token_time = 0;
   bool done = false;
   LogitsProcessor processor;  // the request's logits processing (penalties, logit_bias, ...)
+
+  int64_t prompt_size() const { return static_cast<int64_t>(request.prompt.size()); }
+  // The prompt and the generated tokens.
+  int64_t known() const { return prompt_size() + static_cast<int64_t>(result.tokens.size()); }
+  // Known tokens not in the KV cache yet: the prompt's rest while it is prefilled, 1 (the last drawn) while the
+  // request decodes, all of them after a preemption. A forward that feeds them all draws the next token.
+  int64_t pending() const { return known() - fed; }
+  // Feeds its last drawn token next (a prompt's last token is a prefill's).
+  bool decoding() const { return !result.tokens.empty() && pending() == 1; }
+  int32_t token_at(int64_t i) const {
+    return i < prompt_size() ? request.prompt[static_cast<size_t>(i)]
+                             : result.tokens[static_cast<size_t>(i - prompt_size())];
+  }
 };
 
 Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const EngineOptions& options)
@@ -92,7 +109,9 @@ Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const Engin
   metrics_.kv_bytes_per_token = pool_.geometry().bytes_per_token();
   if (options_.record_choices) {
     choice_sink_ = [this](const model::TokenChoices& c) {
-      RequestResult& r = current_[static_cast<size_t>(c.seq_index)]->result;
+      Active& a = *current_[static_cast<size_t>(c.seq_index)];
+      if (c.position < a.choices_from) return;  // fed again after a preemption: recorded the first time
+      RequestResult& r = a.result;
       RequestChoices& rc = r.choices;
       rc.records.push_back({.step = static_cast<int32_t>(r.tokens.size()),
                             .position = static_cast<int32_t>(c.position),
@@ -326,46 +345,128 @@ Status Engine::sample_into(Active& a, const float* logits) {
   return ok_status();
 }
 
-Status Engine::prefill(std::vector<Active*>& batch) {
-  // Group prompts up to max_prefill_tokens per forward (a longer prompt runs alone).
+int64_t Engine::piece_size(const Active& a, int64_t budget) const {
+  const int64_t pending = a.pending();
+  if (split_granule_ == 1) return std::min(pending, budget);
+  // Gated DeltaNet: the prompt in multiples of the granule, never leaving a 1-token piece (a whole 1-token prompt
+  // excepted); the generated tokens (fed again after a preemption) one per forward, as they were first fed.
+  if (a.fed >= a.prompt_size()) return std::min<int64_t>(1, budget);
+  const int64_t rest = a.prompt_size() - a.fed;
+  int64_t n = std::min(rest, budget);
+  if (n < rest) {
+    n = n / split_granule_ * split_granule_;
+    if (rest - n == 1) n -= split_granule_;
+  }
+  return n;
+}
+
+void Engine::append_pending(Active& a, int64_t n, std::vector<int32_t>& tokens) {
+  for (int64_t i = a.fed; i < a.fed + n; ++i) tokens.push_back(a.token_at(i));
+  a.fed += n;
+}
+
+void Engine::preempt_newest() {
+  const auto it =
+      std::find_if(running_.rbegin(), running_.rend(), [](const std::unique_ptr<Active>& r) { return !r->done; });
+  if (it == running_.rend()) return;
+  Active& v = **it;
+  pool_.release(v.request.id).ignore();
+  ++metrics_.preemptions;
+  metrics_.recomputed_tokens += v.fed;
+  v.choices_from = std::max(v.choices_from, v.fed);
+  v.fed = 0;
+  std::unique_ptr<Active> owned = std::move(*it);
+  running_.erase(std::next(it).base());
+  waiting_.insert(waiting_.begin(), std::move(owned));  // resumed before new requests
+}
+
+bool Engine::make_room(Active& a, int64_t n) {
+  if (options_.preemption == Preemption::kOff) return true;  // the reservation holds every token
+  while (pool_.growth_room(a.request.id) < n) {
+    const auto newest =
+        std::find_if(running_.rbegin(), running_.rend(), [](const std::unique_ptr<Active>& r) { return !r->done; });
+    const bool self = newest != running_.rend() && newest->get() == &a;
+    preempt_newest();
+    if (self) return false;
+  }
+  return true;
+}
+
+Result<Engine::Piece> Engine::admit_front(int64_t budget) {
+  Active& a = *waiting_.front();
+  const bool reserve = options_.preemption == Preemption::kOff;
+  const int64_t reserve_tokens = reserve ? a.kv_tokens_needed : 0;
+  if (!pool_.can_admit(a.known(), reserve_tokens)) return Piece{&a, 0};
+  if (!reserve) {
+    // Leaves a page for every running request whose next token starts a page, so that admitting does not make
+    // this step preempt what it just admitted.
+    int64_t at_page_end = 0;
+    for (const auto& r : running_) {
+      if (!r->done && pool_.capacity(r->request.id) == pool_.length(r->request.id)) ++at_page_end;
+    }
+    if (pool_.pages_for(a.known()) + at_page_end > pool_.free_pages() && !running_.empty()) return Piece{&a, 0};
+  }
+  const int64_t n = piece_size(a, budget);
+  if (n == 0) return Piece{&a, 0};
+  GB_RETURN_IF_ERROR(pool_.admit(a.request.id, n, reserve_tokens));
+  running_.push_back(std::move(waiting_.front()));
+  waiting_.erase(waiting_.begin());
+  return Piece{&a, n};
+}
+
+Status Engine::prefill(const std::vector<Piece>& pieces) {
+  // Group pieces up to max_prefill_tokens per forward (a longer one runs alone).
   size_t i = 0;
-  while (i < batch.size()) {
+  while (i < pieces.size()) {
     std::vector<int32_t> tokens, q_lens;
     std::vector<runtime::SeqId> ids;
+    std::vector<Active*> batch;
+    std::vector<bool> sample;
     size_t j = i;
-    while (j < batch.size() && static_cast<int64_t>(ids.size()) < options_.max_batch) {
-      const auto& p = batch[j]->request.prompt;
-      if (!ids.empty() && static_cast<int64_t>(tokens.size() + p.size()) > options_.max_prefill_tokens) break;
-      tokens.insert(tokens.end(), p.begin(), p.end());
-      q_lens.push_back(static_cast<int32_t>(p.size()));
-      ids.push_back(batch[j]->request.id);
+    while (j < pieces.size() && static_cast<int64_t>(ids.size()) < options_.max_batch) {
+      const Piece& p = pieces[j];
+      if (!ids.empty() && static_cast<int64_t>(tokens.size()) + p.n > options_.max_prefill_tokens) break;
+      append_pending(*p.a, p.n, tokens);
+      q_lens.push_back(static_cast<int32_t>(p.n));
+      ids.push_back(p.a->request.id);
+      batch.push_back(p.a);
+      sample.push_back(p.a->pending() == 0);
       ++j;
     }
     const double t0 = now_seconds();
-    if (options_.record_choices) current_.assign(batch.begin() + i, batch.begin() + j);
+    if (options_.record_choices) current_ = batch;
     GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
     metrics_.prefill_seconds += now_seconds() - t0;
     metrics_.prefill_tokens += static_cast<int64_t>(tokens.size());
-    GB_RETURN_IF_ERROR(take_results(std::span<Active* const>(batch).subspan(i, j - i)));
+    GB_RETURN_IF_ERROR(take_results(batch, &sample));
     i = j;
   }
   return ok_status();
 }
 
 Status Engine::decode(std::vector<Active*>& batch) {
-  std::vector<int32_t> tokens, q_lens(batch.size(), 1);
+  // One pending token each (the last drawn; after a preemption of a Gated DeltaNet model, the next one fed again).
+  std::vector<int32_t> tokens;
   std::vector<runtime::SeqId> ids;
+  std::vector<Active*> fed;
+  std::vector<bool> sample;
   for (Active* a : batch) {
+    if (!pool_.contains(a->request.id)) continue;  // preempted by an older request this step
+    if (!make_room(*a, 1)) continue;
     GB_RETURN_IF_ERROR(pool_.append(a->request.id, 1));
-    tokens.push_back(a->result.tokens.back());
+    append_pending(*a, 1, tokens);
     ids.push_back(a->request.id);
+    fed.push_back(a);
+    sample.push_back(a->pending() == 0);
   }
+  if (fed.empty()) return ok_status();
+  const std::vector<int32_t> q_lens(fed.size(), 1);
   const double t0 = now_seconds();
-  if (options_.record_choices) current_ = batch;
+  if (options_.record_choices) current_ = fed;
   GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
   metrics_.decode_seconds += now_seconds() - t0;
   metrics_.decode_tokens += static_cast<int64_t>(tokens.size());
-  return take_results(batch);
+  return take_results(fed, &sample);
 }
 
 bool Engine::refuse_front_if_never_fits() {
@@ -392,64 +493,48 @@ bool Engine::refuse_front_if_never_fits() {
 }
 
 Status Engine::chunked_step() {
-  // One forward: the running requests whose prompt is in the cache decode one token each, and the tokens left
-  // go to prompt chunks: first the prompts already being prefilled (in admission order), then newly admitted
-  // ones (in the policy's order). Every weight is read once for both (the kernels are batch-invariant, so
-  // neither changes the other's bits).
+  // One forward: the running requests that decode feed their last token, and the tokens left go to chunks of the
+  // others' pending tokens: first those of the requests already running (prompts being prefilled, requests fed
+  // again after a preemption; oldest first), then those of newly admitted ones (in the policy's order). Every
+  // weight is read once for both (the kernels are batch-invariant, so neither changes the other's bits).
   std::vector<Active*> batch;  // the decodes, then the chunks
   std::vector<int32_t> tokens, q_lens;
   std::vector<runtime::SeqId> ids;
-  std::vector<bool> sample;  // a decode, or a chunk that ends its prompt: draw a token
-  for (auto& a : running_) {
-    if (a->done || a->prefilled < static_cast<int64_t>(a->request.prompt.size())) continue;
-    GB_RETURN_IF_ERROR(pool_.append(a->request.id, 1));
-    tokens.push_back(a->result.tokens.back());
-    q_lens.push_back(1);
-    ids.push_back(a->request.id);
-    batch.push_back(a.get());
-    sample.push_back(true);
-  }
-  const int64_t decodes = static_cast<int64_t>(batch.size());
-  int64_t budget = std::min(options_.max_num_batched_tokens - decodes, options_.max_prefill_tokens);
-  // Feeds the next chunk of a's prompt; *taken false when a must wait for a larger budget (split_granule_).
-  bool taken = false;
-  const auto take = [&](Active& a) -> Status {
-    const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
-    const int64_t rest = prompt - a.prefilled;
-    int64_t n = std::min(rest, budget);
-    if (n < rest && split_granule_ > 1) {
-      n = n / split_granule_ * split_granule_;
-      if (rest - n == 1) n -= split_granule_;
-    }
-    taken = n > 0;
-    if (!taken) return ok_status();
-    GB_RETURN_IF_ERROR(a.prefilled == 0 ? pool_.admit(a.request.id, n, a.kv_tokens_needed)
-                                        : pool_.append(a.request.id, n));
-    tokens.insert(tokens.end(), a.request.prompt.begin() + a.prefilled, a.request.prompt.begin() + a.prefilled + n);
+  std::vector<bool> sample;  // a piece that feeds its request's last pending token: draw a token
+  const auto add = [&](Active& a, int64_t n) {
+    append_pending(a, n, tokens);
     q_lens.push_back(static_cast<int32_t>(n));
     ids.push_back(a.request.id);
     batch.push_back(&a);
-    a.prefilled += n;
-    sample.push_back(a.prefilled == prompt);
-    budget -= n;
-    return ok_status();
+    sample.push_back(a.pending() == 0);
   };
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Active& a = *running_[i];
+    if (a.done || !a.decoding()) continue;
+    if (!make_room(a, 1)) break;  // a was the newest running request
+    GB_RETURN_IF_ERROR(pool_.append(a.request.id, 1));
+    add(a, 1);
+  }
+  const int64_t decodes = static_cast<int64_t>(batch.size());
+  int64_t budget = std::min(options_.max_num_batched_tokens - decodes, options_.max_prefill_tokens);
+  const bool reserved = options_.preemption == Preemption::kOff;
   for (auto& a : running_) {
     if (budget <= 0) break;
-    if (!a->done && a->prefilled > 0 && a->prefilled < static_cast<int64_t>(a->request.prompt.size())) {
-      GB_RETURN_IF_ERROR(take(*a));
-      if (!taken) break;  // the oldest first: a younger prompt does not pass it
-    }
+    if (a->done || a->decoding() || a->pending() == 0) continue;  // pending 0: it decodes in this forward
+    // A chunk takes free pages only (preempting would drop decodes already in this forward).
+    const int64_t n =
+        piece_size(*a, reserved ? budget : std::min(budget, pool_.growth_room(a->request.id)));
+    if (n == 0) break;  // the oldest first: a younger request does not pass it
+    GB_RETURN_IF_ERROR(pool_.append(a->request.id, n));
+    add(*a, n);
+    budget -= n;
   }
   while (budget > 0 && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
-    Active& a = *waiting_.front();
     if (refuse_front_if_never_fits()) continue;
-    // The whole request's pages are reserved at admission, as without chunks.
-    if (!pool_.can_admit(static_cast<int64_t>(a.request.prompt.size()), a.kv_tokens_needed)) break;
-    GB_RETURN_IF_ERROR(take(a));
-    if (!taken) break;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.erase(waiting_.begin());
+    GB_ASSIGN_OR_RETURN(const Piece p, admit_front(budget));
+    if (p.n == 0) break;
+    add(*p.a, p.n);
+    budget -= p.n;
   }
   if (!batch.empty()) {
     const double t0 = now_seconds();
@@ -463,6 +548,9 @@ Status Engine::chunked_step() {
     metrics_.decode_tokens += decodes;
     metrics_.prefill_tokens += prompt_tokens;
     GB_RETURN_IF_ERROR(take_results(batch, &sample));
+  } else if (!running_.empty() && !reserved) {
+    // Every running request waits for pages that only a preemption frees: the newest gives them back.
+    preempt_newest();
   }
   std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->done; });
   if (batch.empty() && running_.empty() && !waiting_.empty()) {
@@ -473,23 +561,20 @@ Status Engine::chunked_step() {
 
 Status Engine::step() {
   if (options_.max_num_batched_tokens > 0) return chunked_step();
-  // Admission, in the policy's order (waiting_ is kept in it).
-  std::vector<Active*> admitted;
+  // Admission, in the policy's order (waiting_ is kept in it; preempted requests first).
+  std::vector<Piece> admitted;
   while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_batch) {
-    Active& a = *waiting_.front();
-    const int64_t prompt = static_cast<int64_t>(a.request.prompt.size());
     if (refuse_front_if_never_fits()) continue;
-    if (!pool_.can_admit(prompt, a.kv_tokens_needed)) break;  // waits for running requests to free pages
-    GB_RETURN_IF_ERROR(pool_.admit(a.request.id, prompt, a.kv_tokens_needed));
-    a.prefilled = prompt;
-    admitted.push_back(&a);
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.erase(waiting_.begin());
+    GB_ASSIGN_OR_RETURN(const Piece p, admit_front(std::numeric_limits<int64_t>::max()));
+    if (p.n == 0) break;  // waits for running requests to free pages
+    admitted.push_back(p);
   }
   if (!admitted.empty()) GB_RETURN_IF_ERROR(prefill(admitted));
   std::vector<Active*> decoding;
   for (auto& a : running_) {
-    if (!a->done && std::find(admitted.begin(), admitted.end(), a.get()) == admitted.end()) decoding.push_back(a.get());
+    const bool just_admitted =
+        std::any_of(admitted.begin(), admitted.end(), [&](const Piece& p) { return p.a == a.get(); });
+    if (!a->done && !just_admitted) decoding.push_back(a.get());
   }
   if (!decoding.empty()) GB_RETURN_IF_ERROR(decode(decoding));
   std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->done; });

@@ -1,9 +1,11 @@
 #pragma once
-// Engine: continuous batching over the paged KV pool. Requests are admitted in arrival order when the
-// pool can hold their whole prompt plus every token they may generate (so a running request never runs
-// out of KV memory and never disturbs another); a request that could never fit is refused with a
-// message; the others wait. Each iteration prefills newly admitted requests and then decodes one token for
-// every running request. Results do not depend on batch composition (the kernels are batch-invariant).
+// Engine: continuous batching over the paged KV pool. Requests are admitted in the policy's order when the
+// pool can hold them (EngineOptions::preemption: their whole prompt plus every token they may generate, reserved
+// up front, or only the tokens they hold now, growing a page at a time and preempting the newest running request
+// when the pool runs out); a request that could never fit is refused with a message; the others wait. Each
+// iteration prefills newly admitted requests and then decodes one token for every running request. Results do
+// not depend on batch composition (the kernels are batch-invariant), nor on preemption (a preempted request's
+// tokens are fed again when it resumes, which gives the bits they had).
 //
 // A request whose logits are not finite (NaN or +-Inf out of the LM head: overflowing activations or
 // non-finite weights), or whose hidden state overflowed on the way (model::ActivationFault: a non-finite
@@ -52,7 +54,8 @@ struct Request {
   // that draw is among its tokens by the raw logits, so the output still completes within max_new_tokens.
   std::shared_ptr<TokenConstraint> constraint;
   // Under SchedulingPolicy::kPriority, waiting requests start lowest value first, equal values in arrival
-  // order (vLLM's `priority`); running requests are not preempted. Must be 0 under kFcfs.
+  // order (vLLM's `priority`); a running request is preempted only for want of KV pages (Preemption::kRecompute:
+  // the newest first, whatever its priority). Must be 0 under kFcfs.
   int32_t priority = 0;
 };
 
@@ -100,6 +103,17 @@ enum class SchedulingPolicy : uint8_t { kFcfs, kPriority };
 // "fcfs" / "priority".
 const char* scheduling_policy_name(SchedulingPolicy p);
 
+// What admission takes from the KV pool. kOff: a request's prompt plus max_new_tokens, reserved at admission (a
+// running request never runs out; a pool sized for half the requests at full length runs half of them). kRecompute
+// (vLLM's preemption mode): only the tokens a request holds, growing a page at a time; when a running request needs
+// a page and none is free, the newest running request is preempted: its pages (and state slot) are freed and it
+// goes back to the front of the waiting queue (resumed before new requests), where its prompt and the tokens it
+// generated are fed again on resumption (for Gated DeltaNet models, the generated ones one per step, as they were
+// first fed), so its tokens are the same bits. A request that could never fit the whole pool is refused either way.
+enum class Preemption : uint8_t { kOff, kRecompute };
+// "off" / "recompute".
+const char* preemption_name(Preemption p);
+
 struct EngineOptions {
   int64_t max_batch = 32;             // most sequences decoded together
   int64_t max_prefill_tokens = 4096;  // most prompt tokens per prefill forward (a longer prompt runs alone)
@@ -116,6 +130,7 @@ struct EngineOptions {
   bool record_logits = false;         // keep each step's last-position logits per request
   bool record_choices = false;        // keep each token's routed experts and indexer top-k per request
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  Preemption preemption = Preemption::kOff;
 };
 
 // Streaming use (a server): the engine hands each generated token and each finished request to these
@@ -162,12 +177,30 @@ class Engine {
 
  private:
   struct Active;
-  Status prefill(std::vector<Active*>& batch);
+  // One forward's worth of a request: `n` of its pending tokens (Active::pending).
+  struct Piece {
+    Active* a;
+    int64_t n;
+  };
+  Status prefill(const std::vector<Piece>& pieces);
   Status decode(std::vector<Active*>& batch);
   // max_num_batched_tokens > 0: admission and one step of decodes plus prefill chunks.
   Status chunked_step();
   // Refuses the first waiting request (and returns true) when it can never fit the pool.
   bool refuse_front_if_never_fits();
+  // Admits the first waiting request when the pool can hold it, taking the pages of its first piece of at most
+  // `budget` tokens (and the reservation under Preemption::kOff); moves it to running_ and returns the piece, or
+  // n == 0 (nothing changed) when it must wait.
+  Result<Piece> admit_front(int64_t budget);
+  // How many of a's pending tokens one forward may feed, at most `budget` (0: none fits the split rules).
+  int64_t piece_size(const Active& a, int64_t budget) const;
+  // Appends a's next `n` pending tokens to `tokens` (the pool already holds their pages).
+  void append_pending(Active& a, int64_t n, std::vector<int32_t>& tokens);
+  // Preemption::kRecompute: makes room in the pool for a to grow by `n` tokens by preempting the newest running
+  // requests; false when a itself was preempted (it was the newest).
+  bool make_room(Active& a, int64_t n);
+  // Frees the pages of running_.back() and puts it at the front of the waiting queue.
+  void preempt_newest();
   // Per sequence of the last forward: ends it on an activation fault, else samples its token (only where
   // `sample` is null or sample[s] is set: a prompt chunk that is not its prompt's last draws nothing).
   Status take_results(std::span<Active* const> batch, const std::vector<bool>* sample = nullptr);

@@ -22,6 +22,8 @@ struct EngineMetrics {
   int64_t requests_refused = 0;
   int64_t requests_failed = 0;  // ended with FinishReason::kError (e.g. non-finite logits)
   int64_t requests_cancelled = 0;  // ended by Engine::cancel
+  int64_t preemptions = 0;         // running requests preempted (Preemption::kRecompute)
+  int64_t recomputed_tokens = 0;   // tokens the preempted requests had in the KV cache, fed again on resumption
 };
 
 }  // namespace genbridge::engine

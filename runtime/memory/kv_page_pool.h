@@ -160,6 +160,10 @@ class KvPagePool {
   int64_t length(SeqId id) const;
   // Tokens sequence `id` can hold without taking another page.
   int64_t capacity(SeqId id) const;
+  // Tokens sequence `id` can still grow by: its pages' room plus every free page (0 if not admitted).
+  int64_t growth_room(SeqId id) const {
+    return contains(id) ? capacity(id) - length(id) + free_pages() * geometry_.page_size : 0;
+  }
   // Pages of `id` in token order (empty if not admitted). Valid until the sequence changes.
   std::span<const int32_t> block_table(SeqId id) const;
   // Flat slots (page * page_size + offset) of positions [begin, end) of `id` into out[0, end - begin).

@@ -719,6 +719,10 @@ std::string HttpServer::metrics_text() const {
   counter("genbridge_requests_finished_total", "", "{reason=\"refused\"}", c.finished_refused, false);
   counter("genbridge_prompt_tokens_total", "Prompt tokens of accepted requests.", "", c.prompt_tokens);
   counter("genbridge_generation_tokens_total", "Tokens generated.", "", c.generation_tokens);
+  counter("genbridge_preemptions_total",
+          "Running requests preempted for KV pages (--preemption recompute); each is resumed by feeding its tokens "
+          "again.",
+          "", c.preemptions);
   gauge("genbridge_queue_depth", "Accepted requests waiting to start.", static_cast<double>(c.queued));
   gauge("genbridge_running_requests", "Requests being decoded.", static_cast<double>(c.running));
   gauge("genbridge_kv_pages_used", "KV cache pages in use.", static_cast<double>(c.kv_pages_used));
@@ -757,6 +761,7 @@ std::string HttpServer::metrics_text() const {
              c.kv_pages_total > 0 ? static_cast<double>(c.kv_pages_used) / static_cast<double>(c.kv_pages_total) : 0.0);
   vllm_counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens);
   vllm_counter("vllm:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens);
+  vllm_counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", c.preemptions);
   o += service_.ttft().prometheus("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                                   label);
   o += service_.tpot().prometheus("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",

@@ -120,6 +120,7 @@ GenerationService::GenerationService(const WorkerPools& pools, const ServiceOpti
       load_(static_cast<size_t>(workers_), 0),
       running_(static_cast<size_t>(workers_), 0),
       kv_used_(static_cast<size_t>(workers_), 0),
+      preemptions_(static_cast<size_t>(workers_), 0),
       remote_epoch_(static_cast<size_t>(workers_), 0),
       state_used_(static_cast<size_t>(workers_), 0),
       ttft_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
@@ -254,6 +255,7 @@ ServiceCounters GenerationService::counters() const {
   for (int w = 0; w < workers_; ++w) {
     c.running += running_[w];
     c.kv_pages_used += kv_used_[w];
+    c.preemptions += preemptions_[w];
     c.state_slots_used += state_used_[w];
   }
   return c;
@@ -386,10 +388,11 @@ afd::RelayDown GenerationService::take_remote_work(int w) {
   return out;
 }
 
-void GenerationService::remote_gauges(int w, int64_t running, int64_t kv_pages_used) {
+void GenerationService::remote_gauges(int w, int64_t running, int64_t kv_pages_used, int64_t preemptions) {
   std::lock_guard lk(mu_);
   running_[w] = running;
   kv_used_[w] = kv_pages_used;
+  preemptions_[w] = preemptions;
 }
 
 int64_t GenerationService::unfinished(int w) const {
@@ -429,6 +432,7 @@ Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPage
     std::lock_guard lk(mu_);
     running_[w] = eng.num_running();
     kv_used_[w] = pool.used_pages();
+    preemptions_[w] = eng.metrics().preemptions;
     state_used_[w] = pool.num_state_slots() - pool.free_state_slots();
   };
   Status result;

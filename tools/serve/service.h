@@ -152,6 +152,7 @@ struct ServiceCounters {
   int64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0, finished_refused = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t queued = 0, running = 0;
+  int64_t preemptions = 0;  // running requests preempted for KV pages (--preemption recompute)
   int64_t kv_pages_used = 0, kv_pages_total = 0, kv_bytes_per_page = 0;
   // Per-sequence state slots (a model with state; total 0 otherwise) and what they hold.
   int64_t state_slots_used = 0, state_slots_total = 0, bytes_per_state_slot = 0;
@@ -181,7 +182,7 @@ class GenerationService {
   // What remote worker `w`'s engine reported, as run_worker's listener hands it on.
   void remote_token(int64_t id, int32_t token, const engine::TokenLogprobs* logprobs) { on_token(id, token, logprobs); }
   void remote_finish(engine::RequestResult&& result) { on_finish(std::move(result)); }
-  void remote_gauges(int w, int64_t running, int64_t kv_pages_used);
+  void remote_gauges(int w, int64_t running, int64_t kv_pages_used, int64_t preemptions);
   // Requests of worker `w` that have not ended (queued or running).
   int64_t unfinished(int w) const;
   // Fails the service from outside (e.g. the job around the workers failed): as a worker's failure.
@@ -253,6 +254,7 @@ class GenerationService {
   std::vector<std::vector<int64_t>> cancels_;          // per worker
   std::vector<int64_t> load_;                          // per worker: unfinished requests
   std::vector<int64_t> running_, kv_used_;             // per worker, as last published
+  std::vector<int64_t> preemptions_;                   // per worker: its engine's preemptions, as last published
   std::vector<uint64_t> remote_epoch_;                 // per remote worker: the abort_epoch_ take_remote_work last saw
   std::unordered_map<int64_t, Entry> entries_;         // every accepted, unfinished request
   std::vector<std::weak_ptr<RequestStream>> streams_;  // handed out (wait_streams_released)

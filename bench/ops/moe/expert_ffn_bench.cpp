@@ -69,7 +69,7 @@ void BM_expert_ffn(benchmark::State& state) {
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "H", "I", "E", "k"});
   for (auto [h, i, e, k] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2048, 768, 16, 8}, {1024, 512, 32, 4}})
-    for (int64_t m : {1, 8, 64, 256, 512}) b->Args({m, h, i, e, k});
+    for (int64_t m : {1, 8, 32, 64, 256, 512}) b->Args({m, h, i, e, k});
   b->UseManualTime();
 }
 

@@ -50,6 +50,7 @@ struct RunConfig {
   int64_t max_prefill_tokens = 4096;
   bool record_choices = false;
   int64_t max_num_batched_tokens = 0;  // chunked prefill's budget per step (0: whole prompts)
+  Preemption preemption = Preemption::kOff;
 };
 
 // n tokens uniform over the vocabulary, a fixed function of (salt, position).
@@ -72,6 +73,8 @@ struct RunTrace {
   Status status;
   int64_t max_pages_in_use = 0;  // most pool pages held at the end of any iteration
   int64_t max_waiting = 0;       // most requests waiting at the end of any iteration
+  int64_t max_running = 0;       // most requests running at the end of any iteration
+  EngineMetrics metrics;         // the engine's, at the end
 };
 
 // Runs `reqs` through a fresh engine on `ck` (DeviceOperator of this build, pool of rc.pool_pages pages;
@@ -92,14 +95,17 @@ inline std::vector<RequestResult> run_engine_on(const Checkpoint& ck, const RunC
               .max_prefill_tokens = rc.max_prefill_tokens,
               .max_num_batched_tokens = rc.max_num_batched_tokens,
               .record_logits = rc.record_logits,
-              .record_choices = rc.record_choices});
+              .record_choices = rc.record_choices,
+              .preemption = rc.preemption});
   for (auto& r : reqs) EXPECT_TRUE(eng.submit(std::move(r)).ok());
   RunTrace local;
   RunTrace& t = trace ? *trace : local;
   t.status = eng.run_to_completion([&](const Progress& p) {
     t.max_pages_in_use = std::max(t.max_pages_in_use, pool->used_pages());
     t.max_waiting = std::max(t.max_waiting, p.waiting);
+    t.max_running = std::max(t.max_running, p.running);
   });
+  t.metrics = eng.metrics();
   if (!trace) {
     EXPECT_TRUE(t.status.ok()) << t.status.to_string();
   }
