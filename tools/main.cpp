@@ -49,6 +49,8 @@ void add_model_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
 // The batching, KV and device flags `run`, `afd-worker` and `serve` share.
 void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
   add_int_flag(run, "--max-batch", &ro.max_batch, 1, 4096, "Most sequences decoded together (continuous batching)");
+  add_int_flag(run, "--max-num-seqs", &ro.max_batch, 1, 4096, "--max-batch under vLLM's name (give one of the two)",
+               "--max-batch's");
   add_int64_flag(run, "--max-num-batched-tokens", &ro.max_num_batched_tokens, 0, int64_t{1} << 20,
                  "Chunked prefill: at most N tokens per engine step, the running requests' decodes first and\n"
                  "then chunks of the prompts being prefilled, so a long prompt no longer stalls the others'\n"

@@ -108,6 +108,9 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
       }
     }
   }
+  if (given("--max-num-seqs") && given("--max-batch")) {
+    return invalid_argument("--max-num-seqs is --max-batch under vLLM's name; give one of them");
+  }
   if (!o.prompts.empty() && !o.prompt_texts.empty()) {
     return invalid_argument("--prompt and --prompt-text both give the prompts; use one of them");
   }

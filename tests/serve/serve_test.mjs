@@ -1449,7 +1449,8 @@ const cases = {
     for (const want of ['vllm:num_requests_running{model_name="one"} 0', 'vllm:num_requests_waiting{model_name="one"} 0',
                         'vllm:kv_cache_usage_perc{model_name="one"} 0', '# TYPE vllm:time_to_first_token_seconds histogram',
                         'vllm:inter_token_latency_seconds_bucket{model_name="one",le="+Inf"}', 'vllm:e2e_request_latency_seconds_count{model_name="one"} ',
-                        'vllm:prompt_tokens_total{model_name="one"} ', 'vllm:generation_tokens_total{model_name="one"} ']) {
+                        'vllm:prompt_tokens_total{model_name="one"} ', 'vllm:generation_tokens_total{model_name="one"} ',
+                        'vllm:num_preemptions_total{model_name="one"} 0']) {
       check(m.includes(want), `metrics: ${want}`);
     }
     const prompts = Number(/vllm:prompt_tokens_total\{model_name="one"\} (\d+)/.exec(m)?.[1]);
@@ -1727,7 +1728,8 @@ const cases = {
   // Load: C concurrent streaming clients x R requests, greedy; every response complete and well-formed,
   // tokens identical to genbridge run's and to the same prompt served alone; KV usage back to zero.
   // --prompt-len L: every prompt L tokens (default 4-16); the server's other flags come from --serve-args (e.g.
-  // "--max-num-batched-tokens 64").
+  // "--max-num-batched-tokens 64"). --min-preemptions N: /metrics must count at least N preemptions (under both
+  // names), e.g. with "--preemption recompute" and a small --kv-memory-mb.
   async load() {
     const C = Number(args.clients ?? 64), R = Number(args.rounds ?? 3), N = Number(args["max-tokens"] ?? 16);
     const L = args["prompt-len"] === undefined ? 0 : Number(args["prompt-len"]);
@@ -1777,6 +1779,11 @@ const cases = {
                                 m['genbridge_requests_finished_total{reason="length"}'] === C * R + 1, "KV usage back to zero, every request finished");
     // Server-side quantiles from the /metrics histograms (the upper bound of the bucket holding the quantile).
     const mq = await metrics(s);
+    const preempted = mq.genbridge_preemptions_total;
+    eq(mq[`vllm:num_preemptions_total{model_name="${NAME}"}`], preempted, "vllm:num_preemptions_total counts what genbridge_preemptions_total does");
+    if (args["min-preemptions"] !== undefined) {
+      check(preempted >= Number(args["min-preemptions"]), `at least ${args["min-preemptions"]} preemptions`, preempted);
+    }
     const hq = (name, q) => {
       const buckets = Object.entries(mq).filter(([k]) => k.startsWith(name + "_bucket"))
         .map(([k, v]) => [k.includes('"+Inf"') ? Infinity : Number(/le="([^"]+)"/.exec(k)[1]), v]).sort((x, y) => x[0] - y[0]);
@@ -1791,7 +1798,8 @@ const cases = {
     console.log(`load: ${C} clients x ${R} requests x ${N} tokens: ${results.length} requests in ${wall.toFixed(2)} s = ` +
                 `${(results.length / wall).toFixed(1)} requests/s, ${(results.length * N / wall).toFixed(0)} tokens/s; ` +
                 `TTFT p50 ${(pct(ttft, 50) * 1000).toFixed(1)} ms p99 ${(pct(ttft, 99) * 1000).toFixed(1)} ms; ` +
-                `TPOT p50 ${(pct(tpot, 50) * 1000).toFixed(2)} ms p99 ${(pct(tpot, 99) * 1000).toFixed(2)} ms (client side)`);
+                `TPOT p50 ${(pct(tpot, 50) * 1000).toFixed(2)} ms p99 ${(pct(tpot, 99) * 1000).toFixed(2)} ms (client side); ` +
+                `${preempted} preemptions`);
     await stopServer(s);
   },
   // JSON nested ~60,000 levels deep (the whole body, the prompt, a message field, tools, chat_template_kwargs)

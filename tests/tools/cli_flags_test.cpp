@@ -571,6 +571,14 @@ const std::vector<Row> kRows = {
      "genbridge run: --max-num-batched-tokens 1048577: expected an integer in [0, 1048576]"},
     {"serve_max_num_batched_tokens_not_a_number", S({"--max-num-batched-tokens", "many"}), 2,
      "genbridge serve: --max-num-batched-tokens many: expected an integer in [0, 1048576]"},
+    {"max_num_seqs_and_max_batch", R({"--max-num-seqs", "4", "--max-batch", "4"}), 2,
+     "genbridge run: --max-num-seqs is --max-batch under vLLM's name; give one of them"},
+    {"serve_max_num_seqs_zero", S({"--max-num-seqs", "0"}), 2,
+     "genbridge serve: --max-num-seqs 0: expected an integer in [1, 4096]"},
+    {"preemption_unknown", R({"--preemption", "swap"}), 2,
+     "genbridge run: --preemption swap: expected one of off | recompute"},
+    {"serve_preemption_empty", S({"--preemption", ""}), 2,
+     "genbridge serve: --preemption '': expected one of off | recompute"},
     // redundant experts
     {"afd_redundant_experts_without_load", R({"--afd", "1A2F", "--afd-redundant-experts", "2"}), 2,
      "genbridge run: --afd-redundant-experts 2 needs --afd-expert-load FILE: the copies go to the experts a measured "
@@ -853,6 +861,17 @@ TEST_F(CliTest, one_refused_request_among_finished_ones_exits_3) {
     EXPECT_EQ(o.exit_code, 3) << o.err;
     EXPECT_NE(o.out.find("request 0 (length, 2 tokens)"), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("request 1: refused:"), std::string::npos) << o.out;
+  }
+}
+
+// --max-num-seqs (vLLM's name) sets --max-batch: with 1, three requests run one at a time.
+TEST_F(CliTest, max_num_seqs_is_max_batch) {
+  for (const char* flag : {"--max-num-seqs", "--max-batch"}) {
+    const Outcome o = run({"run", "--model", "$MODEL", "--num-prompts", "3", "--prompt-len", "4", "--max-new-tokens",
+                           "2", flag, "1"});
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    const std::string all = o.out + o.err;
+    EXPECT_NE(all.find("requests 0/3 finished, 1 running, 2 waiting"), std::string::npos) << flag << ": " << all;
   }
 }
 
