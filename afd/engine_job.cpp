@@ -25,6 +25,9 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
   into.requests_failed += m.requests_failed;
   into.preemptions += m.preemptions;
   into.recomputed_tokens += m.recomputed_tokens;
+  into.prefix_cache_queries += m.prefix_cache_queries;
+  into.prefix_cache_hits += m.prefix_cache_hits;
+  into.prefix_cache_evictions += m.prefix_cache_evictions;
 }
 
 // Byte serialisation of one attention rank's results and metrics for Connector::gather.
@@ -57,6 +60,9 @@ std::string serialize_rank(const std::vector<size_t>& indices, const std::vector
   w.put(m.requests_failed);
   w.put(m.preemptions);
   w.put(m.recomputed_tokens);
+  w.put(m.prefix_cache_queries);
+  w.put(m.prefix_cache_hits);
+  w.put(m.prefix_cache_evictions);
   return w.take();
 }
 
@@ -101,6 +107,9 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
   rd.get(&m.requests_failed);
   rd.get(&m.preemptions);
   rd.get(&m.recomputed_tokens);
+  rd.get(&m.prefix_cache_queries);
+  rd.get(&m.prefix_cache_hits);
+  rd.get(&m.prefix_cache_evictions);
   if (!rd.ok()) return internal_error("afd: a gathered engine result is truncated");
   if (!rd.done()) return internal_error("afd: a gathered engine result has trailing bytes");
   return m;

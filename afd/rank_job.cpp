@@ -93,6 +93,7 @@ std::vector<FingerprintItem> job_fingerprint(const RankJob& job, std::vector<Fin
   items.push_back({"engine max_prefill_tokens", std::to_string(job.engine.max_prefill_tokens)});
   items.push_back({"engine max_num_batched_tokens", std::to_string(job.engine.max_num_batched_tokens)});
   items.push_back({"engine preemption", engine::preemption_name(job.engine.preemption)});
+  items.push_back({"engine prefix_caching", job.engine.prefix_caching ? "true" : "false"});
   if (requests != nullptr) {
     items.push_back({"engine record_logits", job.engine.record_logits ? "true" : "false"});
     items.push_back({"engine record_choices", job.engine.record_choices ? "true" : "false"});

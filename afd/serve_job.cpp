@@ -187,7 +187,7 @@ Status serve_relayed_rank(RelayLink& link, engine::Engine& eng, runtime::KvPageP
   auto report = [&]() -> Status {
     up.running = eng.num_running();
     up.kv_pages_used = pool.used_pages();
-    up.preemptions = eng.metrics().preemptions;
+    up.counters = engine_counters(eng.metrics());
     GB_RETURN_IF_ERROR(link.send(up));
     up.tokens.clear();
     up.finishes.clear();

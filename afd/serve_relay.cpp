@@ -117,7 +117,10 @@ std::string encode_relay_up(const RelayUp& u) {
   w.put(kUpMagic);
   w.put(u.running);
   w.put(u.kv_pages_used);
-  w.put(u.preemptions);
+  w.put(u.counters.preemptions);
+  w.put(u.counters.prefix_cache_queries);
+  w.put(u.counters.prefix_cache_hits);
+  w.put(u.counters.prefix_cache_evictions);
   w.put<uint64_t>(u.tokens.size());
   for (const RelayToken& t : u.tokens) {
     w.put(t.id);
@@ -143,7 +146,10 @@ Result<RelayUp> decode_relay_up(std::string_view bytes) {
   RelayUp u;
   u.running = r.get<int64_t>();
   u.kv_pages_used = r.get<int64_t>();
-  u.preemptions = r.get<int64_t>();
+  u.counters.preemptions = r.get<int64_t>();
+  u.counters.prefix_cache_queries = r.get<int64_t>();
+  u.counters.prefix_cache_hits = r.get<int64_t>();
+  u.counters.prefix_cache_evictions = r.get<int64_t>();
   const uint64_t nt = r.get<uint64_t>();
   if (nt > r.remaining()) return malformed("up", "more tokens than bytes");
   u.tokens.resize(nt);

@@ -59,12 +59,23 @@ struct RelayFinish {
   engine::FinishReason reason = engine::FinishReason::kLength;
   std::string message;
 };
+// An engine's counters a relayed rank reports (engine::EngineMetrics's).
+struct RelayEngineCounters {
+  int64_t preemptions = 0, prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0;
+};
+inline RelayEngineCounters engine_counters(const engine::EngineMetrics& m) {
+  return {.preemptions = m.preemptions,
+          .prefix_cache_queries = m.prefix_cache_queries,
+          .prefix_cache_hits = m.prefix_cache_hits,
+          .prefix_cache_evictions = m.prefix_cache_evictions};
+}
+
 // Attention rank a -> attention rank 0. Per request, its tokens come before its finish.
 struct RelayUp {
   std::vector<RelayToken> tokens;
   std::vector<RelayFinish> finishes;
   int64_t running = 0, kv_pages_used = 0;  // after the step (or event) that sent this
-  int64_t preemptions = 0;                 // the rank's engine's, so far
+  RelayEngineCounters counters;            // the rank's engine's, so far
   bool has_events() const { return !tokens.empty() || !finishes.empty(); }
 };
 

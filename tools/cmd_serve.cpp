@@ -322,6 +322,8 @@ int load_backend(const ServeOptions& so, const ServeSetup& setup, const Reporter
   const model::ModelConfig& mc = b->model->ckpt.config();
   if (setup.afd_mode) {
     if (Status s = check_run_flags_against_model(o, setup.mode, mc); !s.ok()) return report.usage(s);
+  } else if (Status s = check_engine_flags_against_model(o, mc); !s.ok()) {
+    return report.usage(s);
   }
   // Each attention rank's pool with --afd (every one in this process, in-process).
   b->assembly =
@@ -390,8 +392,10 @@ Status build_afd_service(const ServeOptions& so, const ServeSetup& setup, serve:
 
 // The service: monolithic, over the one engine assembled here; --afd, fed to the job's attention ranks.
 Status build_service(const ServeOptions& so, const ServeSetup& setup, Backend* b) {
-  const serve::ServiceOptions service_options{.max_batch = so.run.max_batch,
-                                              .max_queued_requests = so.max_queued_requests};
+  const serve::ServiceOptions service_options{
+      .max_batch = so.run.max_batch,
+      .max_queued_requests = so.max_queued_requests,
+      .route_by_first_tokens = so.run.enable_prefix_caching ? b->pool.geometry.page_size : 0};
   if (setup.afd_mode) return build_afd_service(so, setup, service_options, b);
   GB_ASSIGN_OR_RETURN(b->engine, engine::assemble_engine(b->model->ckpt, b->model->dev, b->pool.pages, b->assembly));
   b->service.emplace(*b->engine->engine, b->engine->pool, service_options);

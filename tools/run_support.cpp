@@ -108,6 +108,11 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
       }
     }
   }
+  if (o.enable_prefix_caching && !o.dump_choices.empty()) {
+    return invalid_argument(
+        "--enable-prefix-caching and --dump-choices: a cached prefix's routing is not computed again, so the dump "
+        "would miss it; drop one of them");
+  }
   if (given("--max-num-seqs") && given("--max-batch")) {
     return invalid_argument("--max-num-seqs is --max-batch under vLLM's name; give one of them");
   }
@@ -172,6 +177,16 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
   return ok_status();
 }
 
+Status check_engine_flags_against_model(const RunOptions& o, const model::ModelConfig& cfg) {
+  if (o.enable_prefix_caching && (cfg.is_qwen35() || cfg.is_deepseek_v4())) {
+    return invalid_argument(fmt::format(
+        "--enable-prefix-caching: {} keeps per-sequence state ({}) that a cached KV page does not hold; drop the flag",
+        cfg.is_qwen35() ? "this Qwen3.5 model" : "this DeepSeek-V4 model",
+        cfg.is_qwen35() ? "Gated DeltaNet's" : "the sliding window's and the compressors'"));
+  }
+  return ok_status();
+}
+
 Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const model::ModelConfig& cfg) {
   const int64_t vocab = cfg.vocab_size, max_pos = cfg.max_position_embeddings;
   const auto& prompts = explicit_prompt_tokens(o);
@@ -191,6 +206,7 @@ Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const mo
           prompts[p].size(), o.max_new_tokens, total, max_pos));
     }
   }
+  GB_RETURN_IF_ERROR(check_engine_flags_against_model(o, cfg));
   if (!has_explicit_prompts(o) && int64_t{o.prompt_len} + o.max_new_tokens > max_pos) {
     return invalid_argument(fmt::format(
         "--prompt-len {} + --max-new-tokens {} = {} tokens exceeds the model's max_position_embeddings ({})",
@@ -429,7 +445,8 @@ engine::AssemblyOptions assembly_options(const RunOptions& o, const engine::KvPo
                      .policy = o.scheduling_policy == "priority" ? engine::SchedulingPolicy::kPriority
                                                                  : engine::SchedulingPolicy::kFcfs,
                      .preemption = o.preemption == "recompute" ? engine::Preemption::kRecompute
-                                                               : engine::Preemption::kOff},
+                                                               : engine::Preemption::kOff,
+                     .prefix_caching = o.enable_prefix_caching},
           .kv_pool = kv_pool,
           .quantized = quantized};
 }
@@ -510,6 +527,11 @@ void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator
   fmt::print("{:<34} {} finished, {} refused, {} failed\n", "requests",
              num_requests - m.requests_refused - m.requests_failed, m.requests_refused, m.requests_failed);
   fmt::print("{:<34} {} ({} tokens fed again)\n", "preemptions", m.preemptions, m.recomputed_tokens);
+  if (m.prefix_cache_queries > 0) {
+    fmt::print("{:<34} {} of {} tokens ({:.1f}%), {} pages evicted\n", "prefix cache hits", m.prefix_cache_hits,
+               m.prefix_cache_queries, 100.0 * static_cast<double>(m.prefix_cache_hits) / m.prefix_cache_queries,
+               m.prefix_cache_evictions);
+  }
 }
 
 Status dump_choices(const std::string& path, const std::vector<engine::RequestResult>& results) {

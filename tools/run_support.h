@@ -42,6 +42,9 @@ Status check_run_flags(const RunOptions& o, RunMode mode);
 // The rules that need the model's config: token ids inside the vocabulary, prompt + new tokens inside
 // max_position_embeddings, experts divisible over the FFN ranks. InvalidArgument naming the flag.
 Status check_run_flags_against_model(const RunOptions& o, RunMode mode, const model::ModelConfig& cfg);
+// Of those, the engine's (every command that runs one, serve without --afd too): --enable-prefix-caching is refused
+// for models with per-sequence state.
+Status check_engine_flags_against_model(const RunOptions& o, const model::ModelConfig& cfg);
 
 // The AFD settings of --afd, --afd-connector, --afd-stages, --afd-timeout, --afd-transport (checked by
 // check_run_flags first).

@@ -37,7 +37,7 @@ class RelayedWorkers {
       for (afd::RelayFinish& f : up.finishes) {
         service_.remote_finish({.id = f.id, .reason = f.reason, .message = std::move(f.message)});
       }
-      service_.remote_gauges(a, up.running, up.kv_pages_used, up.preemptions);
+      service_.remote_gauges(a, up.running, up.kv_pages_used, up.counters);
     });
   }
 

@@ -63,6 +63,7 @@ struct Engine::Active {
   RequestResult result;     // moved to results_ or the listener when the request ends
   Request request;
   double submit_time = 0;
+  uint64_t arrival = 0;          // submission order
   int64_t kv_tokens_needed = 0;  // prompt + generated tokens that are fed back
   int64_t fed = 0;               // tokens in the KV cache: the prompt's, then the generated ones fed back
   int64_t choices_from = 0;      // record_choices: the positions before it were recorded before a preemption
@@ -107,6 +108,8 @@ Engine::Engine(ForwardExecutor& executor, runtime::KvPagePool& pool, const Engin
   masked_.resize(static_cast<size_t>(vocab));
   allowed_.resize(static_cast<size_t>((vocab + 31) / 32));
   metrics_.kv_bytes_per_token = pool_.geometry().bytes_per_token();
+  prefix_caching_ = options_.prefix_caching && !pool_.has_state() && !options_.record_choices;
+  if (prefix_caching_ && !pool_.prefix_cache_enabled()) pool_.enable_prefix_cache(1);
   if (options_.record_choices) {
     choice_sink_ = [this](const model::TokenChoices& c) {
       Active& a = *current_[static_cast<size_t>(c.seq_index)];
@@ -181,6 +184,7 @@ Status Engine::submit(Request r) {
   if (!ids_.insert(r.id).second) return invalid_argument(fmt::format("request {}: the id is already in use", r.id));
   auto a = std::make_unique<Active>();
   a->result.id = r.id;
+  a->arrival = next_arrival_++;
   a->submit_time = now_seconds();
   if (!streaming_) {
     a->result_index = results_.size();
@@ -365,6 +369,19 @@ void Engine::append_pending(Active& a, int64_t n, std::vector<int32_t>& tokens) 
   a.fed += n;
 }
 
+bool Engine::runs_before(const Active& x, const Active& y) const {
+  if (options_.policy == SchedulingPolicy::kPriority && x.request.priority != y.request.priority) {
+    return x.request.priority < y.request.priority;
+  }
+  return x.arrival < y.arrival;
+}
+
+void Engine::cache_pages(std::span<Active* const> batch) {
+  if (!prefix_caching_) return;
+  for (Active* a : batch) pool_.cache_full_pages(a->request.id, [a](int64_t i) { return a->token_at(i); });
+  metrics_.prefix_cache_evictions = pool_.evictions();
+}
+
 void Engine::preempt_newest() {
   const auto it =
       std::find_if(running_.rbegin(), running_.rend(), [](const std::unique_ptr<Active>& r) { return !r->done; });
@@ -396,7 +413,13 @@ Result<Engine::Piece> Engine::admit_front(int64_t budget) {
   Active& a = *waiting_.front();
   const bool reserve = options_.preemption == Preemption::kOff;
   const int64_t reserve_tokens = reserve ? a.kv_tokens_needed : 0;
-  if (!pool_.can_admit(a.known(), reserve_tokens)) return Piece{&a, 0};
+  std::vector<int32_t> hit;  // cached pages of its longest prefix, leaving its last token to feed
+  if (prefix_caching_) {
+    std::vector<int32_t> tokens(static_cast<size_t>(a.known()));
+    for (int64_t i = 0; i < a.known(); ++i) tokens[static_cast<size_t>(i)] = a.token_at(i);
+    hit = pool_.lookup_prefix(tokens, (a.known() - 1) / pool_.geometry().page_size);
+  }
+  if (!pool_.can_admit(a.known(), reserve_tokens, hit)) return Piece{&a, 0};
   if (!reserve) {
     // Leaves a page for every running request whose next token starts a page, so that admitting does not make
     // this step preempt what it just admitted.
@@ -404,12 +427,30 @@ Result<Engine::Piece> Engine::admit_front(int64_t budget) {
     for (const auto& r : running_) {
       if (!r->done && pool_.capacity(r->request.id) == pool_.length(r->request.id)) ++at_page_end;
     }
-    if (pool_.pages_for(a.known()) + at_page_end > pool_.free_pages() && !running_.empty()) return Piece{&a, 0};
+    if (pool_.pages_for(a.known()) - static_cast<int64_t>(hit.size()) + at_page_end > pool_.free_pages() &&
+        !running_.empty()) {
+      return Piece{&a, 0};
+    }
   }
+  const int64_t cached = static_cast<int64_t>(hit.size()) * pool_.geometry().page_size;
+  a.fed = cached;  // the prefix is in the KV cache
   const int64_t n = piece_size(a, budget);
-  if (n == 0) return Piece{&a, 0};
-  GB_RETURN_IF_ERROR(pool_.admit(a.request.id, n, reserve_tokens));
-  running_.push_back(std::move(waiting_.front()));
+  if (n == 0) {
+    a.fed = 0;
+    return Piece{&a, 0};
+  }
+  GB_RETURN_IF_ERROR(pool_.admit(a.request.id, cached + n, reserve_tokens, hit));
+  if (prefix_caching_) {
+    metrics_.prefix_cache_queries += a.known();
+    metrics_.prefix_cache_hits += cached;
+  }
+  // running_ stays in the policy's order (a resumed request goes back to its place), so that its last request is the
+  // one to preempt and every other one is older.
+  const auto at = std::upper_bound(running_.begin(), running_.end(), waiting_.front(),
+                                   [this](const std::unique_ptr<Active>& x, const std::unique_ptr<Active>& y) {
+                                     return runs_before(*x, *y);
+                                   });
+  running_.insert(at, std::move(waiting_.front()));
   waiting_.erase(waiting_.begin());
   return Piece{&a, n};
 }
@@ -438,6 +479,7 @@ Status Engine::prefill(const std::vector<Piece>& pieces) {
     GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
     metrics_.prefill_seconds += now_seconds() - t0;
     metrics_.prefill_tokens += static_cast<int64_t>(tokens.size());
+    cache_pages(batch);
     GB_RETURN_IF_ERROR(take_results(batch, &sample));
     i = j;
   }
@@ -466,6 +508,7 @@ Status Engine::decode(std::vector<Active*>& batch) {
   GB_RETURN_IF_ERROR(executor_.forward({tokens, ids, q_lens}, logits_));
   metrics_.decode_seconds += now_seconds() - t0;
   metrics_.decode_tokens += static_cast<int64_t>(tokens.size());
+  cache_pages(fed);
   return take_results(fed, &sample);
 }
 
@@ -547,6 +590,7 @@ Status Engine::chunked_step() {
     metrics_.prefill_seconds += dt * static_cast<double>(prompt_tokens) / total;
     metrics_.decode_tokens += decodes;
     metrics_.prefill_tokens += prompt_tokens;
+    cache_pages(batch);
     GB_RETURN_IF_ERROR(take_results(batch, &sample));
   } else if (!running_.empty() && !reserved) {
     // Every running request waits for pages that only a preemption frees: the newest gives them back.

@@ -1,8 +1,8 @@
 #pragma once
 // Engine: continuous batching over the paged KV pool. Requests are admitted in the policy's order when the
 // pool can hold them (EngineOptions::preemption: their whole prompt plus every token they may generate, reserved
-// up front, or only the tokens they hold now, growing a page at a time and preempting the newest running request
-// when the pool runs out); a request that could never fit is refused with a message; the others wait. Each
+// up front, or only the tokens they hold now, growing a page at a time and preempting the latest-arrived running
+// request when the pool runs out); a request that could never fit is refused with a message; the others wait. Each
 // iteration prefills newly admitted requests and then decodes one token for every running request. Results do
 // not depend on batch composition (the kernels are batch-invariant), nor on preemption (a preempted request's
 // tokens are fed again when it resumes, which gives the bits they had).
@@ -55,7 +55,7 @@ struct Request {
   std::shared_ptr<TokenConstraint> constraint;
   // Under SchedulingPolicy::kPriority, waiting requests start lowest value first, equal values in arrival
   // order (vLLM's `priority`); a running request is preempted only for want of KV pages (Preemption::kRecompute:
-  // the newest first, whatever its priority). Must be 0 under kFcfs.
+  // the highest value first, then the latest arrival). Must be 0 under kFcfs.
   int32_t priority = 0;
 };
 
@@ -106,10 +106,13 @@ const char* scheduling_policy_name(SchedulingPolicy p);
 // What admission takes from the KV pool. kOff: a request's prompt plus max_new_tokens, reserved at admission (a
 // running request never runs out; a pool sized for half the requests at full length runs half of them). kRecompute
 // (vLLM's preemption mode): only the tokens a request holds, growing a page at a time; when a running request needs
-// a page and none is free, the newest running request is preempted: its pages (and state slot) are freed and it
-// goes back to the front of the waiting queue (resumed before new requests), where its prompt and the tokens it
-// generated are fed again on resumption (for Gated DeltaNet models, the generated ones one per step, as they were
-// first fed), so its tokens are the same bits. A request that could never fit the whole pool is refused either way.
+// a page and none is free, the last running request in the policy's order (the latest arrival; under kPriority the
+// highest priority value, then the latest arrival) is preempted: its pages (and state slot) are freed and it goes
+// back to the front of the waiting queue (resumed before new requests, and back in its place among the running
+// ones, so an older request is never preempted for it and the oldest always progresses), where its prompt and the
+// tokens it generated are fed again on resumption (for Gated DeltaNet models, the generated ones one per step, as
+// they were first fed), so its tokens are the same bits. A request that could never fit the whole pool is refused
+// either way.
 enum class Preemption : uint8_t { kOff, kRecompute };
 // "off" / "recompute".
 const char* preemption_name(Preemption p);
@@ -131,6 +134,13 @@ struct EngineOptions {
   bool record_choices = false;        // keep each token's routed experts and indexer top-k per request
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   Preemption preemption = Preemption::kOff;
+  // Automatic prefix caching (vLLM's): every full KV page is kept, named by its tokens and everything before them,
+  // until the pool needs the page (least recently released first); a request starts on the cached pages of the
+  // longest prefix of its tokens (whole pages; its last token is always fed, for its logits) and prefills the
+  // rest, with the tokens and logits it would have computed. Not for models with per-sequence state (Qwen3.5's
+  // Gated DeltaNet, DeepSeek-V4's windows: a page does not hold what the state after it was) nor with
+  // record_choices (a cached prefix's routing is not computed again): the engine then leaves it off.
+  bool prefix_caching = false;
 };
 
 // Streaming use (a server): the engine hands each generated token and each finished request to these
@@ -196,11 +206,14 @@ class Engine {
   int64_t piece_size(const Active& a, int64_t budget) const;
   // Appends a's next `n` pending tokens to `tokens` (the pool already holds their pages).
   void append_pending(Active& a, int64_t n, std::vector<int32_t>& tokens);
-  // Preemption::kRecompute: makes room in the pool for a to grow by `n` tokens by preempting the newest running
-  // requests; false when a itself was preempted (it was the newest).
+  // Preemption::kRecompute: makes room in the pool for a to grow by `n` tokens by preempting the latest running
+  // requests (preempt_newest); false when a itself was preempted (it was the latest).
   bool make_room(Active& a, int64_t n);
-  // Frees the pages of running_.back() and puts it at the front of the waiting queue.
+  // Frees the pages of the last running request not done (the latest in the policy's order: the latest arrival, or
+  // under kPriority the latest of the highest priority value) and puts it at the front of the waiting queue.
   void preempt_newest();
+  // The policy's order of requests: arrival, or priority value then arrival.
+  bool runs_before(const Active& x, const Active& y) const;
   // Per sequence of the last forward: ends it on an activation fault, else samples its token (only where
   // `sample` is null or sample[s] is set: a prompt chunk that is not its prompt's last draws nothing).
   Status take_results(std::span<Active* const> batch, const std::vector<bool>* sample = nullptr);
@@ -230,6 +243,10 @@ class Engine {
   int64_t generated_ = 0;
   double start_time_ = 0;
   int64_t split_granule_ = 1;  // chunked prefill splits prompts at multiples of this (engine.cpp)
+  bool prefix_caching_ = false;  // EngineOptions::prefix_caching where it applies
+  uint64_t next_arrival_ = 0;
+  // Publishes the full pages of the sequences of the last forward in the prefix cache.
+  void cache_pages(std::span<Active* const> batch);
 };
 
 }  // namespace genbridge::engine

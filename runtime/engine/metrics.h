@@ -24,6 +24,11 @@ struct EngineMetrics {
   int64_t requests_cancelled = 0;  // ended by Engine::cancel
   int64_t preemptions = 0;         // running requests preempted (Preemption::kRecompute)
   int64_t recomputed_tokens = 0;   // tokens the preempted requests had in the KV cache, fed again on resumption
+  // Prefix caching: tokens of the requests started (each start counts its tokens; a resumed one counts again), of
+  // them the tokens found in the cache, and cached pages evicted.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_evictions = 0;
 };
 
 }  // namespace genbridge::engine

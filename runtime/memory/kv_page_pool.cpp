@@ -140,8 +140,12 @@ KvPagePool::KvPagePool(KvPagePool&&) noexcept = default;
 KvPagePool& KvPagePool::operator=(KvPagePool&&) noexcept = default;
 KvPagePool::~KvPagePool() = default;
 
-bool KvPagePool::can_admit(int64_t num_tokens, int64_t reserve_tokens) const {
-  return num_tokens >= 0 && reserve_tokens >= 0 && pages_for(std::max(num_tokens, reserve_tokens)) <= free_pages() &&
+bool KvPagePool::can_admit(int64_t num_tokens, int64_t reserve_tokens, std::span<const int32_t> prefix) const {
+  // Prefix pages another sequence holds need no free page; the others are free (cached) pages it takes.
+  int64_t held = 0;
+  for (int32_t p : prefix) held += info_[static_cast<size_t>(p)].refs > 0 ? 1 : 0;
+  return num_tokens >= 0 && reserve_tokens >= 0 &&
+         pages_for(std::max(num_tokens, reserve_tokens)) - held <= free_pages() &&
          (!has_state() || free_state_slots() > 0);
 }
 
@@ -166,19 +170,131 @@ Status KvPagePool::take_pages(int64_t n, std::vector<int32_t>& into, const std::
         what, n, n == 1 ? "" : "s", geometry_.page_size, free_pages(), num_pages_, mib(geometry_.bytes_per_page())));
   }
   for (int64_t i = 0; i < n; ++i) {
-    into.push_back(free_.back());
-    free_.pop_back();
+    int32_t p = 0;
+    if (!free_.empty()) {
+      p = free_.back();
+      free_.pop_back();
+    } else {  // the least recently released cached page
+      p = lru_.front();
+      lru_.pop_front();
+      PageInfo& pi = info_[static_cast<size_t>(p)];
+      cache_.erase(pi.key);
+      pi.cached = false;
+      ++pi.gen;
+      ++evictions_;
+    }
+    if (caching_) info_[static_cast<size_t>(p)].refs = 1;
+    into.push_back(p);
   }
   return ok_status();
 }
 
-Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens) {
+void KvPagePool::enable_prefix_cache(uint64_t salt) {
+  GB_CHECK(seqs_.empty(), "KvPagePool::enable_prefix_cache: enable it before the first sequence");
+  caching_ = true;
+  salt_ = salt;
+  info_.assign(static_cast<size_t>(num_pages_), PageInfo{});
+  page_tokens_.assign(static_cast<size_t>(num_pages_ * geometry_.page_size), 0);
+}
+
+uint64_t KvPagePool::page_key(uint64_t parent_key, std::span<const int32_t> tokens) const {
+  // A 64-bit mix (splitmix64's finalizer per token); a hit is confirmed on the tokens, so collisions cost a miss.
+  uint64_t h = parent_key ^ (salt_ * 0x9E3779B97F4A7C15ull) ^ 0xD6E8FEB86659FD93ull;
+  for (int32_t t : tokens) {
+    h ^= static_cast<uint32_t>(t) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h ^= h >> 30;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 27;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 31;
+  }
+  return h == 0 ? 1 : h;  // 0 names "no parent"
+}
+
+bool KvPagePool::follows(int32_t p, int32_t parent) const {
+  const PageInfo& pi = info_[static_cast<size_t>(p)];
+  if (pi.parent != parent) return false;
+  if (parent < 0) return true;
+  const PageInfo& pp = info_[static_cast<size_t>(parent)];
+  return pp.cached && pp.gen == pi.parent_gen;
+}
+
+void KvPagePool::uncache(int32_t p) {
+  PageInfo& pi = info_[static_cast<size_t>(p)];
+  if (!pi.cached) return;
+  cache_.erase(pi.key);
+  pi.cached = false;
+  ++pi.gen;
+  if (pi.refs == 0) {
+    lru_.erase(pi.lru);
+    free_.push_back(p);
+  }
+}
+
+std::vector<int32_t> KvPagePool::lookup_prefix(std::span<const int32_t> tokens, int64_t max_pages) const {
+  std::vector<int32_t> out;
+  if (!caching_) return out;
+  const int64_t ps = geometry_.page_size;
+  uint64_t key = 0;
+  int32_t parent = -1;
+  for (int64_t j = 0; j < max_pages && (j + 1) * ps <= static_cast<int64_t>(tokens.size()); ++j) {
+    const std::span<const int32_t> t = tokens.subspan(static_cast<size_t>(j * ps), static_cast<size_t>(ps));
+    key = page_key(key, t);
+    const auto it = cache_.find(key);
+    if (it == cache_.end()) break;
+    const int32_t p = it->second;
+    if (!follows(p, parent) || !std::equal(t.begin(), t.end(), page_tokens_.begin() + p * ps)) break;
+    out.push_back(p);
+    parent = p;
+  }
+  return out;
+}
+
+void KvPagePool::cache_full_pages(SeqId id, const std::function<int32_t(int64_t)>& token_at) {
+  if (!caching_) return;
+  const auto sit = seqs_.find(id);
+  if (sit == seqs_.end()) return;
+  Seq& s = sit->second;
+  const int64_t ps = geometry_.page_size;
+  std::vector<int32_t> t(static_cast<size_t>(ps));
+  while ((static_cast<int64_t>(s.keys.size()) + 1) * ps <= s.length) {
+    const size_t j = s.keys.size();
+    for (int64_t i = 0; i < ps; ++i) t[static_cast<size_t>(i)] = token_at(static_cast<int64_t>(j) * ps + i);
+    const uint64_t key = page_key(j == 0 ? 0 : s.keys[j - 1], t);
+    s.keys.push_back(key);
+    const int32_t p = s.pages[j];
+    PageInfo& pi = info_[static_cast<size_t>(p)];
+    if (pi.cached) continue;  // a page it started on
+    // Only after its own previous page, cached: then a lookup that reaches p came through the true prefix.
+    const int32_t parent = j == 0 ? -1 : s.pages[j - 1];
+    if (parent >= 0 && !info_[static_cast<size_t>(parent)].cached) continue;
+    if (const auto it = cache_.find(key); it != cache_.end()) {
+      const int32_t q = it->second;
+      if (follows(q, info_[static_cast<size_t>(q)].parent)) continue;  // the same contents cached elsewhere
+      uncache(q);  // unreachable (its parent left the cache): p takes its name
+    }
+    cache_.emplace(key, p);
+    pi.cached = true;
+    pi.key = key;
+    pi.parent = parent;
+    pi.parent_gen = parent >= 0 ? info_[static_cast<size_t>(parent)].gen : 0;
+    std::copy(t.begin(), t.end(), page_tokens_.begin() + p * ps);
+  }
+}
+
+Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens, std::span<const int32_t> prefix) {
   if (num_tokens < 0 || reserve_tokens < 0) {
     return invalid_argument(
         fmt::format("kv page pool: sequence {} asks for {} tokens ({} reserved); counts must be >= 0", id, num_tokens,
                     reserve_tokens));
   }
   if (contains(id)) return invalid_argument(fmt::format("kv page pool: sequence {} is already admitted", id));
+  const int64_t prefix_pages = static_cast<int64_t>(prefix.size());
+  if (prefix_pages > 0 && (!caching_ || prefix_pages * geometry_.page_size > num_tokens)) {
+    return invalid_argument(fmt::format(
+        "kv page pool: sequence {} starts on {} cached pages but {}", id, prefix_pages,
+        caching_ ? fmt::format("has only {} tokens", num_tokens) : std::string("the prefix cache is off")));
+  }
   Seq seq;
   seq.length = num_tokens;
   const int64_t tokens = std::max(num_tokens, reserve_tokens);
@@ -188,7 +304,21 @@ Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens) {
                     "pool are in use ({} per slot)",
                     id, num_state_slots_, mib(geometry_.state.bytes_per_slot())));
   }
-  GB_RETURN_IF_ERROR(take_pages(pages_for(tokens), seq.pages, fmt::format("sequence {} ({} tokens)", id, tokens)));
+  if (!can_admit(num_tokens, reserve_tokens, prefix)) {
+    // take_pages names what is missing (the prefix pages nobody holds count as taken).
+    int64_t held = 0;
+    for (int32_t p : prefix) held += info_[static_cast<size_t>(p)].refs > 0 ? 1 : 0;
+    std::vector<int32_t> none;
+    return take_pages(pages_for(tokens) - held, none, fmt::format("sequence {} ({} tokens)", id, tokens));
+  }
+  for (int32_t p : prefix) {  // shared from now on
+    PageInfo& pi = info_[static_cast<size_t>(p)];
+    if (pi.refs++ == 0) lru_.erase(pi.lru);
+    seq.pages.push_back(p);
+    seq.keys.push_back(pi.key);
+  }
+  GB_RETURN_IF_ERROR(
+      take_pages(pages_for(tokens) - prefix_pages, seq.pages, fmt::format("sequence {} ({} tokens)", id, tokens)));
   if (has_state()) {
     seq.state_slot = free_slots_.back();
     free_slots_.pop_back();
@@ -227,8 +357,22 @@ Status KvPagePool::append(SeqId id, int64_t num_tokens) {
 Status KvPagePool::release(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return invalid_argument(fmt::format("kv page pool: sequence {} is not admitted", id));
-  // Returned in reverse so that a sequence admitted next reuses the same pages in the same order.
-  for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p) free_.push_back(*p);
+  // Returned in reverse so that a sequence admitted next reuses the same pages in the same order (and, cached, a
+  // sequence's last pages are evicted before the pages they follow).
+  for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p) {
+    if (!caching_) {
+      free_.push_back(*p);
+      continue;
+    }
+    PageInfo& pi = info_[static_cast<size_t>(*p)];
+    if (--pi.refs > 0) continue;
+    if (pi.cached) {
+      lru_.push_back(*p);
+      pi.lru = std::prev(lru_.end());
+    } else {
+      free_.push_back(*p);
+    }
+  }
   if (it->second.state_slot >= 0) free_slots_.push_back(it->second.state_slot);
   seqs_.erase(it);
   return ok_status();

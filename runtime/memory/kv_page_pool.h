@@ -16,11 +16,20 @@
 // and compressors' unfinished windows) keeps a state pool: one slot per running sequence, taken at admit()
 // (zeroed: a fresh sequence's state) and returned with its pages at release(). Each state layer has up to
 // kStateRegions regions, each its own buffer [num_state_slots, region bytes]; the DeviceOperator types them.
+// Prefix cache (enable_prefix_cache): a full page's contents are named by its tokens chained with its prefix's; a
+// sequence's full pages are published under that name (cache_full_pages), a new sequence starts on the pages of the
+// longest published prefix of its tokens (lookup_prefix, then admit with them), shared and reference-counted, and a
+// page nobody holds stays cached, counted as free, until a page is needed and it is the least recently released
+// (evicted). A hit is exact: the tokens of every page and the page it follows are compared, not only the hash. The
+// pool never looks at the bytes: that equal tokens give equal bytes is the caller's contract (pages of a model with
+// per-sequence state are not, and the engine does not cache them).
 // Not thread-safe: one scheduler thread admits, grows and frees sequences.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <list>
 #include <memory>
 #include <span>
 #include <string>
@@ -123,7 +132,8 @@ class KvPagePool {
 
   const KvPageGeometry& geometry() const { return geometry_; }
   int64_t num_pages() const { return num_pages_; }
-  int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
+  // Pages not held by a sequence (cached ones included: they are evicted when needed).
+  int64_t free_pages() const { return static_cast<int64_t>(free_.size() + lru_.size()); }
   int64_t used_pages() const { return num_pages_ - free_pages(); }
   // Cache bytes owned by the pool: num_pages * page_size * bytes_per_token, exactly.
   int64_t total_bytes() const { return num_pages_ * geometry_.bytes_per_page(); }
@@ -139,21 +149,34 @@ class KvPagePool {
   bool has_state() const { return !geometry_.state.empty(); }
 
   // Whether a new sequence of max(num_tokens, reserve_tokens) tokens fits now (pages, and a state slot
-  // when the model has state).
-  bool can_admit(int64_t num_tokens, int64_t reserve_tokens = 0) const;
+  // when the model has state), starting on `prefix` (lookup_prefix's pages).
+  bool can_admit(int64_t num_tokens, int64_t reserve_tokens = 0, std::span<const int32_t> prefix = {}) const;
   // Why a sequence of max(num_tokens, reserve_tokens) tokens can never be admitted, even into an empty
   // pool: which pool is too small and by how much ("needs 9 KV pages ... but the pool has 8", "needs a state
   // slot but the state pool has none"); empty when it can.
   std::string never_fits(int64_t num_tokens, int64_t reserve_tokens = 0) const;
   // Starts sequence `id` with `num_tokens` tokens and pages for max(num_tokens, reserve_tokens) (a
-  // reservation lets later appends never fail), and a zeroed state slot when the model has state. All or
+  // reservation lets later appends never fail), and a zeroed state slot when the model has state. `prefix`: cached
+  // pages (lookup_prefix's, just now) the sequence starts on, shared; num_tokens must cover them. All or
   // nothing: ResourceExhausted (free and needed pages or slots named) leaves the pool unchanged;
-  // InvalidArgument if `id` is already admitted or a count is negative.
-  Status admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens = 0);
+  // InvalidArgument if `id` is already admitted, a count is negative or the prefix is longer than num_tokens.
+  Status admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens = 0, std::span<const int32_t> prefix = {});
   // Grows sequence `id` by `num_tokens`, taking pages beyond its reservation as needed. All or nothing.
   Status append(SeqId id, int64_t num_tokens);
   // Returns every page (and the state slot) of `id` to the pool. InvalidArgument if `id` is not admitted.
   Status release(SeqId id);
+
+  // The prefix cache (see above): off until enabled; `salt` goes into every page's name (what else the bytes depend
+  // on: the model, the KV representation).
+  void enable_prefix_cache(uint64_t salt);
+  bool prefix_cache_enabled() const { return caching_; }
+  // The cached pages holding the longest prefix of `tokens` in whole pages, at most max_pages of them.
+  std::vector<int32_t> lookup_prefix(std::span<const int32_t> tokens, int64_t max_pages) const;
+  // Publishes sequence `id`'s full pages not yet published; token_at(i) is its token at position i (< length).
+  void cache_full_pages(SeqId id, const std::function<int32_t(int64_t)>& token_at);
+  // Cached pages (held or not), and the cached pages evicted so far.
+  int64_t cached_pages() const { return static_cast<int64_t>(cache_.size()); }
+  int64_t evictions() const { return evictions_; }
 
   bool contains(SeqId id) const { return seqs_.count(id) != 0; }
   // Tokens in sequence `id` (0 if not admitted).
@@ -184,12 +207,29 @@ class KvPagePool {
     int64_t length = 0;
     std::vector<int32_t> pages;
     int32_t state_slot = -1;
+    std::vector<uint64_t> keys;  // prefix cache: the names of its first keys.size() full pages
+  };
+  // Prefix cache, per page.
+  struct PageInfo {
+    int32_t refs = 0;        // sequences holding it
+    bool cached = false;     // in cache_ under `key`
+    uint64_t key = 0;
+    int32_t parent = -1;     // the cached page of the previous page's contents (-1: the first page)
+    uint32_t parent_gen = 0; // parent's gen when this page was cached (a mismatch: the parent was evicted)
+    uint32_t gen = 0;        // bumped when the page leaves the cache
+    std::list<int32_t>::iterator lru;  // its place in lru_ while cached and held by nobody
   };
   struct AlignedDelete {
     void operator()(std::byte* p) const;
   };
   KvPagePool() = default;
   Status take_pages(int64_t n, std::vector<int32_t>& into, const std::string& what);
+  // The page's name under `parent_key` (0: the first page) and its tokens.
+  uint64_t page_key(uint64_t parent_key, std::span<const int32_t> tokens) const;
+  // Whether cached page p still follows `parent` (-1: none) as when it was cached.
+  bool follows(int32_t p, int32_t parent) const;
+  // Takes p out of the cache (its children stop matching); to free_ when nobody holds it.
+  void uncache(int32_t p);
 
   KvPageGeometry geometry_;
   int64_t num_pages_ = 0;
@@ -197,6 +237,13 @@ class KvPagePool {
   std::unordered_map<SeqId, Seq> seqs_;
   // Per layer: key, value, key_side, value_side, mla, mla_scale, mla_rope, indexer.
   std::vector<std::unique_ptr<std::byte, AlignedDelete>> buffers_;
+  bool caching_ = false;
+  uint64_t salt_ = 0;
+  std::vector<PageInfo> info_;                  // prefix cache: per page
+  std::vector<int32_t> page_tokens_;            // prefix cache: page_size tokens per cached page
+  std::unordered_map<uint64_t, int32_t> cache_; // name -> page
+  std::list<int32_t> lru_;                      // cached pages nobody holds, least recently released first
+  int64_t evictions_ = 0;
   int64_t num_state_slots_ = 0;
   std::vector<int32_t> free_slots_;  // a stack, lowest slot first
   // Per state layer: its kStateRegions regions.

@@ -1802,6 +1802,58 @@ const cases = {
                 `${preempted} preemptions`);
     await stopServer(s);
   },
+  // Multi-turn chats: C clients (--clients, default 4) each hold a conversation of T turns (--turns, default 8);
+  // every turn sends the whole history (the previous prompt and its reply) plus U new tokens (--user-tokens, default
+  // 160) and streams N tokens (--max-tokens, default 32), greedy. Prints each turn's TTFT (median over the clients),
+  // the wall time and the prefix cache's counters; the last turn's tokens must equal `genbridge run`'s on the same
+  // prompts. --min-hit-rate F: /metrics must count at least that fraction of the prompt tokens as cache hits.
+  async multiturn() {
+    const C = Number(args.clients ?? 4), T = Number(args.turns ?? 8), U = Number(args["user-tokens"] ?? 160);
+    const N = Number(args["max-tokens"] ?? 32);
+    const s = await startServer(["--max-batch", String(C), "--max-queued-requests", String(C)]);
+    const ttft = Array.from({ length: T }, () => []);
+    const last = [];
+    const t0 = performance.now();
+    await Promise.all(Array.from({ length: C }, async (_, c) => {
+      let history = [];
+      for (let t = 0; t < T; ++t) {
+        const prompt = [...history, ...Array.from({ length: U }, (_, k) => (c * 997 + t * 131 + k * 7 + 3) % 500)];
+        const start = performance.now();
+        const res = await fetch(s.base + "/v1/completions", {
+          method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(300000),
+          body: JSON.stringify({ model: NAME, prompt, max_tokens: N, temperature: 0, stream: true, return_token_ids: true,
+                                ignore_eos: true }) });
+        const reader = res.body.getReader(), dec = new TextDecoder();
+        let text = "", first = 0;
+        for (let i = 0; i < 100000; ++i) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          const chunk = dec.decode(value, { stream: true });
+          if (!first && chunk.includes('"token_ids":[')) first = performance.now();
+          text += chunk;
+        }
+        const sse = parseSse(text), j = joinChunks(sse.chunks, false);
+        check(res.status === 200 && sse.done && j.ids.length === N, `client ${c} turn ${t}: ${N} tokens`, text.slice(0, 300));
+        ttft[t].push(first - start);
+        if (t === T - 1) last[c] = { prompt, ids: j.ids };
+        history = [...prompt, ...j.ids];
+      }
+    }));
+    const wall = (performance.now() - t0) / 1000;
+    const want = runCli(last.map((x) => x.prompt), N);
+    for (let c = 0; c < C; ++c) eq(last[c].ids, want[c].ids, `client ${c}: the last turn's tokens are genbridge run's`);
+    const m = await metrics(s);
+    const q = m.genbridge_prefix_cache_queries_total, h = m.genbridge_prefix_cache_hits_total;
+    eq([m[`vllm:prefix_cache_queries_total{model_name="${NAME}"}`], m[`vllm:prefix_cache_hits_total{model_name="${NAME}"}`]], [q, h],
+       "vLLM's prefix cache counters count what genbridge's do");
+    if (args["min-hit-rate"] !== undefined) check(h >= Number(args["min-hit-rate"]) * q, `prefix cache hits >= ${args["min-hit-rate"]} of the queried tokens`, [h, q]);
+    const med = (a) => { const v = [...a].sort((x, y) => x - y); return v[Math.floor((v.length - 1) / 2)]; };
+    console.log(`multiturn: ${C} clients x ${T} turns (+${U} tokens a turn, ${N} new): ${wall.toFixed(2)} s, ` +
+                `${(C * T * N / wall).toFixed(1)} tokens/s; TTFT p50 per turn (ms): ${ttft.map((a) => med(a).toFixed(0)).join(" ")}; ` +
+                `prompt of the last turn ${last[0].prompt.length} tokens; prefix cache hits ${h} of ${q} tokens, ` +
+                `${m.genbridge_prefix_cache_evictions_total} pages evicted`);
+    await stopServer(s);
+  },
   // JSON nested ~60,000 levels deep (the whole body, the prompt, a message field, tools, chat_template_kwargs)
   // is refused with 400 naming the limit before it is parsed (it used to overflow the stack: SIGSEGV); 128
   // levels pass, 129 do not, and brackets inside strings are not nesting.

@@ -575,6 +575,13 @@ const std::vector<Row> kRows = {
      "genbridge run: --max-num-seqs is --max-batch under vLLM's name; give one of them"},
     {"serve_max_num_seqs_zero", S({"--max-num-seqs", "0"}), 2,
      "genbridge serve: --max-num-seqs 0: expected an integer in [1, 4096]"},
+    {"enable_prefix_caching_with_dump_choices", R({"--enable-prefix-caching", "--dump-choices", "/tmp/choices.jsonl"}), 2,
+     "genbridge run: --enable-prefix-caching and --dump-choices: a cached prefix's routing is not computed again, so "
+     "the dump would miss it; drop one of them"},
+    {"enable_prefix_caching_qwen35",
+     {"run", "--preset", "tiny-qwen35", "--quiet", "--enable-prefix-caching", "--max-new-tokens", "2"}, 2,
+     "genbridge run: --enable-prefix-caching: this Qwen3.5 model keeps per-sequence state (Gated DeltaNet's) that a "
+     "cached KV page does not hold; drop the flag"},
     {"preemption_unknown", R({"--preemption", "swap"}), 2,
      "genbridge run: --preemption swap: expected one of off | recompute"},
     {"serve_preemption_empty", S({"--preemption", ""}), 2,
@@ -861,6 +868,21 @@ TEST_F(CliTest, one_refused_request_among_finished_ones_exits_3) {
     EXPECT_EQ(o.exit_code, 3) << o.err;
     EXPECT_NE(o.out.find("request 0 (length, 2 tokens)"), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("request 1: refused:"), std::string::npos) << o.out;
+  }
+}
+
+// serve binds its port before it loads the model; then it refuses --enable-prefix-caching for a model with state
+// (exit 2), with and without --afd.
+TEST_F(CliTest, serve_refuses_prefix_caching_for_a_model_with_state) {
+  for (const std::vector<std::string> afd : {std::vector<std::string>{}, {"--afd", "1A1F"}}) {
+    std::vector<std::string> a = {"serve", "--preset", "tiny-dsv4", "--quiet", "--port", "0", "--enable-prefix-caching"};
+    a.insert(a.end(), afd.begin(), afd.end());
+    const Outcome o = run(a);
+    EXPECT_EQ(o.exit_code, 2) << o.err;
+    EXPECT_NE(o.err.find("genbridge serve: --enable-prefix-caching: this DeepSeek-V4 model keeps per-sequence state "
+                         "(the sliding window's and the compressors') that a cached KV page does not hold; drop the flag"),
+              std::string::npos)
+        << o.err;
   }
 }
 

@@ -97,7 +97,7 @@ TEST_F(Fingerprint, the_same_names_in_the_same_order_whatever_the_flags) {
   std::vector<std::string> want = {
       "build", "--model", "--preset", "--model-seed", "model config (--model)", "model weights (--model)",
       "--num-prompts", "--prompt-len", "--prompt", "--prompt-text", "prompts", "--max-new-tokens", "--stop-token",
-      "--temperature", "--top-k", "--top-p", "--seed", "--max-batch", "--max-num-batched-tokens", "--preemption", "--kv-cache-dtype", "--kv-memory-mb", "--afd",
+      "--temperature", "--top-k", "--top-p", "--seed", "--max-batch", "--max-num-batched-tokens", "--preemption", "--enable-prefix-caching", "--kv-cache-dtype", "--kv-memory-mb", "--afd",
       "--afd-connector", "--afd-stages", "--afd-timeout", "--afd-warmup-steps", "--afd-transport", "--scheduling-policy", "--afd-link-latency-us", "--afd-link-gbps", "--afd-redundant-experts"};
   // clang-format on
   want.insert(std::find(want.begin(), want.end(), "--kv-memory-mb"), "--weight-quant");

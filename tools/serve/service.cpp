@@ -120,7 +120,7 @@ GenerationService::GenerationService(const WorkerPools& pools, const ServiceOpti
       load_(static_cast<size_t>(workers_), 0),
       running_(static_cast<size_t>(workers_), 0),
       kv_used_(static_cast<size_t>(workers_), 0),
-      preemptions_(static_cast<size_t>(workers_), 0),
+      engine_counters_(static_cast<size_t>(workers_)),
       remote_epoch_(static_cast<size_t>(workers_), 0),
       state_used_(static_cast<size_t>(workers_), 0),
       ttft_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
@@ -198,9 +198,17 @@ Result<std::vector<std::shared_ptr<RequestStream>>> GenerationService::submit_al
                         .forced = std::move(request.forced),
                         .constraint = std::move(request.constraint),
                         .priority = request.priority};
-      // The least loaded worker that can take it (a request with a constraint: a local one).
-      const auto candidates = load_.begin() + (r.constraint ? local_workers_ : workers_);
-      const int w = static_cast<int>(std::min_element(load_.begin(), candidates) - load_.begin());
+      // The least loaded worker that can take it (a request with a constraint: a local one), or the one its first
+      // tokens name (ServiceOptions::route_by_first_tokens).
+      const int n = r.constraint ? local_workers_ : workers_;
+      int w = static_cast<int>(std::min_element(load_.begin(), load_.begin() + n) - load_.begin());
+      const int64_t first = options_.route_by_first_tokens;
+      if (first > 0 && n > 1 && static_cast<int64_t>(r.prompt.size()) > first) {
+        uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the first tokens
+        for (int64_t i = 0; i < first; ++i) h = (h ^ static_cast<uint32_t>(r.prompt[static_cast<size_t>(i)])) * 0x100000001b3ull;
+        const int named = static_cast<int>(h % static_cast<uint64_t>(n));
+        if (load_[named] < load_[w] + std::max<int64_t>(1, options_.max_batch / 4)) w = named;
+      }
       ++load_[w];
       const Clock::time_point now = Clock::now();
       entries_[id] = Entry{.stream = stream, .submitted = now, .last_token = now, .forced = forced, .worker = w};
@@ -255,7 +263,11 @@ ServiceCounters GenerationService::counters() const {
   for (int w = 0; w < workers_; ++w) {
     c.running += running_[w];
     c.kv_pages_used += kv_used_[w];
-    c.preemptions += preemptions_[w];
+    const EngineCounters& e = engine_counters_[w];
+    c.preemptions += e.preemptions;
+    c.prefix_cache_queries += e.prefix_cache_queries;
+    c.prefix_cache_hits += e.prefix_cache_hits;
+    c.prefix_cache_evictions += e.prefix_cache_evictions;
     c.state_slots_used += state_used_[w];
   }
   return c;
@@ -388,11 +400,11 @@ afd::RelayDown GenerationService::take_remote_work(int w) {
   return out;
 }
 
-void GenerationService::remote_gauges(int w, int64_t running, int64_t kv_pages_used, int64_t preemptions) {
+void GenerationService::remote_gauges(int w, int64_t running, int64_t kv_pages_used, const EngineCounters& counters) {
   std::lock_guard lk(mu_);
   running_[w] = running;
   kv_used_[w] = kv_pages_used;
-  preemptions_[w] = preemptions;
+  engine_counters_[w] = counters;
 }
 
 int64_t GenerationService::unfinished(int w) const {
@@ -432,7 +444,7 @@ Status GenerationService::run_worker(int w, engine::Engine& eng, runtime::KvPage
     std::lock_guard lk(mu_);
     running_[w] = eng.num_running();
     kv_used_[w] = pool.used_pages();
-    preemptions_[w] = eng.metrics().preemptions;
+    engine_counters_[w] = afd::engine_counters(eng.metrics());
     state_used_[w] = pool.num_state_slots() - pool.free_state_slots();
   };
   Status result;

@@ -109,6 +109,11 @@ struct ServiceOptions {
   std::string max_prompt_why;
   // More Prometheus text for /metrics (e.g. the AFD counters); empty: none.
   std::function<std::string()> extra_metrics;
+  // Prefix caching with several workers (each its own cache): > 0 sends a prompt of more than this many tokens to
+  // the worker its first this-many tokens name (so a chat's turns and requests sharing a system prompt meet their
+  // cached pages), unless that worker holds a quarter batch more requests than the least loaded one. 0: always the
+  // least loaded.
+  int64_t route_by_first_tokens = 0;
 };
 
 // Engines driven by other threads (AFD attention ranks): how many, and the KV pool of each.
@@ -146,6 +151,9 @@ struct GenerationRequest {
   int32_t priority = 0;                                 // engine::Request::priority
 };
 
+// What a worker's engine has counted so far (engine::EngineMetrics), as the service publishes it.
+using EngineCounters = afd::RelayEngineCounters;
+
 // Counters and gauges for /metrics.
 struct ServiceCounters {
   int64_t requests_accepted = 0, requests_rejected_queue_full = 0;
@@ -153,6 +161,8 @@ struct ServiceCounters {
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t queued = 0, running = 0;
   int64_t preemptions = 0;  // running requests preempted for KV pages (--preemption recompute)
+  // Prefix caching: tokens of the started requests, of them found in the cache, cached pages evicted.
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0;
   int64_t kv_pages_used = 0, kv_pages_total = 0, kv_bytes_per_page = 0;
   // Per-sequence state slots (a model with state; total 0 otherwise) and what they hold.
   int64_t state_slots_used = 0, state_slots_total = 0, bytes_per_state_slot = 0;
@@ -182,7 +192,7 @@ class GenerationService {
   // What remote worker `w`'s engine reported, as run_worker's listener hands it on.
   void remote_token(int64_t id, int32_t token, const engine::TokenLogprobs* logprobs) { on_token(id, token, logprobs); }
   void remote_finish(engine::RequestResult&& result) { on_finish(std::move(result)); }
-  void remote_gauges(int w, int64_t running, int64_t kv_pages_used, int64_t preemptions);
+  void remote_gauges(int w, int64_t running, int64_t kv_pages_used, const EngineCounters& counters);
   // Requests of worker `w` that have not ended (queued or running).
   int64_t unfinished(int w) const;
   // Fails the service from outside (e.g. the job around the workers failed): as a worker's failure.
@@ -254,7 +264,8 @@ class GenerationService {
   std::vector<std::vector<int64_t>> cancels_;          // per worker
   std::vector<int64_t> load_;                          // per worker: unfinished requests
   std::vector<int64_t> running_, kv_used_;             // per worker, as last published
-  std::vector<int64_t> preemptions_;                   // per worker: its engine's preemptions, as last published
+  // Per worker: its engine's counters (preemptions, prefix cache), as last published.
+  std::vector<EngineCounters> engine_counters_;
   std::vector<uint64_t> remote_epoch_;                 // per remote worker: the abort_epoch_ take_remote_work last saw
   std::unordered_map<int64_t, Entry> entries_;         // every accepted, unfinished request
   std::vector<std::weak_ptr<RequestStream>> streams_;  // handed out (wait_streams_released)

@@ -289,5 +289,108 @@ TEST(KvPagePool, state_regions_per_layer) {
   EXPECT_EQ(KvPagePool::create(g, 1, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
+
+namespace prefix {
+std::vector<int32_t> tokens(int64_t n, int32_t salt) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + salt) % 1000);
+  return t;
+}
+void publish(KvPagePool& pool, SeqId id, const std::vector<int32_t>& t) {
+  pool.cache_full_pages(id, [&](int64_t i) { return t[static_cast<size_t>(i)]; });
+}
+std::vector<int32_t> pages(const KvPagePool& pool, SeqId id) {
+  return {pool.block_table(id).begin(), pool.block_table(id).end()};
+}
+}  // namespace prefix
+
+// Prefix cache: full pages published by one sequence are found by the next one with the same leading tokens (whole
+// pages only, up to the asked limit), shared (reference-counted), kept after release as free-but-cached pages, and
+// evicted least recently released first, the last pages of a sequence before the pages they follow.
+TEST(KvPagePool, prefix_cache_shares_full_pages_and_evicts_least_recently_released) {
+  auto pool = KvPagePool::create(geometry(), 6).value();
+  EXPECT_TRUE(pool.lookup_prefix(prefix::tokens(300, 1), 9).empty());  // off: nothing
+  pool.enable_prefix_cache(7);
+  const std::vector<int32_t> a = prefix::tokens(300, 1);  // pages 0, 1 full; 44 tokens in page 2
+  ASSERT_TRUE(pool.admit(1, 300).ok());
+  EXPECT_TRUE(pool.lookup_prefix(a, 9).empty());  // nothing published yet
+  prefix::publish(pool, 1, a);
+  EXPECT_EQ(pool.cached_pages(), 2);
+  EXPECT_EQ(pool.lookup_prefix(a, 9), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(pool.lookup_prefix(a, 1), (std::vector<int32_t>{0}));
+  std::vector<int32_t> b = a;
+  b[200] = 999;  // differs in the second page
+  EXPECT_EQ(pool.lookup_prefix(b, 9), (std::vector<int32_t>{0}));
+  EXPECT_TRUE(pool.lookup_prefix(std::vector<int32_t>(a.begin(), a.begin() + 127), 9).empty());  // no whole page
+
+  // A second sequence on the cached pages: shared, so only its own page is taken.
+  const std::vector<int32_t> hit = pool.lookup_prefix(a, 2);
+  EXPECT_TRUE(pool.can_admit(260, 0, hit));
+  ASSERT_TRUE(pool.admit(2, 260, 0, hit).ok());
+  EXPECT_EQ(prefix::pages(pool, 2), (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(pool.free_pages(), 2);
+  ASSERT_TRUE(pool.release(1).ok());  // pages 0 and 1 still held by 2; page 2 free
+  EXPECT_EQ(pool.free_pages(), 3);
+  ASSERT_TRUE(pool.release(2).ok());  // 0 and 1 cached and free; 3 free
+  EXPECT_EQ(pool.free_pages(), 6);
+  EXPECT_EQ(pool.used_pages(), 0);
+  EXPECT_EQ(pool.cached_pages(), 2);
+  EXPECT_EQ(pool.lookup_prefix(a, 9), (std::vector<int32_t>{0, 1}));
+
+  // Uncached pages go first; then the cached ones, page 1 (the last of its sequence) before page 0.
+  ASSERT_TRUE(pool.admit(3, 4 * 128).ok());
+  EXPECT_EQ(pool.evictions(), 0);
+  EXPECT_EQ(pool.lookup_prefix(a, 9), (std::vector<int32_t>{0, 1}));
+  ASSERT_TRUE(pool.admit(4, 1).ok());
+  EXPECT_EQ(pool.evictions(), 1);
+  EXPECT_EQ(prefix::pages(pool, 4), (std::vector<int32_t>{1}));
+  EXPECT_EQ(pool.lookup_prefix(a, 9), (std::vector<int32_t>{0}));
+  EXPECT_EQ(pool.cached_pages(), 1);
+  EXPECT_EQ(pool.free_pages(), 1);
+
+  // A sequence that starts on a cached page nobody holds takes it out of the free pages; all or nothing.
+  ASSERT_TRUE(pool.release(4).ok());  // page 1 (not cached any more) free again
+  const std::vector<int32_t> hit0 = pool.lookup_prefix(a, 9);
+  EXPECT_FALSE(pool.can_admit(3 * 128, 0, hit0));  // 3 pages: page 0 + 2 of the 1 left
+  const Status full = pool.admit(5, 3 * 128, 0, hit0);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full.to_string();
+  EXPECT_EQ(pool.free_pages(), 2);
+  EXPECT_EQ(pool.cached_pages(), 1);
+  ASSERT_TRUE(pool.admit(5, 2 * 128, 0, hit0).ok());
+  EXPECT_EQ(prefix::pages(pool, 5), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(pool.free_pages(), 0);
+}
+
+// A page follows the page it was cached after: once that one is evicted (and reused for other tokens), the page is
+// no longer found, and a sequence publishing the same contents again takes its name.
+TEST(KvPagePool, prefix_cache_forgets_a_page_whose_prefix_was_evicted) {
+  auto pool = KvPagePool::create(geometry(), 3).value();
+  pool.enable_prefix_cache(0);
+  const std::vector<int32_t> a = prefix::tokens(256, 3);
+  ASSERT_TRUE(pool.admit(1, 256).ok());  // pages 0, 1
+  prefix::publish(pool, 1, a);
+  ASSERT_TRUE(pool.release(1).ok());  // LRU: page 1, then page 0
+  ASSERT_TRUE(pool.admit(2, 128).ok());  // page 2 (free)
+  ASSERT_TRUE(pool.admit(3, 128).ok());  // evicts page 1
+  ASSERT_TRUE(pool.release(3).ok());
+  EXPECT_EQ(pool.lookup_prefix(a, 9), (std::vector<int32_t>{0}));
+  // Page 0 evicted too: a's second page, were it cached again, must not follow some other page 0.
+  ASSERT_TRUE(pool.admit(4, 2 * 128).ok());  // pages 1, 0 (page 0 evicted)
+  EXPECT_EQ(pool.evictions(), 2);
+  EXPECT_TRUE(pool.lookup_prefix(a, 9).empty());
+  ASSERT_TRUE(pool.release(4).ok());
+  ASSERT_TRUE(pool.release(2).ok());
+  ASSERT_TRUE(pool.admit(5, 256).ok());
+  prefix::publish(pool, 5, a);
+  EXPECT_EQ(pool.lookup_prefix(a, 9), prefix::pages(pool, 5));
+  // Admitting with a prefix is refused without the cache, and beyond the sequence's tokens.
+  auto off = KvPagePool::create(geometry(), 3).value();
+  EXPECT_EQ(off.admit(1, 200, 0, std::vector<int32_t>{0}).message(),
+            "kv page pool: sequence 1 starts on 1 cached pages but the prefix cache is off");
+  ASSERT_TRUE(pool.release(5).ok());
+  EXPECT_EQ(pool.admit(6, 100, 0, pool.lookup_prefix(a, 9)).message(),
+            "kv page pool: sequence 6 starts on 2 cached pages but has only 100 tokens");
+}
+
 }  // namespace
 }  // namespace genbridge::runtime
