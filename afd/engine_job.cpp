@@ -28,6 +28,7 @@ void merge_metrics(const engine::EngineMetrics& m, engine::EngineMetrics& into) 
   into.prefix_cache_queries += m.prefix_cache_queries;
   into.prefix_cache_hits += m.prefix_cache_hits;
   into.prefix_cache_evictions += m.prefix_cache_evictions;
+  into.prefix_cache_pages += m.prefix_cache_pages;
 }
 
 // Byte serialisation of one attention rank's results and metrics for Connector::gather.
@@ -63,6 +64,7 @@ std::string serialize_rank(const std::vector<size_t>& indices, const std::vector
   w.put(m.prefix_cache_queries);
   w.put(m.prefix_cache_hits);
   w.put(m.prefix_cache_evictions);
+  w.put(m.prefix_cache_pages);
   return w.take();
 }
 
@@ -110,6 +112,7 @@ Result<engine::EngineMetrics> deserialize_rank(std::string_view blob, std::vecto
   rd.get(&m.prefix_cache_queries);
   rd.get(&m.prefix_cache_hits);
   rd.get(&m.prefix_cache_evictions);
+  rd.get(&m.prefix_cache_pages);
   if (!rd.ok()) return internal_error("afd: a gathered engine result is truncated");
   if (!rd.done()) return internal_error("afd: a gathered engine result has trailing bytes");
   return m;

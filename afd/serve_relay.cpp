@@ -121,6 +121,7 @@ std::string encode_relay_up(const RelayUp& u) {
   w.put(u.counters.prefix_cache_queries);
   w.put(u.counters.prefix_cache_hits);
   w.put(u.counters.prefix_cache_evictions);
+  w.put(u.counters.prefix_cache_pages);
   w.put<uint64_t>(u.tokens.size());
   for (const RelayToken& t : u.tokens) {
     w.put(t.id);
@@ -150,6 +151,7 @@ Result<RelayUp> decode_relay_up(std::string_view bytes) {
   u.counters.prefix_cache_queries = r.get<int64_t>();
   u.counters.prefix_cache_hits = r.get<int64_t>();
   u.counters.prefix_cache_evictions = r.get<int64_t>();
+  u.counters.prefix_cache_pages = r.get<int64_t>();
   const uint64_t nt = r.get<uint64_t>();
   if (nt > r.remaining()) return malformed("up", "more tokens than bytes");
   u.tokens.resize(nt);

@@ -62,12 +62,14 @@ struct RelayFinish {
 // An engine's counters a relayed rank reports (engine::EngineMetrics's).
 struct RelayEngineCounters {
   int64_t preemptions = 0, prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0;
+  int64_t prefix_cache_pages = 0;
 };
 inline RelayEngineCounters engine_counters(const engine::EngineMetrics& m) {
   return {.preemptions = m.preemptions,
           .prefix_cache_queries = m.prefix_cache_queries,
           .prefix_cache_hits = m.prefix_cache_hits,
-          .prefix_cache_evictions = m.prefix_cache_evictions};
+          .prefix_cache_evictions = m.prefix_cache_evictions,
+          .prefix_cache_pages = m.prefix_cache_pages};
 }
 
 // Attention rank a -> attention rank 0. Per request, its tokens come before its finish.

@@ -46,7 +46,8 @@ struct RunOptions {
   int max_batch = 32;
   int64_t max_num_batched_tokens = 0;  // chunked prefill's token budget per step; 0: none
   std::string preemption = "off";      // off | recompute (engine::Preemption)
-  bool enable_prefix_caching = false;  // engine::EngineOptions::prefix_caching
+  // engine::EngineOptions::prefix_caching; on by default (vLLM's), off where the engine cannot cache.
+  bool enable_prefix_caching = true;
   int64_t kv_memory_mb = 0;  // 0: enough for every request
   std::string kv_cache_dtype = "auto";
   std::string weight_quant = "none";  // none | auto | w8a8 | mxfp8 | mxfp4

@@ -60,11 +60,12 @@ void add_engine_flags(CLI::App* run, genbridge::tools::RunOptions& ro) {
                   "reserved when it starts, so it never runs out. recompute (vLLM's mode): only the pages it fills,\n"
                   "a page at a time; when none is free the latest-arrived running request is preempted (its pages\n"
                   "freed) and resumed before new requests by feeding its tokens again. Same tokens either way");
-  run->add_flag("--enable-prefix-caching", ro.enable_prefix_caching,
+  run->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", ro.enable_prefix_caching,
                 "Keep every full KV page (128 tokens) until the pool needs it, named by its tokens and all\n"
                 "before them, and start a request on the cached pages of its longest prefix (vLLM's automatic\n"
-                "prefix caching). Same tokens either way. Not for models with per-sequence state (Qwen3.5,\n"
-                "DeepSeek-V4: refused) nor with --dump-choices (refused)");
+                "prefix caching). Same tokens either way. On by default; off for models with per-sequence state\n"
+                "(Qwen3.5, DeepSeek-V4) and with --dump-choices, where asking for it is refused.\n"
+                "Default: on (--no-enable-prefix-caching turns it off)");
   add_int64_flag(run, "--kv-memory-mb", &ro.kv_memory_mb, 0, (int64_t{1} << 43) - 1,
                  "KV cache pool size in MiB (per attention rank with --afd); 0 = room for every request at\n"
                  "once (serve: --max-batch whole contexts, at most half of this machine's memory in all).\n"

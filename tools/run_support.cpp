@@ -108,7 +108,7 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
       }
     }
   }
-  if (o.enable_prefix_caching && !o.dump_choices.empty()) {
+  if (o.enable_prefix_caching && given("--enable-prefix-caching") && !o.dump_choices.empty()) {
     return invalid_argument(
         "--enable-prefix-caching and --dump-choices: a cached prefix's routing is not computed again, so the dump "
         "would miss it; drop one of them");
@@ -178,7 +178,9 @@ Status check_run_flags(const RunOptions& o, RunMode mode) {
 }
 
 Status check_engine_flags_against_model(const RunOptions& o, const model::ModelConfig& cfg) {
-  if (o.enable_prefix_caching && (cfg.is_qwen35() || cfg.is_deepseek_v4())) {
+  // Asked for (it is on by default, and then simply off where it cannot be).
+  if (o.enable_prefix_caching && o.given.count("--enable-prefix-caching") > 0 &&
+      (cfg.is_qwen35() || cfg.is_deepseek_v4())) {
     return invalid_argument(fmt::format(
         "--enable-prefix-caching: {} keeps per-sequence state ({}) that a cached KV page does not hold; drop the flag",
         cfg.is_qwen35() ? "this Qwen3.5 model" : "this DeepSeek-V4 model",
@@ -528,9 +530,10 @@ void print_metrics(const engine::EngineMetrics& m, const runtime::DeviceOperator
              num_requests - m.requests_refused - m.requests_failed, m.requests_refused, m.requests_failed);
   fmt::print("{:<34} {} ({} tokens fed again)\n", "preemptions", m.preemptions, m.recomputed_tokens);
   if (m.prefix_cache_queries > 0) {
-    fmt::print("{:<34} {} of {} tokens ({:.1f}%), {} pages evicted\n", "prefix cache hits", m.prefix_cache_hits,
-               m.prefix_cache_queries, 100.0 * static_cast<double>(m.prefix_cache_hits) / m.prefix_cache_queries,
-               m.prefix_cache_evictions);
+    fmt::print("{:<34} {} of {} tokens ({:.1f}%), {} pages evicted, {} cached at the end\n", "prefix cache hits",
+               m.prefix_cache_hits, m.prefix_cache_queries,
+               100.0 * static_cast<double>(m.prefix_cache_hits) / static_cast<double>(m.prefix_cache_queries),
+               m.prefix_cache_evictions, m.prefix_cache_pages);
   }
 }
 

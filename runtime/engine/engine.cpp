@@ -380,6 +380,7 @@ void Engine::cache_pages(std::span<Active* const> batch) {
   if (!prefix_caching_) return;
   for (Active* a : batch) pool_.cache_full_pages(a->request.id, [a](int64_t i) { return a->token_at(i); });
   metrics_.prefix_cache_evictions = pool_.evictions();
+  metrics_.prefix_cache_pages = pool_.cached_pages();
 }
 
 void Engine::preempt_newest() {

@@ -29,6 +29,7 @@ struct EngineMetrics {
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
   int64_t prefix_cache_evictions = 0;
+  int64_t prefix_cache_pages = 0;  // pages cached after the last forward (held by requests or not)
 };
 
 }  // namespace genbridge::engine

@@ -74,7 +74,7 @@ TEST(ServeRelay, down_and_up_messages_round_trip) {
             .finishes = {{.id = 3, .reason = engine::FinishReason::kError, .message = "non-finite logits"}},
             .running = 1,
             .kv_pages_used = 6,
-            .counters = {.preemptions = 2, .prefix_cache_queries = 300, .prefix_cache_hits = 256, .prefix_cache_evictions = 1}};
+            .counters = {.preemptions = 2, .prefix_cache_queries = 300, .prefix_cache_hits = 256, .prefix_cache_evictions = 1, .prefix_cache_pages = 5}};
   Result<RelayUp> u2 = decode_relay_up(encode_relay_up(u));
   ASSERT_TRUE(u2.ok()) << u2.status().to_string();
   ASSERT_EQ(u2->tokens.size(), 2u);
@@ -94,6 +94,7 @@ TEST(ServeRelay, down_and_up_messages_round_trip) {
   EXPECT_EQ(u2->counters.prefix_cache_queries, 300);
   EXPECT_EQ(u2->counters.prefix_cache_hits, 256);
   EXPECT_EQ(u2->counters.prefix_cache_evictions, 1);
+  EXPECT_EQ(u2->counters.prefix_cache_pages, 5);
 }
 
 TEST(ServeRelay, malformed_messages_name_what_is_wrong) {

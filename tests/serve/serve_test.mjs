@@ -1729,7 +1729,8 @@ const cases = {
   // tokens identical to genbridge run's and to the same prompt served alone; KV usage back to zero.
   // --prompt-len L: every prompt L tokens (default 4-16); the server's other flags come from --serve-args (e.g.
   // "--max-num-batched-tokens 64"). --min-preemptions N: /metrics must count at least N preemptions (under both
-  // names), e.g. with "--preemption recompute" and a small --kv-memory-mb.
+  // names), e.g. with "--preemption recompute" and a small --kv-memory-mb. --request-timeout-s S: each request's
+  // bound (default 90).
   async load() {
     const C = Number(args.clients ?? 64), R = Number(args.rounds ?? 3), N = Number(args["max-tokens"] ?? 16);
     const L = args["prompt-len"] === undefined ? 0 : Number(args["prompt-len"]);
@@ -1740,7 +1741,8 @@ const cases = {
     const one = async (p) => {
       const t0 = performance.now();
       const res = await fetch(s.base + "/v1/completions", {
-        method: "POST", headers: { "content-type": "application/json" }, signal: AbortSignal.timeout(90000),
+        method: "POST", headers: { "content-type": "application/json" },
+        signal: AbortSignal.timeout(1000 * Number(args["request-timeout-s"] ?? 90)),
         body: JSON.stringify({ model: NAME, prompt: p, max_tokens: N, temperature: 0, stream: true, return_token_ids: true,
                               ignore_eos: true, stream_options: { include_usage: true } }) });
       const reader = res.body.getReader();
@@ -1840,9 +1842,9 @@ const cases = {
       }
     }));
     const wall = (performance.now() - t0) / 1000;
+    const m = await metrics(s);  // before the reference run: an idle keep-alive connection may be closed meanwhile
     const want = runCli(last.map((x) => x.prompt), N);
     for (let c = 0; c < C; ++c) eq(last[c].ids, want[c].ids, `client ${c}: the last turn's tokens are genbridge run's`);
-    const m = await metrics(s);
     const q = m.genbridge_prefix_cache_queries_total, h = m.genbridge_prefix_cache_hits_total;
     eq([m[`vllm:prefix_cache_queries_total{model_name="${NAME}"}`], m[`vllm:prefix_cache_hits_total{model_name="${NAME}"}`]], [q, h],
        "vLLM's prefix cache counters count what genbridge's do");
@@ -1851,7 +1853,7 @@ const cases = {
     console.log(`multiturn: ${C} clients x ${T} turns (+${U} tokens a turn, ${N} new): ${wall.toFixed(2)} s, ` +
                 `${(C * T * N / wall).toFixed(1)} tokens/s; TTFT p50 per turn (ms): ${ttft.map((a) => med(a).toFixed(0)).join(" ")}; ` +
                 `prompt of the last turn ${last[0].prompt.length} tokens; prefix cache hits ${h} of ${q} tokens, ` +
-                `${m.genbridge_prefix_cache_evictions_total} pages evicted`);
+                `${m.genbridge_prefix_cache_evictions_total} pages evicted, ${m.genbridge_prefix_cache_pages} cached`);
     await stopServer(s);
   },
   // JSON nested ~60,000 levels deep (the whole body, the prompt, a message field, tools, chat_template_kwargs)

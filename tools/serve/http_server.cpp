@@ -729,6 +729,8 @@ std::string HttpServer::metrics_text() const {
           c.prefix_cache_hits);
   counter("genbridge_prefix_cache_evictions_total", "Prefix caching: cached KV pages evicted for new ones.", "",
           c.prefix_cache_evictions);
+  gauge("genbridge_prefix_cache_pages", "Prefix caching: KV pages cached (held by requests or free to evict).",
+        static_cast<double>(c.prefix_cache_pages));
   gauge("genbridge_queue_depth", "Accepted requests waiting to start.", static_cast<double>(c.queued));
   gauge("genbridge_running_requests", "Requests being decoded.", static_cast<double>(c.running));
   gauge("genbridge_kv_pages_used", "KV cache pages in use.", static_cast<double>(c.kv_pages_used));

@@ -268,6 +268,7 @@ ServiceCounters GenerationService::counters() const {
     c.prefix_cache_queries += e.prefix_cache_queries;
     c.prefix_cache_hits += e.prefix_cache_hits;
     c.prefix_cache_evictions += e.prefix_cache_evictions;
+    c.prefix_cache_pages += e.prefix_cache_pages;
     c.state_slots_used += state_used_[w];
   }
   return c;
