@@ -261,8 +261,8 @@ CLI::App* add_serve_command(CLI::App* app, genbridge::tools::ServeOptions& so) {
                   "none");
   add_choice_flag(srv, "--scheduling-policy", &so.run.scheduling_policy, {"fcfs", "priority"},
                   "The order in which waiting requests start: fcfs (arrival; a request's 'priority' must be 0) or\n"
-                  "priority (the request's 'priority' field, lowest first, then arrival; as vLLM's). Running\n"
-                  "requests are not preempted");
+                  "priority (the request's 'priority' field, lowest first, then arrival; as vLLM's). A running\n"
+                  "request is preempted only for want of KV pages (--preemption recompute: the highest value first)");
   add_choice_flag(srv, "--reasoning-parser", &so.reasoning_parser, {"qwen3", "deepseek_r1"},
                   "Split a thinking model's chat replies into reasoning_content (<think>...</think>) and content");
   add_string_list_flag(srv, "--api-key", &so.api_keys,
