@@ -63,6 +63,14 @@ struct RelayFinish {
 struct RelayEngineCounters {
   int64_t preemptions = 0, prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0;
   int64_t prefix_cache_pages = 0;
+  RelayEngineCounters& operator+=(const RelayEngineCounters& o) {
+    preemptions += o.preemptions;
+    prefix_cache_queries += o.prefix_cache_queries;
+    prefix_cache_hits += o.prefix_cache_hits;
+    prefix_cache_evictions += o.prefix_cache_evictions;
+    prefix_cache_pages += o.prefix_cache_pages;
+    return *this;
+  }
 };
 inline RelayEngineCounters engine_counters(const engine::EngineMetrics& m) {
   return {.preemptions = m.preemptions,

@@ -383,9 +383,12 @@ void Engine::cache_pages(std::span<Active* const> batch) {
   metrics_.prefix_cache_pages = pool_.cached_pages();
 }
 
+std::vector<std::unique_ptr<Engine::Active>>::reverse_iterator Engine::newest_running() {
+  return std::find_if(running_.rbegin(), running_.rend(), [](const std::unique_ptr<Active>& r) { return !r->done; });
+}
+
 void Engine::preempt_newest() {
-  const auto it =
-      std::find_if(running_.rbegin(), running_.rend(), [](const std::unique_ptr<Active>& r) { return !r->done; });
+  const auto it = newest_running();
   if (it == running_.rend()) return;
   Active& v = **it;
   pool_.release(v.request.id).ignore();
@@ -401,8 +404,7 @@ void Engine::preempt_newest() {
 bool Engine::make_room(Active& a, int64_t n) {
   if (options_.preemption == Preemption::kOff) return true;  // the reservation holds every token
   while (pool_.growth_room(a.request.id) < n) {
-    const auto newest =
-        std::find_if(running_.rbegin(), running_.rend(), [](const std::unique_ptr<Active>& r) { return !r->done; });
+    const auto newest = newest_running();
     const bool self = newest != running_.rend() && newest->get() == &a;
     preempt_newest();
     if (self) return false;
@@ -416,8 +418,14 @@ Result<Engine::Piece> Engine::admit_front(int64_t budget) {
   const int64_t reserve_tokens = reserve ? a.kv_tokens_needed : 0;
   std::vector<int32_t> hit;  // cached pages of its longest prefix, leaving its last token to feed
   if (prefix_caching_) {
-    std::vector<int32_t> tokens(static_cast<size_t>(a.known()));
-    for (int64_t i = 0; i < a.known(); ++i) tokens[static_cast<size_t>(i)] = a.token_at(i);
+    // Its known tokens: the prompt, joined with the generated ones only for a request resumed after a preemption.
+    std::span<const int32_t> tokens = a.request.prompt;
+    std::vector<int32_t> joined;
+    if (!a.result.tokens.empty()) {
+      joined = a.request.prompt;
+      joined.insert(joined.end(), a.result.tokens.begin(), a.result.tokens.end());
+      tokens = joined;
+    }
     hit = pool_.lookup_prefix(tokens, (a.known() - 1) / pool_.geometry().page_size);
   }
   if (!pool_.can_admit(a.known(), reserve_tokens, hit)) return Piece{&a, 0};
@@ -594,7 +602,7 @@ Status Engine::chunked_step() {
     cache_pages(batch);
     GB_RETURN_IF_ERROR(take_results(batch, &sample));
   } else if (!running_.empty() && !reserved) {
-    // Every running request waits for pages that only a preemption frees: the newest gives them back.
+    // Every running request waits for pages that only a preemption frees: the latest gives them back.
     preempt_newest();
   }
   std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->done; });

@@ -209,6 +209,8 @@ class Engine {
   // Preemption::kRecompute: makes room in the pool for a to grow by `n` tokens by preempting the latest running
   // requests (preempt_newest); false when a itself was preempted (it was the latest).
   bool make_room(Active& a, int64_t n);
+  // The last running request not done (rend() when none).
+  std::vector<std::unique_ptr<Active>>::reverse_iterator newest_running();
   // Frees the pages of the last running request not done (the latest in the policy's order: the latest arrival, or
   // under kPriority the latest of the highest priority value) and puts it at the front of the waiting queue.
   void preempt_newest();

@@ -140,12 +140,16 @@ KvPagePool::KvPagePool(KvPagePool&&) noexcept = default;
 KvPagePool& KvPagePool::operator=(KvPagePool&&) noexcept = default;
 KvPagePool::~KvPagePool() = default;
 
-bool KvPagePool::can_admit(int64_t num_tokens, int64_t reserve_tokens, std::span<const int32_t> prefix) const {
-  // Prefix pages another sequence holds need no free page; the others are free (cached) pages it takes.
+int64_t KvPagePool::held_pages(std::span<const int32_t> prefix) const {
   int64_t held = 0;
   for (int32_t p : prefix) held += info_[static_cast<size_t>(p)].refs > 0 ? 1 : 0;
+  return held;
+}
+
+bool KvPagePool::can_admit(int64_t num_tokens, int64_t reserve_tokens, std::span<const int32_t> prefix) const {
+  // Prefix pages another sequence holds need no free page; the others are free (cached) pages it takes.
   return num_tokens >= 0 && reserve_tokens >= 0 &&
-         pages_for(std::max(num_tokens, reserve_tokens)) - held <= free_pages() &&
+         pages_for(std::max(num_tokens, reserve_tokens)) - held_pages(prefix) <= free_pages() &&
          (!has_state() || free_state_slots() > 0);
 }
 
@@ -256,6 +260,7 @@ void KvPagePool::cache_full_pages(SeqId id, const std::function<int32_t(int64_t)
   if (sit == seqs_.end()) return;
   Seq& s = sit->second;
   const int64_t ps = geometry_.page_size;
+  if ((static_cast<int64_t>(s.keys.size()) + 1) * ps > s.length) return;  // no page filled since (most calls)
   std::vector<int32_t> t(static_cast<size_t>(ps));
   while ((static_cast<int64_t>(s.keys.size()) + 1) * ps <= s.length) {
     const size_t j = s.keys.size();
@@ -306,10 +311,8 @@ Status KvPagePool::admit(SeqId id, int64_t num_tokens, int64_t reserve_tokens, s
   }
   if (!can_admit(num_tokens, reserve_tokens, prefix)) {
     // take_pages names what is missing (the prefix pages nobody holds count as taken).
-    int64_t held = 0;
-    for (int32_t p : prefix) held += info_[static_cast<size_t>(p)].refs > 0 ? 1 : 0;
     std::vector<int32_t> none;
-    return take_pages(pages_for(tokens) - held, none, fmt::format("sequence {} ({} tokens)", id, tokens));
+    return take_pages(pages_for(tokens) - held_pages(prefix), none, fmt::format("sequence {} ({} tokens)", id, tokens));
   }
   for (int32_t p : prefix) {  // shared from now on
     PageInfo& pi = info_[static_cast<size_t>(p)];

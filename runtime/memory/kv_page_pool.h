@@ -228,6 +228,8 @@ class KvPagePool {
   uint64_t page_key(uint64_t parent_key, std::span<const int32_t> tokens) const;
   // Whether cached page p still follows `parent` (-1: none) as when it was cached.
   bool follows(int32_t p, int32_t parent) const;
+  // Pages of `prefix` that a sequence holds (the others are cached pages counted as free).
+  int64_t held_pages(std::span<const int32_t> prefix) const;
   // Takes p out of the cache (its children stop matching); to free_ when nobody holds it.
   void uncache(int32_t p);
 

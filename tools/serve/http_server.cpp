@@ -722,15 +722,16 @@ std::string HttpServer::metrics_text() const {
   counter("genbridge_preemptions_total",
           "Running requests preempted for KV pages (--preemption recompute); each is resumed by feeding its tokens "
           "again.",
-          "", c.preemptions);
+          "", c.engine.preemptions);
   counter("genbridge_prefix_cache_queries_total",
-          "Prefix caching: tokens of the requests started (a resumed request counts again).", "", c.prefix_cache_queries);
+          "Prefix caching: tokens of the requests started (a resumed request counts again).", "",
+          c.engine.prefix_cache_queries);
   counter("genbridge_prefix_cache_hits_total", "Prefix caching: of those tokens, the ones found in the cache.", "",
-          c.prefix_cache_hits);
+          c.engine.prefix_cache_hits);
   counter("genbridge_prefix_cache_evictions_total", "Prefix caching: cached KV pages evicted for new ones.", "",
-          c.prefix_cache_evictions);
+          c.engine.prefix_cache_evictions);
   gauge("genbridge_prefix_cache_pages", "Prefix caching: KV pages cached (held by requests or free to evict).",
-        static_cast<double>(c.prefix_cache_pages));
+        static_cast<double>(c.engine.prefix_cache_pages));
   gauge("genbridge_queue_depth", "Accepted requests waiting to start.", static_cast<double>(c.queued));
   gauge("genbridge_running_requests", "Requests being decoded.", static_cast<double>(c.running));
   gauge("genbridge_kv_pages_used", "KV cache pages in use.", static_cast<double>(c.kv_pages_used));
@@ -769,11 +770,11 @@ std::string HttpServer::metrics_text() const {
              c.kv_pages_total > 0 ? static_cast<double>(c.kv_pages_used) / static_cast<double>(c.kv_pages_total) : 0.0);
   vllm_counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens);
   vllm_counter("vllm:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens);
-  vllm_counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", c.preemptions);
+  vllm_counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", c.engine.preemptions);
   vllm_counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.",
-               c.prefix_cache_queries);
+               c.engine.prefix_cache_queries);
   vllm_counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
-               c.prefix_cache_hits);
+               c.engine.prefix_cache_hits);
   o += service_.ttft().prometheus("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                                   label);
   o += service_.tpot().prometheus("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",

@@ -263,12 +263,7 @@ ServiceCounters GenerationService::counters() const {
   for (int w = 0; w < workers_; ++w) {
     c.running += running_[w];
     c.kv_pages_used += kv_used_[w];
-    const EngineCounters& e = engine_counters_[w];
-    c.preemptions += e.preemptions;
-    c.prefix_cache_queries += e.prefix_cache_queries;
-    c.prefix_cache_hits += e.prefix_cache_hits;
-    c.prefix_cache_evictions += e.prefix_cache_evictions;
-    c.prefix_cache_pages += e.prefix_cache_pages;
+    c.engine += engine_counters_[w];
     c.state_slots_used += state_used_[w];
   }
   return c;

@@ -160,9 +160,9 @@ struct ServiceCounters {
   int64_t finished_stop = 0, finished_length = 0, finished_cancelled = 0, finished_error = 0, finished_refused = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t queued = 0, running = 0;
-  int64_t preemptions = 0;  // running requests preempted for KV pages (--preemption recompute)
-  // Prefix caching: tokens of the started requests, of them found in the cache, cached pages evicted.
-  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0, prefix_cache_pages = 0;
+  // Every worker's engine counters, summed: preemptions (--preemption recompute) and the prefix cache's tokens of
+  // started requests, of them found in the cache, pages evicted and pages cached.
+  EngineCounters engine;
   int64_t kv_pages_used = 0, kv_pages_total = 0, kv_bytes_per_page = 0;
   // Per-sequence state slots (a model with state; total 0 otherwise) and what they hold.
   int64_t state_slots_used = 0, state_slots_total = 0, bytes_per_state_slot = 0;

@@ -36,12 +36,7 @@ TEST_P(ChunkedPrefill, tokens_and_logits_equal_whole_prompt_prefill) {
   chunked.max_num_batched_tokens = k.budget;
   const std::vector<RequestResult> want = harness::run_engine(whole, requests(vocab));
   const std::vector<RequestResult> got = harness::run_engine(chunked, requests(vocab));
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t r = 0; r < want.size(); ++r) {
-    EXPECT_EQ(got[r].reason, want[r].reason) << "request " << r << ": " << got[r].message;
-    EXPECT_EQ(got[r].tokens, want[r].tokens) << "request " << r;
-    EXPECT_EQ(got[r].logits, want[r].logits) << "request " << r;
-  }
+  harness::expect_same_results(got, want);
 }
 
 std::vector<Case> cases() {

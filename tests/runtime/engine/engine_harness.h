@@ -119,6 +119,17 @@ inline std::vector<RequestResult> run_engine(const RunConfig& rc, std::vector<Re
   return run_engine_on(checkpoint(rc.preset), rc, std::move(reqs), trace);
 }
 
+// `got` ends every request as `want` does, with the same tokens and the same recorded logits, bit for bit.
+inline void expect_same_results(const std::vector<RequestResult>& got, const std::vector<RequestResult>& want,
+                                const std::string& what = "") {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t r = 0; r < want.size(); ++r) {
+    EXPECT_EQ(got[r].reason, want[r].reason) << what << "request " << r << ": " << got[r].message;
+    EXPECT_EQ(got[r].tokens, want[r].tokens) << what << "request " << r;
+    EXPECT_EQ(got[r].logits, want[r].logits) << what << "request " << r;
+  }
+}
+
 // Relative L2 error of one logits row against the reference.
 inline double rel_l2(std::span<const float> got, std::span<const double> want) {
   double num = 0, den = 0;

@@ -65,13 +65,9 @@ TEST_P(Preempt, tokens_logits_and_choices_equal_a_pool_that_holds_every_request)
   EXPECT_GT(trace.metrics.preemptions, 0);
   EXPECT_GT(trace.metrics.recomputed_tokens, 0);
   EXPECT_LE(trace.max_pages_in_use, 5);
+  harness::expect_same_results(got, want);
   ASSERT_EQ(got.size(), want.size());
-  for (size_t r = 0; r < want.size(); ++r) {
-    EXPECT_EQ(got[r].reason, want[r].reason) << "request " << r << ": " << got[r].message;
-    EXPECT_EQ(got[r].tokens, want[r].tokens) << "request " << r;
-    EXPECT_EQ(got[r].logits, want[r].logits) << "request " << r;
-    expect_same_choices(got[r].choices, want[r].choices, r);
-  }
+  for (size_t r = 0; r < want.size(); ++r) expect_same_choices(got[r].choices, want[r].choices, r);
 }
 
 std::vector<Case> cases() {

@@ -93,12 +93,7 @@ Outcome run_turns(const Options& o) {
 void expect_same(const Outcome& got, const Outcome& want) {
   ASSERT_EQ(got.turns.size(), want.turns.size());
   for (size_t t = 0; t < want.turns.size(); ++t) {
-    ASSERT_EQ(got.turns[t].size(), want.turns[t].size());
-    for (size_t r = 0; r < want.turns[t].size(); ++r) {
-      EXPECT_EQ(got.turns[t][r].reason, want.turns[t][r].reason) << "turn " << t << " request " << r;
-      EXPECT_EQ(got.turns[t][r].tokens, want.turns[t][r].tokens) << "turn " << t << " request " << r;
-      EXPECT_EQ(got.turns[t][r].logits, want.turns[t][r].logits) << "turn " << t << " request " << r;
-    }
+    harness::expect_same_results(got.turns[t], want.turns[t], "turn " + std::to_string(t) + ", ");
   }
 }
 
