@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #include "genbridge/core/formats.h"
+#include "genbridge/core/threading.h"
 #include "genbridge/ops/activation/sigmoid_mul.h"
 #include "genbridge/ops/attention/rope.h"
 #include "genbridge/ops/linear/linear.h"
@@ -81,8 +83,9 @@ TensorView i32_view(std::vector<int32_t>& v, std::initializer_list<int64_t> shap
 ops::ExpertWeights as_expert(const MlpWeights& m) { return {m.gate_proj, m.up_proj, m.down_proj}; }
 
 // A projection: quant_linear with the layer's quantized weight when there is one, else linear (bf16).
-Status project(const TensorView& x, const TensorView& w, const ops::QuantWeight* q, const TensorView& y) {
-  return q ? ops::quant_linear(x, *q, y) : ops::linear(x, w, y);
+Status project(const TensorView& x, const TensorView& w, const ops::QuantWeight* q, const TensorView& y,
+               const ops::PackedWeights* packed = nullptr) {
+  return q ? ops::quant_linear(x, *q, y) : ops::linear(x, w, y, nullptr, packed);
 }
 
 Status with_context(Status s, const char* what, int64_t layer) {
@@ -161,6 +164,22 @@ float model_swiglu_limit(const ModelConfig& c) {
   return c.is_deepseek_v4() && c.dsv4.swiglu_limit > 0 ? static_cast<float>(c.dsv4.swiglu_limit) : ops::kNoSwigluLimit;
 }
 
+struct ExpertBank::Packs {
+  explicit Packs(const std::vector<std::vector<ops::ExpertWeights>>& layers) {
+    for (const auto& l : layers) {
+      ready.emplace_back(std::make_unique<std::atomic<bool>[]>(l.size()));
+      packed.emplace_back(l.size());
+      arena.emplace_back();
+    }
+  }
+  std::mutex mu;
+  std::vector<std::unique_ptr<std::atomic<bool>[]>> ready;                     // [layer][expert]
+  std::vector<std::vector<std::unique_ptr<ops::PackedExpertWeights>>> packed;  // [layer][expert]
+  // Per layer, one allocation for every expert's packed weights (in huge pages: ops::allocate_packed), made on
+  // the layer's first use; an expert's part is written when it is packed.
+  std::vector<std::shared_ptr<void>> arena;
+};
+
 ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* quantized)
     : quantized_(quantized),
       num_experts_(checkpoint.config().num_experts),
@@ -173,6 +192,49 @@ ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* qua
     }
     layers_.push_back(std::move(e));
   }
+  bool bf16 = false;
+  for (const auto& l : layers_) bf16 = bf16 || (!l.empty() && l[0].w_gate.dtype() == DType::kBF16);
+  if (bf16) packs_ = std::make_shared<Packs>(layers_);
+}
+
+Status ExpertBank::ensure_packed(int64_t layer, int64_t begin, int64_t end) const {
+  if (!packs_ || layers_[layer].empty() || layers_[layer][0].w_gate.dtype() != DType::kBF16) return ok_status();
+  Packs& p = *packs_;
+  auto all_ready = [&] {
+    for (int64_t e = begin; e < end; ++e)
+      if (!p.ready[layer][e].load(std::memory_order_acquire)) return false;
+    return true;
+  };
+  if (all_ready()) return ok_status();
+  std::lock_guard<std::mutex> lock(p.mu);
+  std::vector<int64_t> missing;
+  for (int64_t e = begin; e < end; ++e)
+    if (!p.ready[layer][e].load(std::memory_order_relaxed)) missing.push_back(e);
+  std::vector<Status> status(missing.size());
+  std::vector<ops::ExpertWeights>& experts = layers_[layer];
+  const size_t per_expert = ops::packed_expert_bytes(experts[0]);
+  if (!p.arena[layer]) {
+    p.arena[layer] = ops::allocate_packed(per_expert * experts.size());
+    if (!p.arena[layer]) {
+      return resource_exhausted(fmt::format("experts: cannot allocate {} bytes for layer {}'s packed experts",
+                                            per_expert * experts.size(), layer));
+    }
+  }
+  parallel_for_dynamic(static_cast<int64_t>(missing.size()), [&](int64_t i) {
+    const int64_t e = missing[i];
+    auto packed = ops::pack_expert_weights(experts[e], static_cast<char*>(p.arena[layer].get()) + e * per_expert);
+    if (!packed.ok()) {
+      status[i] = packed.status();
+      return;
+    }
+    p.packed[layer][e] = std::make_unique<ops::PackedExpertWeights>(std::move(*packed));
+    experts[e].packed = p.packed[layer][e].get();
+  });
+  for (size_t i = 0; i < missing.size(); ++i) {
+    GB_RETURN_IF_ERROR(status[i]);
+    p.ready[layer][missing[i]].store(true, std::memory_order_release);
+  }
+  return ok_status();
 }
 
 Status ExpertBank::check(int64_t layer, int64_t begin, int64_t end) const {
@@ -198,6 +260,7 @@ Status ExpertBank::compute(int64_t layer, const TensorView& x, const TensorView&
     std::span<const ops::QuantExpertWeights> q(quantized_->layer(layer).experts);
     return ops::quant_expert_ffn(x, topk_ids, q.subspan(begin, end - begin), begin, end, out, swiglu_limit_);
   }
+  GB_RETURN_IF_ERROR(ensure_packed(layer, begin, end));
   std::span<const ops::ExpertWeights> all(layers_[layer]);
   return ops::expert_ffn(x, topk_ids, all.subspan(begin, end - begin), begin, end, out, swiglu_limit_);
 }
@@ -229,6 +292,42 @@ ModelRunner::ModelRunner(const Checkpoint& c, const runtime::DeviceOperator& d, 
                                           static_cast<double>(std::max<int64_t>(1, config_.hidden_size))));
 }
 
+const ops::PackedWeights* ModelRunner::packed(const TensorView& w) const {
+  const auto it = packed_.find(w.data());
+  return it == packed_.end() ? nullptr : &it->second;
+}
+
+Status ModelRunner::pack_projections() {
+  std::vector<TensorView> ws;
+  auto add = [&](const TensorView& w) {
+    if (w.data() && w.rank() == 2 && w.dtype() == DType::kBF16 && w.stride(1) == 1) ws.push_back(w);
+  };
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const LayerWeights& lw = w_.layers[l];
+    if (lw.linear || (quantized_ && quantized_->layer(static_cast<int64_t>(l)).attention)) continue;
+    for (const TensorView* w : {&lw.attn.q_proj, &lw.attn.k_proj, &lw.attn.v_proj, &lw.attn.o_proj}) add(*w);
+  }
+  add(w_.lm_head);
+  std::vector<size_t> at(ws.size() + 1, 0);
+  for (size_t i = 0; i < ws.size(); ++i)
+    at[i + 1] = at[i] + ops::PackedWeights::packed_bytes(ws[i].dim(0), ws[i].dim(1));
+  if (ws.empty()) return ok_status();
+  packed_arena_ = ops::allocate_packed(at.back());
+  if (!packed_arena_) {
+    return resource_exhausted(
+        fmt::format("model runner: cannot allocate {} bytes for the packed projections", at.back()));
+  }
+  std::vector<Result<ops::PackedWeights>> out(ws.size(), Result<ops::PackedWeights>(ops::PackedWeights()));
+  parallel_for_dynamic(static_cast<int64_t>(ws.size()), [&](int64_t i) {
+    out[i] = ops::PackedWeights::pack(ws[i], static_cast<char*>(packed_arena_.get()) + at[i]);
+  });
+  for (size_t i = 0; i < ws.size(); ++i) {
+    GB_RETURN_IF_ERROR(out[i].status());
+    packed_.emplace(ws[i].data(), std::move(*out[i]));
+  }
+  return ok_status();
+}
+
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& checkpoint,
                                                          const runtime::DeviceOperator& dev,
                                                          const runtime::KvPagePool& pool,
@@ -256,6 +355,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(const Checkpoint& check
         quantized->expert_begin(), quantized->expert_end()));
   }
   std::unique_ptr<ModelRunner> r(new ModelRunner(checkpoint, dev, pool, quantized));
+  GB_RETURN_IF_ERROR(r->pack_projections());
   const ModelConfig& c = r->config_;
   if (c.is_deepseek_v4()) {  // shared K = V attention over windows and compressed entries, hyper-connections
     GB_ASSIGN_OR_RETURN(r->v4_, V4Attention::create(checkpoint, dev, pool, quantized));
@@ -577,9 +677,12 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
                    v = bf16_view(b.v, {T, b.kv_size});
   const QuantizedWeights::Layer* ql =
       quantized_ && quantized_->layer(layer).attention ? &quantized_->layer(layer) : nullptr;
-  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.q_proj, ql ? &ql->q_proj : nullptr, q), "q_proj", layer));
-  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.k_proj, ql ? &ql->k_proj : nullptr, k), "k_proj", layer));
-  GB_RETURN_IF_ERROR(with_context(project(h, lw.attn.v_proj, ql ? &ql->v_proj : nullptr, v), "v_proj", layer));
+  GB_RETURN_IF_ERROR(
+      with_context(project(h, lw.attn.q_proj, ql ? &ql->q_proj : nullptr, q, packed(lw.attn.q_proj)), "q_proj", layer));
+  GB_RETURN_IF_ERROR(
+      with_context(project(h, lw.attn.k_proj, ql ? &ql->k_proj : nullptr, k, packed(lw.attn.k_proj)), "k_proj", layer));
+  GB_RETURN_IF_ERROR(
+      with_context(project(h, lw.attn.v_proj, ql ? &ql->v_proj : nullptr, v, packed(lw.attn.v_proj)), "v_proj", layer));
   const TensorView qn = bf16_view(b.qn, {T, b.heads, D}), kn = bf16_view(b.kn, {T, b.kv_heads, D});
   // Qwen3.5's q_proj rows hold [q | gate] per head: the query is the first head_dim of each 2 * head_dim.
   const int64_t qh = b.q_proj / b.heads;
@@ -612,15 +715,17 @@ Status ModelRunner::attention_block(ForwardBatch& fb, int64_t layer) const {
                                     "attention", layer));
     const TensorView gate = TensorView::strided(b.q.data() + D, DType::kBF16, {T, b.heads, D}, {b.q_proj, qh, 1});
     GB_RETURN_IF_ERROR(with_context(ops::sigmoid_mul(attn, gate, attn), "output gate", layer));
-    GB_RETURN_IF_ERROR(with_context(
-        project(f32_view(b.attn32, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
+    GB_RETURN_IF_ERROR(with_context(project(f32_view(b.attn32, {T, b.q_size}), lw.attn.o_proj,
+                                            ql ? &ql->o_proj : nullptr, delta, packed(lw.attn.o_proj)),
+                                    "o_proj", layer));
     return post_attention(fb, layer);
   }
   const TensorView attn = bf16_view(b.attn, {T, b.heads, D});
   GB_RETURN_IF_ERROR(with_context(dev_.attention(qn, kv_cache, ab, 1.0f / std::sqrt(static_cast<float>(D)), attn),
                                   "attention", layer));
-  GB_RETURN_IF_ERROR(with_context(
-      project(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr, delta), "o_proj", layer));
+  GB_RETURN_IF_ERROR(with_context(project(bf16_view(b.attn, {T, b.q_size}), lw.attn.o_proj, ql ? &ql->o_proj : nullptr,
+                                          delta, packed(lw.attn.o_proj)),
+                                  "o_proj", layer));
   return post_attention(fb, layer);
 }
 
@@ -816,7 +921,7 @@ Status ModelRunner::logits(ForwardBatch& fb, std::span<float> out) const {
   const int64_t last = config_.num_hidden_layers - 1;
   check_rows(fb, b.last_hidden.data(), S, b.last_rows.data(), mlp_block(last), last);
   if (b.choice_sink) emit_choices(fb);
-  return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
+  return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}), nullptr, packed(w_.lm_head));
 }
 
 Status ModelRunner::attention_block_v4(ForwardBatch& fb, int64_t layer) const {
@@ -906,7 +1011,7 @@ Status ModelRunner::logits_v4(ForwardBatch& fb, std::span<float> out) const {
                                                 static_cast<float>(config_.rms_norm_eps), y, f32_view(b.rstd, {S, 1})),
                                   "final norm", config_.num_hidden_layers));
   if (b.choice_sink) emit_choices(fb);
-  return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}));
+  return ops::linear(y, w_.lm_head, TensorView(out.data(), DType::kF32, {S, V}), nullptr, packed(w_.lm_head));
 }
 
 const char* forward_phase_name(ForwardPhase phase) {

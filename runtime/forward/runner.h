@@ -1,7 +1,7 @@
 #pragma once
-// ModelRunner: the Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V3 / V3.2 and DeepSeek-V4 forward pass over a paged KV cache (and, for
-// Qwen3.5's Gated DeltaNet layers, the pool's per-sequence state slots), built from stable operators and
-// the DeviceOperator's adapters. It never asks which generation it runs on.
+// ModelRunner: the Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V3 / V3.2 and DeepSeek-V4 forward pass over a paged KV cache (and,
+// for Qwen3.5's Gated DeltaNet layers, the pool's per-sequence state slots), built from stable operators and the
+// DeviceOperator's adapters. It never asks which generation it runs on.
 //
 // A forward processes one micro-batch (ForwardBatch): sequences that each contribute q_len new tokens
 // (q_len = prompt length for prefill, 1 for decode). The layer loop is exposed in phases so that a
@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "genbridge/core/status.h"
@@ -130,7 +131,14 @@ class ExpertBank {
  private:
   // The argument checks compute() and compute_dispatched() share.
   Status check(int64_t layer, int64_t begin, int64_t end) const;
-  std::vector<std::vector<ops::ExpertWeights>> layers_;  // empty for dense layers
+  // Packs the bf16 experts [begin, end) of `layer` that are not packed yet (ops::pack_expert_weights; in parallel,
+  // once per expert): an expert's weights are packed on the first call that computes it, so a rank packs only the
+  // experts it serves. Safe to call from several threads.
+  Status ensure_packed(int64_t layer, int64_t begin, int64_t end) const;
+  struct Packs;
+  // Empty for dense layers; mutable: ensure_packed sets .packed (under Packs::mu, published by Packs::ready).
+  mutable std::vector<std::vector<ops::ExpertWeights>> layers_;
+  std::shared_ptr<Packs> packs_;  // null when the experts are not bf16
   const QuantizedWeights* quantized_ = nullptr;
   int64_t num_experts_ = 0;
   int64_t hidden_ = 0;
@@ -221,6 +229,12 @@ class ModelRunner {
   std::vector<float> v4_final_norm_;
   const QuantizedWeights* quantized_ = nullptr;
   ExpertBank experts_;
+  // Packed copies (ops::PackedWeights, one allocation) of the bf16 weights the dense projections read: the Qwen
+  // attention projections that are not quantized and the LM head, keyed by their data; made by create().
+  std::unordered_map<const void*, ops::PackedWeights> packed_;
+  std::shared_ptr<void> packed_arena_;
+  const ops::PackedWeights* packed(const TensorView& w) const;
+  Status pack_projections();
   float saturation_floor_ = 0;  // a row whose largest |x| is below this cannot overflow fp32's sum of squares
 };
 

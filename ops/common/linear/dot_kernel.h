@@ -19,6 +19,7 @@
 
 #include "core/parallel.h"
 #include "genbridge/core/dtype.h"
+#include "genbridge/core/formats.h"
 #include "genbridge/core/threading.h"
 
 namespace genbridge::ops::detail {
@@ -40,6 +41,20 @@ using WeightChunkFn = void (*)(const void* ctx, int64_t c0, int64_t nc, int64_t 
 using GemmChunksFn = void (*)(const float* a, int64_t lda, int64_t m, WeightChunkFn chunk, const void* ctx, int64_t n,
                               int64_t K, float* out, int64_t ldo);
 GemmChunksFn gemm_chunks_fn();
+
+// Packed bf16 weights: the same products in the same order from weights re-laid out once (at load) so that any
+// number of input rows runs the outer-product kernel with no per-call packing and reads the weight bytes front
+// to back, once per row tile. Layout (target-independent): panels of kPackedCols weight rows (zero rows past
+// n); in panel p, lane l's words [jp][c] (jp < JP = ceil(J / 2), J = ceil(K / 16)) hold row 16 p + c's bf16
+// elements k = 16 (2 jp) + l in the low half and k = 16 (2 jp + 1) + l in the high half (zero past K).
+inline constexpr int64_t kPackedCols = 16;
+size_t packed_bf16_words(int64_t n, int64_t K);
+void pack_bf16_panels(const bf16_t* b, int64_t ldb, int64_t n, int64_t K, uint32_t* dst);
+// out[r * ldo + c] = dot(a[r * lda + 0:K], row c of the packed weights) for r < m, c < n; `packed` points at the
+// panel of the first row (a multiple of kPackedCols). Same bits as dot_rows_fn(kBF16) on the unpacked rows.
+using DotPackedFn = void (*)(const float* a, int64_t lda, int64_t m, const uint32_t* packed, int64_t n, int64_t K,
+                             float* out, int64_t ldo);
+DotPackedFn dot_packed_fn();
 
 // Input rows from which the GEMM path is taken (below it, the GEMV path). Measured (linear bench, AVX2
 // and AVX-512): at 8 rows, packing the weights costs more than it saves (GEMV in row chunks is 2x

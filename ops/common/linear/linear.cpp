@@ -2,6 +2,7 @@
 // (GEMV below 8 rows, packed GEMM from 8; the same bits either way).
 #include "genbridge/ops/linear/linear.h"
 
+#include <string>
 #include <vector>
 
 #include "ops/common/linear/dot_kernel.h"
@@ -13,7 +14,8 @@ namespace {
 
 constexpr const char* kOp = "linear";
 
-Status validate(const TensorView& x, const TensorView& w, const TensorView& y, const TensorView* bias) {
+Status validate(const TensorView& x, const TensorView& w, const TensorView& y, const TensorView* bias,
+                const PackedWeights* packed) {
   GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "x", x));
   if (x.rank() < 1) return invalid_argument("linear: x has rank 0 but must have rank >= 1 ([..., K])");
   GB_RETURN_IF_ERROR(detail::check_float_tensor(kOp, "w", w));
@@ -32,12 +34,23 @@ Status validate(const TensorView& x, const TensorView& w, const TensorView& y, c
   GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "y", y, "x", x));
   GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "y", y, "w", w));
   if (bias) GB_RETURN_IF_ERROR(detail::check_no_overlap(kOp, "y", y, "bias", *bias));
+  if (packed) {
+    if (w.dtype() != DType::kBF16) {
+      return invalid_argument("linear: packed is given but w is " + std::string(dtype_name(w.dtype())) +
+                              "; only bf16 weights are packed");
+    }
+    if (packed->rows() != N || packed->cols() != K) {
+      return invalid_argument("linear: packed holds [" + std::to_string(packed->rows()) + ", " +
+                              std::to_string(packed->cols()) + "] but w is [" + std::to_string(N) + ", " +
+                              std::to_string(K) + "]");
+    }
+  }
   return ok_status();
 }
 
 template <typename WT, typename YT>
-void run(const TensorView& x, const TensorView& w, const TensorView& y, const std::vector<float>& bias, int64_t M,
-         int64_t N, int64_t K) {
+void run(const TensorView& x, const TensorView& w, const PackedWeights* packed, const TensorView& y,
+         const std::vector<float>& bias, int64_t M, int64_t N, int64_t K) {
   // fp32 rows at a uniform stride are read in place; anything else is widened to fp32 per row block.
   const bool direct = x.dtype() == DType::kF32 && (x.is_contiguous() || (x.rank() == 2 && x.stride(1) == 1));
   const float* xp = direct ? x.data_as<const float>() : nullptr;
@@ -50,6 +63,8 @@ void run(const TensorView& x, const TensorView& w, const TensorView& y, const st
   YT* yp = y.data_as<YT>();
   const float* b = bias.empty() ? nullptr : bias.data();
   const detail::DotRowsFn dot = detail::dot_rows_fn(w.dtype());
+  const detail::DotPackedFn dot_packed = detail::dot_packed_fn();
+  const size_t panel_words = detail::packed_bf16_words(detail::kPackedCols, K);
 
   const int64_t mb = detail::rows_per_item(M);
   const int64_t row_blocks = (M + mb - 1) / mb;
@@ -68,7 +83,11 @@ void run(const TensorView& x, const TensorView& w, const TensorView& y, const st
     }
     const int64_t m = r1 - r0, n = c1 - c0;
     float* vals = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
-    dot(a, lda, m, wp + c0 * ldw, ldw, n, K, vals, n);
+    if (packed) {
+      dot_packed(a, lda, m, packed->words() + c0 / detail::kPackedCols * panel_words, n, K, vals, n);
+    } else {
+      dot(a, lda, m, wp + c0 * ldw, ldw, n, K, vals, n);
+    }
     for (int64_t i = 0; i < m; ++i) {
       YT* row = yp + y_row[r0 + i];
       const float* v = vals + i * n;
@@ -84,8 +103,9 @@ void run(const TensorView& x, const TensorView& w, const TensorView& y, const st
 
 }  // namespace
 
-Status linear(const TensorView& x, const TensorView& w, const TensorView& y, const TensorView* bias) {
-  GB_RETURN_IF_ERROR(validate(x, w, y, bias));
+Status linear(const TensorView& x, const TensorView& w, const TensorView& y, const TensorView* bias,
+              const PackedWeights* packed) {
+  GB_RETURN_IF_ERROR(validate(x, w, y, bias, packed));
   const int64_t K = x.dim(-1), N = w.dim(0);
   int64_t M = 1;
   for (int d = 0; d + 1 < x.rank(); ++d) M *= x.dim(d);
@@ -104,7 +124,7 @@ Status linear(const TensorView& x, const TensorView& w, const TensorView& y, con
   }
 
   detail::with_float_dtype(w.dtype(), [&](auto wt) {
-    detail::with_float_dtype(y.dtype(), [&](auto yt) { run<decltype(wt), decltype(yt)>(x, w, y, b, M, N, K); });
+    detail::with_float_dtype(y.dtype(), [&](auto yt) { run<decltype(wt), decltype(yt)>(x, w, packed, y, b, M, N, K); });
   });
   return ok_status();
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/common/activation/swiglu.h"
@@ -75,6 +76,22 @@ Status validate_experts(const TensorView& x, std::span<const ExpertWeights> expe
     GB_RETURN_IF_ERROR(validate_weight(p + "w_up", experts[i].w_up, {I, H}, gate_why, &g0, "experts[0].w_gate", out));
     GB_RETURN_IF_ERROR(
         validate_weight(p + "w_down", experts[i].w_down, {H, I}, down_why, &g0, "experts[0].w_gate", out));
+    if (const PackedExpertWeights* pk = experts[i].packed) {
+      if (g0.dtype() != DType::kBF16) {
+        return invalid_argument("expert_ffn: " + p + "packed is given but the weights are " +
+                                std::string(dtype_name(g0.dtype())) + "; only bf16 weights are packed");
+      }
+      const std::pair<const PackedWeights*, const char*> mats[] = {
+          {&pk->gate, "gate"}, {&pk->up, "up"}, {&pk->down, "down"}};
+      for (const auto& [m, name] : mats) {
+        const std::vector<int64_t> want = m == &pk->down ? std::vector<int64_t>{H, I} : std::vector<int64_t>{I, H};
+        if (m->rows() != want[0] || m->cols() != want[1]) {
+          return invalid_argument("expert_ffn: " + p + "packed->" + name + " holds [" + std::to_string(m->rows()) +
+                                  ", " + std::to_string(m->cols()) + "] but w_" + name + " is [" +
+                                  std::to_string(want[0]) + ", " + std::to_string(want[1]) + "]");
+        }
+      }
+    }
   }
   return ok_status();
 }
@@ -139,7 +156,18 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
   }
 
   std::unique_ptr<float[]> act(new float[static_cast<size_t>(rows * I)]);
-  const detail::DotRowsFn dot = detail::dot_rows_fn(experts[0].w_gate.dtype());
+  const detail::DotRowsFn dot_rows = detail::dot_rows_fn(experts[0].w_gate.dtype());
+  const detail::DotPackedFn dot_packed = detail::dot_packed_fn();
+  // out[r, c] = a[r] . w[c0 + c] for the weight rows [c0, c0 + n) of w (or of its packed copy).
+  auto dot = [&](const float* a, int64_t lda, int64_t m, const TensorView& w, const PackedWeights* pw, int64_t c0,
+                 int64_t n, int64_t K, float* o, int64_t ldo) {
+    if (pw) {
+      dot_packed(a, lda, m, pw->words() + c0 / detail::kPackedCols * detail::packed_bf16_words(detail::kPackedCols, K),
+                 n, K, o, ldo);
+    } else {
+      dot_rows(a, lda, m, w.data_as<const WT>() + c0 * w.stride(0), w.stride(0), n, K, o, ldo);
+    }
+  };
   // act[row, c0:c1] = silu(min(g, L)) * clamp(u, -L, L) with g = x . w_gate[i], u = x . w_up[i], in fp32 for the
   // item's rows.
   auto gate_up = [&](const Item& it) {
@@ -150,8 +178,9 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     const TensorView& wu = experts[it.expert].w_up;
     float* act_rows = act.get() + g0 * I + it.c0;
     float* up = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
-    dot(a, H, m, wg.data_as<const WT>() + it.c0 * wg.stride(0), wg.stride(0), n, H, act_rows, I);
-    dot(a, H, m, wu.data_as<const WT>() + it.c0 * wu.stride(0), wu.stride(0), n, H, up, n);
+    const PackedExpertWeights* pk = experts[it.expert].packed;
+    dot(a, H, m, wg, pk ? &pk->gate : nullptr, it.c0, n, H, act_rows, I);
+    dot(a, H, m, wu, pk ? &pk->up : nullptr, it.c0, n, H, up, n);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         float& g = act_rows[i * I + j];
@@ -163,7 +192,8 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     const int64_t g0 = first[it.expert] + it.r0, m = it.r1 - it.r0, n = it.c1 - it.c0;
     const TensorView& wd = experts[it.expert].w_down;
     float* v = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
-    dot(act.get() + g0 * I, I, m, wd.data_as<const WT>() + it.c0 * wd.stride(0), wd.stride(0), n, I, v, n);
+    const PackedExpertWeights* pk = experts[it.expert].packed;
+    dot(act.get() + g0 * I, I, m, wd, pk ? &pk->down : nullptr, it.c0, n, I, v, n);
     for (int64_t i = 0; i < m; ++i) {
       const int64_t s = slot[g0 + i];
       OT* row = op + (s / k) * os0 + (s % k) * os1;
@@ -190,6 +220,30 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
 }
 
 }  // namespace
+
+size_t packed_expert_bytes(const ExpertWeights& e) {
+  auto bytes = [](const TensorView& w) {
+    return w.rank() == 2 ? PackedWeights::packed_bytes(w.dim(0), w.dim(1)) : size_t{0};
+  };
+  return bytes(e.w_gate) + bytes(e.w_up) + bytes(e.w_down);
+}
+
+Result<PackedExpertWeights> pack_expert_weights(const ExpertWeights& e, void* dst) {
+  std::shared_ptr<void> own;
+  if (!dst) {
+    own = allocate_packed(packed_expert_bytes(e));
+    if (!own) return resource_exhausted("pack_expert_weights: cannot allocate the packed weights");
+    dst = own.get();
+  }
+  char* at = static_cast<char*>(dst);
+  PackedExpertWeights p;
+  p.own = std::move(own);
+  for (auto [w, to] : {std::pair{&e.w_gate, &p.gate}, {&e.w_up, &p.up}, {&e.w_down, &p.down}}) {
+    GB_ASSIGN_OR_RETURN(*to, PackedWeights::pack(*w, at));
+    at += to->bytes();
+  }
+  return p;
+}
 
 Status expert_ffn(const TensorView& x, const TensorView& topk_ids, std::span<const ExpertWeights> experts,
                   int64_t expert_begin, int64_t expert_end, const TensorView& out, float swiglu_limit) {

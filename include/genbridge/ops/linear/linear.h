@@ -4,6 +4,7 @@
 
 #include "genbridge/core/status.h"
 #include "genbridge/core/tensor.h"
+#include "genbridge/ops/linear/packed_weights.h"
 
 namespace genbridge::ops {
 
@@ -13,6 +14,9 @@ namespace genbridge::ops {
 // fp32/bf16/fp16, any strides, must not overlap x, w or bias. Batch-invariant: each y row is bit-identical
 // whatever other rows share the call and whatever the thread count (fixed 16-lane fused multiply-add
 // order along K, see docs/linear.md). Blocks until done; writes y only; does not retain any view.
-Status linear(const TensorView& x, const TensorView& w, const TensorView& y, const TensorView* bias = nullptr);
+// packed: optional, w packed (ops/linear/packed_weights.h; w bf16, packed->rows() x cols() = w's shape, else
+// an error naming both): the kernel then reads the packed copy only, with the same bits.
+Status linear(const TensorView& x, const TensorView& w, const TensorView& y, const TensorView* bias = nullptr,
+              const PackedWeights* packed = nullptr);
 
 }  // namespace genbridge::ops
