@@ -84,7 +84,8 @@ Result<KvPoolPlan> plan_kv_pool(const KvPoolOptions& o, const runtime::KvPageGeo
           mb, mib_ceil(plan.state_bytes), plan.state_slots, static_cast<double>(g.state.bytes_per_slot()) / (1 << 20),
           g.state.contents, mib_ceil(plan.state_bytes + page_bytes)));
     }
-    plan.pages = std::min(((mb << 20) - plan.state_bytes) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
+    plan.pages =
+        std::min(((mb << 20) - plan.state_bytes) / page_bytes, kMaxPages);  // the parse range keeps << 20 in int64
     if (plan.pages < 1) {
       return invalid_argument(fmt::format(
           "--kv-memory-mb {}: holds no KV page of this model ({} bytes: {} tokens x {} bytes per token); give at "
@@ -132,14 +133,17 @@ Result<std::unique_ptr<AssembledEngine>> assemble_engine(const model::Checkpoint
                                                          const AssemblyOptions& options,
                                                          const ExecutorFactory& make_executor) {
   const runtime::KvPageGeometry geometry = dev.kv_page_geometry(model::kv_model_shape(checkpoint.config()));
-  GB_ASSIGN_OR_RETURN(runtime::KvPagePool pool,
-                      runtime::KvPagePool::create(geometry, pages, geometry.state.empty() ? 0 : options.kv_pool.state_slots));
+  GB_ASSIGN_OR_RETURN(
+      runtime::KvPagePool pool,
+      runtime::KvPagePool::create(geometry, pages, geometry.state.empty() ? 0 : options.kv_pool.state_slots));
   auto out = std::make_unique<AssembledEngine>(std::move(pool));
   GB_ASSIGN_OR_RETURN(out->runner, model::ModelRunner::create(checkpoint, dev, out->pool, options.quantized));
   if (make_executor) {
     GB_ASSIGN_OR_RETURN(out->executor, make_executor(*out->runner));
   } else {
     out->executor = std::make_unique<LocalExecutor>(*out->runner);
+    // This process computes every expert: pack them now rather than in the first request's forward.
+    GB_RETURN_IF_ERROR(out->runner->experts().prepare(0, out->runner->experts().num_experts()));
   }
   out->engine = std::make_unique<Engine>(*out->executor, out->pool, options.engine);
   return out;

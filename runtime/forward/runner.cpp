@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <string_view>
 
 #include "genbridge/core/formats.h"
 #include "genbridge/core/threading.h"
@@ -164,6 +166,17 @@ float model_swiglu_limit(const ModelConfig& c) {
   return c.is_deepseek_v4() && c.dsv4.swiglu_limit > 0 ? static_cast<float>(c.dsv4.swiglu_limit) : ops::kNoSwigluLimit;
 }
 
+// GENBRIDGE_PACKED_WEIGHTS: 1 (the default) packs the bf16 projections and experts at load (ops::PackedWeights);
+// 0 reads the checkpoint's layout (same bits; for comparison, and where a second copy of the weights does not fit).
+namespace {
+Result<bool> packed_weights_enabled() {
+  const char* v = std::getenv("GENBRIDGE_PACKED_WEIGHTS");
+  if (!v || std::string_view(v) == "1") return true;
+  if (std::string_view(v) == "0") return false;
+  return invalid_argument(fmt::format("GENBRIDGE_PACKED_WEIGHTS is '{}'; it must be 0 or 1", v));
+}
+}  // namespace
+
 struct ExpertBank::Packs {
   explicit Packs(const std::vector<std::vector<ops::ExpertWeights>>& layers) {
     for (const auto& l : layers) {
@@ -194,10 +207,27 @@ ExpertBank::ExpertBank(const Checkpoint& checkpoint, const QuantizedWeights* qua
   }
   bool bf16 = false;
   for (const auto& l : layers_) bf16 = bf16 || (!l.empty() && l[0].w_gate.dtype() == DType::kBF16);
-  if (bf16) packs_ = std::make_shared<Packs>(layers_);
+  const Result<bool> pack = packed_weights_enabled();
+  if (!pack.ok()) {
+    pack_error_ = pack.status();
+  } else if (bf16 && *pack) {
+    packs_ = std::make_shared<Packs>(layers_);
+  }
+}
+
+Status ExpertBank::prepare(int64_t begin, int64_t end) const {
+  for (int64_t l = 0; l < static_cast<int64_t>(layers_.size()); ++l) {
+    if (layers_[l].empty() || (quantized_ && l < quantized_->num_layers() && !quantized_->layer(l).experts.empty())) {
+      continue;
+    }
+    GB_RETURN_IF_ERROR(check(l, begin, end));
+    GB_RETURN_IF_ERROR(ensure_packed(l, begin, end));
+  }
+  return ok_status();
 }
 
 Status ExpertBank::ensure_packed(int64_t layer, int64_t begin, int64_t end) const {
+  GB_RETURN_IF_ERROR(pack_error_);
   if (!packs_ || layers_[layer].empty() || layers_[layer][0].w_gate.dtype() != DType::kBF16) return ok_status();
   Packs& p = *packs_;
   auto all_ready = [&] {
@@ -298,6 +328,8 @@ const ops::PackedWeights* ModelRunner::packed(const TensorView& w) const {
 }
 
 Status ModelRunner::pack_projections() {
+  GB_ASSIGN_OR_RETURN(const bool pack, packed_weights_enabled());
+  if (!pack) return ok_status();
   std::vector<TensorView> ws;
   auto add = [&](const TensorView& w) {
     if (w.data() && w.rank() == 2 && w.dtype() == DType::kBF16 && w.stride(1) == 1) ws.push_back(w);

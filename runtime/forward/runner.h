@@ -127,6 +127,9 @@ class ExpertBank {
                             const TensorView& topk_ids, int64_t begin, int64_t end, const TensorView& out,
                             const TensorView& x32) const;
   int64_t num_experts() const { return num_experts_; }
+  // Packs every MoE layer's experts [begin, end) now (compute() would on their first use): for a process that
+  // knows it computes them, so that the first request does not wait for it.
+  Status prepare(int64_t begin, int64_t end) const;
 
  private:
   // The argument checks compute() and compute_dispatched() share.
@@ -138,7 +141,8 @@ class ExpertBank {
   struct Packs;
   // Empty for dense layers; mutable: ensure_packed sets .packed (under Packs::mu, published by Packs::ready).
   mutable std::vector<std::vector<ops::ExpertWeights>> layers_;
-  std::shared_ptr<Packs> packs_;  // null when the experts are not bf16
+  std::shared_ptr<Packs> packs_;  // null when the experts are not bf16 or GENBRIDGE_PACKED_WEIGHTS=0
+  Status pack_error_;             // an invalid GENBRIDGE_PACKED_WEIGHTS, returned by compute()
   const QuantizedWeights* quantized_ = nullptr;
   int64_t num_experts_ = 0;
   int64_t hidden_ = 0;
