@@ -354,9 +354,10 @@ inline constexpr int kPackedMaxMR = 6, kPackedAcc = 12;
 inline constexpr int kPackedMaxMR = 2, kPackedAcc = 8;
 #endif
 
-// Rows from which the packed weights are widened per panel for the GEMM micro-kernel (measured, linear bench:
-// packed 1.1-1.4x the unpacked kernel up to 64 rows, 0.7-0.8x at 256 with its own micro-kernel).
-inline constexpr int64_t kPackedGemmRows = 128;
+// Rows from which the packed weights are widened per panel for the GEMM micro-kernel (measured, linear bench,
+// AVX2: the packed micro-kernel is 1.2-1.3x the unpacked kernel at 8-32 rows but 0.95x at 64 and 0.7-0.8x at 256,
+// where the widened panels give 1.2x and 1.03-1.06x).
+inline constexpr int64_t kPackedGemmRows = 64;
 
 // Lanes run at once for MR rows: a power of two dividing 16.
 template <int MR>
