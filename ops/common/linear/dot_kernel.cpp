@@ -278,14 +278,46 @@ void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HW
       bp);
 }
 
+// Copies rows [0, mr) of a into ap [16][J][R] (R >= mr values per lane and step: lane l of step j holds
+// a[r][16 j + l]; rows [mr, R) and k >= K zero). Per step the rows' 16 values are staged in a small buffer and
+// transposed 8 x 8 where the target has 8-lane vectors (overlapping row groups when R is not a multiple of 8):
+// the GEMM packs its rows once per call, and a scalar copy with its strided reads cost a third of the
+// micro-kernel's time at 256 rows (profile of a 256-token prefill, AVX-512).
+inline constexpr int kMaxPackRows = 12;
+void PackLaneMajor(const float* a, int64_t lda, int64_t mr, int64_t R, int64_t K, int64_t J, float* HWY_RESTRICT ap) {
+  alignas(64) float t[kMaxPackRows * kLanes];
+  const int64_t ld = J * R;  // between lanes in ap
+  for (int64_t j = 0; j < J; ++j) {
+    const int64_t k = j * kLanes;
+    for (int64_t r = 0; r < R; ++r) {
+      if (r >= mr) {
+        Store16(t + r * kLanes, Zero16());
+      } else if (k + kLanes <= K) {
+        Store16(t + r * kLanes, Load16(a + r * lda + k));
+      } else {
+        Store16(t + r * kLanes, LoadTail16(a + r * lda + k, K - k));
+      }
+    }
+    float* dst = ap + j * R;
+    if constexpr (kTranspose8) {
+      if (R >= 8) {
+        for (int64_t r = 0; r < R; r += 8) {
+          const int64_t r0 = std::min<int64_t>(r, R - 8);
+          Transpose8x8(D8(), t + r0 * kLanes, dst + r0, ld);
+          Transpose8x8(D8(), t + r0 * kLanes + 8, dst + 8 * ld + r0, ld);
+        }
+        continue;
+      }
+    }
+    for (int l = 0; l < kLanes; ++l)
+      for (int64_t r = 0; r < R; ++r) dst[l * ld + r] = t[r * kLanes + l];
+  }
+}
+static_assert(kMR <= kMaxPackRows, "a row tile fits PackLaneMajor's buffer");
+
 // Copies rows [0, mr) (mr <= kMR) of a into ap [16][J][kMR], zero-padded in k and in rows.
 void PackA(const float* a, int64_t lda, int64_t mr, int64_t K, int64_t J, float* HWY_RESTRICT ap) {
-  for (int64_t j = 0; j < J; ++j)
-    for (int l = 0; l < kLanes; ++l) {
-      const int64_t k = j * kLanes + l;
-      float* dst = ap + (l * J + j) * kMR;
-      for (int64_t r = 0; r < kMR; ++r) dst[r] = r < mr && k < K ? a[r * lda + k] : 0.f;
-    }
+  PackLaneMajor(a, lda, mr, kMR, K, J, ap);
 }
 
 // pack(c0, nc, J, bp) packs weight rows [c0, c0 + nc) into bp.
@@ -353,6 +385,7 @@ inline constexpr int kPackedMaxMR = 6, kPackedAcc = 12;
 #else
 inline constexpr int kPackedMaxMR = 2, kPackedAcc = 8;
 #endif
+static_assert(kPackedMaxMR <= kMaxPackRows, "a row tile fits PackLaneMajor's buffer");
 
 // Rows from which the packed weights are widened per panel for the GEMM micro-kernel (measured, linear bench,
 // AVX2: the packed micro-kernel is 1.2-1.3x the unpacked kernel at 8-32 rows but 0.95x at 64 and 0.7-0.8x at 256,
@@ -431,10 +464,7 @@ void ReducePackedLanes(const float* HWY_RESTRICT part, int64_t mr, float* HWY_RE
 
 // Copies rows [0, mr) of a into ap [16][J][mr], zero-padded in k.
 void PackRowsLaneMajor(const float* a, int64_t lda, int64_t mr, int64_t K, int64_t J, float* HWY_RESTRICT ap) {
-  for (int64_t r = 0; r < mr; ++r) {
-    const float* row = a + r * lda;
-    for (int64_t k = 0; k < J * kLanes; ++k) ap[((k % kLanes) * J + k / kLanes) * mr + r] = k < K ? row[k] : 0.f;
-  }
+  PackLaneMajor(a, lda, mr, mr, K, J, ap);
 }
 
 // Lanes [lb, lb + kPackedLaneBlock) of a row tile: every tile passes over a block's weights while they are in L1.
