@@ -196,22 +196,23 @@ HWY_INLINE void ReduceLanes(const float* HWY_RESTRICT part, float* HWY_RESTRICT 
 }
 
 // 8 x 8 transposition with 256-bit vectors where the target has them (AVX2, AVX-512):
-// dst[q * ld_dst + i] = src[i * kLanes + q] for i, q < 8.
+// dst[q * ld_dst + i] = src[i * ld_src + q] for i, q < 8.
 using D8 = hn::CappedTag<float, 8>;
 #if HWY_TARGET == HWY_SCALAR
 inline constexpr bool kTranspose8 = false;
 template <class D>
-HWY_INLINE void Transpose8x8(D, const float*, float*, int64_t) {}
+HWY_INLINE void Transpose8x8(D, const float*, int64_t, float*, int64_t) {}
 #else
 inline constexpr bool kTranspose8 = hn::MaxLanes(D8()) == 8 && kNC % 8 == 0;
 // (A template on the tag so that targets without 8-lane vectors never instantiate it.)
 template <class D>
-HWY_INLINE void Transpose8x8(D d, const float* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t ld_dst) {
+HWY_INLINE void Transpose8x8(D d, const float* HWY_RESTRICT src, int64_t ld_src, float* HWY_RESTRICT dst,
+                             int64_t ld_dst) {
   {
     const hn::Repartition<uint64_t, D> du;
     using V8 = hn::Vec<D>;
     V8 r[8];
-    GB_UNROLL for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * kLanes);
+    GB_UNROLL for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * ld_src);
     // Per 128-bit block: 32-bit interleave, then 64-bit interleave, then the blocks are recombined.
     V8 t[8];
     GB_UNROLL for (int i = 0; i < 4; ++i) {
@@ -250,8 +251,8 @@ void PackPanel(int64_t nc, int64_t J, Fill&& fill, float* HWY_RESTRICT bp) {
     float* dst = bp + j * kNC;
     if constexpr (kTranspose8) {
       GB_UNROLL for (int c0 = 0; c0 < kNC; c0 += 8) {
-        Transpose8x8(D8(), t + c0 * kLanes, dst + c0, J * kNC);
-        Transpose8x8(D8(), t + c0 * kLanes + 8, dst + 8 * J * kNC + c0, J * kNC);
+        Transpose8x8(D8(), t + c0 * kLanes, kLanes, dst + c0, J * kNC);
+        Transpose8x8(D8(), t + c0 * kLanes + 8, kLanes, dst + 8 * J * kNC + c0, J * kNC);
       }
     } else {
       GB_UNROLL for (int l = 0; l < kLanes; ++l) {
@@ -279,16 +280,27 @@ void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HW
 }
 
 // Copies rows [0, mr) of a into ap [16][J][R] (R >= mr values per lane and step: lane l of step j holds
-// a[r][16 j + l]; rows [mr, R) and k >= K zero). Per step the rows' 16 values are staged in a small buffer and
-// transposed 8 x 8 where the target has 8-lane vectors (overlapping row groups when R is not a multiple of 8):
-// the GEMM packs its rows once per call, and a scalar copy with its strided reads cost a third of the
-// micro-kernel's time at 256 rows (profile of a 256-token prefill, AVX-512).
+// a[r][16 j + l]; rows [mr, R) and k >= K zero) with 8 x 8 transpositions where the target has 8-lane vectors
+// (overlapping row groups when R is not a multiple of 8): straight from a for whole steps of whole tiles, else
+// from the rows staged zero-padded in a small buffer. The GEMM packs its rows once per call; a scalar copy with
+// strided reads cost a third of the micro-kernel's time in a 256-token prefill (profile, AVX-512).
 inline constexpr int kMaxPackRows = 12;
 void PackLaneMajor(const float* a, int64_t lda, int64_t mr, int64_t R, int64_t K, int64_t J, float* HWY_RESTRICT ap) {
   alignas(64) float t[kMaxPackRows * kLanes];
   const int64_t ld = J * R;  // between lanes in ap
   for (int64_t j = 0; j < J; ++j) {
     const int64_t k = j * kLanes;
+    float* dst = ap + j * R;
+    if constexpr (kTranspose8) {
+      if (R >= 8 && mr == R && k + kLanes <= K) {
+        for (int64_t r = 0; r < R; r += 8) {
+          const int64_t r0 = std::min<int64_t>(r, R - 8);
+          Transpose8x8(D8(), a + r0 * lda + k, lda, dst + r0, ld);
+          Transpose8x8(D8(), a + r0 * lda + k + 8, lda, dst + 8 * ld + r0, ld);
+        }
+        continue;
+      }
+    }
     for (int64_t r = 0; r < R; ++r) {
       if (r >= mr) {
         Store16(t + r * kLanes, Zero16());
@@ -298,13 +310,12 @@ void PackLaneMajor(const float* a, int64_t lda, int64_t mr, int64_t R, int64_t K
         Store16(t + r * kLanes, LoadTail16(a + r * lda + k, K - k));
       }
     }
-    float* dst = ap + j * R;
     if constexpr (kTranspose8) {
       if (R >= 8) {
         for (int64_t r = 0; r < R; r += 8) {
           const int64_t r0 = std::min<int64_t>(r, R - 8);
-          Transpose8x8(D8(), t + r0 * kLanes, dst + r0, ld);
-          Transpose8x8(D8(), t + r0 * kLanes + 8, dst + 8 * ld + r0, ld);
+          Transpose8x8(D8(), t + r0 * kLanes, kLanes, dst + r0, ld);
+          Transpose8x8(D8(), t + r0 * kLanes + 8, kLanes, dst + 8 * ld + r0, ld);
         }
         continue;
       }
