@@ -50,7 +50,7 @@ void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "N", "K", "packed"});
   // 2048 x 2048; 4096 x 4096; a fused q/k/v or gate/up projection; the `small` preset's q_proj and LM head.
   for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 2048}, {4096, 4096}, {6144, 2048}, {2048, 1024}, {8192, 1024}})
-    for (int64_t m : {1, 8, 32, 64, 256, 512})
+    for (int64_t m : {1, 8, 32, 64, 128, 256, 512})
       for (int64_t packed : {0, 1}) b->Args({m, n, k, packed});
   b->UseManualTime();
 }

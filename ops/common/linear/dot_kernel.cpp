@@ -398,10 +398,15 @@ inline constexpr int kPackedMaxMR = 2, kPackedAcc = 8;
 #endif
 static_assert(kPackedMaxMR <= kMaxPackRows, "a row tile fits PackLaneMajor's buffer");
 
-// Rows from which the packed weights are widened per panel for the GEMM micro-kernel (measured, linear bench,
-// AVX2: the packed micro-kernel is 1.2-1.3x the unpacked kernel at 8-32 rows but 0.95x at 64 and 0.7-0.8x at 256,
-// where the widened panels give 1.2x and 1.03-1.06x).
+// Rows from which the packed weights are widened per panel for the GEMM micro-kernel, per target (measured, linear
+// bench, one thread; docs/bench/linear.md). AVX2: the packed micro-kernel is 1.2-1.3x the unpacked kernel at 8-32 rows
+// but 0.95x at 64 and 0.7-0.8x at 256, where the widened panels give 1.2x and 1.03-1.06x. AVX-512 (Zen 4): the
+// packed micro-kernel is 1.25x the widened panels at 64 rows and 1.0-1.15x at 128, even at 256, behind from 512.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr int64_t kPackedGemmRows = 256;
+#else
 inline constexpr int64_t kPackedGemmRows = 64;
+#endif
 
 // Lanes run at once for MR rows: a power of two dividing 16.
 template <int MR>

@@ -1,7 +1,7 @@
 // The packed bf16 weight path of the dot kernel (ops/common/linear/dot_kernel.h, ops/linear/packed_weights.h)
 // gives the bits of the unpacked kernel (the contract's 16-lane order) for every row count, every shape edge
 // (K below, at and past a 16-element block, an odd number of blocks; N not a multiple of the 16-row panel),
-// every CPU target (from 64 rows, panels widened for the GEMM micro-kernel), and values that test the order itself:
+// every CPU target (from 64 rows on AVX2 and 256 on AVX-512, panels widened for the GEMM micro-kernel), and values that test the order itself:
 // products that underflow to -0 (one extra padded step would make the sum +0), infinities and NaN.
 #include <gtest/gtest.h>
 
@@ -44,10 +44,10 @@ TEST(PackedDot, every_shape_row_count_and_target_gives_the_unpacked_bits) {
   for_each_cpu_target([&](const std::string&) {
     for (int64_t K : {1, 7, 16, 17, 31, 32, 33, 48, 100, 1024}) {
       for (int64_t n : {1, 15, 16, 17, 40}) {
-        OwnedTensor a(DType::kF32, {200, K}), w(DType::kBF16, {n, K});
+        OwnedTensor a(DType::kF32, {300, K}), w(DType::kBF16, {n, K});
         fill_uniform(a.view(), 7 + K, -2.f, 2.f);
         fill_uniform(w.view(), 9 + n, -0.5f, 0.5f);
-        for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 17, 25, 40, 63, 64, 128, 200}) {  // 64 up: widened panels
+        for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 17, 25, 40, 63, 64, 128, 200, 255, 256, 300}) {  // widened from 64 / 256
           expect_same_bits(a, w, m, "uniform");
           if (::testing::Test::HasFatalFailure()) return;
         }
