@@ -15,14 +15,10 @@ tolerance is marked **slower**; the summary line counts them, and the exit statu
 import argparse
 import json
 import os
-import re
 import sys
 from collections import OrderedDict
 
-
-def row_name(b):
-    name = b.get("run_name", b["name"])
-    return re.sub(r"/(manual_time|iterations:\d+|real_time)", "", name)
+from bench_table import row_name  # the same row names as the per-run tables
 
 
 def load(path):
