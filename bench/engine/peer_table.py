@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The engine beside a widely used CPU engine's figures (docs/bench/engine.md, "Beside llama.cpp"), measured with
+"""The engine beside a widely used CPU engine's figures (docs/bench/targets.md, "Beside llama.cpp on this CPU type"), measured with
 `genbridge run` on the `small` preset: each configuration of that comparison, in bf16 and with w8a8 and mxfp4
 weights, interleaved over ROUNDS rounds (a shared machine's slow moments then fall on every cell alike); each cell
 is the median of the rounds, with the range.
@@ -18,32 +18,20 @@ import subprocess
 import sys
 import time
 
-# (label, run arguments, metric printed by `genbridge run`)
-CONFIGS = [
-    ("prefill, one 32-token prompt (tok/s)", ["--num-prompts", "1", "--prompt-len", "32", "--max-new-tokens", "1"], "prefill"),
-    ("prefill, one 256-token prompt", ["--num-prompts", "1", "--prompt-len", "256", "--max-new-tokens", "1"], "prefill"),
-    ("decode, batch 1 (64 new tokens after the 32-token prompt)",
-     ["--num-prompts", "1", "--prompt-len", "32", "--max-new-tokens", "64"], "decode"),
-    ("prefill, 8 prompts", ["--num-prompts", "8", "--prompt-len", "32", "--max-new-tokens", "32"], "prefill"),
-    ("decode, batch 8", ["--num-prompts", "8", "--prompt-len", "32", "--max-new-tokens", "32"], "decode"),
-    ("decode, batch 32", ["--num-prompts", "32", "--prompt-len", "32", "--max-new-tokens", "32", "--max-batch", "32"],
-     "decode"),
-    ("decode, batch 64", ["--num-prompts", "64", "--prompt-len", "32", "--max-new-tokens", "32", "--max-batch", "64"],
-     "decode"),
-]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from peer_figures import CONFIGS as PEER_CONFIGS, PEERS  # noqa: E402  (the peer's figures: one place)
 
-# The peer's figures (tok/s) per configuration and weight format, as recorded in docs/bench/engine.md: llama.cpp
-# with the same weights converted to GGUF (bf16, q8_0 beside w8a8, MXFP4_MOE beside mxfp4), 2 threads.
-PEERS = {
-    "zen4": {  # 2-vCPU AMD EPYC Zen 4 (AVX-512, AVX512_BF16, VNNI, VBMI)
-        "none": [392, 630, 133, 591, 198, 401, 474],
-        "w8a8": [479, 505, 183, 455, 258, 342, 366],
-        "mxfp4": [496, 491, 236, 539, 374, 383, 442],
-    },
-    "avx2": {  # 2-vCPU AMD EPYC, AVX2 only (bf16 only)
-        "none": [283, 280, 101, None, 190, 242, None],
-    },
-}
+# `genbridge run` arguments and the metric it prints, per configuration of peer_figures.CONFIGS (same order).
+RUNS = [
+    (["--num-prompts", "1", "--prompt-len", "32", "--max-new-tokens", "1"], "prefill"),
+    (["--num-prompts", "1", "--prompt-len", "256", "--max-new-tokens", "1"], "prefill"),
+    (["--num-prompts", "1", "--prompt-len", "32", "--max-new-tokens", "64"], "decode"),
+    (["--num-prompts", "8", "--prompt-len", "32", "--max-new-tokens", "32"], "prefill"),
+    (["--num-prompts", "8", "--prompt-len", "32", "--max-new-tokens", "32"], "decode"),
+    (["--num-prompts", "32", "--prompt-len", "32", "--max-new-tokens", "32", "--max-batch", "32"], "decode"),
+    (["--num-prompts", "64", "--prompt-len", "32", "--max-new-tokens", "32", "--max-batch", "64"], "decode"),
+]
+CONFIGS = [(label, args, metric) for (label, _), (args, metric) in zip(PEER_CONFIGS, RUNS)]
 
 
 def run_once(genbridge, quant, args):

@@ -12,6 +12,8 @@ import json
 import re
 import sys
 
+from peer_figures import CONFIGS, PEERS, peer_for_targets
+
 COLUMNS = [  # (counter, heading, format)
     ("tok/s", "tok/s", "{:.1f}"),
     ("roof_tok/s", "roof tok/s", "{:.0f}"),
@@ -26,16 +28,6 @@ COLUMNS = [  # (counter, heading, format)
     ("roof_frac", "roof_frac", "{:.2f}"),
     ("experts", "experts", "{:.1f}"),
     ("load", "load", "{:.1f}"),
-]
-
-
-# The reference figures of a widely used CPU engine, and the engine_bench rows with the same configuration.
-REFERENCE = [
-    ("prefill, one 32-token prompt", "engine_prefill/prompt:32", 283),
-    ("prefill, one 256-token prompt", "engine_prefill/prompt:256", 280),
-    ("decode, batch 1 (32-token prompts, 32 new tokens)", "engine_decode/batch:1/prompt:32/new:32/afd_stages:0", 101),
-    ("decode, batch 8 (32-token prompts, 32 new tokens)", "engine_decode/batch:8/prompt:32/new:32/afd_stages:0", 190),
-    ("decode, batch 32 (32-token prompts, 32 new tokens)", "engine_decode/batch:32/prompt:32/new:32/afd_stages:0", 242),
 ]
 
 
@@ -77,12 +69,13 @@ def table(path):
     print()
     best = {k: max(rows[k], key=lambda b: b.get("roof_frac", 0)) for k in order}
     if any(k.startswith("engine_") for k in order):
-        print(f"The comparison with a widely used CPU engine (same weights, 2-core AVX2 machine) next to this run "
-              f"(CPU target {ctx.get('cpu_target', '?')}):\n")
+        peer = peer_for_targets(ctx.get("cpu_targets_available", "").split())
+        print(f"Beside a widely used CPU engine's figures for a 2-vCPU {peer} EPYC (bench/support/peer_figures.py; "
+              f"same weights, bf16) next to this run (CPU target {ctx.get('cpu_target', '?')}):\n")
         print("| configuration | reference tok/s | genbridge tok/s | genbridge / reference |")
         print("|---|---:|---:|---:|")
-        for label, key, ref in REFERENCE:
-            if key in best and "tok/s" in best[key]:
+        for (label, key), ref in zip(CONFIGS, PEERS[peer]["none"]):
+            if key and ref and key in best and "tok/s" in best[key]:
                 g = best[key]["tok/s"]
                 print(f"| {label} | {ref} | {g:.1f} | {g / ref:.2f} |")
         print()
