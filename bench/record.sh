@@ -45,18 +45,20 @@ for b in "${benches[@]}"; do
   done
 done
 done
+# The JSON files of benchmark $1 under the targets $2.. (one per round), as they exist.
+runs_of() {
+  local b=$1 t json
+  shift
+  for t in "$@"; do for json in "$out/$b.$t".json "$out/$b.$t".round*.json; do [ -s "$json" ] && echo "$json"; done; done
+  return 0
+}
 for b in "${benches[@]}"; do
-  for t in $TARGETS; do
-    for json in "$out/$b.$t".json "$out/$b.$t".round*.json; do
-      [ -s "$json" ] && python3 bench/support/bench_table.py "$json"
-    done
-  done
+  for json in $(runs_of "$b" $TARGETS); do python3 bench/support/bench_table.py "$json"; done
 done >"$out/tables.md"
 if [ "$(echo $TARGETS | wc -w)" -gt 1 ]; then
   for b in "${benches[@]}"; do
-    files=()
-    for t in $TARGETS; do for json in "$out/$b.$t".json "$out/$b.$t".round*.json; do [ -s "$json" ] && files+=("$json"); done; done
-    [ ${#files[@]} -gt 0 ] && { python3 bench/support/target_table.py "${files[@]}" || true; }
+    files=$(runs_of "$b" $TARGETS)
+    [ -n "$files" ] && { python3 bench/support/target_table.py $files || true; }
   done >>"$out/tables.md"
 fi
 echo "tables: $out/tables.md"

@@ -41,7 +41,7 @@ def main():
                     help="a lower target this much faster than the dispatcher's marks a row (default 0.05)")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
-    # executable -> target -> (ctx, rows)
+    # executable -> target -> (rows at their best over the runs, the runs' contexts)
     runs = OrderedDict()
     for path in args.files:
         ctx, rows = load(path)
@@ -49,22 +49,22 @@ def main():
         target = ctx.get("cpu_target", "?")
         by_target = runs.setdefault(exe, OrderedDict())
         if target in by_target:  # another round: each row at its best
-            old = by_target[target][1]
+            old = by_target[target][0]
             for key, ms in rows.items():
                 old[key] = min(old.get(key, ms), ms)
-            by_target[target][2].append(ctx)
+            by_target[target][1].append(ctx)
         else:
-            by_target[target] = (ctx, rows, [ctx])
+            by_target[target] = (rows, [ctx])
     slower = total = 0
     for exe, by_target in runs.items():
-        ctx0 = next(iter(by_target.values()))[0]
+        ctx0 = next(iter(by_target.values()))[1][0]
         available = ctx0.get("cpu_targets_available", "").split()
         default = available[0] if available else None
         targets = [t for t in available if t in by_target] + [t for t in by_target if t not in available]
         if default not in by_target:
             print(f"{exe}: no run under the dispatcher's target ({default}); compared with {targets[0]}\n")
             default = targets[0]
-        loads = ", ".join(f"{t} " + " / ".join(f"{float(c.get('load_avg_at_start', -1)):.2f}" for c in by_target[t][2])
+        loads = ", ".join(f"{t} " + " / ".join(f"{float(c.get('load_avg_at_start', -1)):.2f}" for c in by_target[t][1])
                           for t in targets)
         print(f"`{exe}`: {ctx0.get('cpu_model', '?')}, {ctx0.get('threads', '?')} threads, dispatcher's target "
               f"**{default}** (available: {' '.join(available)}); load average at the start of each run: {loads}\n")
@@ -72,10 +72,10 @@ def main():
         head.append("")
         print("| " + " | ".join(head) + " |")
         print("|---|" + "---:|" * (len(head) - 2) + "---|")
-        keys = list(by_target[default][1].keys())
-        keys += [k for t in targets for k in by_target[t][1] if k not in keys]
+        keys = list(by_target[default][0].keys())
+        keys += [k for t in targets for k in by_target[t][0] if k not in keys]
         for key in keys:
-            times = {t: by_target[t][1].get(key) for t in targets}
+            times = {t: by_target[t][0].get(key) for t in targets}
             base = times[default]
             cells = [key] + [f"{times[t]:.3g}" if times[t] is not None else "" for t in targets]
             mark = ""

@@ -290,38 +290,35 @@ void PackLaneMajor(const float* a, int64_t lda, int64_t mr, int64_t R, int64_t K
   const int64_t ld = J * R;  // between lanes in ap
   for (int64_t j = 0; j < J; ++j) {
     const int64_t k = j * kLanes;
-    float* dst = ap + j * R;
-    if constexpr (kTranspose8) {
-      if (R >= 8 && mr == R && k + kLanes <= K) {
-        for (int64_t r = 0; r < R; r += 8) {
-          const int64_t r0 = std::min<int64_t>(r, R - 8);
-          Transpose8x8(D8(), a + r0 * lda + k, lda, dst + r0, ld);
-          Transpose8x8(D8(), a + r0 * lda + k + 8, lda, dst + 8 * ld + r0, ld);
+    // The step's rows: straight from a, or staged (zero-padded) in t; row r at src + r * ld_src.
+    const float* src = a + k;
+    int64_t ld_src = lda;
+    if (mr != R || k + kLanes > K) {
+      for (int64_t r = 0; r < R; ++r) {
+        if (r >= mr) {
+          Store16(t + r * kLanes, Zero16());
+        } else if (k + kLanes <= K) {
+          Store16(t + r * kLanes, Load16(a + r * lda + k));
+        } else {
+          Store16(t + r * kLanes, LoadTail16(a + r * lda + k, K - k));
         }
-        continue;
       }
+      src = t;
+      ld_src = kLanes;
     }
-    for (int64_t r = 0; r < R; ++r) {
-      if (r >= mr) {
-        Store16(t + r * kLanes, Zero16());
-      } else if (k + kLanes <= K) {
-        Store16(t + r * kLanes, Load16(a + r * lda + k));
-      } else {
-        Store16(t + r * kLanes, LoadTail16(a + r * lda + k, K - k));
-      }
-    }
+    float* dst = ap + j * R;
     if constexpr (kTranspose8) {
       if (R >= 8) {
         for (int64_t r = 0; r < R; r += 8) {
           const int64_t r0 = std::min<int64_t>(r, R - 8);
-          Transpose8x8(D8(), t + r0 * kLanes, kLanes, dst + r0, ld);
-          Transpose8x8(D8(), t + r0 * kLanes + 8, kLanes, dst + 8 * ld + r0, ld);
+          Transpose8x8(D8(), src + r0 * ld_src, ld_src, dst + r0, ld);
+          Transpose8x8(D8(), src + r0 * ld_src + 8, ld_src, dst + 8 * ld + r0, ld);
         }
         continue;
       }
     }
     for (int l = 0; l < kLanes; ++l)
-      for (int64_t r = 0; r < R; ++r) dst[l * ld + r] = t[r * kLanes + l];
+      for (int64_t r = 0; r < R; ++r) dst[l * ld + r] = src[r * ld_src + l];
   }
 }
 static_assert(kMR <= kMaxPackRows, "a row tile fits PackLaneMajor's buffer");
@@ -399,7 +396,7 @@ inline constexpr int kPackedMaxMR = 2, kPackedAcc = 8;
 static_assert(kPackedMaxMR <= kMaxPackRows, "a row tile fits PackLaneMajor's buffer");
 
 // Rows from which the packed weights are widened per panel for the GEMM micro-kernel, per target (measured, linear
-// bench, one thread; docs/bench/linear.md). AVX2: the packed micro-kernel is 1.2-1.3x the unpacked kernel at 8-32 rows
+// bench, one thread; docs/bench/targets.md). AVX2: the packed micro-kernel is 1.2-1.3x the unpacked kernel at 8-32 rows
 // but 0.95x at 64 and 0.7-0.8x at 256, where the widened panels give 1.2x and 1.03-1.06x. AVX-512 (Zen 4): the
 // packed micro-kernel is 1.25x the widened panels at 64 rows and 1.0-1.15x at 128, even at 256, behind from 512.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
