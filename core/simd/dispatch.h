@@ -10,6 +10,11 @@ namespace genbridge::simd {
 // Applies GENBRIDGE_CPU_TARGET the first time it is called; cheap afterwards (one atomic load).
 void ensure_cpu_target();
 
+// Whether the kernels may use the CPU's bf16 dot-product instruction (AVX512_BF16) on top of the avx512 target: the
+// CPU has it and the chosen target is "avx512_bf16" (the best one where present). One atomic load; call
+// ensure_cpu_target (GB_DISPATCH does) first.
+bool bf16_dot_enabled();
+
 }  // namespace genbridge::simd
 
 #define GB_DISPATCH(fn) (::genbridge::simd::ensure_cpu_target(), HWY_DYNAMIC_DISPATCH(fn))

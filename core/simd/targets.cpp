@@ -2,6 +2,7 @@
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -47,7 +48,21 @@ std::vector<int64_t> bits_of(int64_t mask) {
 std::mutex g_mu;
 int64_t g_real = 0;  // what the CPU supports among the compiled targets (before any restriction)
 
-int64_t real_targets_locked() {
+// The bf16 dot-product instruction (AVX512_BF16) has a target name of its own above avx512, so that
+// GENBRIDGE_CPU_TARGET=avx512 runs the AVX-512 kernels without it (and tests compare the two).
+constexpr std::string_view kBf16DotName = "avx512_bf16";
+std::atomic<bool> g_bf16_dot{false};
+int64_t real_targets_locked();
+
+bool cpu_has_bf16_dot_locked() {
+#if HWY_ARCH_X86 && defined(__GNUC__)
+  return (real_targets_locked() & (HWY_AVX3 | HWY_AVX3_DL)) != 0 && __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+int64_t real_targets_locked() {  // (declared above)
   if (g_real == 0) {
     hwy::SetSupportedTargetsForTest(0);  // no restriction while we read the CPU's own set
     g_real = hwy::SupportedTargets() & HWY_TARGETS;
@@ -61,18 +76,22 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Restricts to `target` and everything below it (numerically higher bits); 0 lifts the restriction.
+// Restricts to `target` and everything below it (numerically higher bits); 0 lifts the restriction (and allows the
+// bf16 dot instruction where the CPU has it).
 void restrict_locked(int64_t target) {
   const int64_t real = real_targets_locked();
   const int64_t allowed = target == 0 ? real : real & ~(target - 1);
   hwy::SetSupportedTargetsForTest(allowed == real ? 0 : allowed);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  g_bf16_dot.store(target == 0 && cpu_has_bf16_dot_locked(), std::memory_order_relaxed);
 }
 
-// The target bit named `name` ("best" -> 0, no restriction); nullopt when this build or CPU cannot run it.
+// The target bit named `name` ("best", and "avx512_bf16" where the CPU has it: 0, no restriction); nullopt when
+// this build or CPU cannot run it.
 std::optional<int64_t> parse(std::string_view name) {
   if (name == "best") return int64_t{0};
   std::lock_guard<std::mutex> lock(g_mu);
+  if (name == kBf16DotName) return cpu_has_bf16_dot_locked() ? std::optional<int64_t>(0) : std::nullopt;
   for (int64_t t : bits_of(real_targets_locked()))
     if (name == name_of(t)) return t;
   return std::nullopt;
@@ -82,6 +101,9 @@ std::optional<int64_t> parse(std::string_view name) {
 
 std::vector<std::string> cpu_targets_compiled() {
   std::vector<std::string> out;
+#if HWY_ARCH_X86
+  if ((HWY_TARGETS & (HWY_AVX3 | HWY_AVX3_DL)) != 0) out.emplace_back(kBf16DotName);
+#endif
   for (int64_t t : bits_of(HWY_TARGETS)) out.push_back(name_of(t));
   return out;
 }
@@ -89,12 +111,14 @@ std::vector<std::string> cpu_targets_compiled() {
 std::vector<std::string> cpu_targets_available() {
   std::lock_guard<std::mutex> lock(g_mu);
   std::vector<std::string> out;
+  if (cpu_has_bf16_dot_locked()) out.emplace_back(kBf16DotName);
   for (int64_t t : bits_of(real_targets_locked())) out.push_back(name_of(t));
   return out;
 }
 
 std::string cpu_target() {
   simd::ensure_cpu_target();
+  if (simd::bf16_dot_enabled()) return std::string(kBf16DotName);
   const int64_t chosen = hwy::SupportedTargets() & HWY_TARGETS;
   return chosen == 0 ? "scalar" : name_of(chosen & -chosen);
 }
@@ -128,6 +152,8 @@ std::string cpu_target_line() {
 }
 
 namespace simd {
+
+bool bf16_dot_enabled() { return g_bf16_dot.load(std::memory_order_relaxed); }
 
 void ensure_cpu_target() {
   static const bool applied = [] {

@@ -24,6 +24,8 @@
 #include <utility>
 
 #include "core/simd/dispatch.h"
+#include "core/simd/flush_denormals.h"
+#include "ops/common/linear/bf16_dot.h"
 #include "genbridge/core/formats.h"
 #include "genbridge/core/status.h"
 
@@ -118,6 +120,171 @@ void Gemv(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int6
       GemvTile7<BT>(a + r0 * lda, lda, std::min(rows, m - r0), b + c0 * ldb, ldb, nc, K, out + r0 * ldo + c0, ldo);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// bf16 weights: the pair contract (dot_kernel.h). Lane l's steps take, per block of 32 elements, the odd element of
+// its pair (k = 32 s + 2 l + 1) and then the even one (k = 32 s + 2 l); a 32-bit word of bf16 weights is one pair
+// (low half even, high half odd), so one mask gives the odd weights and one shift the even ones as fp32. The input
+// rows are copied once per call in "pair order" (per block of 32: the 16 odd elements, then the 16 even ones), so
+// that the fp32 paths below (GEMV, GEMM, packed) run the contract's steps as 16 consecutive floats each.
+
+inline constexpr int64_t kPairBlock = 32;
+HWY_INLINE int64_t PairPadded(int64_t K) { return (K + kPairBlock - 1) / kPairBlock * kPairBlock; }
+
+// dst[r * K32 + 32 s + 16 h + l] = a[r * lda + 32 s + 2 l + 1 - h] (zero past K), K32 = PairPadded(K). Returns
+// whether every value is a bf16 (its low 16 bits zero), which lets the bf16 dot instruction take the rows.
+bool PairRows(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst) {
+  const int64_t K32 = PairPadded(K);
+  uint32_t low = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    const float* src = a + r * lda;
+    float* d = dst + r * K32;
+    int64_t k = 0;
+    for (; k + kPairBlock <= K; k += kPairBlock) {
+      uint32_t u[kPairBlock];
+      std::memcpy(u, src + k, sizeof u);
+      for (int l = 0; l < 16; ++l) {
+        low |= u[2 * l] | u[2 * l + 1];
+        std::memcpy(d + k + l, &u[2 * l + 1], sizeof(float));
+        std::memcpy(d + k + 16 + l, &u[2 * l], sizeof(float));
+      }
+    }
+    if (k < K) {
+      uint32_t u[kPairBlock] = {};
+      std::memcpy(u, src + k, static_cast<size_t>(K - k) * sizeof(float));
+      for (int l = 0; l < 16; ++l) {
+        low |= u[2 * l] | u[2 * l + 1];
+        std::memcpy(d + k + l, &u[2 * l + 1], sizeof(float));
+        std::memcpy(d + k + 16 + l, &u[2 * l], sizeof(float));
+      }
+    }
+  }
+  return (low & 0xFFFFu) == 0;
+}
+
+// The 16 pairs at p (32 bf16): odd and even elements as fp32.
+HWY_INLINE void LoadPairs16(const bf16_t* p, V16& odd, V16& even) {
+  const DU du;
+  const auto* w = reinterpret_cast<const uint32_t*>(p);
+  GB_UNROLL for (int i = 0; i < kParts; ++i) {
+    const VU u = hn::LoadU(du, w + i * kPart);
+    odd.p[i] = hn::BitCast(DF(), hn::And(u, hn::Set(du, 0xFFFF0000u)));
+    even.p[i] = hn::BitCast(DF(), hn::ShiftLeft<16>(u));
+  }
+}
+// The same for the n < 32 elements at p, zero-padded.
+HWY_INLINE void LoadPairsTail16(const bf16_t* p, int64_t n, V16& odd, V16& even) {
+  alignas(64) bf16_t t[kPairBlock] = {};
+  std::memcpy(t, p, static_cast<size_t>(n) * sizeof(bf16_t));
+  LoadPairs16(t, odd, even);
+}
+
+// Weight rows per GEMV tile for MR input rows: MR * NR accumulators plus the two widened halves of a weight vector.
+template <int MR>
+constexpr int GemvPairCols() {
+  const int nr = (kVecRegs - 2 * kParts) / (MR * kParts);
+  return nr < 1 ? 1 : nr > 4 ? 4 : nr;
+}
+
+// a: input rows in pair order (PairRows, K32 elements each); b: bf16 weight rows of K elements.
+template <int MR, int NR>
+HWY_NOINLINE void GemvPairTile(const float* HWY_RESTRICT a, int64_t lda, const bf16_t* HWY_RESTRICT b, int64_t ldb,
+                               int64_t K, float* HWY_RESTRICT out, int64_t ldo) {
+  V16 acc[MR][NR];
+  GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int c = 0; c < NR; ++c) acc[r][c] = Zero16();
+  auto step = [&](int c, const V16& odd, const V16& even, int64_t k) HWY_ATTR {
+    GB_UNROLL for (int r = 0; r < MR; ++r) acc[r][c] = Fma16(Load16(a + r * lda + k), odd, acc[r][c]);
+    GB_UNROLL for (int r = 0; r < MR; ++r) acc[r][c] = Fma16(Load16(a + r * lda + k + 16), even, acc[r][c]);
+  };
+  int64_t k = 0;
+  for (; k + kPairBlock <= K; k += kPairBlock) {
+    GB_UNROLL for (int c = 0; c < NR; ++c) PrefetchL2(b, (c + NR) * ldb + k);
+    GB_UNROLL for (int c = 0; c < NR; ++c) {
+      V16 odd, even;
+      LoadPairs16(b + c * ldb + k, odd, even);
+      step(c, odd, even, k);
+    }
+  }
+  if (k < K) {
+    GB_UNROLL for (int c = 0; c < NR; ++c) {
+      V16 odd, even;
+      LoadPairsTail16(b + c * ldb + k, K - k, odd, even);
+      step(c, odd, even, k);
+    }
+  }
+  GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int c = 0; c < NR; ++c) out[r * ldo + c] =
+      ReduceAdd16(acc[r][c]);
+}
+
+template <int MR>
+void GemvPairRows(const float* a, int64_t lda, const bf16_t* b, int64_t ldb, int64_t n, int64_t K, float* out,
+                  int64_t ldo) {
+  constexpr int NR = GemvPairCols<MR>();
+  int64_t c = 0;
+  for (; c + NR <= n; c += NR) GemvPairTile<MR, NR>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
+  for (; c < n; ++c) GemvPairTile<MR, 1>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
+}
+
+template <int... MRs>
+void GemvPairRowsFor(int64_t m, const float* a, int64_t lda, const bf16_t* b, int64_t ldb, int64_t n, int64_t K,
+                     float* out, int64_t ldo, std::integer_sequence<int, MRs...>) {
+  ((m == MRs + 1 ? GemvPairRows<MRs + 1>(a, lda, b, ldb, n, K, out, ldo) : void()), ...);
+}
+
+// GEMV over m rows in even chunks of at most 7 (more: per block of kGemvBlockCols weight rows, so that a block's
+// weights stay in L2 while every chunk passes): tile(r0, rows, c0, nc).
+template <typename Tile>
+void GemvChunks(int64_t m, int64_t n, Tile&& tile) {
+  const int64_t chunks = (m + 6) / 7, rows = (m + chunks - 1) / chunks;
+  const int64_t block = m <= 7 ? n : kGemvBlockCols;
+  for (int64_t c0 = 0; c0 < n; c0 += block)
+    for (int64_t r0 = 0; r0 < m; r0 += rows) tile(r0, std::min(rows, m - r0), c0, std::min(block, n - c0));
+}
+
+// m < kGemmMinRows rows in pair order.
+void GemvPair(const float* a, int64_t lda, int64_t m, const bf16_t* b, int64_t ldb, int64_t n, int64_t K, float* out,
+              int64_t ldo) {
+  GemvChunks(m, n, [&](int64_t r0, int64_t rows, int64_t c0, int64_t nc) {
+    GemvPairRowsFor(rows, a + r0 * lda, lda, b + c0 * ldb, ldb, nc, K, out + r0 * ldo + c0, ldo,
+                    std::make_integer_sequence<int, 7>());
+  });
+}
+
+// Whether every value of rows [0, m) is a bf16 (low 16 bits zero): then the bf16 dot instruction can take them.
+bool RowsAreBf16(const float* a, int64_t lda, int64_t m, int64_t K) {
+  uint32_t low = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t k = 0; k < K; ++k) {
+      uint32_t u;
+      std::memcpy(&u, a + r * lda + k, sizeof u);
+      low |= u;
+    }
+  return (low & 0xFFFFu) == 0;
+}
+
+// Rows of bf16 values as pair words (bf16_dot.h), PairPadded(K) / 2 per row, zero-padded; stored in float storage
+// (bit patterns, copied, never computed with) so that PackLaneMajor can lay them out.
+void PairWords(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst) {
+  const int64_t words = PairPadded(K) / 2;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < words; ++i) {
+      uint32_t lo = 0, hi = 0;
+      if (2 * i < K) std::memcpy(&lo, a + r * lda + 2 * i, sizeof lo);
+      if (2 * i + 1 < K) std::memcpy(&hi, a + r * lda + 2 * i + 1, sizeof hi);
+      const uint32_t w = (lo >> 16) | (hi & 0xFFFF0000u);
+      std::memcpy(dst + r * words + i, &w, sizeof w);
+    }
+}
+
+// The targets whose copies may call the bf16 dot instruction's kernels (bf16_dot.h).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+inline constexpr bool kBf16DotTarget = true;
+#else
+inline constexpr bool kBf16DotTarget = false;
+#endif
+HWY_INLINE bool UseBf16Dot(const float* a, int64_t lda, int64_t m, int64_t K) {
+  return kBf16DotTarget && ::genbridge::simd::bf16_dot_enabled() && RowsAreBf16(a, lda, m, K);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -279,6 +446,32 @@ void PackB(const BT* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HW
       bp);
 }
 
+// Widens bf16 rows [0, nc) of K elements into a packed panel in pair order (J = PairPadded(K) / 16 steps: step
+// 2 s holds the odd elements of block s, step 2 s + 1 the even ones).
+void PackBPairs(const bf16_t* b, int64_t ldb, int64_t nc, int64_t K, int64_t J, float* HWY_RESTRICT bp) {
+  PackPanel(
+      nc, J,
+      [&](int64_t k, float* HWY_RESTRICT t) {
+        const int64_t k0 = k / kPairBlock * kPairBlock;
+        const bool odd_step = k == k0;
+        V16 odd, even;
+        if (k0 + kPairBlock <= K) {
+          if (odd_step)
+            for (int64_t c = 0; c < kNC; ++c) PrefetchL2(b, (c + kNC) * ldb + k0);
+          for (int64_t c = 0; c < nc; ++c) {
+            LoadPairs16(b + c * ldb + k0, odd, even);
+            Store16(t + c * kLanes, odd_step ? odd : even);
+          }
+        } else {
+          for (int64_t c = 0; c < nc; ++c) {
+            LoadPairsTail16(b + c * ldb + k0, K - k0, odd, even);
+            Store16(t + c * kLanes, odd_step ? odd : even);
+          }
+        }
+      },
+      bp);
+}
+
 // Copies rows [0, mr) of a into ap [16][J][R] (R >= mr values per lane and step: lane l of step j holds
 // a[r][16 j + l]; rows [mr, R) and k >= K zero) with 8 x 8 transpositions where the target has 8-lane vectors
 // (overlapping row groups when R is not a multiple of 8): straight from a for whole steps of whole tiles, else
@@ -405,12 +598,15 @@ inline constexpr int64_t kPackedGemmRows = 256;
 inline constexpr int64_t kPackedGemmRows = 64;
 #endif
 
-// Lanes run at once for MR rows: a power of two dividing 16.
+// Lanes run at once for mr rows: a power of two dividing 16.
+constexpr int PackedLanesFor(int mr) {
+  int ll = 1;
+  while (ll < 8 && 2 * ll * mr * kPNV <= kPackedAcc) ll *= 2;
+  return ll;
+}
 template <int MR>
 constexpr int PackedLanes() {
-  int ll = 1;
-  while (ll < 8 && 2 * ll * MR * kPNV <= kPackedAcc) ll *= 2;
-  return ll;
+  return PackedLanesFor(MR);
 }
 
 // Lanes [l0, l0 + LL) of MR rows: ap [16][J][MR] (the row tile), bp the panel ([16][JP][kPackedCols] words);
@@ -420,38 +616,31 @@ HWY_NOINLINE void PackedMicro(const float* HWY_RESTRICT ap, const uint32_t* HWY_
                               float* HWY_RESTRICT part) {
   const DV d;
   const DU32 du;
-  const int64_t JP = (J + 1) / 2;
+  const int64_t JP = J / 2;  // J is even (the pair contract's steps come in pairs)
   const auto hi_mask = hn::Set(du, 0xFFFF0000u);
   VV acc[LL][MR][kPNV];
   GB_UNROLL for (int i = 0; i < LL; ++i) GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int v = 0; v < kPNV; ++v)
       acc[i][r][v] = hn::Zero(d);
-  auto step = [&](int i, const uint32_t* w, const float* a, bool both) HWY_ATTR {
-    VV lo[kPNV];
-    GB_UNROLL for (int v = 0; v < kPNV; ++v) lo[v] = hn::BitCast(d, hn::ShiftLeft<16>(hn::Load(du, w + v * kW)));
+  auto step = [&](int i, const uint32_t* w, const float* a) HWY_ATTR {
+    VV odd[kPNV];
+    GB_UNROLL for (int v = 0; v < kPNV; ++v) odd[v] = hn::BitCast(d, hn::And(hn::Load(du, w + v * kW), hi_mask));
     GB_UNROLL for (int r = 0; r < MR; ++r) {
       const VV av = hn::Set(d, a[r]);
-      GB_UNROLL for (int v = 0; v < kPNV; ++v) acc[i][r][v] = FmaV(av, lo[v], acc[i][r][v]);
+      GB_UNROLL for (int v = 0; v < kPNV; ++v) acc[i][r][v] = FmaV(av, odd[v], acc[i][r][v]);
     }
-    if (!both) return;
-    VV hi[kPNV];
-    GB_UNROLL for (int v = 0; v < kPNV; ++v) hi[v] = hn::BitCast(d, hn::And(hn::Load(du, w + v * kW), hi_mask));
+    VV even[kPNV];
+    GB_UNROLL for (int v = 0; v < kPNV; ++v) even[v] = hn::BitCast(d, hn::ShiftLeft<16>(hn::Load(du, w + v * kW)));
     GB_UNROLL for (int r = 0; r < MR; ++r) {
       const VV av = hn::Set(d, a[MR + r]);
-      GB_UNROLL for (int v = 0; v < kPNV; ++v) acc[i][r][v] = FmaV(av, hi[v], acc[i][r][v]);
+      GB_UNROLL for (int v = 0; v < kPNV; ++v) acc[i][r][v] = FmaV(av, even[v], acc[i][r][v]);
     }
   };
-  const int64_t full = J / 2;
-  for (int64_t jp = 0; jp < full; ++jp) {
+  for (int64_t jp = 0; jp < JP; ++jp) {
     GB_UNROLL for (int i = 0; i < LL; ++i) {
       // The next lane group's line at the same step (past lane 15: the next panel's first lanes), as GEMV
       // prefetches its next tile's rows: the hardware prefetchers alone leave the loads waiting.
       __builtin_prefetch(bp + ((l0 + i + LL) * JP + jp) * kPackedCols, 0, 1);
-      step(i, bp + ((l0 + i) * JP + jp) * kPackedCols, ap + ((l0 + i) * J + 2 * jp) * MR, true);
-    }
-  }
-  if (J % 2) {
-    GB_UNROLL for (int i = 0; i < LL; ++i) {
-      step(i, bp + ((l0 + i) * JP + full) * kPackedCols, ap + ((l0 + i) * J + 2 * full) * MR, false);
+      step(i, bp + ((l0 + i) * JP + jp) * kPackedCols, ap + ((l0 + i) * J + 2 * jp) * MR);
     }
   }
   GB_UNROLL for (int i = 0; i < LL; ++i) GB_UNROLL for (int r = 0; r < MR; ++r) GB_UNROLL for (int v = 0; v < kPNV; ++v)
@@ -500,7 +689,7 @@ void PackedTileFor(int64_t mr, const float* ap, const uint32_t* bp, int64_t J, i
 void WidenPackedPanel(const uint32_t* HWY_RESTRICT packed, int64_t c0, int64_t nc, int64_t J, float* HWY_RESTRICT bp) {
   const DV d;
   const DU32 du;
-  const int64_t JP = (J + 1) / 2, panel_words = int64_t{kLanes} * JP * kPackedCols;
+  const int64_t JP = J / 2, panel_words = int64_t{kLanes} * JP * kPackedCols;
   const auto hi_mask = hn::Set(du, 0xFFFF0000u);
   for (int64_t cc = 0; cc < kNC; cc += kPackedCols) {
     const uint32_t* src = packed + (c0 + cc) / kPackedCols * panel_words;
@@ -516,32 +705,45 @@ void WidenPackedPanel(const uint32_t* HWY_RESTRICT packed, int64_t c0, int64_t n
         float* lo = bp + (l * J + 2 * jp) * kNC + cc;
         GB_UNROLL for (int v = 0; v < kPNV; ++v) {
           const auto u = hn::Load(du, w + v * kW);
-          hn::Store(hn::BitCast(d, hn::ShiftLeft<16>(u)), d, lo + v * kW);
-          if (2 * jp + 1 < J) hn::Store(hn::BitCast(d, hn::And(u, hi_mask)), d, lo + kNC + v * kW);
+          hn::Store(hn::BitCast(d, hn::And(u, hi_mask)), d, lo + v * kW);
+          hn::Store(hn::BitCast(d, hn::ShiftLeft<16>(u)), d, lo + kNC + v * kW);
         }
       }
     }
   }
 }
 
-void DotPackedBF16(const float* a, int64_t lda, int64_t m, const uint32_t* packed, int64_t n, int64_t K, float* out,
-                   int64_t ldo) {
-  if (m >= kPackedGemmRows && kNC % kPackedCols == 0) {
+void DotPackedBF16(const float* a_in, int64_t lda_in, int64_t m, const uint32_t* packed, int64_t n, int64_t K_in,
+                   float* out, int64_t ldo) {
+  const ::genbridge::simd::FlushDenormals flush;
+  const int64_t K = PairPadded(K_in), lda = K;
+  float* a = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * K) * sizeof(float)));
+  const bool instr = UseBf16Dot(a_in, lda_in, m, K_in);
+  if (instr) {
+    PairWords(a_in, lda_in, m, K_in, a);
+  } else {
+    PairRows(a_in, lda_in, m, K_in, a);
+  }
+  if (!instr && m >= kPackedGemmRows && kNC % kPackedCols == 0) {
     // Many rows: the GEMM's micro-kernel on panels widened from the packed weights (no transposition).
     GemmPanels(
         a, lda, m, [&](int64_t c0, int64_t nc, int64_t J, float* bp) { WidenPackedPanel(packed, c0, nc, J, bp); }, n, K,
         out, ldo);
     return;
   }
-  const int64_t J = (K + kLanes - 1) / kLanes, JP = (J + 1) / 2;
+  const int64_t J = K / kLanes, JP = J / 2;
   const int64_t tiles = (m + kPackedMaxMR - 1) / kPackedMaxMR, rows = (m + tiles - 1) / tiles;
-  const size_t tile_floats = static_cast<size_t>(kLanes * J * rows);
+  // Per row tile, lane-major: fp32 values [16][J][rows] (one per step), or for the instruction pair words
+  // [16][JP][rows] (one per pair of steps).
+  const int64_t steps = instr ? JP : J, row_len = instr ? K / 2 : K;
+  const size_t tile_floats = static_cast<size_t>(kLanes * steps * rows);
   float* ap = static_cast<float*>(thread_scratch_bytes(4, tile_floats * tiles * sizeof(float)));
   const size_t part_floats = static_cast<size_t>(kLanes * rows * kPackedCols);
   float* part = static_cast<float*>(thread_scratch_bytes(6, part_floats * tiles * sizeof(float)));
   alignas(64) float tile[kPackedMaxMR * kPackedCols];
   for (int64_t t = 0; t < tiles; ++t) {
-    PackRowsLaneMajor(a + t * rows * lda, lda, std::min(rows, m - t * rows), K, J, ap + t * tile_floats);
+    PackRowsLaneMajor(a + t * rows * row_len, row_len, std::min(rows, m - t * rows), row_len, steps,
+                      ap + t * tile_floats);
   }
   const int64_t panel_words = int64_t{kLanes} * JP * kPackedCols;
   for (int64_t c0 = 0; c0 < n; c0 += kPackedCols) {
@@ -549,8 +751,17 @@ void DotPackedBF16(const float* a, int64_t lda, int64_t m, const uint32_t* packe
     const int64_t nc = std::min<int64_t>(kPackedCols, n - c0);
     for (int lb = 0; lb < kLanes; lb += kPackedLaneBlock) {
       for (int64_t t = 0; t < tiles; ++t) {
-        PackedTileFor(std::min(rows, m - t * rows), ap + t * tile_floats, bp, J, lb, part + t * part_floats,
-                      std::make_integer_sequence<int, kPackedMaxMR>());
+        const int mr = static_cast<int>(std::min(rows, m - t * rows));
+        if (instr) {
+          const int ll = PackedLanesFor(mr);
+          for (int l0 = lb; l0 < lb + kPackedLaneBlock; l0 += ll) {
+            bf16_dot_packed_micro(mr, ll, reinterpret_cast<const uint32_t*>(ap + t * tile_floats), bp, JP, l0,
+                                  part + t * part_floats);
+          }
+        } else {
+          PackedTileFor(mr, ap + t * tile_floats, bp, J, lb, part + t * part_floats,
+                        std::make_integer_sequence<int, kPackedMaxMR>());
+        }
       }
     }
     for (int64_t t = 0; t < tiles; ++t) {
@@ -579,9 +790,30 @@ void DotRowsF32(const float* a, int64_t lda, int64_t m, const void* b, int64_t l
                 int64_t ldo) {
   DotRowsT<float>(a, lda, m, b, ldb, n, K, out, ldo);
 }
+// bf16 weights: the pair contract, under the bf16 dot instruction's denormal mode.
 void DotRowsBF16(const float* a, int64_t lda, int64_t m, const void* b, int64_t ldb, int64_t n, int64_t K, float* out,
                  int64_t ldo) {
-  DotRowsT<bf16_t>(a, lda, m, b, ldb, n, K, out, ldo);
+  const ::genbridge::simd::FlushDenormals flush;
+  const int64_t K32 = PairPadded(K);
+  float* ap = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * K32) * sizeof(float)));
+  const bf16_t* bt = static_cast<const bf16_t*>(b);
+  if (UseBf16Dot(a, lda, m, K)) {
+    // The instruction streams the weight rows as they are, for any number of input rows (no widening to amortize).
+    PairWords(a, lda, m, K, ap);
+    const auto* xw = reinterpret_cast<const uint32_t*>(ap);
+    GemvChunks(m, n, [&](int64_t r0, int64_t rows, int64_t c0, int64_t nc) {
+      bf16_dot_gemv(xw + r0 * (K32 / 2), K32 / 2, rows, bt + c0 * ldb, ldb, nc, K, out + r0 * ldo + c0, ldo);
+    });
+    return;
+  }
+  PairRows(a, lda, m, K, ap);
+  if (m >= kGemmMinRows) {
+    GemmPanels(
+        ap, K32, m, [&](int64_t c0, int64_t nc, int64_t J, float* bp) { PackBPairs(bt + c0 * ldb, ldb, nc, K, J, bp); },
+        n, K32, out, ldo);
+  } else {
+    GemvPair(ap, K32, m, bt, ldb, n, K, out, ldo);
+  }
 }
 void DotRowsF16(const float* a, int64_t lda, int64_t m, const void* b, int64_t ldb, int64_t n, int64_t K, float* out,
                 int64_t ldo) {
@@ -616,10 +848,10 @@ void pack_bf16_panels(const bf16_t* b, int64_t ldb, int64_t n, int64_t K, uint32
     for (int64_t l = 0; l < kLanes; ++l)
       for (int64_t jp = 0; jp < JP; ++jp) {
         uint32_t* w = dst + ((p * kLanes + l) * JP + jp) * kPackedCols;
-        const int64_t k0 = 2 * jp * kLanes + l;
+        const int64_t k0 = 2 * (jp * kLanes + l);
         for (int64_t c = 0; c < kPackedCols; ++c) {
           const int64_t row = p * kPackedCols + c;
-          w[c] = at(row, k0) | at(row, k0 + kLanes) << 16;
+          w[c] = at(row, k0) | at(row, k0 + 1) << 16;
         }
       }
 }

@@ -4,11 +4,18 @@
 //
 // The reduction order is the contract every caller shares; it makes each output element a pure
 // function of its own input row and weight row, whatever the batch size, the tiling, the thread
-// count, the CPU target or the op that computes it:
+// count, the CPU target or the op that computes it. fp32 and fp16 weights:
 //   16 fp32 lanes per output element, each starting at +0; lane l accumulates a[k]*b[k] for
 //   k = l, l+16, l+32, ... in increasing k with fused multiply-add (one rounding per step); a partial
 //   last block is zero-padded (its steps run, with a = b = 0); the lanes are then summed in the fixed
 //   pairwise order s8[i] = s[i] + s[i+8], s4[i] = s8[i] + s8[i+4], (s4[0] + s4[2]) + (s4[1] + s4[3]).
+// bf16 weights (the pair contract, the one the CPU's bf16 dot-product instruction computes exactly):
+//   16 fp32 lanes from +0; per block of 32 elements (the last zero-padded), lane l takes the pair k = 32 s + 2 l,
+//   32 s + 2 l + 1: first a[k+1]*b[k+1] (odd), then a[k]*b[k] (even), each a fused multiply-add; the same pairwise
+//   lane sum. Every step and the lane sum run with denormal inputs as zero and results that are tiny before
+//   rounding flushed to a zero of their sign (core/simd/flush_denormals.h). Where the input rows hold bf16 values
+//   and the CPU has AVX512_BF16, vdpbf16ps computes the steps (ops/common/linear/bf16_dot.h); elsewhere FMAs do,
+//   in the same order and mode.
 // Two paths compute it: GEMV (fewer than kGemmMinRows input rows: one 16-lane accumulator per output,
 // weights streamed once) and GEMM (kGemmMinRows or more: weights packed per column panel, lane-major,
 // and an outer-product micro-kernel whose accumulators hold one contract lane for a vector of columns).
@@ -45,8 +52,8 @@ GemmChunksFn gemm_chunks_fn();
 // Packed bf16 weights: the same products in the same order from weights re-laid out once (at load) so that any
 // number of input rows runs the outer-product kernel with no per-call packing and reads the weight bytes front
 // to back, once per row tile. Layout (target-independent): panels of kPackedCols weight rows (zero rows past
-// n); in panel p, lane l's words [jp][c] (jp < JP = ceil(J / 2), J = ceil(K / 16)) hold row 16 p + c's bf16
-// elements k = 16 (2 jp) + l in the low half and k = 16 (2 jp + 1) + l in the high half (zero past K).
+// n); in panel p, lane l's words [jp][c] (jp < JP = ceil(K / 32)) hold row 16 p + c's pair of bf16 elements
+// k = 32 jp + 2 l (low half) and k + 1 (high half), zero past K.
 inline constexpr int64_t kPackedCols = 16;
 size_t packed_bf16_words(int64_t n, int64_t K);
 void pack_bf16_panels(const bf16_t* b, int64_t ldb, int64_t n, int64_t K, uint32_t* dst);
