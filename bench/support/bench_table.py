@@ -25,6 +25,8 @@ COLUMNS = [  # (counter, heading, format)
     ("GFLOP/s", "GFLOP/s", "{:.1f}"),
     ("fma_GFLOP/s", "FMA GFLOP/s", "{:.0f}"),
     ("fma_frac", "fma_frac", "{:.2f}"),
+    ("bf16dot_GFLOP/s", "bf16-dot GFLOP/s", "{:.0f}"),
+    ("dot_frac", "dot_frac", "{:.2f}"),
     ("roof_frac", "roof_frac", "{:.2f}"),
     ("experts", "experts", "{:.1f}"),
     ("load", "load", "{:.1f}"),

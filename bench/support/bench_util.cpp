@@ -11,6 +11,10 @@
 #include <tuple>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include "core/parallel.h"
 #include "core/simd/dispatch.h"
 #include "genbridge/core/cpu_target.h"
@@ -241,6 +245,52 @@ double fma_gflops(bool refresh) {
   return roof = std::max(roof, flops_per_iter * static_cast<double>(kIters) * threads / best / 1e9);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// 16 independent vdpbf16ps chains in registers; returns a value depending on every chain.
+__attribute__((target("avx512f,avx512bf16"), noinline)) float Bf16DotLoop(int64_t iters, float seed) {
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3F803F80), y = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F);
+  __m512 a[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+constexpr double kBf16DotFlopsPerIter = 16.0 * 16 * 4;
+#endif
+
+double bf16_dot_gflops(bool refresh) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  simd::ensure_cpu_target();
+  if (!simd::bf16_dot_enabled()) return 0;
+  std::lock_guard<std::mutex> lock(g_mu);
+  static std::map<int, double> cache;
+  const int threads = num_threads();
+  if (auto it = cache.find(threads); it != cache.end() && !refresh) return it->second;
+  constexpr int64_t kIters = 125'000;
+  volatile float seed = 0.5f;
+  auto run = [&] {
+    genbridge::detail::parallel_for(
+        threads, int64_t{1} << 30,
+        [&](int64_t b, int64_t e) {
+          float sink = 0;
+          for (int64_t i = b; i < e; ++i) sink += Bf16DotLoop(kIters, seed);
+          benchmark::DoNotOptimize(sink);
+        },
+        1);
+  };
+  double best = 1e30;
+  for (int r = 0; r < 40; ++r) best = std::min(best, seconds_of(run));
+  double& roof = cache[threads];
+  return roof = std::max(roof, kBf16DotFlopsPerIter * static_cast<double>(kIters) * threads / best / 1e9);
+#else
+  (void)refresh;
+  return 0;
+#endif
+}
+
 void set_roofline_counters(benchmark::State& state, const Work& work, double seconds) {
   double mem_frac = 0, fma_frac = 0;
   if (work.bytes > 0) {
@@ -257,6 +307,13 @@ void set_roofline_counters(benchmark::State& state, const Work& work, double sec
     state.counters["GFLOP/s"] = gflops;
     state.counters["fma_GFLOP/s"] = roof;
     state.counters["fma_frac"] = fma_frac;
+    if (work.bf16_dot) {
+      if (const double dot = bf16_dot_gflops(true); dot > 0) {
+        state.counters["bf16dot_GFLOP/s"] = dot;
+        state.counters["dot_frac"] = gflops / dot;
+        fma_frac = gflops / dot;  // the binding compute roof
+      }
+    }
   }
   state.counters["roof_frac"] = std::max(mem_frac, fma_frac);
   state.counters["load"] = load_average();

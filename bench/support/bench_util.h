@@ -50,6 +50,10 @@ double read_gbps(size_t bytes, bool cold, bool refresh = false);
 // use, on num_threads() threads; cached per (target, threads). On targets without FMA instructions
 // (sse4, scalar) it is a separate multiply and add.
 double fma_gflops(bool refresh = false);
+// Compute roof of the bf16 dot-product instruction (AVX512_BF16 vdpbf16ps: 16 lanes x 2 products, 4 FLOPs per lane):
+// GFLOP/s of a register-only loop of it on num_threads() threads; 0 where the kernels do not use it
+// (simd::bf16_dot_enabled() false: another CPU target, or a CPU without it).
+double bf16_dot_gflops(bool refresh = false);
 
 // The work of one call of the benchmarked function.
 struct Work {
@@ -57,11 +61,15 @@ struct Work {
   double flops = 0;        // floating-point operations; 0: no compute roof
   bool cold = false;       // the benchmark rotates its buffers (compare with the cold copy)
   bool read_roof = false;  // also report read_GB/s (read-dominated kernels)
+  bool bf16_dot = false;   // the flops may run on the bf16 dot instruction (bf16 inputs and weights): under the
+                           // avx512_bf16 target, its roof is the compute roof (bf16dot_GFLOP/s, dot_frac)
 };
 
 // Sets the roofline counters for a call of `work` that took `seconds` (measuring the roofs again, best so far):
 //   GB/s copy_GB/s [read_GB/s] mem_frac   when work.bytes > 0
 //   GFLOP/s fma_GFLOP/s fma_frac          when work.flops > 0
+//   bf16dot_GFLOP/s dot_frac              when work.bf16_dot and the kernels use the bf16 dot instruction
+//                                         (roof_frac then takes dot_frac, not fma_frac)
 //   roof_frac, load (1-minute load average after the row)
 void set_roofline_counters(benchmark::State& state, const Work& work, double seconds);
 

@@ -115,7 +115,7 @@ TEST(CpuTarget, restricting_moves_every_dispatch_to_that_target) {
   for (const std::string& t : cpu_targets_available()) {
     ASSERT_TRUE(set_cpu_target(t).ok());
     const std::string hwy_name = HWY_DYNAMIC_DISPATCH(TargetNameHere)();
-    const std::string expect = t == "scalar" ? (hwy_name == "SCALAR" ? "SCALAR" : "EMU128") : t == "avx512" ? "AVX3" : t == "avx2" ? "AVX2"
+    const std::string expect = t == "scalar" ? (hwy_name == "SCALAR" ? "SCALAR" : "EMU128") : (t == "avx512" || t == "avx512_bf16") ? "AVX3" : t == "avx2" ? "AVX2"
                                : t == "sse4" ? "SSE4" : t == "neon" ? "NEON" : "?";
     EXPECT_EQ(hwy_name, expect) << t;
   }

@@ -37,7 +37,8 @@ void BM_linear(benchmark::State& state) {
   const Work work{.bytes = static_cast<double>(weight_bytes + static_cast<size_t>(M * K + M * N) * 2),
                   .flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
                   .cold = true,
-                  .read_roof = M == 1};
+                  .read_roof = M == 1,
+                  .bf16_dot = true};
   run_roofline(state, work, [&](int64_t i) {
     const size_t c = static_cast<size_t>(i) % w.size();
     const Status st = ops::linear(x.view(), w[c].view(), y.view(), nullptr, packed ? &pw[c] : nullptr);

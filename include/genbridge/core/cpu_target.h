@@ -1,7 +1,8 @@
 #pragma once
 // The CPU instruction-set target the host kernels run on. Every hot kernel is compiled for several targets
-// (Google Highway: scalar, sse4, avx2, avx512 on x86-64; scalar and neon on aarch64) and the best one this
-// CPU supports is chosen once per process. Results are the same bits on every target: the kernels'
+// (Google Highway: scalar, sse4, avx2, avx512 on x86-64; scalar and neon on aarch64; plus avx512_bf16, the
+// avx512 code with the AVX512_BF16 dot-product instruction for bf16 weights, where the CPU has it) and the best one
+// this CPU supports is chosen once per process. Results are the same bits on every target: the kernels'
 // reduction-order contracts do not depend on the vector width.
 //
 // This is instruction-set dispatch inside the host backend. It has nothing to do with the provider target

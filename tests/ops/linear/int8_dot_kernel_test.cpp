@@ -110,7 +110,7 @@ TEST(Int8DotKernel, vnni_path_runs_exactly_on_avx512_cpus_with_vnni) {
 #else
     const bool cpu_vnni = false;
 #endif
-    EXPECT_EQ(int8_vnni_in_use(), t == "avx512" && cpu_vnni);
+    EXPECT_EQ(int8_vnni_in_use(), (t == "avx512" || t == "avx512_bf16") && cpu_vnni);
     set_int8_vnni_allowed(false);
     EXPECT_FALSE(int8_vnni_in_use());
     set_int8_vnni_allowed(true);

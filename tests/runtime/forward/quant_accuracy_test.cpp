@@ -3,7 +3,9 @@
 // docs/bench/quant_weights.md (measured there on tiny and small with bench.runtime.forward.quant_accuracy_bench).
 // Every scheme the build's generation runs is checked; each must also actually change the logits (a
 // quantized run that silently used the bf16 weights fails the lower bound), except where a scheme holds
-// every value of a quantized checkpoint exactly, which must give the bf16 engine's bits.
+// every value of a quantized checkpoint exactly: there only the reduction order differs (the MX kernels reduce in
+// linear's fp32 order, bf16 weights in the pair order the bf16 dot instruction defines; docs/linear.md), so the
+// logits stay within the kKept bounds, an order of magnitude below any quantization's.
 #include "support/quant_accuracy.h"
 
 #include <gtest/gtest.h>
@@ -25,8 +27,12 @@ namespace {
 struct Bound {
   const char* scheme;  // --weight-quant
   double median_max, p99_max, agreement_min;
-  bool exact = false;  // the bf16 engine's bits at every step
+  bool exact = false;  // every value kept: within the kKept bounds of the bf16 engine
 };
+// Where every value is kept, two reduction orders' fp32 roundings through the layers (and the indexer's top-k
+// choices they can flip) separate the runs (measured on tiny-dsv4's FP8 + MXFP4 form: rel L2 median 0.0015, worst
+// step 0.052, greedy agreement 96.9%; docs/bench/quant_weights.md, "DeepSeek-V4 preset").
+constexpr double kKeptMedianMax = 0.005, kKeptWorstMax = 0.1, kKeptAgreementMin = 0.9;
 // docs/bench/quant_weights.md, "Bounds asserted by tests" (measured: w8a8 0.022 / 0.18 / 96.9%,
 // mxfp8 0.064 / 0.29 / 84.6%, mxfp4 0.25 / 0.67 / 63.1%).
 constexpr Bound kBounds[] = {{"w8a8", 0.04, 0.30, 0.85}, {"mxfp8", 0.10, 0.40, 0.75}, {"mxfp4", 0.35, 0.80, 0.50}};
@@ -62,8 +68,9 @@ void check_bounds(const char* preset, std::span<const Bound> bounds, bool v4_fp8
     }
     EXPECT_EQ(acc->steps(), 65);
     if (b.exact) {
-      EXPECT_EQ(acc->quantile(1.0), 0.0) << b.scheme << ": not the bf16 engine's logits";
-      EXPECT_EQ(acc->agreement(), 1.0) << b.scheme;
+      EXPECT_LE(acc->quantile(0.5), kKeptMedianMax) << b.scheme << ": further from the bf16 engine than rounding";
+      EXPECT_LE(acc->quantile(1.0), kKeptWorstMax) << b.scheme;
+      EXPECT_GE(acc->agreement(), kKeptAgreementMin) << b.scheme;
     } else {
       EXPECT_LE(acc->quantile(0.5), b.median_max) << b.scheme;
       EXPECT_GE(acc->quantile(0.5), 1e-3) << b.scheme << ": the logits did not change; were the weights quantized?";
@@ -106,7 +113,7 @@ TEST(QuantAccuracy, tiny_dsv4_preset_within_documented_bounds) { check_bounds("t
 // DeepSeek-V4 in the FP8 + MXFP4 form DeepSeek ships, against the bf16 engine on the same checkpoint (its exact
 // dequantization). Where the generation runs MX, auto (the FP8 linears as MXFP8 with the file's codes, the experts'
 // own MXFP4 codes) and mxfp8 (the e2m1 codes re-encoded as e4m3) hold every value the file holds: the bf16 engine's
-// bits. W8A8 (auto where the generation has no MX data path) and mxfp4 (the FP8 linears requantized) within their
+// values, reduced in another order (kKept bounds). W8A8 (auto where the generation has no MX data path) and mxfp4 (the FP8 linears requantized) within their
 // bounds. docs/bench/quant_weights.md, "DeepSeek-V4 preset" (measured: auto and mxfp8 0 / 0 / 100% on the A5 build;
 // w8a8 0.047 / 0.23 / 89.2% on both builds, the same bits; mxfp4 0.61 / 0.79 / 26.2%).
 TEST(QuantAccuracy, tiny_dsv4_fp8_form_exact_where_kept_else_within_documented_bounds) {
