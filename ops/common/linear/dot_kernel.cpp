@@ -718,7 +718,9 @@ void DotPackedBF16(const float* a_in, int64_t lda_in, int64_t m, const uint32_t*
   const ::genbridge::simd::FlushDenormals flush;
   const int64_t K = PairPadded(K_in), lda = K;
   float* a = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * K) * sizeof(float)));
-  const bool instr = UseBf16Dot(a_in, lda_in, m, K_in);
+  // One input row is bound by the weight stream either way, and the fp32 micro-kernel streams the panels faster there
+  // (measured, linear bench, Zen 5: 0.167 vs 0.19 ms at 2048 x 2048; docs/bench/targets.md).
+  const bool instr = m >= 2 && UseBf16Dot(a_in, lda_in, m, K_in);
   if (instr) {
     PairWords(a_in, lda_in, m, K_in, a);
   } else {
