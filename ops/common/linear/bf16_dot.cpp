@@ -2,6 +2,8 @@
 // instruction set function by function (target attributes); called only where the CPU has it (bf16_dot_enabled).
 #include "ops/common/linear/bf16_dot.h"
 
+#include "ops/common/linear/dot_kernel.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
@@ -65,10 +67,8 @@ constexpr int GemvCols(int mr) {
 template <int MR>
 void GemvRows(const uint32_t* xw, int64_t ldx, const bf16_t* w, int64_t ldw, int64_t n, int64_t K, float* out,
               int64_t ldo) {
-  constexpr int NR = GemvCols(MR);
-  int64_t c = 0;
-  for (; c + NR <= n; c += NR) GemvTile<MR, NR>(xw, ldx, w + c * ldw, ldw, K, out + c, ldo);
-  for (; c < n; ++c) GemvTile<MR, 1>(xw, ldx, w + c * ldw, ldw, K, out + c, ldo);
+  for_column_tiles<GemvCols(MR)>(
+      n, [&]<int NR>(int64_t c) { GemvTile<MR, NR>(xw, ldx, w + c * ldw, ldw, K, out + c, ldo); });
 }
 
 template <int... MRs>

@@ -79,10 +79,8 @@ HWY_NOINLINE void GemvTile(const float* HWY_RESTRICT a, int64_t lda, const BT* H
 
 template <typename BT, int MR>
 void GemvRows(const float* a, int64_t lda, const BT* b, int64_t ldb, int64_t n, int64_t K, float* out, int64_t ldo) {
-  constexpr int NR = GemvCols<MR>();
-  int64_t c = 0;
-  for (; c + NR <= n; c += NR) GemvTile<BT, MR, NR>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
-  for (; c < n; ++c) GemvTile<BT, MR, 1>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
+  for_column_tiles<GemvCols<MR>()>(
+      n, [&]<int NR>(int64_t c) HWY_ATTR { GemvTile<BT, MR, NR>(a, lda, b + c * ldb, ldb, K, out + c, ldo); });
 }
 
 template <typename BT>
@@ -220,10 +218,8 @@ HWY_NOINLINE void GemvPairTile(const float* HWY_RESTRICT a, int64_t lda, const b
 template <int MR>
 void GemvPairRows(const float* a, int64_t lda, const bf16_t* b, int64_t ldb, int64_t n, int64_t K, float* out,
                   int64_t ldo) {
-  constexpr int NR = GemvPairCols<MR>();
-  int64_t c = 0;
-  for (; c + NR <= n; c += NR) GemvPairTile<MR, NR>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
-  for (; c < n; ++c) GemvPairTile<MR, 1>(a, lda, b + c * ldb, ldb, K, out + c, ldo);
+  for_column_tiles<GemvPairCols<MR>()>(
+      n, [&]<int NR>(int64_t c) HWY_ATTR { GemvPairTile<MR, NR>(a, lda, b + c * ldb, ldb, K, out + c, ldo); });
 }
 
 template <int... MRs>

@@ -77,6 +77,15 @@ inline void* thread_scratch(size_t bytes) {
   return thread_scratch_bytes(Slot, bytes);
 }
 
+// Calls tile.template operator()<NR>(c) for the column tiles c = 0, NR, 2 NR, ... of n columns, then
+// tile.template operator()<1>(c) for the columns left over (the GEMV kernels' walk over weight rows).
+template <int NR, typename Tile>
+inline void for_column_tiles(int64_t n, Tile&& tile) {
+  int64_t c = 0;
+  for (; c + NR <= n; c += NR) tile.template operator()<NR>(c);
+  for (; c < n; ++c) tile.template operator()<1>(c);
+}
+
 // Column granularity of work items (a multiple of every target's GEMM panel width).
 inline constexpr int64_t kPanelCols = 64;
 
