@@ -213,6 +213,26 @@ double read_gbps(size_t bytes, bool cold, bool refresh) {
   return best = std::max(best, static_cast<double>(n) / t / 1e9);
 }
 
+// GFLOP/s of `threads` threads each running call() (flops_per_call FLOPs, returning a value to keep), the best of 40
+// runs: short runs (about 1 ms) and many of them, so that on a shared machine the best run is one where every
+// thread had its core for the whole run.
+double best_loop_gflops(int threads, double flops_per_call, auto&& call) {
+  auto run = [&] {
+    // One item per thread; the cost makes parallel_for use all of them.
+    genbridge::detail::parallel_for(
+        threads, int64_t{1} << 30,
+        [&](int64_t b, int64_t e) {
+          float sink = 0;
+          for (int64_t i = b; i < e; ++i) sink += call();
+          benchmark::DoNotOptimize(sink);
+        },
+        1);
+  };
+  double best = 1e30;
+  for (int r = 0; r < 40; ++r) best = std::min(best, seconds_of(run));
+  return flops_per_call * threads / best / 1e9;
+}
+
 double fma_gflops(bool refresh) {
   std::lock_guard<std::mutex> lock(g_mu);
   static std::map<std::pair<std::string, int>, double> cache;
@@ -221,28 +241,12 @@ double fma_gflops(bool refresh) {
   if (auto it = cache.find(key); it != cache.end() && !refresh) return it->second;
   const auto fma = GB_DISPATCH(FmaLoop);
   const double flops_per_iter = GB_DISPATCH(FmaFlopsPerIter)();
-  // Short runs (about 1 ms) and many of them: on a shared machine the best run is one where every thread
-  // had its core for the whole run.
   constexpr int64_t kIters = 250'000;
   volatile float mul = 0.999f, add = 0.001f;
-  auto run = [&] {
-    std::atomic<int> done{0};
-    // One item per thread; the cost makes parallel_for use all of them.
-    genbridge::detail::parallel_for(
-        threads, int64_t{1} << 30,
-        [&](int64_t b, int64_t e) {
-          float sink = 0;
-          for (int64_t i = b; i < e; ++i) sink += fma(kIters, mul, add);
-          benchmark::DoNotOptimize(sink);
-          done += static_cast<int>(e - b);
-        },
-        1);
-    return done.load();
-  };
-  double best = 1e30;
-  for (int r = 0; r < 40; ++r) best = std::min(best, seconds_of(run));
+  const double gflops = best_loop_gflops(threads, flops_per_iter * static_cast<double>(kIters),
+                                         [&] { return fma(kIters, mul, add); });
   double& roof = cache[key];
-  return roof = std::max(roof, flops_per_iter * static_cast<double>(kIters) * threads / best / 1e9);
+  return roof = std::max(roof, gflops);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -271,20 +275,10 @@ double bf16_dot_gflops(bool refresh) {
   if (auto it = cache.find(threads); it != cache.end() && !refresh) return it->second;
   constexpr int64_t kIters = 125'000;
   volatile float seed = 0.5f;
-  auto run = [&] {
-    genbridge::detail::parallel_for(
-        threads, int64_t{1} << 30,
-        [&](int64_t b, int64_t e) {
-          float sink = 0;
-          for (int64_t i = b; i < e; ++i) sink += Bf16DotLoop(kIters, seed);
-          benchmark::DoNotOptimize(sink);
-        },
-        1);
-  };
-  double best = 1e30;
-  for (int r = 0; r < 40; ++r) best = std::min(best, seconds_of(run));
+  const double gflops = best_loop_gflops(threads, kBf16DotFlopsPerIter * static_cast<double>(kIters),
+                                         [&] { return Bf16DotLoop(kIters, seed); });
   double& roof = cache[threads];
-  return roof = std::max(roof, kBf16DotFlopsPerIter * static_cast<double>(kIters) * threads / best / 1e9);
+  return roof = std::max(roof, gflops);
 #else
   (void)refresh;
   return 0;

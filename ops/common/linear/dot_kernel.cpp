@@ -130,35 +130,20 @@ void Gemv(const float* a, int64_t lda, int64_t m, const BT* b, int64_t ldb, int6
 inline constexpr int64_t kPairBlock = 32;
 HWY_INLINE int64_t PairPadded(int64_t K) { return (K + kPairBlock - 1) / kPairBlock * kPairBlock; }
 
-// dst[r * K32 + 32 s + 16 h + l] = a[r * lda + 32 s + 2 l + 1 - h] (zero past K), K32 = PairPadded(K). Returns
-// whether every value is a bf16 (its low 16 bits zero), which lets the bf16 dot instruction take the rows.
-bool PairRows(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst) {
+// dst[r * K32 + 32 s + 16 h + l] = a[r * lda + 32 s + 2 l + 1 - h] (zero past K), K32 = PairPadded(K).
+void PairRows(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst) {
   const int64_t K32 = PairPadded(K);
-  uint32_t low = 0;
   for (int64_t r = 0; r < m; ++r) {
-    const float* src = a + r * lda;
-    float* d = dst + r * K32;
-    int64_t k = 0;
-    for (; k + kPairBlock <= K; k += kPairBlock) {
-      uint32_t u[kPairBlock];
-      std::memcpy(u, src + k, sizeof u);
+    for (int64_t k = 0; k < K; k += kPairBlock) {
+      uint32_t u[kPairBlock] = {};  // the block, zero past K
+      std::memcpy(u, a + r * lda + k, static_cast<size_t>(std::min(kPairBlock, K - k)) * sizeof(float));
+      float* d = dst + r * K32 + k;
       for (int l = 0; l < 16; ++l) {
-        low |= u[2 * l] | u[2 * l + 1];
-        std::memcpy(d + k + l, &u[2 * l + 1], sizeof(float));
-        std::memcpy(d + k + 16 + l, &u[2 * l], sizeof(float));
-      }
-    }
-    if (k < K) {
-      uint32_t u[kPairBlock] = {};
-      std::memcpy(u, src + k, static_cast<size_t>(K - k) * sizeof(float));
-      for (int l = 0; l < 16; ++l) {
-        low |= u[2 * l] | u[2 * l + 1];
-        std::memcpy(d + k + l, &u[2 * l + 1], sizeof(float));
-        std::memcpy(d + k + 16 + l, &u[2 * l], sizeof(float));
+        std::memcpy(d + l, &u[2 * l + 1], sizeof(float));
+        std::memcpy(d + 16 + l, &u[2 * l], sizeof(float));
       }
     }
   }
-  return (low & 0xFFFFu) == 0;
 }
 
 // The 16 pairs at p (32 bf16): odd and even elements as fp32.
