@@ -234,28 +234,39 @@ void GemvPair(const float* a, int64_t lda, int64_t m, const bf16_t* b, int64_t l
 
 // Whether every value of rows [0, m) is a bf16 (low 16 bits zero): then the bf16 dot instruction can take them.
 bool RowsAreBf16(const float* a, int64_t lda, int64_t m, int64_t K) {
-  uint32_t low = 0;
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t k = 0; k < K; ++k) {
-      uint32_t u;
-      std::memcpy(&u, a + r * lda + k, sizeof u);
-      low |= u;
-    }
-  return (low & 0xFFFFu) == 0;
+  const hn::ScalableTag<uint32_t> du;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
+  auto low = hn::Zero(du);
+  uint32_t tail = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    const auto* row = reinterpret_cast<const uint32_t*>(a + r * lda);
+    int64_t k = 0;
+    for (; k + N <= K; k += N) low = hn::Or(low, hn::LoadU(du, row + k));
+    for (; k < K; ++k) tail |= row[k];
+  }
+  return hn::AllFalse(du, hn::TestBit(low, hn::Set(du, 0xFFFFu))) && (tail & 0xFFFFu) == 0;
 }
 
-// Rows of bf16 values as pair words (bf16_dot.h), PairPadded(K) / 2 per row, zero-padded; stored in float storage
-// (bit patterns, copied, never computed with) so that PackLaneMajor can lay them out.
-void PairWords(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst) {
+// Rows of bf16 values as pair words (bf16_dot.h), PairPadded(K) / 2 per row (row r at dst + r * ldd), zero-padded;
+// stored in float storage (bit patterns, copied, never computed with) so that PackLaneMajor can lay them out. A word
+// is the high halves of two consecutive fp32 values: the odd 16-bit halves of the row, in order.
+void PairWords(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst,
+               int64_t ldd) {
+  const hn::ScalableTag<uint16_t> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d16));  // elements per step: two vectors in, one out
   const int64_t words = PairPadded(K) / 2;
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t i = 0; i < words; ++i) {
-      uint32_t lo = 0, hi = 0;
-      if (2 * i < K) std::memcpy(&lo, a + r * lda + 2 * i, sizeof lo);
-      if (2 * i + 1 < K) std::memcpy(&hi, a + r * lda + 2 * i + 1, sizeof hi);
-      const uint32_t w = (lo >> 16) | (hi & 0xFFFF0000u);
-      std::memcpy(dst + r * words + i, &w, sizeof w);
+  for (int64_t r = 0; r < m; ++r) {
+    const auto* src = reinterpret_cast<const uint16_t*>(a + r * lda);
+    auto* out = reinterpret_cast<uint16_t*>(dst + r * ldd);
+    int64_t k = 0;
+#if HWY_TARGET != HWY_SCALAR
+    for (; k + N <= K; k += N) {
+      const auto lo = hn::LoadU(d16, src + 2 * k), hi = hn::LoadU(d16, src + 2 * k + N);
+      hn::StoreU(hn::ConcatOdd(d16, hi, lo), d16, out + k);
     }
+#endif
+    for (; k < 2 * words; ++k) out[k] = k < K ? src[2 * k + 1] : uint16_t{0};
+  }
 }
 
 // The targets whose copies may call the bf16 dot instruction's kernels (bf16_dot.h).
@@ -703,7 +714,7 @@ void DotPackedBF16(const float* a_in, int64_t lda_in, int64_t m, const uint32_t*
   // (measured, linear bench, Zen 5: 0.167 vs 0.19 ms at 2048 x 2048; docs/bench/targets.md).
   const bool instr = m >= 2 && UseBf16Dot(a_in, lda_in, m, K_in);
   if (instr) {
-    PairWords(a_in, lda_in, m, K_in, a);
+    PairWords(a_in, lda_in, m, K_in, a, K / 2);
   } else {
     PairRows(a_in, lda_in, m, K_in, a);
   }
@@ -722,37 +733,47 @@ void DotPackedBF16(const float* a_in, int64_t lda_in, int64_t m, const uint32_t*
   const size_t tile_floats = static_cast<size_t>(kLanes * steps * rows);
   float* ap = static_cast<float*>(thread_scratch_bytes(4, tile_floats * tiles * sizeof(float)));
   const size_t part_floats = static_cast<size_t>(kLanes * rows * kPackedCols);
-  float* part = static_cast<float*>(thread_scratch_bytes(6, part_floats * tiles * sizeof(float)));
+  // Per row tile, the lanes' partials of up to two panels.
+  float* part = static_cast<float*>(thread_scratch_bytes(6, 2 * part_floats * tiles * sizeof(float)));
   alignas(64) float tile[kPackedMaxMR * kPackedCols];
   for (int64_t t = 0; t < tiles; ++t) {
     PackRowsLaneMajor(a + t * rows * row_len, row_len, std::min(rows, m - t * rows), row_len, steps,
                       ap + t * tile_floats);
   }
   const int64_t panel_words = int64_t{kLanes} * JP * kPackedCols;
-  for (int64_t c0 = 0; c0 < n; c0 += kPackedCols) {
-    const uint32_t* bp = packed + (c0 / kPackedCols) * panel_words;
-    const int64_t nc = std::min<int64_t>(kPackedCols, n - c0);
-    for (int lb = 0; lb < kLanes; lb += kPackedLaneBlock) {
-      for (int64_t t = 0; t < tiles; ++t) {
-        const int mr = static_cast<int>(std::min(rows, m - t * rows));
-        if (instr) {
-          const int ll = PackedLanesFor(mr);
-          for (int l0 = lb; l0 < lb + kPackedLaneBlock; l0 += ll) {
-            bf16_dot_packed_micro(mr, ll, reinterpret_cast<const uint32_t*>(ap + t * tile_floats), bp, JP, l0,
-                                  part + t * part_floats);
-          }
-        } else {
-          PackedTileFor(mr, ap + t * tile_floats, bp, J, lb, part + t * part_floats,
-                        std::make_integer_sequence<int, kPackedMaxMR>());
-        }
-      }
-    }
+  // Reduces panel p's partials (p = 0 or 1 of the step) into columns [c0, c0 + nc).
+  const auto write_out = [&](int p, int64_t c0, int64_t nc) {
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t mr = std::min(rows, m - t * rows);
-      ReducePackedLanes(part + t * part_floats, mr, tile);
+      ReducePackedLanes(part + (2 * t + p) * part_floats, mr, tile);
       for (int64_t r = 0; r < mr; ++r)
         std::memcpy(out + (t * rows + r) * ldo + c0, tile + r * kPackedCols, static_cast<size_t>(nc) * sizeof(float));
     }
+  };
+  // The instruction takes two panels per step where two remain.
+  const int64_t step_cols = instr ? 2 * kPackedCols : kPackedCols;
+  for (int64_t c0 = 0; c0 < n; c0 += step_cols) {
+    const uint32_t* bp = packed + (c0 / kPackedCols) * panel_words;
+    const int64_t nc = std::min<int64_t>(kPackedCols, n - c0);
+    const bool two = instr && c0 + kPackedCols < n;
+    for (int lb = 0; lb < kLanes; lb += kPackedLaneBlock) {
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int mr = static_cast<int>(std::min(rows, m - t * rows));
+        float* pt = part + 2 * t * part_floats;
+        const auto* at = reinterpret_cast<const uint32_t*>(ap + t * tile_floats);
+        if (two) {
+          for (int l = lb; l < lb + kPackedLaneBlock; ++l)
+            bf16_dot_packed_micro2(mr, at, bp, bp + panel_words, JP, l, pt, pt + part_floats);
+        } else if (instr) {
+          const int ll = PackedLanesFor(mr);
+          for (int l0 = lb; l0 < lb + kPackedLaneBlock; l0 += ll) bf16_dot_packed_micro(mr, ll, at, bp, JP, l0, pt);
+        } else {
+          PackedTileFor(mr, ap + t * tile_floats, bp, J, lb, pt, std::make_integer_sequence<int, kPackedMaxMR>());
+        }
+      }
+    }
+    write_out(0, c0, nc);
+    if (two) write_out(1, c0 + kPackedCols, std::min<int64_t>(kPackedCols, n - c0 - kPackedCols));
   }
 }
 
@@ -778,14 +799,17 @@ void DotRowsBF16(const float* a, int64_t lda, int64_t m, const void* b, int64_t 
                  int64_t ldo) {
   const ::genbridge::simd::FlushDenormals flush;
   const int64_t K32 = PairPadded(K);
-  float* ap = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * K32) * sizeof(float)));
+  // Pair-word rows one cache line longer than the words: rows a power of two apart would share L1 sets.
+  const int64_t ldw = K32 / 2 + 16;
+  float* ap = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * std::max(K32, ldw)) * sizeof(float)));
   const bf16_t* bt = static_cast<const bf16_t*>(b);
   if (UseBf16Dot(a, lda, m, K)) {
     // The instruction streams the weight rows as they are, for any number of input rows (no widening to amortize).
-    PairWords(a, lda, m, K, ap);
+    PairWords(a, lda, m, K, ap, ldw);
     const auto* xw = reinterpret_cast<const uint32_t*>(ap);
     GemvChunks(m, n, [&](int64_t r0, int64_t rows, int64_t c0, int64_t nc) {
-      bf16_dot_gemv(xw + r0 * (K32 / 2), K32 / 2, rows, bt + c0 * ldb, ldb, nc, K, out + r0 * ldo + c0, ldo);
+      // A block's first row chunk brings its weights from memory; the later chunks find them in cache.
+      bf16_dot_gemv(xw + r0 * ldw, ldw, rows, bt + c0 * ldb, ldb, nc, K, out + r0 * ldo + c0, ldo, r0 == 0);
     });
     return;
   }
