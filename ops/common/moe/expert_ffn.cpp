@@ -155,7 +155,11 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     return;
   }
 
-  std::unique_ptr<float[]> act(new float[static_cast<size_t>(rows * I)]);
+  // The intermediate, in a buffer of the calling thread that only grows (allocated per call, a prefill's
+  // hundreds of MiB were mapped and faulted in afresh every layer). Workers reach it through the pointer.
+  thread_local std::vector<float> act_buf;
+  if (act_buf.size() < static_cast<size_t>(rows * I)) act_buf.resize(static_cast<size_t>(rows * I));
+  float* const act = act_buf.data();
   const detail::DotRowsFn dot_rows = detail::dot_rows_fn(experts[0].w_gate.dtype());
   const detail::DotPackedFn dot_packed = detail::dot_packed_fn();
   // out[r, c] = a[r] . w[c0 + c] for the weight rows [c0, c0 + n) of w (or of its packed copy).
@@ -176,7 +180,7 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     for (int64_t r = 0; r < m; ++r) detail::load_row_f32(x, 1, slot[g0 + r] / k, H, a + r * H);
     const TensorView& wg = experts[it.expert].w_gate;
     const TensorView& wu = experts[it.expert].w_up;
-    float* act_rows = act.get() + g0 * I + it.c0;
+    float* act_rows = act + g0 * I + it.c0;
     float* up = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
     const PackedExpertWeights* pk = experts[it.expert].packed;
     dot(a, H, m, wg, pk ? &pk->gate : nullptr, it.c0, n, H, act_rows, I);
@@ -193,7 +197,7 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     const TensorView& wd = experts[it.expert].w_down;
     float* v = static_cast<float*>(detail::thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
     const PackedExpertWeights* pk = experts[it.expert].packed;
-    dot(act.get() + g0 * I, I, m, wd, pk ? &pk->down : nullptr, it.c0, n, I, v, n);
+    dot(act + g0 * I, I, m, wd, pk ? &pk->down : nullptr, it.c0, n, I, v, n);
     for (int64_t i = 0; i < m; ++i) {
       const int64_t s = slot[g0 + i];
       OT* row = op + (s / k) * os0 + (s % k) * os1;

@@ -102,12 +102,22 @@ Status validate_prequantized(const TensorView& qx, const TensorView& sx, const T
   return ok_status();
 }
 
-// One expert's share of a W8A8 call: its slots' rows, quantized, and its fp32 intermediates.
+// A buffer of the calling thread that only grows: a call's intermediates are neither zeroed nor mapped afresh
+// (a prefill's are hundreds of MiB; allocating them per call cost half of a W8A8 prefill in page faults and
+// zeroing). Worker threads use it through the pointer (they must not name the thread_local).
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// One expert's share of a W8A8 call: its slots' rows, quantized, and its fp32 intermediates (in the call's
+// buffers, each expert's rows at its first slot).
 struct W8A8Expert {
   const QuantExpertWeights* w = nullptr;
   const std::vector<int64_t>* slots = nullptr;
-  std::vector<float> xs, g, u, y, sx, sh, sw_gate, sw_up, sw_down;
-  std::vector<int8_t> qx, qh;
+  float *xs, *g, *u, *y, *sx, *sh, *sw_gate, *sw_up, *sw_down;
+  int8_t *qx, *qh;
 };
 
 // One work item: output columns [c0, c0 + nc) of one projection of one expert.
@@ -125,10 +135,10 @@ void run_item(const W8A8Item& it, detail::Int8DotRowsFn dot, int64_t H, int64_t 
   W8A8Expert& e = *it.e;
   const int64_t n = static_cast<int64_t>(e.slots->size());
   const QuantWeight& w = it.which == 0 ? e.w->w_gate : it.which == 1 ? e.w->w_up : e.w->w_down;
-  const int8_t* q = it.which == 2 ? e.qh.data() : e.qx.data();
-  const float* sq = it.which == 2 ? e.sh.data() : e.sx.data();
-  const float* sw = it.which == 0 ? e.sw_gate.data() : it.which == 1 ? e.sw_up.data() : e.sw_down.data();
-  float* out = it.which == 0 ? e.g.data() : it.which == 1 ? e.u.data() : e.y.data();
+  const int8_t* q = it.which == 2 ? e.qh : e.qx;
+  const float* sq = it.which == 2 ? e.sh : e.sx;
+  const float* sw = it.which == 0 ? e.sw_gate : it.which == 1 ? e.sw_up : e.sw_down;
+  float* out = it.which == 0 ? e.g : it.which == 1 ? e.u : e.y;
   const int64_t K = it.which == 2 ? I : H, ldo = it.which == 2 ? H : I;
   const int64_t ldw = w.data.stride(0);
   const int8_t* wp = w.data.data_as<const int8_t>() + it.c0 * ldw;
@@ -162,27 +172,45 @@ Status w8a8_experts(const TensorView& x, const TensorView& sx, int64_t k, std::s
     w.slots = &slots[e];
   }
   if (ex.empty()) return ok_status();
+  int64_t rows = 0;
+  for (const W8A8Expert& e : ex) rows += static_cast<int64_t>(e.slots->size());
+  const int64_t n_ex = static_cast<int64_t>(ex.size());
+  thread_local std::vector<float> f32;
+  thread_local std::vector<int8_t> i8;
+  // fp32: xs and y [rows, H], g and u [rows, I], sx and sh [rows], the weight scales [experts, 2 I + H].
+  float* fb = grow(f32, rows * (2 * H + 2 * I + 2) + n_ex * (2 * I + H));
+  int8_t* ib = grow(i8, rows * (H + I));  // qx [rows, H], qh [rows, I]
+  float *xs = fb, *y = xs + rows * H, *g = y + rows * H, *u = g + rows * I, *sxs = u + rows * I, *shs = sxs + rows,
+        *sws = shs + rows;
+  int8_t *qxs = ib, *qhs = ib + rows * H;
   const detail::Int8DotRowsFn dot = detail::int8_dot_rows_fn();
   std::vector<W8A8Item> items;
-  int64_t work = 0;
-  for (W8A8Expert& e : ex) {
+  int64_t work = 0, f = 0;
+  for (size_t j = 0; j < ex.size(); ++j) {
+    W8A8Expert& e = ex[j];
     const int64_t n = static_cast<int64_t>(e.slots->size());
-    e.g.resize(static_cast<size_t>(n * I));
-    e.u.resize(static_cast<size_t>(n * I));
-    e.y.resize(static_cast<size_t>(n * H));
+    e.xs = xs + f * H;
+    e.y = y + f * H;
+    e.g = g + f * I;
+    e.u = u + f * I;
+    e.sx = sxs + f;
+    e.sh = shs + f;
+    e.qx = qxs + f * H;
+    e.qh = qhs + f * I;
+    e.sw_gate = sws + static_cast<int64_t>(j) * (2 * I + H);
+    e.sw_up = e.sw_gate + I;
+    e.sw_down = e.sw_up + I;
+    f += n;
     if (!prequantized) {
-      e.xs.resize(static_cast<size_t>(n * H));
-      for (int64_t i = 0; i < n; ++i) detail::load_row_f32(x, 1, (*e.slots)[i] / k, H, e.xs.data() + i * H);
+      for (int64_t i = 0; i < n; ++i) detail::load_row_f32(x, 1, (*e.slots)[i] / k, H, e.xs + i * H);
     }
     const TensorView xv = prequantized ? TensorView::strided(&unread, DType::kF32, {n, H}, {0, 0})
-                                       : TensorView(e.xs.data(), DType::kF32, {n, H});
-    const TensorView gv(e.g.data(), DType::kF32, {n, I}), yv(e.y.data(), DType::kF32, {n, H});
+                                       : TensorView(e.xs, DType::kF32, {n, H});
+    const TensorView gv(e.g, DType::kF32, {n, I}), yv(e.y, DType::kF32, {n, H});
     int64_t M = 0, N = 0, K = 0;
     for (const QuantWeight* w : {&e.w->w_gate, &e.w->w_up})
       GB_RETURN_IF_ERROR(detail::check_quant_linear(xv, *w, gv, M, N, K));
     GB_RETURN_IF_ERROR(detail::check_quant_linear(gv, e.w->w_down, yv, M, N, K));
-    e.qx.resize(static_cast<size_t>(n * H));
-    e.sx.resize(static_cast<size_t>(n));
     if (prequantized) {
       const int8_t* q = x.data_as<const int8_t>();
       const float* s = sx.data_as<const float>();
@@ -192,14 +220,11 @@ Status w8a8_experts(const TensorView& x, const TensorView& sx, int64_t k, std::s
         e.sx[i] = s[t * sx.stride(0)];
       }
     } else {
-      detail::w8a8_quantize_rows(xv, e.qx.data(), e.sx.data());
+      detail::w8a8_quantize_rows(xv, e.qx, e.sx);
     }
-    e.sw_gate.resize(static_cast<size_t>(I));
-    e.sw_up.resize(static_cast<size_t>(I));
-    e.sw_down.resize(static_cast<size_t>(H));
-    detail::load_row_f32(e.w->w_gate.scale, 1, 0, I, e.sw_gate.data());
-    detail::load_row_f32(e.w->w_up.scale, 1, 0, I, e.sw_up.data());
-    detail::load_row_f32(e.w->w_down.scale, 1, 0, H, e.sw_down.data());
+    detail::load_row_f32(e.w->w_gate.scale, 1, 0, I, e.sw_gate);
+    detail::load_row_f32(e.w->w_up.scale, 1, 0, I, e.sw_up);
+    detail::load_row_f32(e.w->w_down.scale, 1, 0, H, e.sw_down);
     for (int which : {0, 1}) {
       for (int64_t c0 = 0; c0 < I; c0 += kW8A8ExpertCols)
         items.push_back({&e, which, c0, std::min(kW8A8ExpertCols, I - c0)});
@@ -212,9 +237,7 @@ Status w8a8_experts(const TensorView& x, const TensorView& sx, int64_t k, std::s
   for (W8A8Expert& e : ex) {
     const int64_t n = static_cast<int64_t>(e.slots->size());
     for (int64_t i = 0; i < n * I; ++i) e.g[i] = detail::clamped_silu_mul(e.g[i], e.u[i], limit);
-    e.qh.resize(static_cast<size_t>(n * I));
-    e.sh.resize(static_cast<size_t>(n));
-    detail::w8a8_quantize_rows(TensorView(e.g.data(), DType::kF32, {n, I}), e.qh.data(), e.sh.data());
+    detail::w8a8_quantize_rows(TensorView(e.g, DType::kF32, {n, I}), e.qh, e.sh);
     for (int64_t c0 = 0; c0 < H; c0 += kW8A8ExpertCols) items.push_back({&e, 2, c0, std::min(kW8A8ExpertCols, H - c0)});
   }
   detail::parallel_items(static_cast<int64_t>(items.size()), work / 2,
@@ -227,7 +250,7 @@ Status w8a8_experts(const TensorView& x, const TensorView& sx, int64_t k, std::s
       const TensorView slot = TensorView::strided(
           static_cast<char*>(row.data()) + (sl % k) * out.stride(1) * static_cast<int64_t>(dtype_size(out.dtype())),
           out.dtype(), {1, H}, {H, out.stride(2)});
-      detail::store_row_f32(slot, 1, 0, H, e.y.data() + i * H);
+      detail::store_row_f32(slot, 1, 0, H, e.y + i * H);
     }
   }
   return ok_status();
@@ -273,12 +296,13 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
   std::vector<int64_t> first(static_cast<size_t>(end - begin) + 1, 0);
   for (int64_t e = 0; e < end - begin; ++e) first[e + 1] = first[e] + static_cast<int64_t>(slots[e].size());
   const int64_t rows = first[end - begin];
-  std::vector<float> xs(static_cast<size_t>(rows * H)), g(static_cast<size_t>(rows * I)),
-      u(static_cast<size_t>(rows * I)), y(static_cast<size_t>(rows * H));
+  thread_local std::vector<float> buf;
+  float* xs = grow(buf, rows * (2 * H + 2 * I));  // xs and y [rows, H], g and u [rows, I]
+  float *y = xs + rows * H, *g = y + rows * H, *u = g + rows * I;
   auto run_expert = [&](int64_t e) -> Status {
     const std::vector<int64_t>& sl = slots[static_cast<size_t>(e)];
     const int64_t n = static_cast<int64_t>(sl.size()), f = first[e];
-    float *xe = xs.data() + f * H, *ge = g.data() + f * I, *ue = u.data() + f * I, *ye = y.data() + f * H;
+    float *xe = xs + f * H, *ge = g + f * I, *ue = u + f * I, *ye = y + f * H;
     for (int64_t i = 0; i < n; ++i) detail::load_row_f32(x, 1, sl[i] / k, H, xe + i * H);
     const TensorView xv(xe, DType::kF32, {n, H}), gv(ge, DType::kF32, {n, I}), uv(ue, DType::kF32, {n, I}),
         yv(ye, DType::kF32, {n, H});
