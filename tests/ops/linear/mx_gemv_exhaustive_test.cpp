@@ -1,7 +1,7 @@
 // linear/quant_linear's MX schemes, exhaustively: every fp8 e4m3fn byte (256) and every fp4 e2m1 code (16) under
-// every E8M0 scale (256, 0xFF = NaN) with one input row (fp4: also 16), and with 3, 15, 16 and 64 rows on the
-// scales around the fast decode's limits, goes through the kernels' fast decodes (the GEMV for few rows, the GEMM
-// panels for many) on every CPU target. Weight row (s, c) holds code c once, at a position that walks over
+// every E8M0 scale (256, 0xFF = NaN) with one input row (fp4: also 16), and with 3, 15, 16, 64 and 160 rows on
+// the scales around the fast decode's limits, goes through the kernels' fast decodes (the GEMV for few rows, the
+// GEMM panels for many: from 16 rows, or past mx_fused_max_rows where a target sets it higher) on every CPU target. Weight row (s, c) holds code c once, at a position that walks over
 // whole 64-element blocks, the 16-element chunk after them and the tail (K = 85 / 86), with zeros elsewhere;
 // x rows of ones then give y = the decoded weight itself (a -0 comes out +0: the sum starts at +0). Checked
 // against the scalar decoder (core/formats tables: fl32(element * 2^(s - 127))), the fp64 reference, and bit
@@ -156,14 +156,14 @@ TEST(MxGemvExhaustive, fp8_every_byte_every_scale) {
   if (!has_mx()) GTEST_SKIP() << "no MX data path in this build";
   const Case cs{WeightQuantScheme::kMxfp8, 85, 256};  // one 64-block, one 16-chunk, a tail of 5
   check(cs, all_scales(), {1});
-  check(cs, kEdgeScales, {3, 15, 16, 64});
+  check(cs, kEdgeScales, {3, 15, 16, 64, 160});
 }
 
 TEST(MxGemvExhaustive, fp4_every_code_every_scale) {
   if (!has_mx()) GTEST_SKIP() << "no MX data path in this build";
   const Case cs{WeightQuantScheme::kMxfp4, 86, 16};  // two 32-blocks, one 16-chunk, a tail of 6
   check(cs, all_scales(), {1, 16});
-  check(cs, kEdgeScales, {3, 15, 64});
+  check(cs, kEdgeScales, {3, 15, 64, 160});
 }
 
 }  // namespace

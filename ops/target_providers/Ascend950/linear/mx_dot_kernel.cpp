@@ -485,6 +485,19 @@ void MxGemvFp4(const float* a, int64_t lda, int64_t m, const uint8_t* q, int64_t
   MxGemv<true>(a, lda, m, q, ldq, s, lds, n, K, out, ldo);
 }
 
+// Rows up to which the fused GEMV runs (in chunks of kMxGemvMaxRows, decoding the weights once per chunk) instead
+// of the GEMM (decoding each weight panel once, then transposing it for the FMA micro-kernel). AVX-512, measured
+// (quant_linear bench, 4096 x 4096, Zen 5, 2 threads, docs/bench/targets.md): at 64 rows the fused GEMV takes
+// 0.66-0.9x the GEMM's time for MXFP4 and 0.94-0.98x for MXFP8; at 256 rows MXFP4's are even and MXFP8's GEMM is
+// 1.2x faster; MXFP4's limit sits between the two. Other targets: not measured, the GEMM from kGemmMinRows.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+int64_t MxFusedMaxRowsFp8() { return 64; }
+int64_t MxFusedMaxRowsFp4() { return 128; }
+#else
+int64_t MxFusedMaxRowsFp8() { return kGemmMinRows - 1; }
+int64_t MxFusedMaxRowsFp4() { return kGemmMinRows - 1; }
+#endif
+
 GB_OPS_KERNELS_END();
 
 #if HWY_ONCE
@@ -493,9 +506,12 @@ HWY_EXPORT(MxChunkFp8);
 HWY_EXPORT(MxChunkFp4);
 HWY_EXPORT(MxGemvFp8);
 HWY_EXPORT(MxGemvFp4);
+HWY_EXPORT(MxFusedMaxRowsFp8);
+HWY_EXPORT(MxFusedMaxRowsFp4);
 
 WeightChunkFn mx_chunk_fn(bool fp4) { return fp4 ? GB_DISPATCH(MxChunkFp4) : GB_DISPATCH(MxChunkFp8); }
 MxGemvFn mx_gemv_fn(bool fp4) { return fp4 ? GB_DISPATCH(MxGemvFp4) : GB_DISPATCH(MxGemvFp8); }
+int64_t mx_fused_max_rows(bool fp4) { return fp4 ? GB_DISPATCH(MxFusedMaxRowsFp4)() : GB_DISPATCH(MxFusedMaxRowsFp8)(); }
 
 }  // namespace genbridge::ops::detail
 #endif

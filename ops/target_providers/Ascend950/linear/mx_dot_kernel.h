@@ -31,5 +31,8 @@ WeightChunkFn mx_chunk_fn(bool fp4);
 // m <= kMxGemvMaxRows.
 MxGemvFn mx_gemv_fn(bool fp4);
 inline constexpr int64_t kMxGemvMaxRows = 4;
+// The most input rows for which run_mx_linear takes the fused GEMV (in chunks of kMxGemvMaxRows) rather than the
+// GEMM, on the dispatched CPU target (at least kGemmMinRows - 1; the same bits either way).
+int64_t mx_fused_max_rows(bool fp4);
 
 }  // namespace genbridge::ops::detail

@@ -21,6 +21,7 @@ void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& 
   const MxGemvFn gemv = mx_gemv_fn(fp4);  // dispatched once per call
   const GemmChunksFn gemm = gemm_chunks_fn();
   const WeightChunkFn chunk = mx_chunk_fn(fp4);
+  const int64_t fused_max_rows = mx_fused_max_rows(fp4);
   const int64_t mb = rows_per_item(M);
   const int64_t row_blocks = (M + mb - 1) / mb;
   const int64_t nc = cols_per_item(N, row_blocks, num_threads());
@@ -37,7 +38,7 @@ void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& 
       lda = K;
     }
     float* vals = static_cast<float*>(thread_scratch<1>(static_cast<size_t>(m * n) * sizeof(float)));
-    if (m < kGemmMinRows) {  // decode fused into the GEMV, rows in chunks of at most kMxGemvMaxRows
+    if (m <= fused_max_rows) {  // decode fused into the GEMV, rows in chunks of at most kMxGemvMaxRows
       const uint8_t* q = w.data.data_as<const uint8_t>() + c0 * w.data.stride(0);
       const uint8_t* sc = w.scale.data_as<const uint8_t>() + c0 * w.scale.stride(0);
       for (int64_t i = 0; i < m; i += kMxGemvMaxRows) {

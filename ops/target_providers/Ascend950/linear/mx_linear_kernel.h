@@ -13,8 +13,8 @@ namespace genbridge::ops::detail {
 // quant_linear for kMxfp8 / kMxfp4 (arguments already checked, M, N, K > 0): each weight element is decoded
 // to fp32 exactly as the contract says (fl32(element * 2^(s - 127)), reading the pair-layout scales in
 // place) and reduced against fp32 x rows in the order of linear's batch-invariant dot kernel (dot_kernel.h):
-// fewer than kGemmMinRows rows: decoded in registers inside the GEMV (mx_dot_kernel.h); more: decoded into
-// the GEMM's packed weight panels (gemm_chunks_fn). Every row's bits are those of linear/linear with the
+// up to mx_fused_max_rows rows (mx_dot_kernel.h; per CPU target): decoded in registers inside the GEMV; more:
+// decoded into the GEMM's packed weight panels (gemm_chunks_fn). Every row's bits are those of linear/linear with the
 // decoded fp32 weight.
 void run_mx_linear(const TensorView& x, const QuantWeight& w, const TensorView& y, int64_t M, int64_t N, int64_t K);
 
