@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -200,6 +201,38 @@ TEST(QuantExpertFfn, w8a8_many_slots_per_expert_and_column_tails) {
     ASSERT_TRUE(ops::quant_expert_ffn(x.view(), ids.view(), bank.experts, 0, E, out.view()).ok());
     EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * sizeof(float)), 0) << target;
   });
+}
+
+// The intermediates live in buffers of the calling thread that only grow: a call after a larger one (stale rows
+// beyond its own) and calls on several threads at once each give the bits of the same call made alone first.
+TEST(QuantExpertFfn, calls_of_any_size_in_any_order_and_on_concurrent_threads_give_their_own_bits) {
+  const int64_t E = 4, H = 64, I = 96, k = 2;
+  for (WeightQuantScheme s : runnable()) {
+    Bank bank(s, E, H, I);
+    const std::vector<int64_t> sizes = {200, 3, 57, 1, 200};
+    std::vector<OwnedTensor> xs, ids;
+    for (size_t c = 0; c < sizes.size(); ++c) {
+      const int64_t T = sizes[c];
+      xs.emplace_back(DType::kBF16, std::vector<int64_t>{T, H});
+      ids.emplace_back(DType::kI32, std::vector<int64_t>{T, k});
+      fill_uniform(xs.back().view(), 40 + c, -2.f, 2.f);
+      auto* idp = reinterpret_cast<int32_t*>(ids.back().data());
+      for (int64_t t = 0; t < T * k; ++t) idp[t] = static_cast<int32_t>((t * 7 + c) % E);
+    }
+    auto call = [&](size_t c) {  // the output's bytes
+      OwnedTensor out(DType::kBF16, {sizes[c], k, H});
+      EXPECT_TRUE(ops::quant_expert_ffn(xs[c].view(), ids[c].view(), bank.experts, 0, E, out.view()).ok());
+      return out.bytes();
+    };
+    std::vector<std::vector<std::byte>> want;
+    for (size_t c = 0; c < sizes.size(); ++c) want.push_back(call(c));  // large first: later ones reuse its buffers
+    for (size_t c = sizes.size(); c-- > 0;) ASSERT_TRUE(call(c) == want[c]) << "call " << c << " (reverse order)";
+    std::vector<std::vector<std::byte>> got(sizes.size() * 2);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = call(i % sizes.size()); });
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i] == want[i % sizes.size()]) << "thread " << i;
+  }
 }
 
 // Activations quantized before the call (an AFD dispatch carrying int8 codes per token): codes and scales from
