@@ -232,26 +232,12 @@ void GemvPair(const float* a, int64_t lda, int64_t m, const bf16_t* b, int64_t l
   });
 }
 
-// Whether every value of rows [0, m) is a bf16 (low 16 bits zero): then the bf16 dot instruction can take them.
-bool RowsAreBf16(const float* a, int64_t lda, int64_t m, int64_t K) {
-  const hn::ScalableTag<uint32_t> du;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(du));
-  auto low = hn::Zero(du);
-  uint32_t tail = 0;
-  for (int64_t r = 0; r < m; ++r) {
-    const auto* row = reinterpret_cast<const uint32_t*>(a + r * lda);
-    int64_t k = 0;
-    for (; k + N <= K; k += N) low = hn::Or(low, hn::LoadU(du, row + k));
-    for (; k < K; ++k) tail |= row[k];
-  }
-  return hn::AllFalse(du, hn::TestBit(low, hn::Set(du, 0xFFFFu))) && (tail & 0xFFFFu) == 0;
-}
-
 // Rows of bf16 values as pair words (bf16_dot.h), PairPadded(K) / 2 per row (row r at dst + r * ldd), zero-padded;
 // stored in float storage (bit patterns, copied, never computed with) so that PackLaneMajor can lay them out. A word
-// is the high halves of two consecutive fp32 values: the odd 16-bit halves of the row, in order.
-void PairWords(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst,
-               int64_t ldd) {
+// is the high halves of two consecutive fp32 values: the odd 16-bit halves of the row, in order. Returns whether
+// every value is a bf16 (its low half zero), checked as it goes: at the first row that is not, it stops and returns
+// false (dst then holds nothing to use), so fp32 rows cost one row.
+bool PairWords(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst, int64_t ldd) {
   const hn::ScalableTag<uint16_t> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d16));  // elements per step: two vectors in, one out
   const int64_t words = PairPadded(K) / 2;
@@ -259,14 +245,24 @@ void PairWords(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, f
     const auto* src = reinterpret_cast<const uint16_t*>(a + r * lda);
     auto* out = reinterpret_cast<uint16_t*>(dst + r * ldd);
     int64_t k = 0;
+    uint16_t low = 0;
 #if HWY_TARGET != HWY_SCALAR
+    auto low_v = hn::Zero(d16);
     for (; k + N <= K; k += N) {
       const auto lo = hn::LoadU(d16, src + 2 * k), hi = hn::LoadU(d16, src + 2 * k + N);
       hn::StoreU(hn::ConcatOdd(d16, hi, lo), d16, out + k);
+      low_v = hn::Or(low_v, hn::ConcatEven(d16, hi, lo));
     }
+    if (!hn::AllTrue(d16, hn::Eq(low_v, hn::Zero(d16)))) return false;
 #endif
-    for (; k < 2 * words; ++k) out[k] = k < K ? src[2 * k + 1] : uint16_t{0};
+    for (; k < K; ++k) {
+      out[k] = src[2 * k + 1];
+      low |= src[2 * k];
+    }
+    if (low != 0) return false;
+    for (; k < 2 * words; ++k) out[k] = 0;
   }
+  return true;
 }
 
 // The targets whose copies may call the bf16 dot instruction's kernels (bf16_dot.h).
@@ -275,9 +271,8 @@ inline constexpr bool kBf16DotTarget = true;
 #else
 inline constexpr bool kBf16DotTarget = false;
 #endif
-HWY_INLINE bool UseBf16Dot(const float* a, int64_t lda, int64_t m, int64_t K) {
-  return kBf16DotTarget && ::genbridge::simd::bf16_dot_enabled() && RowsAreBf16(a, lda, m, K);
-}
+// Whether the instruction's kernels may run here (then PairWords says whether the rows let them).
+HWY_INLINE bool Bf16DotHere() { return kBf16DotTarget && ::genbridge::simd::bf16_dot_enabled(); }
 
 // ---------------------------------------------------------------------------------------------------
 // GEMM
@@ -712,12 +707,8 @@ void DotPackedBF16(const float* a_in, int64_t lda_in, int64_t m, const uint32_t*
   float* a = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * K) * sizeof(float)));
   // One input row is bound by the weight stream either way, and the fp32 micro-kernel streams the panels faster there
   // (measured, linear bench, Zen 5: 0.167 vs 0.19 ms at 2048 x 2048; docs/bench/targets.md).
-  const bool instr = m >= 2 && UseBf16Dot(a_in, lda_in, m, K_in);
-  if (instr) {
-    PairWords(a_in, lda_in, m, K_in, a, K / 2);
-  } else {
-    PairRows(a_in, lda_in, m, K_in, a);
-  }
+  const bool instr = m >= 2 && Bf16DotHere() && PairWords(a_in, lda_in, m, K_in, a, K / 2);
+  if (!instr) PairRows(a_in, lda_in, m, K_in, a);
   if (!instr && m >= kPackedGemmRows && kNC % kPackedCols == 0) {
     // Many rows: the GEMM's micro-kernel on panels widened from the packed weights (no transposition).
     GemmPanels(
@@ -799,13 +790,13 @@ void DotRowsBF16(const float* a, int64_t lda, int64_t m, const void* b, int64_t 
                  int64_t ldo) {
   const ::genbridge::simd::FlushDenormals flush;
   const int64_t K32 = PairPadded(K);
-  // Pair-word rows one cache line longer than the words: rows a power of two apart would share L1 sets.
+  // Pair-word rows one cache line longer than the words: rows a power of two apart would share L1 sets (and
+  // K32 / 2 + 16 <= K32 words: the pair-order rows' buffer holds them).
   const int64_t ldw = K32 / 2 + 16;
-  float* ap = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * std::max(K32, ldw)) * sizeof(float)));
+  float* ap = static_cast<float*>(thread_scratch_bytes(7, static_cast<size_t>(m * K32) * sizeof(float)));
   const bf16_t* bt = static_cast<const bf16_t*>(b);
-  if (UseBf16Dot(a, lda, m, K)) {
+  if (Bf16DotHere() && PairWords(a, lda, m, K, ap, ldw)) {
     // The instruction streams the weight rows as they are, for any number of input rows (no widening to amortize).
-    PairWords(a, lda, m, K, ap, ldw);
     const auto* xw = reinterpret_cast<const uint32_t*>(ap);
     GemvChunks(m, n, [&](int64_t r0, int64_t rows, int64_t c0, int64_t nc) {
       // A block's first row chunk brings its weights from memory; the later chunks find them in cache.
