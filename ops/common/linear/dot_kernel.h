@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/parallel.h"
 #include "genbridge/core/dtype.h"
@@ -75,6 +76,15 @@ template <int Slot>
 inline void* thread_scratch(size_t bytes) {
   static_assert(Slot >= 0 && Slot < 4, "slots 4 .. 7 are the kernel's");
   return thread_scratch_bytes(Slot, bytes);
+}
+
+// v's data, grown to at least n elements if it is shorter (never shrunk, never cleared): for a buffer of the calling
+// thread (`thread_local std::vector`) that a call fills before reading, so that steady-state calls neither allocate
+// nor fault pages in. Worker threads reach it through the returned pointer, never through the thread_local.
+template <typename T>
+T* grow_buffer(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
 }
 
 // Calls tile.template operator()<NR>(c) for the column tiles c = 0, NR, 2 NR, ... of n columns, then

@@ -155,11 +155,10 @@ void run(const TensorView& x, const TensorView& ids, std::span<const ExpertWeigh
     return;
   }
 
-  // The intermediate, in a buffer of the calling thread that only grows (allocated per call, a prefill's
-  // hundreds of MiB were mapped and faulted in afresh every layer). Workers reach it through the pointer.
+  // The intermediate, in a buffer of the calling thread (detail::grow_buffer; allocated per call, a prefill's
+  // hundreds of MiB were mapped and faulted in afresh every layer).
   thread_local std::vector<float> act_buf;
-  if (act_buf.size() < static_cast<size_t>(rows * I)) act_buf.resize(static_cast<size_t>(rows * I));
-  float* const act = act_buf.data();
+  float* const act = detail::grow_buffer(act_buf, rows * I);
   const detail::DotRowsFn dot_rows = detail::dot_rows_fn(experts[0].w_gate.dtype());
   const detail::DotPackedFn dot_packed = detail::dot_packed_fn();
   // out[r, c] = a[r] . w[c0 + c] for the weight rows [c0, c0 + n) of w (or of its packed copy).

@@ -102,15 +102,6 @@ Status validate_prequantized(const TensorView& qx, const TensorView& sx, const T
   return ok_status();
 }
 
-// A buffer of the calling thread that only grows: a call's intermediates are neither zeroed nor mapped afresh
-// (a prefill's are hundreds of MiB; allocating them per call cost half of a W8A8 prefill in page faults and
-// zeroing). Worker threads use it through the pointer (they must not name the thread_local).
-template <typename T>
-T* grow(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
 // One expert's share of a W8A8 call: its slots' rows, quantized, and its fp32 intermediates (in the call's
 // buffers, each expert's rows at its first slot).
 struct W8A8Expert {
@@ -175,11 +166,13 @@ Status w8a8_experts(const TensorView& x, const TensorView& sx, int64_t k, std::s
   int64_t rows = 0;
   for (const W8A8Expert& e : ex) rows += static_cast<int64_t>(e.slots->size());
   const int64_t n_ex = static_cast<int64_t>(ex.size());
+  // Buffers of the calling thread (detail::grow_buffer): allocated per call, a prefill's intermediates (hundreds of
+  // MiB) were mapped, faulted in and zeroed afresh every layer.
   thread_local std::vector<float> f32;
   thread_local std::vector<int8_t> i8;
   // fp32: xs and y [rows, H], g and u [rows, I], sx and sh [rows], the weight scales [experts, 2 I + H].
-  float* fb = grow(f32, rows * (2 * H + 2 * I + 2) + n_ex * (2 * I + H));
-  int8_t* ib = grow(i8, rows * (H + I));  // qx [rows, H], qh [rows, I]
+  float* fb = detail::grow_buffer(f32, rows * (2 * H + 2 * I + 2) + n_ex * (2 * I + H));
+  int8_t* ib = detail::grow_buffer(i8, rows * (H + I));  // qx [rows, H], qh [rows, I]
   float *xs = fb, *y = xs + rows * H, *g = y + rows * H, *u = g + rows * I, *sxs = u + rows * I, *shs = sxs + rows,
         *sws = shs + rows;
   int8_t *qxs = ib, *qhs = ib + rows * H;
@@ -297,7 +290,7 @@ Status quant_expert_ffn(const TensorView& x, const TensorView& topk_ids, std::sp
   for (int64_t e = 0; e < end - begin; ++e) first[e + 1] = first[e] + static_cast<int64_t>(slots[e].size());
   const int64_t rows = first[end - begin];
   thread_local std::vector<float> buf;
-  float* xs = grow(buf, rows * (2 * H + 2 * I));  // xs and y [rows, H], g and u [rows, I]
+  float* xs = detail::grow_buffer(buf, rows * (2 * H + 2 * I));  // xs and y [rows, H], g and u [rows, I]
   float *y = xs + rows * H, *g = y + rows * H, *u = g + rows * I;
   auto run_expert = [&](int64_t e) -> Status {
     const std::vector<int64_t>& sl = slots[static_cast<size_t>(e)];
