@@ -1,8 +1,14 @@
 // CPU target selection for the Highway-dispatched kernels (include/genbridge/core/cpu_target.h).
 #include <hwy/highway.h>
 #include <hwy/targets.h>
+#if HWY_ARCH_X86 && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -48,7 +54,7 @@ std::vector<int64_t> bits_of(int64_t mask) {
 std::mutex g_mu;
 int64_t g_real = 0;  // what the CPU supports among the compiled targets (before any restriction)
 
-// The bf16 dot-product instruction (AVX512_BF16) has a target name of its own above avx512, so that
+// The bf16 dot-product instruction (AVX512_BF16) has a target name of its own beside avx512, so that
 // GENBRIDGE_CPU_TARGET=avx512 runs the AVX-512 kernels without it (and tests compare the two).
 constexpr std::string_view kBf16DotName = "avx512_bf16";
 std::atomic<bool> g_bf16_dot{false};
@@ -61,6 +67,71 @@ bool cpu_has_bf16_dot_locked() {
   return false;
 #endif
 }
+
+#if HWY_ARCH_X86 && defined(__GNUC__)
+#define GB_DOT_PROBE_TARGET __attribute__((target("avx512f,avx512bf16,fma"), noinline))
+// A value that depends on every chain (so that none is optimized away).
+GB_DOT_PROBE_TARGET float Sum(const __m512 (&a)[16]) {
+  __m512 s = a[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  float t = 0;
+  for (float v : lanes) t += v;
+  return t;
+}
+// 16 independent chains of one instruction each, so that its throughput, not its latency, bounds the loop.
+GB_DOT_PROBE_TARGET float DotChains(int64_t iters, float seed) {
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3F803F80), y = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F);
+  __m512 a[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+  return Sum(a);
+}
+GB_DOT_PROBE_TARGET float FmaChains(int64_t iters, float seed) {
+  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-3f);
+  __m512 a[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
+  return Sum(a);
+}
+#undef GB_DOT_PROBE_TARGET
+#endif
+
+// The bf16 dot instruction's arithmetic rate over the FMA's on this CPU (flops per second; one vdpbf16ps is 32
+// pair products and sums, 64 flops, one 512-bit FMA 32), measured once per process on the calling thread: a few
+// alternated runs of register-only loops, about 0.3 ms in all, each at its best. 0 where the CPU lacks it.
+// Measured 2.0 on AMD Zen 5 and 0.49 on an Intel Xeon (family 6 model 207) (docs/bench/targets.md).
+double g_dot_rate = -1;
+double bf16_dot_rate_locked() {
+  if (g_dot_rate >= 0) return g_dot_rate;
+  g_dot_rate = 0;
+#if HWY_ARCH_X86 && defined(__GNUC__)
+  if (!cpu_has_bf16_dot_locked()) return g_dot_rate;
+  constexpr int64_t kIters = 2048;
+  volatile float seed = 1.0f;
+  volatile float sink = 0;
+  double dot = 1e30, fma = 1e30;
+  const auto seconds = [&](float (*loop)(int64_t, float)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sink = sink + loop(kIters, seed);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int round = 0; round < 6; ++round) {  // the first runs also wake the vector units
+    dot = std::min(dot, seconds(DotChains));
+    fma = std::min(fma, seconds(FmaChains));
+  }
+  g_dot_rate = (64.0 / dot) / (32.0 / fma);
+#endif
+  return g_dot_rate;
+}
+
+// Whether "best" takes the instruction: where it computes at least as fast as the FMAs. Where it is slower
+// (half the FMA rate on the Intel Xeon measured) the avx512 kernels, which compute the same bits with FMAs, are
+// faster on every bf16 row of the linear benchmark from 8 input rows on, and as fast for one.
+bool bf16_dot_pays_locked() { return bf16_dot_rate_locked() >= 1.0; }
 
 int64_t real_targets_locked() {  // (declared above)
   if (g_real == 0) {
@@ -76,24 +147,32 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Restricts to `target` and everything below it (numerically higher bits); 0 lifts the restriction (and allows the
-// bf16 dot instruction where the CPU has it).
-void restrict_locked(int64_t target) {
+// What a target name asks for: Highway's targets restricted to `below` and everything under it (numerically
+// higher bits; 0: no restriction), and whether the bf16 dot instruction runs on top of the best of them.
+struct Choice {
+  int64_t below = 0;
+  enum class Dot { kNo, kWherePays, kYes } dot = Dot::kNo;
+};
+
+void restrict_locked(Choice c) {
   const int64_t real = real_targets_locked();
-  const int64_t allowed = target == 0 ? real : real & ~(target - 1);
+  const int64_t allowed = c.below == 0 ? real : real & ~(c.below - 1);
   hwy::SetSupportedTargetsForTest(allowed == real ? 0 : allowed);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  g_bf16_dot.store(target == 0 && cpu_has_bf16_dot_locked(), std::memory_order_relaxed);
+  const bool dot = c.below == 0 && cpu_has_bf16_dot_locked() &&
+                   (c.dot == Choice::Dot::kYes || (c.dot == Choice::Dot::kWherePays && bf16_dot_pays_locked()));
+  g_bf16_dot.store(dot, std::memory_order_relaxed);
 }
 
-// The target bit named `name` ("best", and "avx512_bf16" where the CPU has it: 0, no restriction); nullopt when
-// this build or CPU cannot run it.
-std::optional<int64_t> parse(std::string_view name) {
-  if (name == "best") return int64_t{0};
+// The choice named `name` ("best": no restriction, the instruction where it pays; "avx512_bf16" where the CPU has
+// it: the instruction in any case); nullopt when this build or CPU cannot run it.
+std::optional<Choice> parse(std::string_view name) {
+  if (name == "best") return Choice{0, Choice::Dot::kWherePays};
   std::lock_guard<std::mutex> lock(g_mu);
-  if (name == kBf16DotName) return cpu_has_bf16_dot_locked() ? std::optional<int64_t>(0) : std::nullopt;
+  if (name == kBf16DotName)
+    return cpu_has_bf16_dot_locked() ? std::optional<Choice>(Choice{0, Choice::Dot::kYes}) : std::nullopt;
   for (int64_t t : bits_of(real_targets_locked()))
-    if (name == name_of(t)) return t;
+    if (name == name_of(t)) return Choice{t, Choice::Dot::kNo};
   return std::nullopt;
 }
 
@@ -111,8 +190,9 @@ std::vector<std::string> cpu_targets_compiled() {
 std::vector<std::string> cpu_targets_available() {
   std::lock_guard<std::mutex> lock(g_mu);
   std::vector<std::string> out;
-  if (cpu_has_bf16_dot_locked()) out.emplace_back(kBf16DotName);
   for (int64_t t : bits_of(real_targets_locked())) out.push_back(name_of(t));
+  // Best first: the instruction above the AVX-512 code where it pays, just below it where it does not.
+  if (cpu_has_bf16_dot_locked()) out.insert(out.begin() + (bf16_dot_pays_locked() ? 0 : 1), std::string(kBf16DotName));
   return out;
 }
 
@@ -124,7 +204,7 @@ std::string cpu_target() {
 }
 
 Status set_cpu_target(std::string_view name) {
-  const std::optional<int64_t> t = parse(name);
+  const std::optional<Choice> t = parse(name);
   if (!t) {
     return invalid_argument("CPU target '" + std::string(name) + "' is not available here; available: " +
                             join(cpu_targets_available()) + " (or best); compiled into this build: " +
@@ -148,7 +228,18 @@ Result<std::string> cpu_target_from_env() {
 }
 
 std::string cpu_target_line() {
-  return "cpu target: " + cpu_target() + " (available: " + join(cpu_targets_available()) + ")";
+  std::string line = "cpu target: " + cpu_target() + " (available: " + join(cpu_targets_available()) + ")";
+  if (const double rate = cpu_bf16_dot_rate(); rate > 0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ", the bf16 dot instruction at %.2fx the FMA rate here", rate);
+    line += buf;
+  }
+  return line;
+}
+
+double cpu_bf16_dot_rate() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return bf16_dot_rate_locked();
 }
 
 namespace simd {
@@ -158,9 +249,9 @@ bool bf16_dot_enabled() { return g_bf16_dot.load(std::memory_order_relaxed); }
 void ensure_cpu_target() {
   static const bool applied = [] {
     const auto env = cpu_target_from_env();  // an invalid value is ignored here (the CLI refuses it first)
-    const int64_t t = env.ok() && !env->empty() ? parse(*env).value_or(0) : 0;
+    const Choice c = env.ok() && !env->empty() ? parse(*env).value_or(*parse("best")) : *parse("best");
     std::lock_guard<std::mutex> lock(g_mu);
-    restrict_locked(t);
+    restrict_locked(c);
     return true;
   }();
   (void)applied;

@@ -1,6 +1,7 @@
 // core/simd: the target list and GENBRIDGE_CPU_TARGET, and the 16-lane layer's primitives on every CPU
 // target against the scalar codecs: exact FMA, the contract's pairwise reduction, bf16/fp16 widening
 // (every fp16 code) and narrowing (ties, subnormals, overflow, NaN).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +110,28 @@ TEST(CpuTarget, lists_scalar_last_and_the_chosen_target_first) {
   ASSERT_TRUE(set_cpu_target("best").ok());
   EXPECT_EQ(cpu_target(), avail.front());
   EXPECT_EQ(cpu_target_line().rfind("cpu target: " + avail.front() + " (available:", 0), 0u) << cpu_target_line();
+}
+
+TEST(CpuTarget, best_takes_the_bf16_dot_instruction_only_where_it_computes_at_least_as_fast_as_the_fmas) {
+  const double rate = cpu_bf16_dot_rate();
+  EXPECT_EQ(cpu_bf16_dot_rate(), rate);  // measured once per process
+  const auto avail = cpu_targets_available();
+  const auto dot = std::find(avail.begin(), avail.end(), "avx512_bf16");
+  ASSERT_EQ(dot != avail.end(), rate > 0) << cpu_target_line();
+  ASSERT_TRUE(set_cpu_target("best").ok());
+  EXPECT_EQ(cpu_target() == "avx512_bf16", rate >= 1.0) << cpu_target_line();
+  if (dot == avail.end()) {
+    EXPECT_EQ(cpu_target_line().find("bf16 dot"), std::string::npos) << cpu_target_line();
+    return;
+  }
+  // Listed first where it pays, just below avx512 where it does not; either way it can be asked for by name.
+  EXPECT_EQ(dot - avail.begin(), rate >= 1.0 ? 0 : 1) << cpu_target_line();
+  EXPECT_NE(cpu_target_line().find(", the bf16 dot instruction at "), std::string::npos) << cpu_target_line();
+  ASSERT_TRUE(set_cpu_target("avx512_bf16").ok());
+  EXPECT_EQ(cpu_target(), "avx512_bf16");
+  ASSERT_TRUE(set_cpu_target("avx512").ok());
+  EXPECT_EQ(cpu_target(), "avx512");
+  ASSERT_TRUE(set_cpu_target("best").ok());
 }
 
 TEST(CpuTarget, restricting_moves_every_dispatch_to_that_target) {
