@@ -102,8 +102,9 @@ GB_DOT_PROBE_TARGET float FmaChains(int64_t iters, float seed) {
 
 // The bf16 dot instruction's arithmetic rate over the FMA's on this CPU (flops per second; one vdpbf16ps is 32
 // pair products and sums, 64 flops, one 512-bit FMA 32), measured once per process on the calling thread: a few
-// alternated runs of register-only loops, about 0.3 ms in all, each at its best. 0 where the CPU lacks it.
-// Measured 2.0 on AMD Zen 5 and 0.49 on an Intel Xeon (family 6 model 207) (docs/bench/targets.md).
+// alternated runs of register-only loops, about 0.25 ms in all, each at its best. 0 where the CPU lacks it.
+// The roofs benchmark's loops give 2.0 on AMD Zen 5 and 0.49 on an Intel Xeon (family 6 model 207); this probe
+// 0.50-0.53 on the latter (docs/bench/targets.md).
 double g_dot_rate = -1;
 double bf16_dot_rate_locked() {
   if (g_dot_rate >= 0) return g_dot_rate;

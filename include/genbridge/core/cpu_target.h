@@ -40,7 +40,7 @@ Result<std::string> cpu_target_from_env();
 // CPU has the bf16 dot instruction ", the bf16 dot instruction at 0.49x the FMA rate here".
 std::string cpu_target_line();
 // The bf16 dot instruction's arithmetic rate over the FMA's on this CPU, flops per second (measured on first call,
-// about 0.3 ms; later calls return that figure); 0 where the CPU lacks the instruction. "best" takes the
+// about 0.25 ms; later calls return that figure); 0 where the CPU lacks the instruction. "best" takes the
 // instruction where this is at least 1, and cpu_targets_available() lists avx512_bf16 just below avx512 elsewhere.
 double cpu_bf16_dot_rate();
 
