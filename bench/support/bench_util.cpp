@@ -11,9 +11,6 @@
 #include <tuple>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
 
 #include "core/parallel.h"
 #include "core/simd/dispatch.h"
@@ -249,21 +246,7 @@ double fma_gflops(bool refresh) {
   return roof = std::max(roof, gflops);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-// 16 independent vdpbf16ps chains in registers; returns a value depending on every chain.
-__attribute__((target("avx512f,avx512bf16"), noinline)) float Bf16DotLoop(int64_t iters, float seed) {
-  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3F803F80), y = (__m512bh)_mm512_set1_epi32(0x3F7F3F7F);
-  __m512 a[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(seed + static_cast<float>(i));
-  for (int64_t it = 0; it < iters; ++it) {
-    for (int i = 0; i < 16; ++i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
-  }
-  __m512 s = a[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
-  return _mm512_reduce_add_ps(s);
-}
-constexpr double kBf16DotFlopsPerIter = 16.0 * 16 * 4;
-#endif
+constexpr double kBf16DotFlopsPerIter = 16.0 * 16 * 4;  // simd::bf16_dot_chains: 16 chains of 32 pairs
 
 double bf16_dot_gflops(bool refresh) {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -276,7 +259,7 @@ double bf16_dot_gflops(bool refresh) {
   constexpr int64_t kIters = 125'000;
   volatile float seed = 0.5f;
   const double gflops = best_loop_gflops(threads, kBf16DotFlopsPerIter * static_cast<double>(kIters),
-                                         [&] { return Bf16DotLoop(kIters, seed); });
+                                         [&] { return simd::bf16_dot_chains(kIters, seed); });
   double& roof = cache[threads];
   return roof = std::max(roof, gflops);
 #else

@@ -5,6 +5,8 @@
 // which first applies GENBRIDGE_CPU_TARGET (once per process) and then picks the chosen target's copy.
 // Does not include hwy/highway.h: a kernel source includes it after hwy/foreach_target.h, as Highway requires.
 
+#include <cstdint>
+
 namespace genbridge::simd {
 
 // Applies GENBRIDGE_CPU_TARGET the first time it is called; cheap afterwards (one atomic load).
@@ -14,6 +16,11 @@ void ensure_cpu_target();
 // CPU has it and the chosen target is "avx512_bf16" (the best one where present). One atomic load; call
 // ensure_cpu_target (GB_DISPATCH does) first.
 bool bf16_dot_enabled();
+
+// 16 independent chains of `iters` bf16 dot instructions each (vdpbf16ps, 64 flops), in registers; returns a value
+// that depends on every chain. The probe behind cpu_bf16_dot_rate and the roofs benchmark's bf16-dot roof. Only
+// where the CPU has the instruction (cpu_bf16_dot_rate() > 0).
+float bf16_dot_chains(int64_t iters, float seed);
 
 }  // namespace genbridge::simd
 

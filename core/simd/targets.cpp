@@ -245,6 +245,15 @@ double cpu_bf16_dot_rate() {
 
 namespace simd {
 
+float bf16_dot_chains(int64_t iters, float seed) {
+#if HWY_ARCH_X86 && defined(__GNUC__)
+  return DotChains(iters, seed);
+#else
+  (void)iters;
+  return seed;
+#endif
+}
+
 bool bf16_dot_enabled() { return g_bf16_dot.load(std::memory_order_relaxed); }
 
 void ensure_cpu_target() {
