@@ -207,7 +207,11 @@ Result<std::vector<std::shared_ptr<RequestStream>>> GenerationService::submit_al
         uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the first tokens
         for (int64_t i = 0; i < first; ++i) h = (h ^ static_cast<uint32_t>(r.prompt[static_cast<size_t>(i)])) * 0x100000001b3ull;
         const int named = static_cast<int>(h % static_cast<uint64_t>(n));
-        if (load_[named] < load_[w] + std::max<int64_t>(1, options_.max_batch / 4)) w = named;
+        // Its cache, unless it holds a quarter batch (at least 2) more than the least loaded one, or it is full and
+        // that one is not: elsewhere the prompt is computed again.
+        const int64_t slack = std::max<int64_t>(2, options_.max_batch / 4);
+        const bool named_full = load_[named] >= options_.max_batch, least_full = load_[w] >= options_.max_batch;
+        if (load_[named] < load_[w] + slack && (!named_full || least_full)) w = named;
       }
       ++load_[w];
       const Clock::time_point now = Clock::now();

@@ -111,8 +111,8 @@ struct ServiceOptions {
   std::function<std::string()> extra_metrics;
   // Prefix caching with several workers (each its own cache): > 0 sends a prompt of more than this many tokens to
   // the worker its first this-many tokens name (so a chat's turns and requests sharing a system prompt meet their
-  // cached pages), unless that worker holds a quarter batch more requests than the least loaded one. 0: always the
-  // least loaded.
+  // cached pages), unless that worker holds a quarter batch (at least 2) more requests than the least loaded one,
+  // or holds max_batch and the least loaded one does not. 0: always the least loaded.
   int64_t route_by_first_tokens = 0;
 };
 
