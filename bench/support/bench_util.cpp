@@ -11,7 +11,6 @@
 #include <tuple>
 #include <vector>
 
-
 #include "core/parallel.h"
 #include "core/simd/dispatch.h"
 #include "genbridge/core/cpu_target.h"
@@ -246,8 +245,6 @@ double fma_gflops(bool refresh) {
   return roof = std::max(roof, gflops);
 }
 
-constexpr double kBf16DotFlopsPerIter = 16.0 * 16 * 4;  // simd::bf16_dot_chains: 16 chains of 32 pairs
-
 double bf16_dot_gflops(bool refresh) {
 #if defined(__x86_64__) && defined(__GNUC__)
   simd::ensure_cpu_target();
@@ -258,7 +255,7 @@ double bf16_dot_gflops(bool refresh) {
   if (auto it = cache.find(threads); it != cache.end() && !refresh) return it->second;
   constexpr int64_t kIters = 125'000;
   volatile float seed = 0.5f;
-  const double gflops = best_loop_gflops(threads, kBf16DotFlopsPerIter * static_cast<double>(kIters),
+  const double gflops = best_loop_gflops(threads, simd::kBf16DotChainsFlopsPerIter * static_cast<double>(kIters),
                                          [&] { return simd::bf16_dot_chains(kIters, seed); });
   double& roof = cache[threads];
   return roof = std::max(roof, gflops);

@@ -21,6 +21,7 @@ bool bf16_dot_enabled();
 // that depends on every chain. The probe behind cpu_bf16_dot_rate and the roofs benchmark's bf16-dot roof. Only
 // where the CPU has the instruction (cpu_bf16_dot_rate() > 0).
 float bf16_dot_chains(int64_t iters, float seed);
+inline constexpr double kBf16DotChainsFlopsPerIter = 16.0 * 64;  // one instruction per chain per iteration
 
 }  // namespace genbridge::simd
 

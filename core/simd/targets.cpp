@@ -124,7 +124,7 @@ double bf16_dot_rate_locked() {
     dot = std::min(dot, seconds(DotChains));
     fma = std::min(fma, seconds(FmaChains));
   }
-  g_dot_rate = (64.0 / dot) / (32.0 / fma);
+  g_dot_rate = (simd::kBf16DotChainsFlopsPerIter / dot) / (16.0 * 32 / fma);  // a 512-bit FMA: 32 flops
 #endif
   return g_dot_rate;
 }
@@ -154,13 +154,14 @@ struct Choice {
   int64_t below = 0;
   enum class Dot { kNo, kWherePays, kYes } dot = Dot::kNo;
 };
+constexpr Choice kBest{0, Choice::Dot::kWherePays};
 
 void restrict_locked(Choice c) {
   const int64_t real = real_targets_locked();
   const int64_t allowed = c.below == 0 ? real : real & ~(c.below - 1);
   hwy::SetSupportedTargetsForTest(allowed == real ? 0 : allowed);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  const bool dot = c.below == 0 && cpu_has_bf16_dot_locked() &&
+  const bool dot = cpu_has_bf16_dot_locked() &&
                    (c.dot == Choice::Dot::kYes || (c.dot == Choice::Dot::kWherePays && bf16_dot_pays_locked()));
   g_bf16_dot.store(dot, std::memory_order_relaxed);
 }
@@ -168,7 +169,7 @@ void restrict_locked(Choice c) {
 // The choice named `name` ("best": no restriction, the instruction where it pays; "avx512_bf16" where the CPU has
 // it: the instruction in any case); nullopt when this build or CPU cannot run it.
 std::optional<Choice> parse(std::string_view name) {
-  if (name == "best") return Choice{0, Choice::Dot::kWherePays};
+  if (name == "best") return kBest;
   std::lock_guard<std::mutex> lock(g_mu);
   if (name == kBf16DotName)
     return cpu_has_bf16_dot_locked() ? std::optional<Choice>(Choice{0, Choice::Dot::kYes}) : std::nullopt;
@@ -259,7 +260,7 @@ bool bf16_dot_enabled() { return g_bf16_dot.load(std::memory_order_relaxed); }
 void ensure_cpu_target() {
   static const bool applied = [] {
     const auto env = cpu_target_from_env();  // an invalid value is ignored here (the CLI refuses it first)
-    const Choice c = env.ok() && !env->empty() ? parse(*env).value_or(*parse("best")) : *parse("best");
+    const Choice c = env.ok() && !env->empty() ? parse(*env).value_or(kBest) : kBest;
     std::lock_guard<std::mutex> lock(g_mu);
     restrict_locked(c);
     return true;

@@ -238,8 +238,10 @@ void GemvPair(const float* a, int64_t lda, int64_t m, const bf16_t* b, int64_t l
 // every value is a bf16 (its low half zero), checked as it goes: at the first row that is not, it stops and returns
 // false (dst then holds nothing to use), so fp32 rows cost one row.
 bool PairWords(const float* HWY_RESTRICT a, int64_t lda, int64_t m, int64_t K, float* HWY_RESTRICT dst, int64_t ldd) {
+#if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<uint16_t> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d16));  // elements per step: two vectors in, one out
+#endif
   const int64_t words = PairPadded(K) / 2;
   for (int64_t r = 0; r < m; ++r) {
     const auto* src = reinterpret_cast<const uint16_t*>(a + r * lda);
